@@ -1,0 +1,254 @@
+//! The LMCache L2 adapter spec model.
+//!
+//! A [`TierSpec`] is one `--l2-adapter` JSON object, kept as the operator
+//! wrote it: keys in their order, unknown keys verbatim (LMCache ignores keys it
+//! does not know, and later LMCache versions add keys we must pass through). A
+//! [`Cascade`] is the ordered list of tiers: LMCache stores every chunk to
+//! every tier and loads from the first tier, by position, that holds it (seed
+//! `000_8f00d9f3f4ca4cb4.txt`, "Custom Tiers and the Launcher").
+
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// One GiB in bytes; LMCache's `max_capacity_gb` counts GiB.
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Keys whose values are secrets: never logged, never printed by `inspect`.
+const SECRET_KEYS: &[&str] = &["aws_secret_access_key", "aws_session_token", "password"];
+
+/// What is wrong with an adapter spec or cascade.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpecError {
+    /// The text is not JSON; the message carries serde_json's line and column.
+    #[error("{source_name} is not valid JSON: {detail}. Write one JSON object (one tier) or an array of objects (a cascade), on one line without surrounding quotes")]
+    InvalidJson {
+        /// Where the text came from, e.g. `EREBINE_AGENT_LMCACHE_L2_ADAPTER`.
+        source_name: String,
+        /// The parser's message with its line and column.
+        detail: String,
+    },
+    /// JSON of the wrong shape (not an object or array of objects).
+    #[error("{source_name}: {detail}")]
+    Shape {
+        /// Where the text came from.
+        source_name: String,
+        /// What is wrong and where (tier position).
+        detail: String,
+    },
+}
+
+/// One L2 adapter spec: a JSON object with at least a `type` key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierSpec(Map<String, Value>);
+
+impl TierSpec {
+    /// Wraps a JSON object as a spec. Errors when `type` is missing or not a
+    /// string; `position` (0-based) and `source_name` name the tier in the error.
+    pub fn from_object(
+        object: Map<String, Value>,
+        source_name: &str,
+        position: usize,
+    ) -> Result<Self, SpecError> {
+        match object.get("type") {
+            Some(Value::String(_)) => Ok(TierSpec(object)),
+            _ => Err(SpecError::Shape {
+                source_name: source_name.to_string(),
+                detail: format!(
+                    "tier {position} has no \"type\" string (e.g. \"fs_native\", \"fs\", \"s3\")"
+                ),
+            }),
+        }
+    }
+
+    /// The adapter type, e.g. `"fs_native"`.
+    pub fn adapter_type(&self) -> &str {
+        self.0.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// The `base_path` of a filesystem tier, if any.
+    pub fn base_path(&self) -> Option<&str> {
+        self.0.get("base_path").and_then(Value::as_str)
+    }
+
+    /// The spec's JSON object, keys in the operator's order.
+    pub fn as_object(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
+    /// The compact JSON text passed as one `--l2-adapter` argument.
+    pub fn to_arg(&self) -> String {
+        Value::Object(self.0.clone()).to_string()
+    }
+
+    /// The spec with every secret value replaced by `"<redacted>"`: what logs
+    /// and `inspect` may print.
+    pub fn redacted(&self) -> Value {
+        let mut object = self.0.clone();
+        for key in SECRET_KEYS {
+            if let Some(v) = object.get_mut(*key) {
+                *v = Value::String("<redacted>".into());
+            }
+        }
+        Value::Object(object)
+    }
+}
+
+/// The ordered L2 tiers of one server; empty means L1-only.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Cascade(pub Vec<TierSpec>);
+
+impl Cascade {
+    /// Parses an operator's adapter JSON: an object is one tier, an array is a
+    /// cascade in array order, `[]` is no L2 tier.
+    ///
+    /// `source_name` names the variable or flag in errors.
+    pub fn parse(text: &str, source_name: &str) -> Result<Self, SpecError> {
+        let value: Value =
+            serde_json::from_str(text.trim()).map_err(|e| SpecError::InvalidJson {
+                source_name: source_name.to_string(),
+                detail: e.to_string(),
+            })?;
+        let shape = |detail: String| SpecError::Shape {
+            source_name: source_name.to_string(),
+            detail,
+        };
+        match value {
+            Value::Object(object) => Ok(Cascade(vec![TierSpec::from_object(
+                object,
+                source_name,
+                0,
+            )?])),
+            Value::Array(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::Object(object) => TierSpec::from_object(object, source_name, i),
+                    other => Err(shape(format!(
+                        "tier {i} is {}, not a JSON object",
+                        json_kind(&other)
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Cascade),
+            other => Err(shape(format!(
+                "expected a JSON object or array, found {}",
+                json_kind(&other)
+            ))),
+        }
+    }
+
+    /// The tiers, in cascade order.
+    pub fn tiers(&self) -> &[TierSpec] {
+        &self.0
+    }
+
+    /// The cascade with secrets redacted, as one JSON array.
+    pub fn redacted(&self) -> Value {
+        Value::Array(self.0.iter().map(TierSpec::redacted).collect())
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The node's built-in disk tier: LMCache's native filesystem adapter with
+/// LRU eviction at an 80% watermark reclaiming 20% per cycle (seed, "LMCache
+/// Disk Tier"; shape fixed by issue 2).
+///
+/// `capacity_bytes` becomes `max_capacity_gb` in GiB.
+pub fn fs_native_tier(
+    base_path: &Path,
+    num_workers: u32,
+    use_odirect: bool,
+    capacity_bytes: u64,
+) -> TierSpec {
+    let mut object = Map::new();
+    object.insert("type".into(), "fs_native".into());
+    object.insert(
+        "base_path".into(),
+        base_path.to_string_lossy().into_owned().into(),
+    );
+    object.insert("num_workers".into(), num_workers.into());
+    object.insert("use_odirect".into(), use_odirect.into());
+    object.insert(
+        "max_capacity_gb".into(),
+        Value::from(capacity_bytes as f64 / GIB),
+    );
+    object.insert(
+        "eviction".into(),
+        serde_json::json!({"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}),
+    );
+    TierSpec(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_tier_has_the_documented_shape() {
+        let t = fs_native_tier(Path::new("/c"), 4, true, 3 * (1 << 30) / 2);
+        assert_eq!(
+            t.to_arg(),
+            r#"{"type":"fs_native","base_path":"/c","num_workers":4,"use_odirect":true,"max_capacity_gb":1.5,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}}"#
+        );
+    }
+
+    #[test]
+    fn object_is_one_tier_and_array_is_a_cascade_in_order() {
+        let one = Cascade::parse(r#"{"type":"fs","base_path":"/a","zz":1,"aa":2}"#, "V").unwrap();
+        assert_eq!(one.tiers().len(), 1);
+        assert_eq!(
+            one.tiers()[0].to_arg(),
+            r#"{"type":"fs","base_path":"/a","zz":1,"aa":2}"#,
+            "unknown keys and key order are kept"
+        );
+        let two = Cascade::parse(r#"[{"type":"fs"},{"type":"s3"}]"#, "V").unwrap();
+        let types: Vec<_> = two.tiers().iter().map(TierSpec::adapter_type).collect();
+        assert_eq!(types, ["fs", "s3"]);
+        assert!(Cascade::parse("[]", "V").unwrap().tiers().is_empty());
+    }
+
+    #[test]
+    fn bad_json_names_the_source_and_position() {
+        let e = Cascade::parse(r#"[{"type":"fs",}]"#, "EREBINE_AGENT_LMCACHE_L2_ADAPTER")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("EREBINE_AGENT_LMCACHE_L2_ADAPTER"), "{e}");
+        assert!(e.contains("column"), "{e}");
+    }
+
+    #[test]
+    fn wrong_shapes_name_the_tier() {
+        let e = Cascade::parse(r#"[{"type":"fs"},3]"#, "V")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tier 1 is a number"), "{e}");
+        let e = Cascade::parse(r#"[{"base_path":"/x"}]"#, "V")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tier 0 has no \"type\""), "{e}");
+        let e = Cascade::parse(r#""fs""#, "V").unwrap_err().to_string();
+        assert!(e.contains("found a string"), "{e}");
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let c = Cascade::parse(
+            r#"{"type":"s3","aws_access_key_id":"AKIA1","aws_secret_access_key":"s3cr3t"}"#,
+            "V",
+        )
+        .unwrap();
+        let text = c.redacted().to_string();
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert!(text.contains("<redacted>"));
+    }
+}

@@ -1,0 +1,537 @@
+//! The launch identity and the identity manifest kept in the tier directory.
+//!
+//! Nothing in an object name records the KV dtype, the block size or the
+//! chunk size (`shared/lmcache-facts.md`, "Object names"), so the directory
+//! remembers them in [`MANIFEST_FILE_NAME`] (issue 3, "Launch identity").
+//!
+//! The manifest is JSON:
+//! ```json
+//! {
+//!   "schema_version": 1,
+//!   "identity": {"model": "org/m", "tensor_parallel_size": 4,
+//!                "pipeline_parallel_size": 1, "kv_cache_dtype": "bfloat16",
+//!                "block_size": 16, "chunk_size": 256},
+//!   "identity_digest": "<blake3 hex of LaunchIdentity::canonical_form>",
+//!   "writer": "lmcache-housekeeping 0.1.0",
+//!   "written_at": "2025-11-30T07:42:00Z"
+//! }
+//! ```
+//! Readers ignore fields they do not know, so a cache written by an earlier
+//! or later version is kept while the identity fields are equal.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, OFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::fsync;
+use serde::{Deserialize, Serialize};
+
+use crate::tier_dir::{TierDir, TierDirError};
+
+/// File name of the identity manifest in a tier directory.
+pub const MANIFEST_FILE_NAME: &str = ".lmcache-tier-identity.json";
+/// Temporary name the manifest is written under before the rename; a leftover
+/// one is a stale temp file.
+pub const MANIFEST_TEMP_FILE_NAME: &str = ".lmcache-tier-identity.json.tmp";
+/// Schema version this crate writes.
+pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
+/// Largest manifest read, in bytes; a larger file is treated as corrupt.
+pub const MANIFEST_MAX_BYTES: u64 = 64 * 1024;
+
+/// What the objects in a tier were written for. Objects are usable only by a
+/// launch with an equal identity (seed 000, "LMCache Disk Tier": model,
+/// tensor-parallel degree, KV cache dtype, block size, chunk size).
+///
+/// `pipeline_parallel_size` is kept too: LMCache packs the engine's world
+/// size, TP x PP, into every object's kv_rank (LMCache's `ComputeKVRank` /
+/// `WorldSizeFromKVRank`: "the parallel setup's world size (TP x PP)"), and a
+/// pipeline stage holds only its own layers, so objects from another PP size
+/// cannot be read back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchIdentity {
+    /// Served model name as the engine passes it to LMCache (with `/`).
+    pub model: String,
+    /// vLLM `--tensor-parallel-size`, >= 1.
+    pub tensor_parallel_size: u32,
+    /// vLLM `--pipeline-parallel-size`, >= 1.
+    pub pipeline_parallel_size: u32,
+    /// vLLM `--kv-cache-dtype` as resolved for the engine (`auto` resolves to
+    /// the model dtype; pass the resolved one when known), compared verbatim.
+    pub kv_cache_dtype: String,
+    /// vLLM `--block-size`, in tokens.
+    pub block_size: u32,
+    /// LMCache `--chunk-size`, in tokens.
+    pub chunk_size: u32,
+}
+
+/// One field of a [`LaunchIdentity`], for "the cache was emptied because
+/// this changed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentityField {
+    /// `model`.
+    Model,
+    /// `tensor_parallel_size`.
+    TensorParallelSize,
+    /// `pipeline_parallel_size`.
+    PipelineParallelSize,
+    /// `kv_cache_dtype`.
+    KvCacheDtype,
+    /// `block_size`.
+    BlockSize,
+    /// `chunk_size`.
+    ChunkSize,
+}
+
+impl IdentityField {
+    /// The field's JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Model => "model",
+            Self::TensorParallelSize => "tensor_parallel_size",
+            Self::PipelineParallelSize => "pipeline_parallel_size",
+            Self::KvCacheDtype => "kv_cache_dtype",
+            Self::BlockSize => "block_size",
+            Self::ChunkSize => "chunk_size",
+        }
+    }
+}
+
+impl fmt::Display for IdentityField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An identity that cannot describe an LMCache launch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// The model name is empty or holds `@` or NUL (LMCache's names cannot).
+    #[error(
+        "model name {0:?} is empty or holds `@` or NUL, which LMCache object names cannot carry"
+    )]
+    Model(String),
+    /// A size is 0.
+    #[error("{0} is 0; it must be at least 1")]
+    Zero(IdentityField),
+    /// TP x PP does not fit kv_rank's 8-bit world size.
+    #[error("tensor_parallel_size x pipeline_parallel_size = {0} exceeds 255, the largest world size LMCache's kv_rank can hold")]
+    WorldSize(u64),
+    /// The dtype is empty.
+    #[error("kv_cache_dtype is empty; pass the engine's value (e.g. `auto`, `fp8`)")]
+    Dtype,
+}
+
+impl LaunchIdentity {
+    /// Checks that the identity can describe a launch.
+    ///
+    /// # Errors
+    /// [`IdentityError`] naming the field and value at fault.
+    pub fn validate(&self) -> Result<(), IdentityError> {
+        if self.model.is_empty() || self.model.contains(['@', '\0']) {
+            return Err(IdentityError::Model(self.model.clone()));
+        }
+        for (field, value) in [
+            (IdentityField::TensorParallelSize, self.tensor_parallel_size),
+            (
+                IdentityField::PipelineParallelSize,
+                self.pipeline_parallel_size,
+            ),
+            (IdentityField::BlockSize, self.block_size),
+            (IdentityField::ChunkSize, self.chunk_size),
+        ] {
+            if value == 0 {
+                return Err(IdentityError::Zero(field));
+            }
+        }
+        if self.world_size() > 255 {
+            return Err(IdentityError::WorldSize(self.world_size()));
+        }
+        if self.kv_cache_dtype.is_empty() {
+            return Err(IdentityError::Dtype);
+        }
+        Ok(())
+    }
+
+    /// The world size every object of this launch carries in its kv_rank:
+    /// TP x PP. The CPU bench worker (TP = PP = 1) writes 1; objects whose
+    /// world size differs contradict this identity.
+    pub fn world_size(&self) -> u64 {
+        u64::from(self.tensor_parallel_size) * u64::from(self.pipeline_parallel_size)
+    }
+
+    /// The canonical form the digest covers: compact JSON of the six fields
+    /// in declaration order (model, tensor_parallel_size,
+    /// pipeline_parallel_size, kv_cache_dtype, block_size, chunk_size).
+    pub fn canonical_form(&self) -> String {
+        serde_json::to_string(self).expect("an identity of strings and integers serialises")
+    }
+
+    /// blake3 of [`Self::canonical_form`], 64 lowercase hex digits.
+    pub fn digest(&self) -> String {
+        blake3::hash(self.canonical_form().as_bytes())
+            .to_hex()
+            .to_string()
+    }
+
+    /// The first field, in declaration order, where `other` differs.
+    pub fn first_difference(&self, other: &LaunchIdentity) -> Option<IdentityField> {
+        self.differences(other).next().map(|(field, ..)| field)
+    }
+
+    /// Every field where `other` differs: (field, this value, other value).
+    pub fn differences<'a>(
+        &'a self,
+        other: &'a LaunchIdentity,
+    ) -> impl Iterator<Item = (IdentityField, String, String)> + 'a {
+        let pairs = [
+            (
+                IdentityField::Model,
+                self.model.clone(),
+                other.model.clone(),
+            ),
+            (
+                IdentityField::TensorParallelSize,
+                self.tensor_parallel_size.to_string(),
+                other.tensor_parallel_size.to_string(),
+            ),
+            (
+                IdentityField::PipelineParallelSize,
+                self.pipeline_parallel_size.to_string(),
+                other.pipeline_parallel_size.to_string(),
+            ),
+            (
+                IdentityField::KvCacheDtype,
+                self.kv_cache_dtype.clone(),
+                other.kv_cache_dtype.clone(),
+            ),
+            (
+                IdentityField::BlockSize,
+                self.block_size.to_string(),
+                other.block_size.to_string(),
+            ),
+            (
+                IdentityField::ChunkSize,
+                self.chunk_size.to_string(),
+                other.chunk_size.to_string(),
+            ),
+        ];
+        pairs.into_iter().filter(|(_, a, b)| a != b)
+    }
+}
+
+/// The identity manifest as stored (see the module docs for the JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Schema of the file; this crate writes [`MANIFEST_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Identity of the objects written to the directory.
+    pub identity: LaunchIdentity,
+    /// blake3 of `identity`'s canonical form (checked for schema 1).
+    pub identity_digest: String,
+    /// Who wrote it: `lmcache-housekeeping <version>`.
+    pub writer: String,
+    /// When, RFC 3339 UTC.
+    pub written_at: String,
+}
+
+/// What [`read_manifest`] found. Never an error: a manifest that cannot be
+/// used means "identity unknown", which the planner treats like no manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManifestRead {
+    /// No manifest file.
+    Missing,
+    /// A manifest whose identity can be compared.
+    Found(Manifest),
+    /// A manifest that is there but unusable; log the warning.
+    Unusable(ManifestWarning),
+}
+
+/// Why a manifest file was ignored, for the launch log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ManifestWarning {
+    /// The manifest's path.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl fmt::Display for ManifestWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "identity manifest {} ignored: {}; its objects are treated as having no manifest (purged) and a new manifest is written",
+            self.path.display(),
+            self.problem
+        )
+    }
+}
+
+/// Reads the manifest of `dir`, never following a symlink.
+pub fn read_manifest(dir: &TierDir) -> ManifestRead {
+    let path = dir.entry_path(MANIFEST_FILE_NAME);
+    let unusable = |problem: String| {
+        ManifestRead::Unusable(ManifestWarning {
+            path: path.clone(),
+            problem,
+        })
+    };
+    let fd = match openat(
+        dir.fd(),
+        MANIFEST_FILE_NAME,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return ManifestRead::Missing,
+        Err(e) => return unusable(format!("cannot open it: {}", e.desc())),
+    };
+    let mut file = File::from(fd);
+    match file.metadata() {
+        Ok(meta) if !meta.is_file() => return unusable("it is not a regular file".into()),
+        Ok(_) => {}
+        Err(e) => return unusable(format!("cannot stat it: {e}")),
+    }
+    let mut text = String::new();
+    if let Err(e) = (&mut file)
+        .take(MANIFEST_MAX_BYTES + 1)
+        .read_to_string(&mut text)
+    {
+        return unusable(format!("cannot read it as UTF-8 text: {e}"));
+    }
+    if text.len() as u64 > MANIFEST_MAX_BYTES {
+        return unusable(format!("it is larger than {MANIFEST_MAX_BYTES} bytes"));
+    }
+    let manifest: Manifest = match serde_json::from_str(&text) {
+        Ok(m) => m,
+        Err(e) => return unusable(format!("it is not a valid manifest: {e}")),
+    };
+    if manifest.schema_version == 0 {
+        return unusable("schema_version 0 is not a schema".into());
+    }
+    if manifest.schema_version == MANIFEST_SCHEMA_VERSION
+        && manifest.identity_digest != manifest.identity.digest()
+    {
+        return unusable(format!(
+            "identity_digest {} does not match its identity fields (digest {}): edited or damaged",
+            manifest.identity_digest,
+            manifest.identity.digest()
+        ));
+    }
+    ManifestRead::Found(manifest)
+}
+
+/// Failure to write the manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The identity is not valid.
+    #[error("not writing the identity manifest: {0}")]
+    Identity(#[from] IdentityError),
+    /// The directory was opened read-only.
+    #[error(transparent)]
+    Dir(#[from] TierDirError),
+    /// A write, fsync or rename failed.
+    #[error("cannot write identity manifest {path} ({step}): {source}; check space and permissions on the tier volume")]
+    Io {
+        /// The file at fault.
+        path: PathBuf,
+        /// Which step failed.
+        step: &'static str,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// Writes the manifest for `identity` atomically: to
+/// [`MANIFEST_TEMP_FILE_NAME`], fsync, rename over [`MANIFEST_FILE_NAME`],
+/// fsync the directory. Killed at any point, the directory holds the old
+/// manifest or the new one, plus perhaps a stale temp the next scan removes.
+///
+/// # Errors
+/// [`ManifestError`] naming the file and step at fault.
+pub fn write_manifest(dir: &TierDir, identity: &LaunchIdentity) -> Result<Manifest, ManifestError> {
+    identity.validate()?;
+    dir.require_writable()?;
+    let manifest = Manifest {
+        schema_version: MANIFEST_SCHEMA_VERSION,
+        identity: identity.clone(),
+        identity_digest: identity.digest(),
+        writer: concat!(env!("CARGO_PKG_NAME"), " ", env!("CARGO_PKG_VERSION")).to_owned(),
+        written_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+    };
+    let temp_path = dir.entry_path(MANIFEST_TEMP_FILE_NAME);
+    let io_err = |path: &PathBuf, step: &'static str| {
+        let path = path.clone();
+        move |source: io::Error| ManifestError::Io { path, step, source }
+    };
+    let fd: OwnedFd = openat(
+        dir.fd(),
+        MANIFEST_TEMP_FILE_NAME,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(io::Error::from)
+    .map_err(io_err(&temp_path, "create"))?;
+    let mut file = File::from(fd);
+    let mut text = serde_json::to_string_pretty(&manifest).expect("a manifest serialises");
+    text.push('\n');
+    file.write_all(text.as_bytes())
+        .map_err(io_err(&temp_path, "write"))?;
+    file.sync_all().map_err(io_err(&temp_path, "fsync"))?;
+    drop(file);
+    let final_path = dir.entry_path(MANIFEST_FILE_NAME);
+    renameat(
+        dir.fd(),
+        MANIFEST_TEMP_FILE_NAME,
+        dir.fd(),
+        MANIFEST_FILE_NAME,
+    )
+    .map_err(io::Error::from)
+    .map_err(io_err(&final_path, "rename"))?;
+    fsync(dir.fd())
+        .map_err(io::Error::from)
+        .map_err(io_err(&dir.path().to_path_buf(), "fsync directory"))?;
+    Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier_dir::Access;
+
+    fn identity() -> LaunchIdentity {
+        LaunchIdentity {
+            model: "meta-llama/Llama-3.1-8B".into(),
+            tensor_parallel_size: 4,
+            pipeline_parallel_size: 1,
+            kv_cache_dtype: "bfloat16".into(),
+            block_size: 16,
+            chunk_size: 256,
+        }
+    }
+
+    #[test]
+    fn written_manifest_reads_back_equal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadWrite).unwrap();
+        assert_eq!(read_manifest(&dir), ManifestRead::Missing);
+        let written = write_manifest(&dir, &identity()).unwrap();
+        assert_eq!(read_manifest(&dir), ManifestRead::Found(written));
+        assert!(!tmp.path().join(MANIFEST_TEMP_FILE_NAME).exists());
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_later_schemas_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadWrite).unwrap();
+        let mut value = serde_json::to_value(write_manifest(&dir, &identity()).unwrap()).unwrap();
+        value["schema_version"] = 7.into();
+        value["identity"]["kv_layout"] = "NHD".into();
+        value["identity_digest"] = "computed-some-other-way".into();
+        value["future"] = serde_json::json!({"x": 1});
+        std::fs::write(tmp.path().join(MANIFEST_FILE_NAME), value.to_string()).unwrap();
+        match read_manifest(&dir) {
+            ManifestRead::Found(m) => assert_eq!(m.identity, identity()),
+            other => panic!("expected Found, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn corrupt_manifests_are_unusable_with_a_warning_naming_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadWrite).unwrap();
+        let path = tmp.path().join(MANIFEST_FILE_NAME);
+        let mut edited = serde_json::to_value(write_manifest(&dir, &identity()).unwrap()).unwrap();
+        edited["identity"]["chunk_size"] = 512.into();
+        for content in [
+            "{not json".to_owned(),
+            "{}".to_owned(),
+            edited.to_string(),
+            " ".repeat(MANIFEST_MAX_BYTES as usize + 1),
+        ] {
+            std::fs::write(&path, &content).unwrap();
+            match read_manifest(&dir) {
+                ManifestRead::Unusable(w) => {
+                    assert_eq!(w.path, path);
+                    assert!(w.to_string().contains(MANIFEST_FILE_NAME), "{w}");
+                }
+                other => panic!("expected Unusable for {content:.40}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_symlinked_manifest_is_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(outside.path(), Access::ReadWrite).unwrap();
+        write_manifest(&dir, &identity()).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join(MANIFEST_FILE_NAME),
+            tmp.path().join(MANIFEST_FILE_NAME),
+        )
+        .unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadOnly).unwrap();
+        assert!(matches!(read_manifest(&dir), ManifestRead::Unusable(_)));
+    }
+
+    #[test]
+    fn digest_covers_every_field_and_differences_name_them() {
+        let base = identity();
+        let mut other = base.clone();
+        other.chunk_size = 512;
+        assert_ne!(base.digest(), other.digest());
+        assert_eq!(
+            base.first_difference(&other),
+            Some(IdentityField::ChunkSize)
+        );
+        other.kv_cache_dtype = "fp8".into();
+        let diffs: Vec<_> = base.differences(&other).collect();
+        assert_eq!(
+            diffs,
+            vec![
+                (IdentityField::KvCacheDtype, "bfloat16".into(), "fp8".into()),
+                (IdentityField::ChunkSize, "256".into(), "512".into()),
+            ]
+        );
+        assert_eq!(base.first_difference(&base), None);
+        assert_eq!(base.world_size(), 4);
+    }
+
+    #[test]
+    fn invalid_identities_are_refused() {
+        let mut bad = identity();
+        bad.model = "a@b".into();
+        assert!(matches!(bad.validate(), Err(IdentityError::Model(_))));
+        let mut bad = identity();
+        bad.block_size = 0;
+        assert_eq!(
+            bad.validate(),
+            Err(IdentityError::Zero(IdentityField::BlockSize))
+        );
+        let mut bad = identity();
+        bad.tensor_parallel_size = 64;
+        bad.pipeline_parallel_size = 8;
+        assert_eq!(bad.validate(), Err(IdentityError::WorldSize(512)));
+        let mut bad = identity();
+        bad.kv_cache_dtype.clear();
+        assert_eq!(bad.validate(), Err(IdentityError::Dtype));
+        assert_eq!(identity().validate(), Ok(()));
+    }
+
+    #[test]
+    fn read_only_directories_get_no_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadOnly).unwrap();
+        assert!(matches!(
+            write_manifest(&dir, &identity()),
+            Err(ManifestError::Dir(TierDirError::NotWritable { .. }))
+        ));
+    }
+}

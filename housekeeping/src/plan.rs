@@ -1,0 +1,520 @@
+//! The pure planner: inventory + identity + manifest + policy -> what to
+//! delete and why (issue 3, steps 3 and 4). It touches no file.
+//!
+//! Rules, in this order, each object getting the first reason that applies:
+//! 1. [`Reason::OtherModel`]: its decoded model is not the launch's model;
+//! 2. [`Reason::OtherWorldSize`]: the world size in its kv_rank is not
+//!    TP x PP of the launch ([`LaunchIdentity::world_size`]);
+//! 3. [`Reason::ManifestMismatch`]: the manifest records another identity
+//!    (the first differing field is named; dtype, block size and chunk size
+//!    are in no object name, so every object goes);
+//! 4. [`Reason::NoManifest`]: no usable manifest, so the objects' dtype,
+//!    block size and chunk size are unknown and reading them back could hand
+//!    the engine garbage;
+//! 5. [`Reason::Trim`]: of the objects left, the least recently used go
+//!    first until their allocated bytes fit the capacity.
+//!
+//! Stale temp files always go ([`Reason::StaleTemp`]), except on a shared
+//! tier. A shared tier (`"shared": true`, or any tier other than the node's
+//! own disk path) is never purged by identity and its temp files are kept
+//! (other nodes write there, perhaps at this moment); only the trim applies,
+//! and only if the caller passes a capacity.
+//!
+//! Trim order ([`TrimOrder`]): where the volume records access times, an
+//! object's last use is max(atime, mtime). With `relatime` (the Linux
+//! default) atime moves at least once a day after a read, so objects read on
+//! different days are ordered correctly and fresh writes stay fresh through
+//! mtime; with `strictatime` the order is exact. On a `noatime` volume atime
+//! says nothing, so mtime alone is used. Ties are broken by directory order.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::identity::{IdentityField, LaunchIdentity, ManifestRead, ManifestWarning};
+use crate::scan::{CountBytes, Inventory, ObjectEntry};
+use crate::tier_dir::AccessTimes;
+
+/// What the caller knows about the tier beyond its contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TierPolicy {
+    /// Capacity in bytes the objects must fit after the purge; `None` = no
+    /// trim.
+    pub capacity_bytes: Option<u64>,
+    /// Other nodes write here: no purge by identity, temp files kept.
+    pub shared: bool,
+}
+
+/// Why an entry is deleted. Serialised as `{"reason": "other_model"}`,
+/// `{"reason": "manifest_mismatch", "field": "chunk_size"}`, ...
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Reason {
+    /// Written for another model.
+    OtherModel,
+    /// Written by an engine of another world size (TP x PP).
+    OtherWorldSize,
+    /// The manifest records another identity; `field` is the first that
+    /// differs.
+    ManifestMismatch {
+        /// The first differing identity field.
+        field: IdentityField,
+    },
+    /// No usable manifest: the objects' identity is unknown.
+    NoManifest,
+    /// A temp file from an interrupted write.
+    StaleTemp,
+    /// Trimmed, oldest first, to fit the capacity.
+    Trim,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OtherModel => f.write_str("other_model"),
+            Self::OtherWorldSize => f.write_str("other_world_size"),
+            Self::ManifestMismatch { field } => write!(f, "manifest_mismatch({field})"),
+            Self::NoManifest => f.write_str("no_manifest"),
+            Self::StaleTemp => f.write_str("stale_temp"),
+            Self::Trim => f.write_str("trim"),
+        }
+    }
+}
+
+/// An entry of the inventory, by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// `inventory.objects()[i]`.
+    Object(u32),
+    /// `inventory.temps()[i]`.
+    Temp(u32),
+}
+
+/// One planned deletion (12 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deletion {
+    /// What to delete.
+    pub target: Target,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// How objects were ordered for the trim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrimOrder {
+    /// max(atime, mtime), oldest first.
+    LastAccess,
+    /// mtime, oldest first (`noatime` volume).
+    Modification,
+}
+
+/// The identity field that changed since the manifest was written, with both
+/// values, so "the cache is empty after a restart" explains itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ManifestChange {
+    /// The first field that differs.
+    pub field: IdentityField,
+    /// Its value in the manifest.
+    pub recorded: String,
+    /// Its value for this launch.
+    pub current: String,
+}
+
+/// What to delete from a tier and why; [`crate::execute()`] carries it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The deletions, objects in inventory order then trims oldest first,
+    /// then temps.
+    pub deletions: Vec<Deletion>,
+    /// The objects left after it, and their allocated bytes.
+    pub kept_objects: CountBytes,
+    /// The trim order used.
+    pub trim_order: TrimOrder,
+    /// The policy planned for.
+    pub policy: TierPolicy,
+    /// Set when the manifest records another identity.
+    pub manifest_change: Option<ManifestChange>,
+    /// Set when a manifest was there but unusable.
+    pub manifest_warning: Option<ManifestWarning>,
+}
+
+impl Plan {
+    /// Allocated bytes a deletion frees, as scanned.
+    pub fn bytes_of(inventory: &Inventory, target: Target) -> u64 {
+        match target {
+            Target::Object(i) => inventory.objects()[i as usize].stats.allocated_bytes,
+            Target::Temp(i) => inventory.temps()[i as usize].stats.allocated_bytes,
+        }
+    }
+}
+
+/// Plans the housekeeping of `inventory` for a launch of `identity` (see the
+/// module docs for the rules). `identity` should have passed
+/// [`LaunchIdentity::validate`].
+pub fn plan(
+    inventory: &Inventory,
+    identity: &LaunchIdentity,
+    manifest: &ManifestRead,
+    policy: TierPolicy,
+) -> Plan {
+    let (identity_verdict, manifest_change, manifest_warning) = match manifest {
+        ManifestRead::Found(found) => {
+            let change =
+                found
+                    .identity
+                    .differences(identity)
+                    .next()
+                    .map(|(field, recorded, current)| ManifestChange {
+                        field,
+                        recorded,
+                        current,
+                    });
+            let verdict = change
+                .as_ref()
+                .map(|c| Reason::ManifestMismatch { field: c.field });
+            (verdict, change, None)
+        }
+        ManifestRead::Missing => (Some(Reason::NoManifest), None, None),
+        ManifestRead::Unusable(warning) => (Some(Reason::NoManifest), None, Some(warning.clone())),
+    };
+    let trim_order = match inventory.access_times() {
+        AccessTimes::Recorded => TrimOrder::LastAccess,
+        AccessTimes::NotRecorded => TrimOrder::Modification,
+    };
+    let model = inventory.names().model_id(&identity.model);
+    let world_size = identity.world_size();
+
+    let mut deletions = Vec::new();
+    let mut survivors: Vec<(i64, u32)> = Vec::new();
+    let mut kept = CountBytes::default();
+    for (index, object) in inventory.objects().iter().enumerate() {
+        let index = index as u32;
+        let reason = if policy.shared {
+            None
+        } else if Some(object.key.model) != model {
+            Some(Reason::OtherModel)
+        } else if u64::from(object.key.kv_rank.world_size()) != world_size {
+            Some(Reason::OtherWorldSize)
+        } else {
+            identity_verdict
+        };
+        match reason {
+            Some(reason) => deletions.push(Deletion {
+                target: Target::Object(index),
+                reason,
+            }),
+            None => {
+                survivors.push((last_use(object, trim_order), index));
+                kept.add(object.stats.allocated_bytes);
+            }
+        }
+    }
+    if let Some(capacity) = policy.capacity_bytes {
+        if kept.bytes > capacity {
+            survivors.sort_unstable();
+            for (_, index) in survivors {
+                if kept.bytes <= capacity {
+                    break;
+                }
+                let bytes = inventory.objects()[index as usize].stats.allocated_bytes;
+                kept.count -= 1;
+                kept.bytes -= bytes;
+                deletions.push(Deletion {
+                    target: Target::Object(index),
+                    reason: Reason::Trim,
+                });
+            }
+        }
+    }
+    if !policy.shared {
+        deletions.extend((0..inventory.temps().len() as u32).map(|i| Deletion {
+            target: Target::Temp(i),
+            reason: Reason::StaleTemp,
+        }));
+    }
+    Plan {
+        deletions,
+        kept_objects: kept,
+        trim_order,
+        policy,
+        manifest_change,
+        manifest_warning,
+    }
+}
+
+fn last_use(object: &ObjectEntry, order: TrimOrder) -> i64 {
+    match order {
+        TrimOrder::LastAccess => object.stats.accessed_ns.max(object.stats.modified_ns),
+        TrimOrder::Modification => object.stats.modified_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{ChunkHash, KvRank, ObjectName};
+    use crate::identity::Manifest;
+    use crate::scan::{EntryStats, TempOrigin};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const MIB: u64 = 1 << 20;
+
+    fn identity() -> LaunchIdentity {
+        LaunchIdentity {
+            model: "org/model".into(),
+            tensor_parallel_size: 2,
+            pipeline_parallel_size: 2,
+            kv_cache_dtype: "bfloat16".into(),
+            block_size: 16,
+            chunk_size: 256,
+        }
+    }
+
+    fn manifest_of(identity: &LaunchIdentity) -> ManifestRead {
+        ManifestRead::Found(Manifest {
+            schema_version: 1,
+            identity: identity.clone(),
+            identity_digest: identity.digest(),
+            writer: "test".into(),
+            written_at: "2025-01-01T00:00:00Z".into(),
+        })
+    }
+
+    fn object(model: &str, world_size: u8, n: u16) -> ObjectName {
+        ObjectName {
+            model: model.into(),
+            kv_rank: KvRank::new(world_size, 0, world_size, 0),
+            object_group: 0,
+            chunk_hash: ChunkHash::from_bytes(&n.to_be_bytes()).unwrap(),
+            salt: None,
+        }
+    }
+
+    fn stats(mib: u64, modified_s: i64, accessed_s: i64) -> EntryStats {
+        EntryStats {
+            allocated_bytes: mib * MIB,
+            modified_ns: modified_s * 1_000_000_000,
+            accessed_ns: accessed_s * 1_000_000_000,
+        }
+    }
+
+    fn reasons(inventory: &Inventory, plan: &Plan) -> BTreeMap<String, Reason> {
+        plan.deletions
+            .iter()
+            .map(|d| {
+                let name = match d.target {
+                    Target::Object(i) => inventory
+                        .names()
+                        .name(&inventory.objects()[i as usize].key)
+                        .to_string(),
+                    Target::Temp(i) => inventory.temps()[i as usize].name.to_string(),
+                };
+                (name, d.reason)
+            })
+            .collect()
+    }
+
+    fn mixed() -> Inventory {
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        inv.add_object(&object("org/model", 4, 1), stats(1, 10, 10));
+        inv.add_object(&object("org/other", 4, 2), stats(1, 10, 10));
+        inv.add_object(&object("org/model", 2, 3), stats(1, 10, 10));
+        inv.add_object(&object("test-model", 1, 4), stats(1, 10, 10));
+        inv.add_temp(
+            "org-SEP-model@0x04000400@0@0005.tmp",
+            TempOrigin::Lmcache,
+            stats(1, 1, 1),
+        );
+        inv
+    }
+
+    #[test]
+    fn same_identity_keeps_its_objects_and_purges_the_others() {
+        let inv = mixed();
+        let plan = plan(
+            &inv,
+            &identity(),
+            &manifest_of(&identity()),
+            TierPolicy::default(),
+        );
+        let got = reasons(&inv, &plan);
+        assert_eq!(got.len(), 4);
+        assert_eq!(
+            got[&object("org/other", 4, 2).to_string()],
+            Reason::OtherModel
+        );
+        assert_eq!(
+            got[&object("test-model", 1, 4).to_string()],
+            Reason::OtherModel
+        );
+        assert_eq!(
+            got[&object("org/model", 2, 3).to_string()],
+            Reason::OtherWorldSize
+        );
+        assert_eq!(
+            got["org-SEP-model@0x04000400@0@0005.tmp"],
+            Reason::StaleTemp
+        );
+        assert_eq!(
+            plan.kept_objects,
+            CountBytes {
+                count: 1,
+                bytes: MIB
+            }
+        );
+        assert_eq!(plan.manifest_change, None);
+    }
+
+    #[test]
+    fn a_changed_chunk_size_purges_every_object_and_names_the_field() {
+        let inv = mixed();
+        let mut recorded = identity();
+        recorded.chunk_size = 512;
+        let plan = plan(
+            &inv,
+            &identity(),
+            &manifest_of(&recorded),
+            TierPolicy::default(),
+        );
+        let got = reasons(&inv, &plan);
+        assert_eq!(
+            got[&object("org/model", 4, 1).to_string()],
+            Reason::ManifestMismatch {
+                field: IdentityField::ChunkSize
+            }
+        );
+        assert_eq!(plan.kept_objects, CountBytes::default());
+        let change = plan.manifest_change.unwrap();
+        assert_eq!(
+            (change.recorded.as_str(), change.current.as_str()),
+            ("512", "256")
+        );
+    }
+
+    #[test]
+    fn no_manifest_or_an_unusable_one_purges_every_object() {
+        let inv = mixed();
+        let warning = ManifestWarning {
+            path: "/tier/.lmcache-tier-identity.json".into(),
+            problem: "bad".into(),
+        };
+        for manifest in [
+            ManifestRead::Missing,
+            ManifestRead::Unusable(warning.clone()),
+        ] {
+            let plan = plan(&inv, &identity(), &manifest, TierPolicy::default());
+            let got = reasons(&inv, &plan);
+            assert_eq!(
+                got[&object("org/model", 4, 1).to_string()],
+                Reason::NoManifest
+            );
+            assert_eq!(
+                got[&object("org/other", 4, 2).to_string()],
+                Reason::OtherModel
+            );
+            assert_eq!(plan.kept_objects.count, 0);
+            assert_eq!(
+                plan.manifest_warning.is_some(),
+                matches!(manifest, ManifestRead::Unusable(_))
+            );
+        }
+    }
+
+    #[test]
+    fn shared_tiers_are_never_purged_by_identity_and_keep_temps() {
+        let inv = mixed();
+        let policy = TierPolicy {
+            capacity_bytes: None,
+            shared: true,
+        };
+        let plan = plan(&inv, &identity(), &ManifestRead::Missing, policy);
+        assert!(plan.deletions.is_empty());
+        assert_eq!(plan.kept_objects.count, 4);
+    }
+
+    #[test]
+    fn trim_takes_the_least_recently_used_first_until_it_fits() {
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        // (n, MiB, mtime, atime): last use = max(atime, mtime)
+        for (n, mib, m, a) in [
+            (1, 4, 100, 100),
+            (2, 4, 50, 400),
+            (3, 4, 300, 0),
+            (4, 4, 200, 200),
+        ] {
+            inv.add_object(&object("org/model", 4, n), stats(mib, m, a));
+        }
+        let policy = TierPolicy {
+            capacity_bytes: Some(9 * MIB),
+            shared: false,
+        };
+        let plan = plan(&inv, &identity(), &manifest_of(&identity()), policy);
+        let trimmed: Vec<_> = plan
+            .deletions
+            .iter()
+            .map(|d| (d.target, d.reason))
+            .collect();
+        assert_eq!(
+            trimmed,
+            vec![
+                (Target::Object(0), Reason::Trim),
+                (Target::Object(3), Reason::Trim)
+            ]
+        );
+        assert_eq!(plan.trim_order, TrimOrder::LastAccess);
+        assert_eq!(
+            plan.kept_objects,
+            CountBytes {
+                count: 2,
+                bytes: 8 * MIB
+            }
+        );
+    }
+
+    #[test]
+    fn on_a_noatime_volume_trim_goes_by_modification_time() {
+        let mut inv = Inventory::new("/tier", AccessTimes::NotRecorded);
+        inv.add_object(&object("org/model", 4, 1), stats(1, 100, 900));
+        inv.add_object(&object("org/model", 4, 2), stats(1, 200, 0));
+        let policy = TierPolicy {
+            capacity_bytes: Some(MIB),
+            shared: false,
+        };
+        let plan = plan(&inv, &identity(), &manifest_of(&identity()), policy);
+        assert_eq!(plan.trim_order, TrimOrder::Modification);
+        assert_eq!(plan.deletions[0].target, Target::Object(0));
+    }
+
+    proptest! {
+        #[test]
+        fn trim_never_deletes_a_newer_object_while_keeping_an_older_one(
+            objects in proptest::collection::vec((1u64..8, 0i64..1000, 0i64..1000), 0..40),
+            capacity_mib in 0u64..100,
+        ) {
+            let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+            for (n, (mib, m, a)) in objects.iter().enumerate() {
+                inv.add_object(&object("org/model", 4, n as u16), stats(*mib, *m, *a));
+            }
+            let policy = TierPolicy { capacity_bytes: Some(capacity_mib * MIB), shared: false };
+            let plan = plan(&inv, &identity(), &manifest_of(&identity()), policy);
+            prop_assert!(plan.kept_objects.bytes <= capacity_mib * MIB);
+            let deleted: std::collections::HashSet<u32> = plan.deletions.iter().map(|d| match d.target {
+                Target::Object(i) => i,
+                Target::Temp(_) => unreachable!("no temps in this inventory"),
+            }).collect();
+            let use_of = |i: usize| objects[i].1.max(objects[i].2);
+            let newest_deleted = deleted.iter().map(|&i| use_of(i as usize)).max();
+            let oldest_kept = (0..objects.len()).filter(|i| !deleted.contains(&(*i as u32))).map(use_of).min();
+            if let (Some(d), Some(k)) = (newest_deleted, oldest_kept) {
+                prop_assert!(d <= k);
+            }
+            let kept_bytes: u64 = (0..objects.len())
+                .filter(|i| !deleted.contains(&(*i as u32)))
+                .map(|i| objects[i].0 * MIB)
+                .sum();
+            prop_assert_eq!(kept_bytes, plan.kept_objects.bytes);
+        }
+    }
+}

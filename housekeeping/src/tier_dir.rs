@@ -1,0 +1,187 @@
+//! An open tier directory: every other step (scan, manifest, lock, delete)
+//! works relative to its descriptor, so they all act on the same directory
+//! even if its path is renamed or replaced meanwhile.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::{fstat, Mode};
+use nix::sys::statvfs::{fstatvfs, FsFlags};
+use nix::unistd::{faccessat, AccessFlags};
+
+/// What the caller means to do with the directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Scan and read the manifest only (sizing, `inspect`, `--dry-run`).
+    ReadOnly,
+    /// Also lock, delete and write the manifest (a launch, `housekeep`).
+    ReadWrite,
+}
+
+/// Whether the volume updates access times, which decides the trim order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessTimes {
+    /// Mounted without `noatime`: reads update atime (with `relatime`, the
+    /// Linux default, at least once a day and whenever atime <= mtime).
+    Recorded,
+    /// Mounted `noatime`: atime says nothing about use.
+    NotRecorded,
+}
+
+/// Why a tier directory cannot be used. Nothing has been deleted when one
+/// of these is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum TierDirError {
+    /// The path does not exist: a tier that was never created holds nothing
+    /// (sizing counts 0 reclaimable bytes); create it to use it.
+    #[error("tier directory {path} does not exist: create it (mode 0700) or point the disk path elsewhere")]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The path is not a directory.
+    #[error("tier path {path} is not a directory: point the disk path at a directory")]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The path is the filesystem root, never a tier.
+    #[error("tier path {path} is the filesystem root: refusing to housekeep `/`; use a directory of its own")]
+    FilesystemRoot {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// [`Access::ReadWrite`] was asked and the directory cannot be written.
+    #[error("tier directory {path} is not writable ({reason}): fix its owner/mode or mount, or use another directory")]
+    NotWritable {
+        /// The path given.
+        path: PathBuf,
+        /// `read-only filesystem` or the access(2) error.
+        reason: String,
+    },
+    /// Any other failure to open or inspect it.
+    #[error("cannot open tier directory {path}: {source}")]
+    Io {
+        /// The path given.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+/// An open tier directory (a descriptor, its device and its path).
+#[derive(Debug)]
+pub struct TierDir {
+    path: PathBuf,
+    fd: OwnedFd,
+    device: u64,
+    access: Access,
+    access_times: AccessTimes,
+}
+
+impl TierDir {
+    /// Opens `path` (following a symlink at the path itself, never inside).
+    ///
+    /// # Errors
+    /// [`TierDirError::NotFound`] when it does not exist (match it to treat a
+    /// new tier as empty), `NotADirectory`, `FilesystemRoot` for `/`,
+    /// `NotWritable` for [`Access::ReadWrite`] on a read-only mount or a
+    /// directory this process may not write, `Io` otherwise.
+    pub fn open(path: impl AsRef<Path>, access: Access) -> Result<Self, TierDirError> {
+        let path = path.as_ref().to_path_buf();
+        let io_err = |e: Errno| TierDirError::Io {
+            path: path.clone(),
+            source: io::Error::from(e),
+        };
+        let fd = match open(
+            &path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Err(TierDirError::NotFound { path }),
+            Err(Errno::ENOTDIR) => return Err(TierDirError::NotADirectory { path }),
+            Err(e) => return Err(io_err(e)),
+        };
+        let stat = fstat(&fd).map_err(io_err)?;
+        let root = nix::sys::stat::stat("/").map_err(io_err)?;
+        if stat.st_dev == root.st_dev && stat.st_ino == root.st_ino {
+            return Err(TierDirError::FilesystemRoot { path });
+        }
+        let vfs = fstatvfs(&fd).map_err(io_err)?;
+        if access == Access::ReadWrite {
+            if vfs.flags().contains(FsFlags::ST_RDONLY) {
+                return Err(TierDirError::NotWritable {
+                    path,
+                    reason: "read-only filesystem".into(),
+                });
+            }
+            if let Err(e) = faccessat(
+                &fd,
+                ".",
+                AccessFlags::W_OK | AccessFlags::X_OK,
+                nix::fcntl::AtFlags::empty(),
+            ) {
+                return Err(TierDirError::NotWritable {
+                    path,
+                    reason: e.desc().to_owned(),
+                });
+            }
+        }
+        let access_times = if vfs.flags().contains(FsFlags::ST_NOATIME) {
+            AccessTimes::NotRecorded
+        } else {
+            AccessTimes::Recorded
+        };
+        Ok(Self {
+            path,
+            fd,
+            device: stat.st_dev,
+            access,
+            access_times,
+        })
+    }
+
+    /// The path it was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory's device (`st_dev`); entries on another are skipped.
+    pub fn device(&self) -> u64 {
+        self.device
+    }
+
+    /// How it was opened.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Whether its volume records access times.
+    pub fn access_times(&self) -> AccessTimes {
+        self.access_times
+    }
+
+    /// The path of an entry, for messages.
+    pub fn entry_path(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub(crate) fn require_writable(&self) -> Result<(), TierDirError> {
+        match self.access {
+            Access::ReadWrite => Ok(()),
+            Access::ReadOnly => Err(TierDirError::NotWritable {
+                path: self.path.clone(),
+                reason: "opened with Access::ReadOnly".into(),
+            }),
+        }
+    }
+}

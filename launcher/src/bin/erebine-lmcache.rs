@@ -1,0 +1,122 @@
+//! `erebine-lmcache`: the image entrypoint, a drop-in for the `lmcache`
+//! command. `erebine-lmcache server <flags>` runs the real `lmcache server`
+//! with the same flags under supervision; every other subcommand is handed to
+//! the stock `lmcache` unchanged.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use lmcache_launcher::locate::find_stock_lmcache;
+use lmcache_launcher::supervise::{exit_code, Output, Supervised};
+use nix::sys::signal::Signal;
+use tokio::signal::unix::{signal, SignalKind};
+
+const ABOUT: &str = "\
+erebine-lmcache: drop-in for the `lmcache` command on an inference node.
+
+  erebine-lmcache server <lmcache server flags>   run the real LMCache server
+  erebine-lmcache <any other lmcache subcommand>  handed to the stock lmcache
+
+The stock lmcache is looked up in the active Python environment ($VIRTUAL_ENV,
+$CONDA_PREFIX), then beside the vllm executable, then on PATH. `server` runs it
+in its own process group, forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT, never leaves
+it orphaned, and exits with its status (128+N when signal N ended it).
+Exit 127: the stock lmcache was not found. The stock help follows.
+";
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let vars: BTreeMap<String, String> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
+    let stock = match find_stock_lmcache(&vars, &own) {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("erebine-lmcache: {e}");
+            return ExitCode::from(127);
+        }
+    };
+    let first = args.first().and_then(|a| a.to_str());
+    if matches!(first, None | Some("-h" | "--help")) {
+        println!("{ABOUT}");
+    }
+    if first != Some("server") {
+        let err = std::process::Command::new(&stock).args(&args).exec();
+        eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
+        return ExitCode::from(126);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("erebine-lmcache: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(serve(stock, args));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Runs `lmcache server ...` and forwards signals until it exits.
+async fn serve(stock: PathBuf, args: Vec<OsString>) -> i32 {
+    let mut command = tokio::process::Command::new(&stock);
+    command.args(&args);
+    let mut server = match Supervised::spawn(command, Output::Inherit) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("erebine-lmcache: cannot start {}: {e}", stock.display());
+            return 126;
+        }
+    };
+    let kinds = [
+        (SignalKind::terminate(), Signal::SIGTERM),
+        (SignalKind::interrupt(), Signal::SIGINT),
+        (SignalKind::hangup(), Signal::SIGHUP),
+        (SignalKind::quit(), Signal::SIGQUIT),
+    ];
+    let mut streams = Vec::new();
+    for (kind, sig) in kinds {
+        match signal(kind) {
+            Ok(stream) => streams.push((stream, sig)),
+            Err(e) => eprintln!("erebine-lmcache: cannot forward {sig}: {e}"),
+        }
+    }
+    let (forward_tx, mut forward_rx) = tokio::sync::mpsc::unbounded_channel();
+    for (mut stream, sig) in streams {
+        let tx = forward_tx.clone();
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if tx.send(sig).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    loop {
+        tokio::select! {
+            status = server.wait() => {
+                // Whatever the server left in its group goes with it.
+                server.signal(Signal::SIGKILL);
+                return match status {
+                    Ok(status) => exit_code(status),
+                    Err(e) => {
+                        eprintln!("erebine-lmcache: lost track of the server: {e}");
+                        1
+                    }
+                };
+            }
+            Some(sig) = forward_rx.recv() => server.signal(sig),
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! `lmcache-tier`: the operator's tool for the LMCache tiers of an inference
+//! node. `launch` is the node's main job; `size` is the standalone sizing
+//! tool.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use lmcache_launcher::env::{self, NodeEnv};
+use lmcache_launcher::launch::{self, LaunchError, RunOptions};
+use lmcache_launcher::locate;
+use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
+use lmcache_sizing::{fmt_gib, rules};
+use serde_json::json;
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  success (launch: the server was stopped on request)
+  2  bad input: a flag, an EREBINE_AGENT_* variable or the cache directory (the message names it)
+  3  an executable is missing: erebine-lmcache or the stock lmcache
+  4  a port the server needs is in use
+  5  the LMCache server exited, or did not become ready in time (its last lines are quoted)";
+
+#[derive(Parser)]
+#[command(
+    name = "lmcache-tier",
+    version,
+    about = "Size, launch and inspect the LMCache tiers of an inference node",
+    long_about = "Size, launch and inspect the LMCache KV cache server of an inference node.\n\n\
+The node's settings come from EREBINE_AGENT_* variables (see docs/configuration.md); \
+engine facts come from flags. Sizes are GiB (1024^3 bytes) wherever a name says GB.",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plan and run the node's LMCache server: size the tiers, start the server
+    /// through erebine-lmcache, wait for /status, run until SIGTERM/SIGINT.
+    #[command(after_help = EXIT_CODES)]
+    Launch(LaunchArgs),
+    /// Print the disk tier and L1 sizing decisions, each with its reason.
+    #[command(after_help = EXIT_CODES)]
+    Size(SizeArgs),
+}
+
+/// What the engine (vLLM) runs with; defaults are vLLM's.
+#[derive(Args)]
+struct EngineArgs {
+    /// Served model name (objects in the cache are written under it).
+    #[arg(long, default_value = "default-model")]
+    model: String,
+    /// Tensor-parallel size of the engine.
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel_size: u32,
+    /// Pipeline-parallel size of the engine.
+    #[arg(long, default_value_t = 1)]
+    pipeline_parallel_size: u32,
+    /// Data-parallel size of the engine.
+    #[arg(long, default_value_t = 1)]
+    data_parallel_size: u32,
+    /// KV cache dtype of the engine.
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: String,
+    /// KV cache block size of the engine, in tokens.
+    #[arg(long, default_value_t = 16)]
+    block_size: u32,
+    /// Max batched tokens per engine step; the chunk size defaults to half of it.
+    #[arg(long, default_value_t = 2048)]
+    max_num_batched_tokens: u32,
+}
+
+#[derive(Args)]
+struct LaunchArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Disk tier capacity in GiB (overrides EREBINE_AGENT_LMCACHE_DISK_SIZE_GB; 0 disables the tier).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    lmcache_disk_size_gb: Option<f64>,
+    /// Print the plan (argv, env, every decision) and start nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// With --dry-run: print the plan as one JSON object.
+    #[arg(long, requires = "dry_run")]
+    json: bool,
+    /// Seconds the server may take to answer /status.
+    #[arg(long, default_value_t = 180, value_name = "SECONDS")]
+    ready_timeout: u64,
+    /// Seconds a stop waits after SIGTERM before SIGKILL.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    stop_grace: u64,
+}
+
+#[derive(Args)]
+struct SizeArgs {
+    /// Cache directory to size (default: EREBINE_AGENT_LMCACHE_DISK_PATH, else ~/.cache/erebine/lmcache).
+    #[arg(long, value_name = "DIR")]
+    path: Option<PathBuf>,
+    /// L1 budget in GiB (default: EREBINE_AGENT_KV_OFFLOAD_SIZE_GB, else 25% of this node's share of RAM).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    l1_gb: Option<f64>,
+    /// Disk tier capacity in GiB (default: EREBINE_AGENT_LMCACHE_DISK_SIZE_GB, else derived).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    disk_size_gb: Option<f64>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn non_negative_gib(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a size in GiB: give a non-negative number such as 16 or 0.5"
+        )),
+    }
+}
+
+/// A failure with the exit status it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<PlanError> for Failure {
+    fn from(e: PlanError) -> Self {
+        Failure {
+            code: 2,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<env::ConfigError> for Failure {
+    fn from(e: env::ConfigError) -> Self {
+        Failure {
+            code: 2,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<locate::NotFound> for Failure {
+    fn from(e: locate::NotFound) -> Self {
+        Failure {
+            code: 3,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<LaunchError> for Failure {
+    fn from(e: LaunchError) -> Self {
+        let code = match e {
+            LaunchError::PortInUse { .. } => 4,
+            LaunchError::Spawn { .. } => 3,
+            _ => 5,
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+fn host_facts() -> Result<HostFacts, Failure> {
+    HostFacts::probe().map_err(|e| Failure {
+        code: 1,
+        message: format!("cannot read the host's memory size: {e}"),
+    })
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let vars: BTreeMap<String, String> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    let result = match cli.command {
+        Command::Launch(args) => launch_cmd(args, vars),
+        Command::Size(args) => size_cmd(args, vars),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            tracing::error!("{}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<(), Failure> {
+    if let Some(gib) = args.lmcache_disk_size_gb {
+        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string());
+    }
+    let node = NodeEnv::from_vars(&vars)?;
+    let e = args.engine;
+    let facts = EngineFacts {
+        model: e.model,
+        tensor_parallel_size: e.tensor_parallel_size,
+        pipeline_parallel_size: e.pipeline_parallel_size,
+        data_parallel_size: e.data_parallel_size,
+        kv_cache_dtype: e.kv_cache_dtype,
+        block_size: e.block_size,
+        max_num_batched_tokens: e.max_num_batched_tokens,
+    };
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
+    let executable = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)?;
+    if node.lmcache_path.is_none() {
+        // Our erebine-lmcache will look for the stock lmcache: fail here, with
+        // the list of places, rather than after starting it.
+        if let Err(e) = locate::find_stock_lmcache(&vars, &executable) {
+            if !args.dry_run {
+                return Err(e.into());
+            }
+            tracing::warn!("{e}");
+        }
+    }
+    let host = host_facts()?;
+    let access = if args.dry_run {
+        DiskAccess::Inspect
+    } else {
+        DiskAccess::Create
+    };
+    let plan = plan::plan_launch(&facts, &node, &host, executable, access)?;
+    if args.dry_run {
+        if args.json {
+            println!("{:#}", plan.to_json());
+        } else {
+            println!("{}", plan.log_line());
+            println!(
+                "{} {}",
+                plan.executable.display(),
+                plan.redacted_args().join(" ")
+            );
+        }
+        return Ok(());
+    }
+    tracing::info!("{}", plan.log_line());
+    let options = RunOptions {
+        ready_timeout: Duration::from_secs(args.ready_timeout),
+        stop_grace: Duration::from_secs(args.stop_grace),
+        ..RunOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure {
+            code: 1,
+            message: format!("cannot start the runtime: {e}"),
+        })?;
+    runtime.block_on(launch::run(&plan, &options))?;
+    Ok(())
+}
+
+fn size_cmd(args: SizeArgs, mut vars: BTreeMap<String, String>) -> Result<(), Failure> {
+    if let Some(path) = &args.path {
+        vars.insert(env::DISK_PATH.into(), path.display().to_string());
+    }
+    if let Some(gib) = args.l1_gb {
+        vars.insert(env::KV_OFFLOAD_SIZE_GB.into(), gib.to_string());
+    }
+    if let Some(gib) = args.disk_size_gb {
+        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string());
+    }
+    let node = NodeEnv::from_vars(&vars)?;
+    let host = host_facts()?;
+    let l1 = rules::l1_budget(
+        node.kv_offload_bytes,
+        host.memory.value,
+        node.host_agent_count,
+    );
+    let disk = plan::size_disk_tier(&node, &host, l1.value, DiskAccess::Inspect)?;
+    if args.json {
+        let report = json!({
+            "path": disk.path,
+            "volume_bytes": disk.volume.total_bytes,
+            "free_bytes": disk.volume.free_bytes,
+            "block_size": disk.volume.block_size,
+            "reclaimable_bytes": disk.reclaimable_bytes,
+            "memory_bytes": host.memory.value,
+            "memory_reason": host.memory.reason,
+            "physical_cores": host.physical_cores,
+            "l1_bytes": l1.value,
+            "l1_rule": l1.rule,
+            "l1_reason": l1.reason,
+            "capacity_bytes": disk.capacity.value,
+            "capacity_rule": disk.capacity.rule,
+            "capacity_reason": disk.capacity.reason,
+            "io_workers": disk.io_workers.value,
+            "io_workers_reason": disk.io_workers.reason,
+            "use_odirect": disk.use_odirect.value,
+            "odirect_rule": disk.use_odirect.rule,
+            "odirect_reason": disk.use_odirect.reason,
+        });
+        println!("{report:#}");
+        return Ok(());
+    }
+    let capacity = if disk.capacity.value == 0 {
+        "none".to_string()
+    } else {
+        fmt_gib(disk.capacity.value)
+    };
+    let rows = [
+        (
+            "cache directory",
+            disk.path.display().to_string(),
+            String::new(),
+        ),
+        (
+            "volume",
+            fmt_gib(disk.volume.total_bytes),
+            format!(
+                "free {}, reclaimable cache {}, block size {}",
+                fmt_gib(disk.volume.free_bytes),
+                fmt_gib(disk.reclaimable_bytes),
+                disk.volume.block_size
+            ),
+        ),
+        ("L1", fmt_gib(l1.value), l1.reason),
+        ("disk capacity", capacity, disk.capacity.reason),
+        (
+            "I/O workers",
+            disk.io_workers.value.to_string(),
+            disk.io_workers.reason,
+        ),
+        (
+            "O_DIRECT",
+            if disk.use_odirect.value { "on" } else { "off" }.to_string(),
+            disk.use_odirect.reason,
+        ),
+    ];
+    for (name, value, reason) in rows {
+        println!("{name:<16} {value:<12} {reason}");
+    }
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! Finding the executables: the stock `lmcache` that `erebine-lmcache` wraps,
+//! and the executable `lmcache-tier launch` starts the server with.
+//!
+//! Order (seed, `EREBINE_AGENT_LMCACHE_PATH`): the active Python environment,
+//! then beside the `vllm` executable, then `PATH`; never `erebine-lmcache`
+//! itself.
+
+use std::collections::BTreeMap;
+use std::env::split_paths;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// No executable was found; `looked` lists every place tried, in order.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot find {what}; looked in:\n{}\n{fix}", looked.iter().map(|l| format!("  - {l}")).collect::<Vec<_>>().join("\n"))]
+pub struct NotFound {
+    /// What was looked for.
+    pub what: String,
+    /// Every candidate tried, with why it was passed over.
+    pub looked: Vec<String>,
+    /// What to do.
+    pub fix: String,
+}
+
+fn is_executable(path: &Path) -> bool {
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Searches `PATH` (as given in `vars`) for `name`.
+pub fn which(name: &str, vars: &BTreeMap<String, String>) -> Option<PathBuf> {
+    let path = vars.get("PATH")?;
+    split_paths(path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// Finds the stock `lmcache` command: `$VIRTUAL_ENV/bin`, `$CONDA_PREFIX/bin`,
+/// the directory of the `vllm` executable on `PATH` (and of its resolved
+/// target), then `PATH`. Candidates that resolve to `own_exe` are skipped.
+pub fn find_stock_lmcache(
+    vars: &BTreeMap<String, String>,
+    own_exe: &Path,
+) -> Result<PathBuf, NotFound> {
+    let own = own_exe
+        .canonicalize()
+        .unwrap_or_else(|_| own_exe.to_path_buf());
+    let mut candidates: Vec<(String, PathBuf)> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        match vars.get(var).filter(|v| !v.is_empty()) {
+            Some(prefix) => candidates.push((
+                format!("the active Python environment (${var})"),
+                Path::new(prefix).join("bin/lmcache"),
+            )),
+            None => candidates.push((format!("${var} (unset)"), PathBuf::new())),
+        }
+    }
+    match which("vllm", vars) {
+        Some(vllm) => {
+            let mut dirs = vec![vllm.parent().map(Path::to_path_buf)];
+            if let Ok(real) = vllm.canonicalize() {
+                dirs.push(real.parent().map(Path::to_path_buf));
+            }
+            for dir in dirs.into_iter().flatten() {
+                candidates.push(("beside vllm".into(), dir.join("lmcache")));
+            }
+        }
+        None => candidates.push(("beside vllm (no vllm on PATH)".into(), PathBuf::new())),
+    }
+    if let Some(path) = vars.get("PATH") {
+        for dir in split_paths(path) {
+            candidates.push(("PATH".into(), dir.join("lmcache")));
+        }
+    }
+    let mut looked = Vec::new();
+    for (place, candidate) in candidates {
+        if candidate.as_os_str().is_empty() {
+            looked.push(place);
+            continue;
+        }
+        if !is_executable(&candidate) {
+            looked.push(format!("{} ({place}): not there", candidate.display()));
+            continue;
+        }
+        if candidate.canonicalize().ok().as_deref() == Some(own.as_path()) {
+            looked.push(format!(
+                "{} ({place}): is erebine-lmcache itself",
+                candidate.display()
+            ));
+            continue;
+        }
+        return Ok(candidate);
+    }
+    Err(NotFound {
+        what: "the stock `lmcache` command (pip package lmcache==0.5.6)".into(),
+        looked,
+        fix: "Install it in a Python virtual environment and activate it (or set VIRTUAL_ENV), e.g. `python3 -m venv V && V/bin/pip install lmcache==0.5.6`".into(),
+    })
+}
+
+/// The executable `lmcache-tier launch` starts the server with: the one
+/// `EREBINE_AGENT_LMCACHE_PATH` names, else `erebine-lmcache` beside
+/// `own_exe`, else `erebine-lmcache` on `PATH`.
+pub fn server_executable(
+    configured: Option<&Path>,
+    vars: &BTreeMap<String, String>,
+    own_exe: &Path,
+) -> Result<PathBuf, NotFound> {
+    if let Some(path) = configured {
+        if is_executable(path) {
+            return Ok(path.to_path_buf());
+        }
+        return Err(NotFound {
+            what: "the server executable EREBINE_AGENT_LMCACHE_PATH names".into(),
+            looked: vec![format!("{}: not an executable file", path.display())],
+            fix: "Point EREBINE_AGENT_LMCACHE_PATH at erebine-lmcache or lmcache, or unset it"
+                .into(),
+        });
+    }
+    let mut looked = Vec::new();
+    if let Some(dir) = own_exe.parent() {
+        let beside = dir.join("erebine-lmcache");
+        if is_executable(&beside) {
+            return Ok(beside);
+        }
+        looked.push(format!(
+            "{} (beside lmcache-tier): not there",
+            beside.display()
+        ));
+    }
+    if let Some(found) = which("erebine-lmcache", vars) {
+        return Ok(found);
+    }
+    looked.push("erebine-lmcache on PATH: not there".into());
+    Err(NotFound {
+        what: "erebine-lmcache".into(),
+        looked,
+        fix: "Install erebine-lmcache beside lmcache-tier (cargo build puts both in target/<profile>/), or set EREBINE_AGENT_LMCACHE_PATH".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn exe(dir: &Path, name: &str) -> PathBuf {
+        fs::create_dir_all(dir).unwrap();
+        let p = dir.join(name);
+        fs::write(&p, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    fn vars(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn virtual_env_comes_first_then_vllm_then_path() {
+        let t = tempfile::tempdir().unwrap();
+        let own = exe(&t.path().join("own"), "erebine-lmcache");
+        let venv = exe(&t.path().join("venv/bin"), "lmcache");
+        exe(&t.path().join("vllmenv"), "vllm");
+        let beside_vllm = exe(&t.path().join("vllmenv"), "lmcache");
+        let on_path = exe(&t.path().join("path"), "lmcache");
+        let path = format!(
+            "{}:{}",
+            t.path().join("vllmenv").display(),
+            t.path().join("path").display()
+        );
+        let v = vars(&[
+            ("VIRTUAL_ENV", t.path().join("venv").display().to_string()),
+            ("PATH", path.clone()),
+        ]);
+        assert_eq!(find_stock_lmcache(&v, &own).unwrap(), venv);
+        let v = vars(&[("PATH", path)]);
+        assert_eq!(find_stock_lmcache(&v, &own).unwrap(), beside_vllm);
+        let v = vars(&[("PATH", t.path().join("path").display().to_string())]);
+        assert_eq!(find_stock_lmcache(&v, &own).unwrap(), on_path);
+    }
+
+    #[test]
+    fn never_finds_itself_and_lists_every_place() {
+        let t = tempfile::tempdir().unwrap();
+        let own = exe(&t.path().join("bin"), "erebine-lmcache");
+        std::os::unix::fs::symlink(&own, t.path().join("bin/lmcache")).unwrap();
+        let v = vars(&[("PATH", t.path().join("bin").display().to_string())]);
+        let err = find_stock_lmcache(&v, &own).unwrap_err().to_string();
+        assert!(err.contains("is erebine-lmcache itself"), "{err}");
+        assert!(err.contains("VIRTUAL_ENV"), "{err}");
+        assert!(err.contains("vllm"), "{err}");
+        assert!(err.contains("pip install lmcache==0.5.6"), "{err}");
+    }
+
+    #[test]
+    fn server_executable_prefers_the_configured_path() {
+        let t = tempfile::tempdir().unwrap();
+        let own = exe(t.path(), "lmcache-tier");
+        let beside = exe(t.path(), "erebine-lmcache");
+        let v = vars(&[]);
+        assert_eq!(server_executable(None, &v, &own).unwrap(), beside);
+        let custom = exe(&t.path().join("x"), "lmcache");
+        assert_eq!(server_executable(Some(&custom), &v, &own).unwrap(), custom);
+        let err = server_executable(Some(Path::new("/nonexistent/x")), &v, &own).unwrap_err();
+        assert!(err.to_string().contains("EREBINE_AGENT_LMCACHE_PATH"));
+    }
+}

@@ -1,0 +1,335 @@
+//! Bad input to `lmcache-tier`: each case is a clear error naming the
+//! variable, flag or path and the fix, a meaningful exit status, nothing
+//! started and nothing deleted.
+//!
+//! Where a case needs a stock `lmcache` to be found, a stand-in script is put
+//! in a temporary virtual environment: every case fails before it would run,
+//! and the stand-in writes a marker file if it ever does.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+struct Case {
+    dir: tempfile::TempDir,
+    vars: BTreeMap<String, String>,
+}
+
+impl Case {
+    /// A node environment in a temp dir with a stand-in stock lmcache.
+    fn new() -> Case {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("venv/bin");
+        fs::create_dir_all(&bin).unwrap();
+        let marker = dir.path().join("stand-in-ran");
+        fs::write(
+            bin.join("lmcache"),
+            format!("#!/bin/sh\ntouch {}\nexit 99\n", marker.display()),
+        )
+        .unwrap();
+        fs::set_permissions(bin.join("lmcache"), fs::Permissions::from_mode(0o755)).unwrap();
+        let mut vars = BTreeMap::new();
+        vars.insert("PATH".into(), "/usr/bin:/bin".into());
+        vars.insert("HOME".into(), dir.path().display().to_string());
+        vars.insert(
+            "VIRTUAL_ENV".into(),
+            dir.path().join("venv").display().to_string(),
+        );
+        vars.insert(
+            "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
+            dir.path().join("cache").display().to_string(),
+        );
+        vars.insert("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB".into(), "1".into());
+        Case { dir, vars }
+    }
+
+    fn set(&mut self, k: &str, v: &str) -> &mut Self {
+        self.vars.insert(k.into(), v.into());
+        self
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+            .env_clear()
+            .envs(&self.vars)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            !self.dir.path().join("stand-in-ran").exists(),
+            "the server was started"
+        );
+        out
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_fails(out: &Output, code: i32, needles: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "expected {n:?} in:\n{err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn unparsable_and_negative_variables_name_the_variable() {
+    for (var, val) in [
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "lots"),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "-2"),
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1e999"),
+        ("EREBINE_AGENT_LMCACHE_CHUNK_SIZE", "-256"),
+        ("EREBINE_AGENT_LMCACHE_MP_PORT", "http"),
+        ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", "{\"type\":"),
+    ] {
+        let mut case = Case::new();
+        case.set(var, val);
+        for args in [
+            &["launch"][..],
+            &["launch", "--dry-run", "--json"],
+            &["size"],
+        ] {
+            if args[0] == "size" && !var.contains("SIZE_GB") {
+                continue;
+            }
+            assert_fails(&case.run(args), 2, &[var]);
+        }
+        assert!(
+            !case.path().join("cache").exists(),
+            "{var}: cache dir created"
+        );
+    }
+}
+
+#[test]
+fn negative_flags_are_refused_by_name() {
+    let case = Case::new();
+    let out = case.run(&["launch", "--lmcache-disk-size-gb", "-5"]);
+    assert_fails(&out, 2, &["--lmcache-disk-size-gb", "non-negative"]);
+    let out = case.run(&["size", "--l1-gb", "x"]);
+    assert_fails(&out, 2, &["--l1-gb"]);
+    let out = case.run(&["launch", "--tensor-parallel-size", "0"]);
+    assert_fails(&out, 2, &["--tensor-parallel-size"]);
+}
+
+#[test]
+fn a_disk_path_that_is_a_file_is_refused_and_left_intact() {
+    let mut case = Case::new();
+    let file = case.path().join("model.safetensors");
+    fs::write(&file, b"weights").unwrap();
+    case.set(
+        "EREBINE_AGENT_LMCACHE_DISK_PATH",
+        &file.display().to_string(),
+    );
+    for args in [&["launch"][..], &["size"]] {
+        let out = case.run(args);
+        assert_fails(
+            &out,
+            2,
+            &["EREBINE_AGENT_LMCACHE_DISK_PATH", "not a directory"],
+        );
+    }
+    assert_eq!(fs::read(&file).unwrap(), b"weights");
+}
+
+#[test]
+fn a_disk_path_that_cannot_be_created_is_refused() {
+    let mut case = Case::new();
+    case.set(
+        "EREBINE_AGENT_LMCACHE_DISK_PATH",
+        "/proc/self/erebine-cache",
+    );
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        2,
+        &["EREBINE_AGENT_LMCACHE_DISK_PATH", "cannot create"],
+    );
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_DISK_PATH", "relative/cache");
+    assert_fails(&case.run(&["launch"]), 2, &["absolute"]);
+}
+
+#[test]
+fn a_port_in_use_is_named_and_nothing_starts() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_HTTP_PORT", &port);
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        4,
+        &["EREBINE_AGENT_LMCACHE_HTTP_PORT", &port, "in use"],
+    );
+}
+
+#[test]
+fn missing_lmcache_lists_every_place_looked() {
+    let mut case = Case::new();
+    case.vars.remove("VIRTUAL_ENV");
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        3,
+        &[
+            "stock `lmcache`",
+            "VIRTUAL_ENV",
+            "vllm",
+            "PATH",
+            "pip install lmcache==0.5.6",
+        ],
+    );
+    assert!(!case.path().join("cache").exists());
+}
+
+#[test]
+fn missing_server_executable_is_named() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_PATH", "/nonexistent/erebine-lmcache");
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        3,
+        &["EREBINE_AGENT_LMCACHE_PATH", "/nonexistent/erebine-lmcache"],
+    );
+}
+
+#[test]
+fn zero_l1_and_zero_disk_is_refused() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "0")
+        .set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0");
+    let out = case.run(&["launch", "--dry-run"]);
+    assert_fails(
+        &out,
+        2,
+        &["nothing to cache", "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB"],
+    );
+}
+
+fn dry_run_plan(case: &Case, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["launch", "--dry-run", "--json"];
+    args.extend_from_slice(extra);
+    let out = case.run(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn argv(plan: &serde_json::Value) -> Vec<String> {
+    plan["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn zero_l1_with_a_disk_tier_runs_l1_as_a_write_buffer() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "0")
+        .set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2");
+    let plan = dry_run_plan(&case, &[]);
+    let args = argv(&plan).join(" ");
+    assert!(
+        args.contains("--l1-size-gb 1 --eviction-policy noop --l2-store-policy skip_l1"),
+        "{args}"
+    );
+    assert_eq!(plan["decisions"]["l1_size"]["rule"], "write-buffer");
+}
+
+#[test]
+fn dry_run_plans_both_listeners_on_loopback_and_sizes_the_tier() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_MP_PORT", "7001")
+        .set("EREBINE_AGENT_LMCACHE_HTTP_PORT", "7002")
+        .set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2");
+    let plan = dry_run_plan(
+        &case,
+        &[
+            "--tensor-parallel-size",
+            "2",
+            "--pipeline-parallel-size",
+            "2",
+            "--data-parallel-size",
+            "2",
+        ],
+    );
+    let args = argv(&plan);
+    let expected_prefix = [
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "7001",
+        "--http-host",
+        "127.0.0.1",
+        "--http-port",
+        "7002",
+        "--chunk-size",
+        "1024",
+        "--l1-size-gb",
+        "1",
+        "--eviction-policy",
+        "LRU",
+        "--max-gpu-workers",
+        "8",
+        "--l2-adapter",
+    ];
+    assert_eq!(&args[..expected_prefix.len()], expected_prefix);
+    let tier: serde_json::Value = serde_json::from_str(args.last().unwrap()).unwrap();
+    assert_eq!(tier["type"], "fs_native");
+    assert_eq!(tier["max_capacity_gb"], 2.0);
+    assert_eq!(
+        tier["base_path"],
+        case.path().join("cache").display().to_string()
+    );
+    assert_eq!(plan["env"]["LMCACHE_TRACK_USAGE"], "false");
+    assert_eq!(plan["status_url"], "http://127.0.0.1:7002/status");
+    assert!(
+        !case.path().join("cache").exists(),
+        "--dry-run created the directory"
+    );
+}
+
+#[test]
+fn size_json_has_every_documented_field() {
+    let case = Case::new();
+    let out = case.run(&[
+        "size",
+        "--json",
+        "--l1-gb",
+        "2",
+        "--path",
+        &case.path().display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in [
+        "volume_bytes",
+        "free_bytes",
+        "reclaimable_bytes",
+        "l1_bytes",
+        "capacity_bytes",
+        "capacity_rule",
+        "io_workers",
+        "use_odirect",
+        "odirect_reason",
+    ] {
+        assert!(!v[field].is_null(), "{field} missing in {v:#}");
+    }
+    assert_eq!(v["l1_bytes"], 2u64 << 30);
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The node's main job on this machine, from nothing: installs the real LMCache
+# (once), builds the binaries, and runs `lmcache-tier launch` with the embedded
+# defaults (EREBINE_AGENT_* variables you set are honoured). Stop it with Ctrl-C.
+# Extra arguments go to `lmcache-tier launch` (try --help, or --dry-run --json).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$("$root/scripts/setup-lmcache.sh")"
+cargo build --release --bins --manifest-path "$root/Cargo.toml"
+export VIRTUAL_ENV="$venv"
+exec "$root/target/release/lmcache-tier" launch "$@"

@@ -1,0 +1,456 @@
+//! The pure sizing rules. Inputs are host facts and operator overrides, all in
+//! bytes; outputs are [`Decision`]s.
+//!
+//! Source: seed `000_8f00d9f3f4ca4cb4.txt`, "LMCache Disk Tier" and "LMCache
+//! Environment Variables"; the worked examples are in `docs/sizing.md`.
+
+use crate::{fmt_gib, Decision, GIB};
+
+/// Lower clamp of the derived L1 budget: 4 GiB.
+pub const L1_MIN_BYTES: u64 = 4 * GIB;
+/// Upper clamp of the derived L1 budget: 128 GiB.
+pub const L1_MAX_BYTES: u64 = 128 * GIB;
+/// The L1 a write-buffer-only server gets when the operator set the L1
+/// budget to 0 but a disk tier exists: LMCache stages every chunk in L1 on its
+/// way to L2, so it cannot run with none. 1 GiB holds 32 in-flight chunks of
+/// the 32 MiB the default KV shape gives a 256-token chunk.
+pub const WRITE_BUFFER_L1_BYTES: u64 = GIB;
+/// The smallest disk tier worth configuring: 1 GiB. Below it the server runs
+/// L1-only.
+pub const MIN_DISK_TIER_BYTES: u64 = GIB;
+/// The reserve left on the volume for whatever shares it is capped at 256 GiB.
+pub const RESERVE_CAP_BYTES: u64 = 256 * GIB;
+/// Clamp of the I/O worker count.
+pub const IO_WORKERS_MIN: u32 = 4;
+/// Clamp of the I/O worker count.
+pub const IO_WORKERS_MAX: u32 = 32;
+/// The buffer alignment LMCache's L1 uses (`--l1-align-bytes`, default 4096);
+/// O_DIRECT needs the filesystem block size to divide it.
+pub const ODIRECT_ALIGN_BYTES: u64 = 4096;
+
+/// The L1 (CPU memory) budget in bytes, total across tensor-parallel ranks.
+///
+/// `explicit` is `EREBINE_AGENT_KV_OFFLOAD_SIZE_GB` in bytes when set. The
+/// default is 25% of this node's share of the host's memory
+/// (`memory_bytes / host_agent_count`), clamped to 4..=128 GiB. A
+/// `host_agent_count` of 0 is treated as 1.
+pub fn l1_budget(explicit: Option<u64>, memory_bytes: u64, host_agent_count: u32) -> Decision<u64> {
+    if let Some(bytes) = explicit {
+        return Decision::new(
+            bytes,
+            "explicit",
+            format!(
+                "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB sets L1 to {}",
+                fmt_gib(bytes)
+            ),
+        );
+    }
+    let agents = u64::from(host_agent_count.max(1));
+    let share = memory_bytes / agents;
+    let quarter = share / 4;
+    let value = quarter.clamp(L1_MIN_BYTES, L1_MAX_BYTES);
+    let clamp = if quarter < L1_MIN_BYTES {
+        ", raised to the 4 GiB floor"
+    } else if quarter > L1_MAX_BYTES {
+        ", lowered to the 128 GiB ceiling"
+    } else {
+        ""
+    };
+    Decision::new(
+        value,
+        "derived-25pct-ram",
+        format!(
+            "25% of this node's share of host memory ({} / {} node(s) = {}){}",
+            fmt_gib(memory_bytes),
+            agents,
+            fmt_gib(share),
+            clamp
+        ),
+    )
+}
+
+/// Statistics of the volume that holds the cache directory, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct VolumeStats {
+    /// Size of the volume (V): blocks x fragment size.
+    pub total_bytes: u64,
+    /// Space free to an unprivileged writer (F): available blocks x fragment
+    /// size. The blocks the filesystem reserves for root are left alone.
+    pub free_bytes: u64,
+    /// The filesystem's preferred I/O block size (statvfs `f_bsize`).
+    pub block_size: u64,
+}
+
+/// Capacity of the node's disk tier in bytes; 0 means no disk tier.
+///
+/// With V = `volume.total_bytes`, F = `volume.free_bytes`, R = `reclaimable`
+/// (allocated bytes of cache objects already in the directory):
+/// - `explicit` (`EREBINE_AGENT_LMCACHE_DISK_SIZE_GB` in bytes) replaces the
+///   derived value, still capped at 75% of V; `Some(0)` disables the tier;
+/// - derived: room = F + R - min(10% of V, 256 GiB); capacity =
+///   min(75% of V, max(8 x L1, 12.5% of V), room); when room is below 2% of V
+///   the tier keeps min(2% of V, F + R);
+/// - a result below 1 GiB configures no disk tier.
+///
+/// Because R counts as free, a restart with a populated cache gets the same
+/// capacity a fresh start on the same volume would.
+pub fn disk_capacity(
+    volume: &VolumeStats,
+    reclaimable: u64,
+    l1_bytes: u64,
+    explicit: Option<u64>,
+) -> Decision<u64> {
+    let v = u128::from(volume.total_bytes);
+    let ceiling = (v * 3 / 4) as u64;
+    let available = volume.free_bytes.saturating_add(reclaimable);
+    let (value, rule, reason) = match explicit {
+        Some(0) => {
+            return Decision::new(
+                0,
+                "disabled-explicit",
+                "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB=0 disables the disk tier",
+            )
+        }
+        Some(bytes) if bytes > ceiling => (
+            ceiling,
+            "explicit-capped-75pct",
+            format!(
+                "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB asks {}, capped at 75% of the {} volume",
+                fmt_gib(bytes),
+                fmt_gib(volume.total_bytes)
+            ),
+        ),
+        Some(bytes) => (
+            bytes,
+            "explicit",
+            format!("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB sets {}", fmt_gib(bytes)),
+        ),
+        None => derived_capacity(volume, available, l1_bytes),
+    };
+    if value < MIN_DISK_TIER_BYTES {
+        return Decision::new(
+            0,
+            "below-1gib",
+            format!(
+                "disk tier not configured: {} ({reason}) is below the 1 GiB minimum; \
+                 the server runs L1-only",
+                fmt_gib(value)
+            ),
+        );
+    }
+    Decision::new(value, rule, reason)
+}
+
+fn derived_capacity(
+    volume: &VolumeStats,
+    available: u64,
+    l1_bytes: u64,
+) -> (u64, &'static str, String) {
+    let v = u128::from(volume.total_bytes);
+    let ceiling = (v * 3 / 4) as u64;
+    let eighth = (v / 8) as u64;
+    let two_pct = (v / 50) as u64;
+    let reserve = ((v / 10) as u64).min(RESERVE_CAP_BYTES);
+    let room = available.saturating_sub(reserve);
+    let volume_txt = format!(
+        "volume {}, free {} + reclaimable cache {} = {}",
+        fmt_gib(volume.total_bytes),
+        fmt_gib(volume.free_bytes),
+        fmt_gib(available - volume.free_bytes),
+        fmt_gib(available)
+    );
+    if room < two_pct {
+        let value = two_pct.min(available);
+        return (
+            round_down_mib(value),
+            "derived-nearly-full",
+            format!(
+                "volume nearly full: room after the {} reserve is {}, below 2% of the volume; \
+                 the tier keeps min(2% of volume, free + reclaimable) ({volume_txt})",
+                fmt_gib(reserve),
+                fmt_gib(room)
+            ),
+        );
+    }
+    let spill = l1_bytes.saturating_mul(8).max(eighth);
+    let spill_rule = if l1_bytes.saturating_mul(8) >= eighth {
+        ("derived-8x-l1", format!("8 x L1 ({})", fmt_gib(l1_bytes)))
+    } else {
+        ("derived-12.5pct-volume", "12.5% of the volume".to_string())
+    };
+    let (value, rule, why) = if ceiling <= spill && ceiling <= room {
+        (
+            ceiling,
+            "derived-75pct-volume",
+            "75% of the volume".to_string(),
+        )
+    } else if spill <= room {
+        (spill, spill_rule.0, spill_rule.1)
+    } else {
+        (
+            room,
+            "derived-room",
+            format!("the room left after the {} reserve", fmt_gib(reserve)),
+        )
+    };
+    (
+        round_down_mib(value),
+        rule,
+        format!("bounded by {why} ({volume_txt})"),
+    )
+}
+
+fn round_down_mib(bytes: u64) -> u64 {
+    bytes & !((1 << 20) - 1)
+}
+
+/// Number of I/O worker threads of the fs_native tier: half the host's
+/// physical cores (not hyper-threads), rounded half up, clamped to 4..=32.
+pub fn io_workers(physical_cores: u32) -> Decision<u32> {
+    let half = physical_cores.div_ceil(2);
+    let value = half.clamp(IO_WORKERS_MIN, IO_WORKERS_MAX);
+    let clamp = if half < IO_WORKERS_MIN {
+        ", raised to the minimum of 4"
+    } else if half > IO_WORKERS_MAX {
+        ", lowered to the maximum of 32"
+    } else {
+        ""
+    };
+    Decision::new(
+        value,
+        "half-physical-cores",
+        format!("half of {physical_cores} physical core(s), rounded{clamp}"),
+    )
+}
+
+/// Outcome of the O_DIRECT test write under the cache directory
+/// (see [`crate::probe::probe_odirect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OdirectProbe {
+    /// An aligned 4096-byte write with O_DIRECT succeeded.
+    Succeeded,
+    /// The write was refused; the text says how (errno and call).
+    Failed(String),
+}
+
+/// Whether the fs_native tier uses O_DIRECT: only when the filesystem block
+/// size divides the 4096-byte buffer alignment AND a test write with O_DIRECT
+/// succeeded. Otherwise buffered writes are correct: with a block size that
+/// does not divide the alignment every O_DIRECT read and write of LMCache
+/// fails ("O_DIRECT buffer address is not aligned"), see lmcache-facts.md.
+pub fn use_odirect(block_size: u64, probe: &OdirectProbe) -> Decision<bool> {
+    if block_size == 0 || ODIRECT_ALIGN_BYTES % block_size != 0 {
+        return Decision::new(
+            false,
+            "block-size-misaligned",
+            format!("filesystem block size {block_size} does not divide the 4096-byte alignment"),
+        );
+    }
+    match probe {
+        OdirectProbe::Succeeded => Decision::new(
+            true,
+            "probe-succeeded",
+            format!("block size {block_size} divides 4096 and an O_DIRECT test write succeeded"),
+        ),
+        OdirectProbe::Failed(why) => Decision::new(
+            false,
+            "probe-failed",
+            format!("the filesystem refused an O_DIRECT test write: {why}"),
+        ),
+    }
+}
+
+/// The LMCache chunk size in tokens: `explicit`
+/// (`EREBINE_AGENT_LMCACHE_CHUNK_SIZE`) when set, else half of the engine's
+/// max batched tokens (at least 1).
+pub fn chunk_size(explicit: Option<u32>, max_num_batched_tokens: u32) -> Decision<u32> {
+    match explicit {
+        Some(tokens) => Decision::new(
+            tokens,
+            "explicit",
+            format!("EREBINE_AGENT_LMCACHE_CHUNK_SIZE sets {tokens} tokens"),
+        ),
+        None => Decision::new(
+            (max_num_batched_tokens / 2).max(1),
+            "half-max-batched-tokens",
+            format!("half of the engine's {max_num_batched_tokens} max batched tokens"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const TIB: u64 = 1024 * GIB;
+
+    fn vol(total: u64, free: u64) -> VolumeStats {
+        VolumeStats {
+            total_bytes: total,
+            free_bytes: free,
+            block_size: 4096,
+        }
+    }
+
+    #[test]
+    fn l1_default_is_a_quarter_of_the_node_share_of_memory() {
+        let d = l1_budget(None, 64 * GIB, 1);
+        assert_eq!(d.value, 16 * GIB);
+        assert_eq!(d.rule, "derived-25pct-ram");
+        assert_eq!(l1_budget(None, 64 * GIB, 2).value, 8 * GIB);
+    }
+
+    #[test]
+    fn l1_default_is_clamped_to_4_and_128_gib() {
+        let low = l1_budget(None, 8 * GIB, 1);
+        assert_eq!(low.value, 4 * GIB);
+        assert!(low.reason.contains("4 GiB floor"), "{}", low.reason);
+        let high = l1_budget(None, 2 * TIB, 1);
+        assert_eq!(high.value, 128 * GIB);
+        assert!(high.reason.contains("128 GiB ceiling"));
+    }
+
+    #[test]
+    fn l1_zero_host_agents_counts_as_one() {
+        assert_eq!(l1_budget(None, 64 * GIB, 0).value, 16 * GIB);
+    }
+
+    #[test]
+    fn l1_explicit_wins() {
+        let d = l1_budget(Some(GIB), 64 * GIB, 1);
+        assert_eq!((d.value, d.rule), (GIB, "explicit"));
+    }
+
+    /// Worked example 1 of docs/sizing.md: 2 TiB volume, 30% used, 32 GiB L1.
+    #[test]
+    fn two_tib_volume_30pct_used_with_32gib_l1() {
+        let v = vol(2 * TIB, 2 * TIB * 7 / 10);
+        let d = disk_capacity(&v, 0, 32 * GIB, None);
+        // reserve = min(204.8 GiB, 256 GiB); room = 1433.6 - 204.8 = 1228.8 GiB;
+        // spill = max(256 GiB, 256 GiB) = 256 GiB; ceiling = 1536 GiB.
+        assert_eq!(d.value, 256 * GIB);
+        assert_eq!(d.rule, "derived-8x-l1");
+    }
+
+    /// Worked example 2: a volume 99% full, nothing cached.
+    #[test]
+    fn volume_99pct_full_keeps_what_is_free() {
+        let v = vol(TIB, TIB / 100);
+        let d = disk_capacity(&v, 0, 16 * GIB, None);
+        // room = 10.24 - 102.4 < 0 -> min(2% = 20.48 GiB, F = 10.24 GiB)
+        assert_eq!(d.value, round_down_mib(TIB / 100));
+        assert_eq!(d.rule, "derived-nearly-full");
+    }
+
+    /// Worked example 3: a 1 GiB volume gives no disk tier.
+    #[test]
+    fn one_gib_volume_gives_no_disk_tier() {
+        let v = vol(GIB, GIB);
+        let d = disk_capacity(&v, 0, 4 * GIB, None);
+        assert_eq!(d.value, 0);
+        assert_eq!(d.rule, "below-1gib");
+        assert!(d.reason.contains("L1-only"));
+    }
+
+    /// Worked example 4: an explicit size above 75% of the volume is capped.
+    #[test]
+    fn explicit_above_75pct_is_capped() {
+        let v = vol(400 * GIB, 10 * GIB);
+        let d = disk_capacity(&v, 0, 4 * GIB, Some(350 * GIB));
+        assert_eq!(d.value, 300 * GIB);
+        assert_eq!(d.rule, "explicit-capped-75pct");
+    }
+
+    #[test]
+    fn explicit_zero_disables_and_small_explicit_is_below_minimum() {
+        let v = vol(TIB, TIB);
+        assert_eq!(disk_capacity(&v, 0, GIB, Some(0)).rule, "disabled-explicit");
+        let d = disk_capacity(&v, 0, GIB, Some(GIB / 2));
+        assert_eq!((d.value, d.rule), (0, "below-1gib"));
+    }
+
+    #[test]
+    fn empty_large_volume_is_bounded_by_twelve_and_a_half_percent() {
+        let v = vol(8 * TIB, 8 * TIB);
+        let d = disk_capacity(&v, 0, 4 * GIB, None);
+        assert_eq!((d.value, d.rule), (TIB, "derived-12.5pct-volume"));
+    }
+
+    #[test]
+    fn huge_l1_is_bounded_by_75pct_of_the_volume() {
+        let v = vol(100 * GIB, 100 * GIB);
+        let d = disk_capacity(&v, 0, 128 * GIB, None);
+        assert_eq!((d.value, d.rule), (75 * GIB, "derived-75pct-volume"));
+    }
+
+    #[test]
+    fn tight_volume_is_bounded_by_room_after_reserve() {
+        let v = vol(TIB, 200 * GIB);
+        let d = disk_capacity(&v, 0, 32 * GIB, None);
+        assert_eq!(d.rule, "derived-room");
+        assert_eq!(d.value, round_down_mib(200 * GIB - TIB / 10));
+    }
+
+    #[test]
+    fn workers_are_half_the_physical_cores_clamped() {
+        assert_eq!(io_workers(2).value, 4);
+        assert_eq!(io_workers(9).value, 5);
+        assert_eq!(io_workers(16).value, 8);
+        assert_eq!(io_workers(128).value, 32);
+        assert_eq!(io_workers(0).value, 4);
+    }
+
+    #[test]
+    fn odirect_needs_divisible_block_size_and_a_successful_probe() {
+        assert!(use_odirect(4096, &OdirectProbe::Succeeded).value);
+        assert!(use_odirect(512, &OdirectProbe::Succeeded).value);
+        let odd = use_odirect(65536, &OdirectProbe::Succeeded);
+        assert_eq!((odd.value, odd.rule), (false, "block-size-misaligned"));
+        let refused = use_odirect(4096, &OdirectProbe::Failed("EINVAL".into()));
+        assert_eq!((refused.value, refused.rule), (false, "probe-failed"));
+        assert!(!use_odirect(0, &OdirectProbe::Succeeded).value);
+    }
+
+    #[test]
+    fn chunk_size_defaults_to_half_the_batched_tokens() {
+        assert_eq!(chunk_size(None, 2048).value, 1024);
+        assert_eq!(chunk_size(None, 1).value, 1);
+        assert_eq!(chunk_size(Some(256), 2048).value, 256);
+    }
+
+    proptest! {
+        /// Seed: "a restart with a populated cache gets the same capacity a
+        /// fresh start on the same volume would".
+        #[test]
+        fn restart_with_cache_equals_fresh_start(
+            total in 1u64..(64 * TIB),
+            used_pct in 0u64..=100,
+            cached_pct in 0u64..=100,
+            l1 in 0u64..(256 * GIB),
+        ) {
+            let free_fresh = total / 100 * (100 - used_pct);
+            let cached = free_fresh / 100 * cached_pct;
+            let populated = disk_capacity(&vol(total, free_fresh - cached), cached, l1, None);
+            let fresh = disk_capacity(&vol(total, free_fresh), 0, l1, None);
+            prop_assert_eq!(populated.value, fresh.value);
+        }
+
+        /// The tier never exceeds 75% of the volume nor what is free to it.
+        #[test]
+        fn capacity_never_exceeds_ceiling_or_available(
+            total in 1u64..(64 * TIB),
+            free_pct in 0u64..=100,
+            l1 in 0u64..(256 * GIB),
+            explicit in proptest::option::of(0u64..(128 * TIB)),
+        ) {
+            let free = total / 100 * free_pct;
+            let d = disk_capacity(&vol(total, free), 0, l1, explicit);
+            prop_assert!(d.value <= total / 4 * 3 + 3);
+            if explicit.is_none() {
+                prop_assert!(d.value <= free);
+            }
+            prop_assert!(d.value == 0 || d.value >= MIN_DISK_TIER_BYTES);
+        }
+    }
+}
