@@ -159,3 +159,36 @@ fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
     let left = processes_mentioning(&dir.display().to_string());
     assert!(left.is_empty(), "processes left after SIGTERM: {left:?}");
 }
+
+/// A launcher killed outright (SIGKILL: no chance to clean up) takes the
+/// server down with it: the parent-death signal reaches `erebine-lmcache`,
+/// which stops the real server.
+#[test]
+fn a_killed_launcher_leaves_no_server_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mp_port, http_port) = (free_port(), free_port());
+    let mut launch = Proc::spawn(
+        launch_command(dir, mp_port, http_port),
+        &dir.join("launch.log"),
+    );
+    let url = format!("http://127.0.0.1:{http_port}/status");
+    wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    assert!(!processes_mentioning(&dir.display().to_string()).is_empty());
+
+    launch.signal(Signal::SIGKILL);
+    launch
+        .wait_timeout(Duration::from_secs(10))
+        .expect("SIGKILL ends the launcher");
+    let started = Instant::now();
+    let mut left = processes_mentioning(&dir.display().to_string());
+    while !left.is_empty() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(250));
+        left = processes_mentioning(&dir.display().to_string());
+    }
+    assert!(
+        left.is_empty(),
+        "orphaned after the launcher was killed: {left:?}"
+    );
+    assert!(get_json(&url).is_none(), "the server still answers");
+}
