@@ -191,3 +191,123 @@ pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
     }
     found
 }
+
+/// `lmcache-tier launch` for a node whose home, disk path and log live in
+/// `dir`, on the given loopback ports, with a 1 GiB L1, model `test-model`
+/// (the name the CPU bench worker writes under) and the given extra flags.
+pub fn launch_command(dir: &Path, mp_port: u16, http_port: u16, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(binary("lmcache-tier"));
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir)
+        .env("VIRTUAL_ENV", lmcache_venv())
+        .env("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1")
+        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
+        .env("EREBINE_AGENT_LMCACHE_MP_PORT", mp_port.to_string())
+        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
+        .args(["launch", "--model", "test-model"])
+        .args(extra);
+    cmd
+}
+
+/// What one run of the real CPU bench worker did.
+pub struct BenchRun {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// Everything it printed.
+    pub output: String,
+    /// The most `worker_liveness.tracked_instances` seen while it ran.
+    pub most_tracked: u64,
+}
+
+impl BenchRun {
+    /// Cold lookups that hit every chunk of the request (`LOOKUP: 4/4 chunks
+    /// hit` on a `cold` line): the request's KV was already in the server.
+    pub fn full_cold_hits(&self) -> usize {
+        self.output
+            .lines()
+            .filter(|l| l.contains("/cold] LOOKUP:"))
+            .filter(|l| {
+                l.split("LOOKUP:")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|frac| frac.split_once('/'))
+                    .is_some_and(|(hit, all)| hit == all && hit != "0")
+            })
+            .count()
+    }
+}
+
+/// Runs `lmcache bench server --mode cpu --transfer-mode lmcache_driven` for
+/// sequences `start..end` (1024 tokens each) against the server on the
+/// given ports, watching `/status` while it runs (at most 180 s).
+pub fn run_bench(dir: &Path, mp_port: u16, http_port: u16, start: u32, end: u32) -> BenchRun {
+    let mut cmd = Command::new(lmcache_venv().join("bin/lmcache"));
+    cmd.args([
+        "bench",
+        "server",
+        "--mode",
+        "cpu",
+        "--transfer-mode",
+        "lmcache_driven",
+    ])
+    .args(["--rpc-url", &format!("tcp://127.0.0.1:{mp_port}")])
+    .args(["--url", &format!("http://127.0.0.1:{http_port}")])
+    .args(["--start", &start.to_string(), "--end", &end.to_string()])
+    .args(["--interval", "0.1", "--num-tokens", "1024"])
+    .env("LMCACHE_TRACK_USAGE", "false")
+    .env("LMCACHE_DISABLE_BANNER", "1");
+    let log = dir.join(format!("bench-{start}-{end}.log"));
+    let mut bench = Proc::spawn(cmd, &log);
+    let url = format!("http://127.0.0.1:{http_port}/status");
+    let mut most_tracked = 0;
+    let started = Instant::now();
+    let status = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "bench still running after 180 s:\n{}",
+            bench.output()
+        );
+        if let Some(body) = get_json(&url) {
+            let tracked = body["worker_liveness"]["tracked_instances"]
+                .as_u64()
+                .unwrap_or(0);
+            most_tracked = most_tracked.max(tracked);
+        }
+        if let Some(status) = bench.wait_timeout(Duration::from_millis(200)) {
+            break status;
+        }
+    };
+    BenchRun {
+        status,
+        output: bench.output(),
+        most_tracked,
+    }
+}
+
+/// Sends SIGTERM to a launcher and asserts it stops cleanly within 60 s.
+pub fn stop_launch(launch: &mut Proc) {
+    launch.signal(Signal::SIGTERM);
+    let exit = launch
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("launch did not stop on SIGTERM:\n{}", launch.output()));
+    assert!(
+        exit.success(),
+        "launch exited with {exit}:\n{}",
+        launch.output()
+    );
+}
+
+/// Names of the `.data` objects in `dir`.
+pub fn data_objects(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".data"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 
+use lmcache_housekeeping::Mode;
+
 use crate::env;
 use crate::plan::LaunchPlan;
 use crate::status::{Poll, StatusClient};
@@ -85,6 +87,9 @@ pub enum LaunchError {
         /// Its last output lines.
         tail: Vec<String>,
     },
+    /// Housekeeping of the disk tier failed; the server was not started.
+    #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
+    Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
     /// Waiting on the server failed.
     #[error("lost track of the LMCache server: {0}")]
     Io(#[from] std::io::Error),
@@ -115,6 +120,16 @@ pub fn check_ports(plan: &LaunchPlan) -> Result<(), LaunchError> {
 /// exits or does not become ready (the error quotes its last lines).
 pub async fn run(plan: &LaunchPlan, options: &RunOptions) -> Result<ExitStatus, LaunchError> {
     check_ports(plan)?;
+    // Held until this function returns: no other launch or housekeeping may
+    // touch the directory while the server runs (issue 3, step 5).
+    let _housekeeping = match &plan.housekeeping {
+        Some(hk) => {
+            let done = hk.run(Mode::Apply)?;
+            tracing::info!("{}", done.report);
+            Some(done)
+        }
+        None => None,
+    };
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut command = Command::new(&plan.executable);

@@ -29,7 +29,7 @@
 //! ```
 
 pub mod env;
-mod housekeep;
+pub mod housekeep;
 pub mod launch;
 pub mod locate;
 pub mod plan;

@@ -18,6 +18,8 @@ use lmcache_sizing::{fmt_gib, Decision, GIB};
 use serde::Serialize;
 
 use crate::env::{self, NodeEnv};
+use crate::housekeep::DiskHousekeeping;
+use lmcache_housekeeping::LaunchIdentity;
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -169,6 +171,9 @@ pub struct LaunchPlan {
     pub http_port: u16,
     /// Every decision with its reason.
     pub decisions: Decisions,
+    /// The housekeeping of the node's disk tier that runs before the server
+    /// starts; `None` without a built-in disk tier.
+    pub housekeeping: Option<DiskHousekeeping>,
 }
 
 impl LaunchPlan {
@@ -207,6 +212,7 @@ impl LaunchPlan {
             "status_url": self.status_url(),
             "cascade": self.cascade.redacted(),
             "decisions": self.decisions,
+            "housekeeping": self.housekeeping,
         })
     }
 
@@ -327,6 +333,22 @@ pub fn plan_launch(
         disk,
         cascade_source,
     };
+    let housekeeping = decisions
+        .disk
+        .as_ref()
+        .filter(|disk| disk.capacity.value > 0)
+        .map(|disk| DiskHousekeeping {
+            path: disk.path.clone(),
+            identity: LaunchIdentity {
+                model: facts.model.clone(),
+                tensor_parallel_size: facts.tensor_parallel_size,
+                pipeline_parallel_size: facts.pipeline_parallel_size,
+                kv_cache_dtype: facts.kv_cache_dtype.clone(),
+                block_size: facts.block_size,
+                chunk_size: decisions.chunk_size.value,
+            },
+            capacity_bytes: disk.capacity.value,
+        });
     let args = server_args(facts, node, &decisions, &cascade);
     let mut env = BTreeMap::new();
     env.insert("LMCACHE_TRACK_USAGE".to_string(), "false".to_string());
@@ -342,6 +364,7 @@ pub fn plan_launch(
         mp_port: node.mp_port,
         http_port: node.http_port,
         decisions,
+        housekeeping,
     })
 }
 

@@ -9,11 +9,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
 use lmcache_launcher::env::{self, NodeEnv};
 use lmcache_launcher::launch::{self, LaunchError, RunOptions};
 use lmcache_launcher::locate;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
-use lmcache_sizing::{fmt_gib, rules};
+use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
 
 const EXIT_CODES: &str = "\
@@ -22,7 +23,9 @@ Exit status:
   2  bad input: a flag, an EREBINE_AGENT_* variable or the cache directory (the message names it)
   3  an executable is missing: erebine-lmcache or the stock lmcache
   4  a port the server needs is in use
-  5  the LMCache server exited, or did not become ready in time (its last lines are quoted)";
+  5  the LMCache server exited, or did not become ready in time (its last lines are quoted)
+  6  another launch or housekeeping holds the disk tier's lock (the holder is named)
+  7  housekeeping failed part-way (what failed is listed; run it again once fixed)";
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +51,47 @@ enum Command {
     /// Print the disk tier and L1 sizing decisions, each with its reason.
     #[command(after_help = EXIT_CODES)]
     Size(SizeArgs),
+    /// Clean a disk tier exactly as a launch does: delete objects written
+    /// under another launch identity (model, TP/PP size, KV dtype, block size,
+    /// chunk size) and stale temp files, trim the rest oldest-first to the
+    /// capacity, record the identity. Only files that decode as cache objects
+    /// (or temp files) are deleted; anything else is counted and left alone.
+    #[command(after_help = EXIT_CODES)]
+    Housekeep(HousekeepArgs),
+}
+
+#[derive(Args)]
+struct HousekeepArgs {
+    /// The tier directory (flat, as LMCache writes it).
+    #[arg(long, value_name = "DIR")]
+    path: PathBuf,
+    /// Served model name of the launch that will use the tier.
+    #[arg(long)]
+    model: String,
+    /// Tensor-parallel size.
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel_size: u32,
+    /// Pipeline-parallel size.
+    #[arg(long, default_value_t = 1)]
+    pipeline_parallel_size: u32,
+    /// KV cache dtype.
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: String,
+    /// KV cache block size in tokens.
+    #[arg(long, default_value_t = 16)]
+    block_size: u32,
+    /// LMCache chunk size in tokens.
+    #[arg(long)]
+    chunk_size: u32,
+    /// Trim the remaining objects oldest-first to this many GiB (no trim when absent).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    capacity_gb: Option<f64>,
+    /// Plan only: delete nothing, take no lock, write no manifest.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// What the engine (vLLM) runs with; defaults are vLLM's.
@@ -157,15 +201,33 @@ impl From<locate::NotFound> for Failure {
 
 impl From<LaunchError> for Failure {
     fn from(e: LaunchError) -> Self {
-        let code = match e {
+        let code = match &e {
             LaunchError::PortInUse { .. } => 4,
             LaunchError::Spawn { .. } => 3,
+            LaunchError::Housekeeping(h) => housekeeping_code(h),
             _ => 5,
         };
         Failure {
             code,
             message: e.to_string(),
         }
+    }
+}
+
+impl From<HousekeepingError> for Failure {
+    fn from(e: HousekeepingError) -> Self {
+        Failure {
+            code: housekeeping_code(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+fn housekeeping_code(e: &HousekeepingError) -> u8 {
+    match e {
+        HousekeepingError::Identity(_) | HousekeepingError::Dir(_) => 2,
+        HousekeepingError::Lock(_) => 6,
+        _ => 7,
     }
 }
 
@@ -197,6 +259,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Launch(args) => launch_cmd(args, vars),
         Command::Size(args) => size_cmd(args, vars),
+        Command::Housekeep(args) => housekeep_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -350,6 +413,35 @@ fn size_cmd(args: SizeArgs, mut vars: BTreeMap<String, String>) -> Result<(), Fa
     ];
     for (name, value, reason) in rows {
         println!("{name:<16} {value:<12} {reason}");
+    }
+    Ok(())
+}
+
+fn housekeep_cmd(args: HousekeepArgs) -> Result<(), Failure> {
+    let identity = LaunchIdentity {
+        model: args.model,
+        tensor_parallel_size: args.tensor_parallel_size,
+        pipeline_parallel_size: args.pipeline_parallel_size,
+        kv_cache_dtype: args.kv_cache_dtype,
+        block_size: args.block_size,
+        chunk_size: args.chunk_size,
+    };
+    let policy = TierPolicy {
+        capacity_bytes: args.capacity_gb.and_then(gib_to_bytes),
+        shared: false,
+    };
+    let mode = if args.dry_run {
+        Mode::DryRun
+    } else {
+        Mode::Apply
+    };
+    let done = housekeep(&args.path, &identity, policy, mode)?;
+    if args.json {
+        let report =
+            json!({ "scanned": done.scanned, "report": done.report, "manifest": done.manifest });
+        println!("{report:#}");
+    } else {
+        println!("{}", done.report);
     }
     Ok(())
 }
