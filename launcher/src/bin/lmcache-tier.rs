@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
 use lmcache_launcher::env::{self, NodeEnv};
+use lmcache_launcher::housekeep::with_progress;
 use lmcache_launcher::launch::{self, LaunchError, RunOptions};
 use lmcache_launcher::locate;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
@@ -435,7 +436,9 @@ fn housekeep_cmd(args: HousekeepArgs) -> Result<(), Failure> {
     } else {
         Mode::Apply
     };
-    let done = housekeep(&args.path, &identity, policy, mode)?;
+    let done = with_progress(&format!("scanning {}", args.path.display()), || {
+        housekeep(&args.path, &identity, policy, mode)
+    })?;
     if args.json {
         let report =
             json!({ "scanned": done.scanned, "report": done.report, "manifest": done.manifest });
