@@ -7,10 +7,18 @@
 //! to write instead. Defaults and seed sources are in `docs/configuration.md`.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 
 use lmcache_adapters::{Cascade, SpecError};
 use lmcache_sizing::gib_to_bytes;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::extra_args::ExtraArgs;
+
+/// Which KV cache backend the node runs: `native`, `lmcache` or `none`.
+pub const KV_CACHE_BACKEND: &str = "EREBINE_AGENT_KV_CACHE_BACKEND";
 
 /// L1 budget in GiB, total across tensor-parallel ranks.
 pub const KV_OFFLOAD_SIZE_GB: &str = "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB";
@@ -34,6 +42,32 @@ pub const L2_ADAPTER: &str = "EREBINE_AGENT_LMCACHE_L2_ADAPTER";
 pub const LMCACHE_LOG_LEVEL: &str = "EREBINE_AGENT_LMCACHE_LOG_LEVEL";
 /// The agent's own log level, the default of [`LMCACHE_LOG_LEVEL`].
 pub const AGENT_LOG_LEVEL: &str = "EREBINE_AGENT_LOG_LEVEL";
+/// Whitespace-separated flags appended to the server's command line.
+pub const LMCACHE_EXTRA_ARGS: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
+/// JSON object merged into the engine's connector configuration.
+pub const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG";
+/// Lookup-hash records: a boolean (under the disk path) or an absolute path.
+pub const LOOKUP_HASH_LOG_DIR: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR";
+/// Seconds before a lookup-hash log file is rotated.
+pub const LOOKUP_HASH_LOG_ROTATION_INTERVAL: &str =
+    "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_ROTATION_INTERVAL";
+/// Bytes after which a lookup-hash log file is rotated.
+pub const LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: &str =
+    "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE";
+/// Lookup-hash log files kept.
+pub const LOOKUP_HASH_LOG_MAX_FILES: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_MAX_FILES";
+
+/// Default rotation interval of the lookup-hash log, seconds (seed, "LMCache
+/// Environment Variables").
+pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_INTERVAL: u64 = 21_600;
+/// Default rotation size of the lookup-hash log, bytes (seed).
+pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: u64 = 104_857_600;
+/// Default number of lookup-hash log files kept (seed; LMCache's own default
+/// is 100, the node passes 10).
+pub const DEFAULT_LOOKUP_HASH_LOG_MAX_FILES: u32 = 10;
+/// Directory under the disk path that a truthy
+/// `EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR` selects.
+pub const LOOKUP_HASH_SUBDIR: &str = "lookup_hashes";
 
 /// Default ZMQ port of the server (seed, "LMCache Environment Variables").
 pub const DEFAULT_MP_PORT: u16 = 6555;
@@ -56,6 +90,64 @@ pub enum ConfigError {
     /// The adapter JSON is unusable.
     #[error(transparent)]
     Adapter(#[from] SpecError),
+}
+
+/// The node's KV cache backend (seed, "KV Cache Backend"): only
+/// [`KvCacheBackend::Lmcache`] runs an LMCache server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheBackend {
+    /// vLLM's built-in paged attention with CPU offload (the default): no
+    /// cache server.
+    #[default]
+    Native,
+    /// An LMCache server beside vLLM: L1 in CPU memory plus L2 tiers.
+    Lmcache,
+    /// No KV cache backend.
+    None,
+}
+
+impl KvCacheBackend {
+    /// Parses `native`, `lmcache` or `none` (ASCII case ignored); `variable`
+    /// names the variable or flag in the error.
+    pub fn parse(variable: &str, value: &str) -> Result<Self, ConfigError> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "native" => Ok(KvCacheBackend::Native),
+            "lmcache" => Ok(KvCacheBackend::Lmcache),
+            "none" => Ok(KvCacheBackend::None),
+            _ => Err(ConfigError::Invalid {
+                variable: variable.to_string(),
+                value: value.to_string(),
+                expected: "write native, lmcache or none".to_string(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for KvCacheBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KvCacheBackend::Native => "native",
+            KvCacheBackend::Lmcache => "lmcache",
+            KvCacheBackend::None => "none",
+        })
+    }
+}
+
+/// Where and how the server writes lookup-hash records
+/// (`--lookup-hash-log-*`; seed, "LMCache Environment Variables"). The
+/// records fingerprint prompt content: the directory is created at mode 0700.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LookupHashLog {
+    /// The directory: `<disk path>/lookup_hashes` for a truthy value, else the
+    /// absolute path given.
+    pub dir: PathBuf,
+    /// Seconds before a file is rotated (default 21600).
+    pub rotation_interval_secs: u64,
+    /// Bytes after which a file is rotated (default 104857600).
+    pub rotation_max_size_bytes: u64,
+    /// Files kept (default 10).
+    pub max_files: u32,
 }
 
 /// The node's configuration variables, parsed and range-checked.
@@ -84,6 +176,16 @@ pub struct NodeEnv {
     /// `LMCACHE_LOG_LEVEL` for the server: `EREBINE_AGENT_LMCACHE_LOG_LEVEL`,
     /// else `EREBINE_AGENT_LOG_LEVEL`, else unset (LMCache's default).
     pub lmcache_log_level: Option<String>,
+    /// `EREBINE_AGENT_KV_CACHE_BACKEND`, default `native`.
+    pub kv_cache_backend: KvCacheBackend,
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, appended to the server's argv.
+    pub extra_args: ExtraArgs,
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_CONFIG`: keys merged into the connector's
+    /// `kv_connector_extra_config` (they win over the node's).
+    pub extra_config: Map<String, Value>,
+    /// `EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR` and its rotation
+    /// variables; `None` when off (the default).
+    pub lookup_hash_log: Option<LookupHashLog>,
 }
 
 impl NodeEnv {
@@ -108,7 +210,6 @@ impl NodeEnv {
                 .map(|v| parse_positive(HOST_AGENT_COUNT, &v, "the number of nodes on this host"))
                 .transpose()?
                 .unwrap_or(1),
-            disk_path,
             disk_size_bytes: get(DISK_SIZE_GB)
                 .map(|v| parse_gib(DISK_SIZE_GB, &v))
                 .transpose()?,
@@ -128,7 +229,113 @@ impl NodeEnv {
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
                 .transpose()?,
             lmcache_log_level: get(LMCACHE_LOG_LEVEL).or_else(|| get(AGENT_LOG_LEVEL)),
+            kv_cache_backend: get(KV_CACHE_BACKEND)
+                .map(|v| KvCacheBackend::parse(KV_CACHE_BACKEND, &v))
+                .transpose()?
+                .unwrap_or_default(),
+            extra_args: get(LMCACHE_EXTRA_ARGS)
+                .map(|v| ExtraArgs::parse(&v))
+                .transpose()?
+                .unwrap_or_default(),
+            extra_config: get(LMCACHE_EXTRA_CONFIG)
+                .map(|v| parse_json_object(LMCACHE_EXTRA_CONFIG, &v))
+                .transpose()?
+                .unwrap_or_default(),
+            lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
+            disk_path,
         })
+    }
+}
+
+/// Parses a boolean: `1`, `true`, `yes` or `0`, `false`, `no` (ASCII case
+/// ignored). Anything else is an error naming `variable` (the seed warns that
+/// other parts of the node silently ignore such values; this one does not).
+pub fn parse_bool(variable: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(ConfigError::Invalid {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: "write 1, true or yes to turn it on, 0, false or no to turn it off"
+                .to_string(),
+        }),
+    }
+}
+
+fn parse_json_object(variable: &str, value: &str) -> Result<Map<String, Value>, ConfigError> {
+    let invalid = |expected: String| ConfigError::Invalid {
+        variable: variable.to_string(),
+        value: value.to_string(),
+        expected,
+    };
+    match serde_json::from_str::<Value>(value) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err(invalid(
+            "write one JSON object, e.g. {\"lmcache.mp.timeout\":30}".to_string(),
+        )),
+        Err(e) => Err(invalid(format!(
+            "write one JSON object on one line without surrounding quotes ({e})"
+        ))),
+    }
+}
+
+fn lookup_hash_log(
+    get: &dyn Fn(&str) -> Option<String>,
+    disk_path: &std::path::Path,
+) -> Result<Option<LookupHashLog>, ConfigError> {
+    let rotation_interval_secs = get(LOOKUP_HASH_LOG_ROTATION_INTERVAL)
+        .map(|v| parse_positive_u64(LOOKUP_HASH_LOG_ROTATION_INTERVAL, &v, "seconds, e.g. 21600"))
+        .transpose()?
+        .unwrap_or(DEFAULT_LOOKUP_HASH_LOG_ROTATION_INTERVAL);
+    let rotation_max_size_bytes = get(LOOKUP_HASH_LOG_ROTATION_MAX_SIZE)
+        .map(|v| {
+            parse_positive_u64(
+                LOOKUP_HASH_LOG_ROTATION_MAX_SIZE,
+                &v,
+                "bytes, e.g. 104857600",
+            )
+        })
+        .transpose()?
+        .unwrap_or(DEFAULT_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE);
+    let max_files = get(LOOKUP_HASH_LOG_MAX_FILES)
+        .map(|v| parse_positive(LOOKUP_HASH_LOG_MAX_FILES, &v, "files kept, e.g. 10"))
+        .transpose()?
+        .unwrap_or(DEFAULT_LOOKUP_HASH_LOG_MAX_FILES);
+    let Some(value) = get(LOOKUP_HASH_LOG_DIR) else {
+        return Ok(None);
+    };
+    let dir = if value.starts_with('/') {
+        PathBuf::from(&value)
+    } else {
+        match parse_bool(LOOKUP_HASH_LOG_DIR, &value) {
+            Ok(true) => disk_path.join(LOOKUP_HASH_SUBDIR),
+            Ok(false) => return Ok(None),
+            Err(_) => {
+                return Err(ConfigError::Invalid {
+                    variable: LOOKUP_HASH_LOG_DIR.to_string(),
+                    value,
+                    expected: "write 1, true or yes (records under <disk path>/lookup_hashes), an absolute path, or 0, false or no (off)".to_string(),
+                })
+            }
+        }
+    };
+    Ok(Some(LookupHashLog {
+        dir,
+        rotation_interval_secs,
+        rotation_max_size_bytes,
+        max_files,
+    }))
+}
+
+fn parse_positive_u64(variable: &str, value: &str, what: &str) -> Result<u64, ConfigError> {
+    match value.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ConfigError::Invalid {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: format!("write a whole number of at least 1: {what}"),
+        }),
     }
 }
 

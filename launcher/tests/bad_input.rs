@@ -43,6 +43,7 @@ impl Case {
             dir.path().join("cache").display().to_string(),
         );
         vars.insert("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB".into(), "1".into());
+        vars.insert("EREBINE_AGENT_KV_CACHE_BACKEND".into(), "lmcache".into());
         Case { dir, vars }
     }
 
