@@ -388,6 +388,7 @@ fn parse_port(variable: &str, value: &str) -> Result<u16, ConfigError> {
 mod tests {
     use super::*;
     use lmcache_sizing::GIB;
+    use std::path::Path;
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -409,6 +410,10 @@ mod tests {
         assert_eq!(env.disk_size_bytes, None);
         assert_eq!(env.l2_adapter, None);
         assert_eq!(env.lmcache_log_level, None);
+        assert_eq!(env.kv_cache_backend, KvCacheBackend::Native);
+        assert_eq!(env.extra_args, ExtraArgs::default());
+        assert!(env.extra_config.is_empty());
+        assert_eq!(env.lookup_hash_log, None);
     }
 
     #[test]
@@ -458,6 +463,167 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(L2_ADAPTER), "{err}");
+    }
+
+    /// Every variable: a good value and what it becomes.
+    #[test]
+    fn every_variable_is_read() {
+        type Check = fn(&NodeEnv) -> bool;
+        let cases: &[(&str, &str, Check)] = &[
+            (KV_CACHE_BACKEND, "lmcache", |e| {
+                e.kv_cache_backend == KvCacheBackend::Lmcache
+            }),
+            (KV_CACHE_BACKEND, "None", |e| {
+                e.kv_cache_backend == KvCacheBackend::None
+            }),
+            (KV_CACHE_BACKEND, "native", |e| {
+                e.kv_cache_backend == KvCacheBackend::Native
+            }),
+            (KV_OFFLOAD_SIZE_GB, "16", |e| {
+                e.kv_offload_bytes == Some(16 * GIB)
+            }),
+            (HOST_AGENT_COUNT, "4", |e| e.host_agent_count == 4),
+            (DISK_PATH, "/data/c", |e| {
+                e.disk_path == Path::new("/data/c")
+            }),
+            (DISK_PATH, "~/c", |e| e.disk_path == Path::new("/home/n/c")),
+            (DISK_SIZE_GB, "150", |e| {
+                e.disk_size_bytes == Some(150 * GIB)
+            }),
+            (CHUNK_SIZE, "512", |e| e.chunk_size == Some(512)),
+            (MP_PORT, "7555", |e| e.mp_port == 7555),
+            (HTTP_PORT, "9090", |e| e.http_port == 9090),
+            (LMCACHE_PATH, "/usr/local/bin/erebine-lmcache", |e| {
+                e.lmcache_path.as_deref() == Some(Path::new("/usr/local/bin/erebine-lmcache"))
+            }),
+            (L2_ADAPTER, "[]", |e| {
+                e.l2_adapter == Some(Cascade::default())
+            }),
+            (L2_ADAPTER, r#"{"type":"fs","base_path":"/x"}"#, |e| {
+                e.l2_adapter.as_ref().map(|c| c.tiers().len()) == Some(1)
+            }),
+            (LMCACHE_LOG_LEVEL, "warning", |e| {
+                e.lmcache_log_level.as_deref() == Some("warning")
+            }),
+            (AGENT_LOG_LEVEL, "debug", |e| {
+                e.lmcache_log_level.as_deref() == Some("debug")
+            }),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size 512 --foo", |e| {
+                e.extra_args.value("--chunk-size") == Some("512") && e.extra_args.args().len() == 3
+            }),
+            (LMCACHE_EXTRA_CONFIG, r#"{"lmcache.mp.timeout":30}"#, |e| {
+                e.extra_config.get("lmcache.mp.timeout") == Some(&Value::from(30))
+            }),
+            (LOOKUP_HASH_LOG_DIR, "1", |e| {
+                e.lookup_hash_log.as_ref().map(|l| l.dir.clone())
+                    == Some(PathBuf::from(
+                        "/home/n/.cache/erebine/lmcache/lookup_hashes",
+                    ))
+            }),
+            (LOOKUP_HASH_LOG_DIR, "YES", |e| e.lookup_hash_log.is_some()),
+            (LOOKUP_HASH_LOG_DIR, "true", |e| e.lookup_hash_log.is_some()),
+            (LOOKUP_HASH_LOG_DIR, "/var/log/lh", |e| {
+                e.lookup_hash_log.as_ref().map(|l| l.dir.clone())
+                    == Some(PathBuf::from("/var/log/lh"))
+            }),
+            (LOOKUP_HASH_LOG_DIR, "0", |e| e.lookup_hash_log.is_none()),
+            (LOOKUP_HASH_LOG_DIR, "no", |e| e.lookup_hash_log.is_none()),
+            (LOOKUP_HASH_LOG_DIR, "False", |e| {
+                e.lookup_hash_log.is_none()
+            }),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "3600", |e| {
+                e.lookup_hash_log.is_none()
+            }),
+        ];
+        for (var, val, check) in cases {
+            let env = NodeEnv::from_vars(&vars(&[("HOME", "/home/n"), (var, val)]))
+                .unwrap_or_else(|e| panic!("{var}={val}: {e}"));
+            assert!(check(&env), "{var}={val}: {env:#?}");
+        }
+    }
+
+    #[test]
+    fn lookup_hash_rotation_defaults_and_overrides() {
+        let on = NodeEnv::from_vars(&vars(&[(LOOKUP_HASH_LOG_DIR, "/l")])).unwrap();
+        assert_eq!(
+            on.lookup_hash_log,
+            Some(LookupHashLog {
+                dir: PathBuf::from("/l"),
+                rotation_interval_secs: 21_600,
+                rotation_max_size_bytes: 104_857_600,
+                max_files: 10,
+            })
+        );
+        let tuned = NodeEnv::from_vars(&vars(&[
+            (LOOKUP_HASH_LOG_DIR, "/l"),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "60"),
+            (LOOKUP_HASH_LOG_ROTATION_MAX_SIZE, "1048576"),
+            (LOOKUP_HASH_LOG_MAX_FILES, "3"),
+        ]))
+        .unwrap()
+        .lookup_hash_log
+        .unwrap();
+        assert_eq!(
+            (
+                tuned.rotation_interval_secs,
+                tuned.rotation_max_size_bytes,
+                tuned.max_files
+            ),
+            (60, 1_048_576, 3)
+        );
+    }
+
+    /// Every variable: bad values are refused with the variable's name and
+    /// what to write.
+    #[test]
+    fn every_variable_refuses_bad_values() {
+        let cases = [
+            (KV_CACHE_BACKEND, "vllm", "native, lmcache or none"),
+            (KV_CACHE_BACKEND, "1", "native, lmcache or none"),
+            (LMCACHE_EXTRA_CONFIG, "[1]", "one JSON object"),
+            (LMCACHE_EXTRA_CONFIG, "{\"a\":", "one JSON object"),
+            (LMCACHE_EXTRA_CONFIG, "'{}'", "without surrounding quotes"),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size x", "at least 1"),
+            (LMCACHE_EXTRA_ARGS, "--host 0.0.0.0", "127.0.0.1"),
+            (LOOKUP_HASH_LOG_DIR, "on", "an absolute path"),
+            (LOOKUP_HASH_LOG_DIR, "logs/lh", "an absolute path"),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "6h", "seconds"),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "0", "at least 1"),
+            (LOOKUP_HASH_LOG_ROTATION_MAX_SIZE, "100MB", "bytes"),
+            (LOOKUP_HASH_LOG_MAX_FILES, "-1", "files kept"),
+            (L2_ADAPTER, "[{\"type\":\"fs\",}]", "column"),
+            (L2_ADAPTER, "[3]", "not a JSON object"),
+        ];
+        for (var, val, needle) in cases {
+            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(var), "{var}={val}: {err}");
+            assert!(err.contains(needle), "{var}={val}: {err}");
+        }
+    }
+
+    #[test]
+    fn booleans_take_three_spellings_each_and_nothing_else() {
+        for (value, expected) in [
+            ("1", true),
+            ("true", true),
+            ("yes", true),
+            ("TRUE", true),
+            ("0", false),
+            ("false", false),
+            ("no", false),
+            ("No", false),
+        ] {
+            assert_eq!(parse_bool("V", value), Ok(expected), "{value}");
+        }
+        for value in ["on", "off", "2", "y", "n", ""] {
+            let err = parse_bool("EREBINE_AGENT_X", value)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("EREBINE_AGENT_X"), "{err}");
+            assert!(err.contains("write 1, true or yes"), "{err}");
+        }
     }
 
     #[test]
