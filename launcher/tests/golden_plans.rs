@@ -297,3 +297,34 @@ fn backends_other_than_lmcache_have_nothing_to_launch() {
             .contains("no LMCache server"));
     }
 }
+
+#[test]
+fn the_lookup_hash_log_dir_is_created_0700_at_launch_and_not_in_a_dry_run() {
+    let node_dir = tempfile::tempdir().unwrap();
+    let cache = node_dir.path().join("cache");
+    let mut node = node(&[
+        ("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR", "1"),
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "100"),
+    ]);
+    node.vars.insert(
+        "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
+        cache.display().to_string(),
+    );
+    let dir = cache.join("lookup_hashes");
+    lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect).unwrap();
+    assert!(!cache.exists(), "a dry run created {}", cache.display());
+    lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Create).unwrap();
+    let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", dir.display());
+
+    fs::remove_dir(&dir).unwrap();
+    fs::write(&dir, "").unwrap();
+    let err = lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Create)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR")
+            && err.contains("not a directory"),
+        "{err}"
+    );
+}
