@@ -8,4 +8,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$("$root/scripts/setup-lmcache.sh")"
 cargo build --release --bins --manifest-path "$root/Cargo.toml"
 export VIRTUAL_ENV="$venv"
+# The node's default backend is native (no cache server); this script is for
+# the lmcache backend unless you say otherwise.
+export EREBINE_AGENT_KV_CACHE_BACKEND="${EREBINE_AGENT_KV_CACHE_BACKEND:-lmcache}"
 exec "$root/target/release/lmcache-tier" launch "$@"

@@ -7,10 +7,18 @@
 //! to write instead. Defaults and seed sources are in `docs/configuration.md`.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 
 use lmcache_adapters::{Cascade, SpecError};
 use lmcache_sizing::gib_to_bytes;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::extra_args::ExtraArgs;
+
+/// Which KV cache backend the node runs: `native`, `lmcache` or `none`.
+pub const KV_CACHE_BACKEND: &str = "EREBINE_AGENT_KV_CACHE_BACKEND";
 
 /// L1 budget in GiB, total across tensor-parallel ranks.
 pub const KV_OFFLOAD_SIZE_GB: &str = "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB";
@@ -34,6 +42,32 @@ pub const L2_ADAPTER: &str = "EREBINE_AGENT_LMCACHE_L2_ADAPTER";
 pub const LMCACHE_LOG_LEVEL: &str = "EREBINE_AGENT_LMCACHE_LOG_LEVEL";
 /// The agent's own log level, the default of [`LMCACHE_LOG_LEVEL`].
 pub const AGENT_LOG_LEVEL: &str = "EREBINE_AGENT_LOG_LEVEL";
+/// Whitespace-separated flags appended to the server's command line.
+pub const LMCACHE_EXTRA_ARGS: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
+/// JSON object merged into the engine's connector configuration.
+pub const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG";
+/// Lookup-hash records: a boolean (under the disk path) or an absolute path.
+pub const LOOKUP_HASH_LOG_DIR: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR";
+/// Seconds before a lookup-hash log file is rotated.
+pub const LOOKUP_HASH_LOG_ROTATION_INTERVAL: &str =
+    "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_ROTATION_INTERVAL";
+/// Bytes after which a lookup-hash log file is rotated.
+pub const LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: &str =
+    "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE";
+/// Lookup-hash log files kept.
+pub const LOOKUP_HASH_LOG_MAX_FILES: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_MAX_FILES";
+
+/// Default rotation interval of the lookup-hash log, seconds (seed, "LMCache
+/// Environment Variables").
+pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_INTERVAL: u64 = 21_600;
+/// Default rotation size of the lookup-hash log, bytes (seed).
+pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: u64 = 104_857_600;
+/// Default number of lookup-hash log files kept (seed; LMCache's own default
+/// is 100, the node passes 10).
+pub const DEFAULT_LOOKUP_HASH_LOG_MAX_FILES: u32 = 10;
+/// Directory under the disk path that a truthy
+/// `EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR` selects.
+pub const LOOKUP_HASH_SUBDIR: &str = "lookup_hashes";
 
 /// Default ZMQ port of the server (seed, "LMCache Environment Variables").
 pub const DEFAULT_MP_PORT: u16 = 6555;
@@ -56,6 +90,64 @@ pub enum ConfigError {
     /// The adapter JSON is unusable.
     #[error(transparent)]
     Adapter(#[from] SpecError),
+}
+
+/// The node's KV cache backend (seed, "KV Cache Backend"): only
+/// [`KvCacheBackend::Lmcache`] runs an LMCache server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheBackend {
+    /// vLLM's built-in paged attention with CPU offload (the default): no
+    /// cache server.
+    #[default]
+    Native,
+    /// An LMCache server beside vLLM: L1 in CPU memory plus L2 tiers.
+    Lmcache,
+    /// No KV cache backend.
+    None,
+}
+
+impl KvCacheBackend {
+    /// Parses `native`, `lmcache` or `none` (ASCII case ignored); `variable`
+    /// names the variable or flag in the error.
+    pub fn parse(variable: &str, value: &str) -> Result<Self, ConfigError> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "native" => Ok(KvCacheBackend::Native),
+            "lmcache" => Ok(KvCacheBackend::Lmcache),
+            "none" => Ok(KvCacheBackend::None),
+            _ => Err(ConfigError::Invalid {
+                variable: variable.to_string(),
+                value: value.to_string(),
+                expected: "write native, lmcache or none".to_string(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for KvCacheBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KvCacheBackend::Native => "native",
+            KvCacheBackend::Lmcache => "lmcache",
+            KvCacheBackend::None => "none",
+        })
+    }
+}
+
+/// Where and how the server writes lookup-hash records
+/// (`--lookup-hash-log-*`; seed, "LMCache Environment Variables"). The
+/// records fingerprint prompt content: the directory is created at mode 0700.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LookupHashLog {
+    /// The directory: `<disk path>/lookup_hashes` for a truthy value, else the
+    /// absolute path given.
+    pub dir: PathBuf,
+    /// Seconds before a file is rotated (default 21600).
+    pub rotation_interval_secs: u64,
+    /// Bytes after which a file is rotated (default 104857600).
+    pub rotation_max_size_bytes: u64,
+    /// Files kept (default 10).
+    pub max_files: u32,
 }
 
 /// The node's configuration variables, parsed and range-checked.
@@ -84,6 +176,16 @@ pub struct NodeEnv {
     /// `LMCACHE_LOG_LEVEL` for the server: `EREBINE_AGENT_LMCACHE_LOG_LEVEL`,
     /// else `EREBINE_AGENT_LOG_LEVEL`, else unset (LMCache's default).
     pub lmcache_log_level: Option<String>,
+    /// `EREBINE_AGENT_KV_CACHE_BACKEND`, default `native`.
+    pub kv_cache_backend: KvCacheBackend,
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, appended to the server's argv.
+    pub extra_args: ExtraArgs,
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_CONFIG`: keys merged into the connector's
+    /// `kv_connector_extra_config` (they win over the node's).
+    pub extra_config: Map<String, Value>,
+    /// `EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR` and its rotation
+    /// variables; `None` when off (the default).
+    pub lookup_hash_log: Option<LookupHashLog>,
 }
 
 impl NodeEnv {
@@ -108,7 +210,6 @@ impl NodeEnv {
                 .map(|v| parse_positive(HOST_AGENT_COUNT, &v, "the number of nodes on this host"))
                 .transpose()?
                 .unwrap_or(1),
-            disk_path,
             disk_size_bytes: get(DISK_SIZE_GB)
                 .map(|v| parse_gib(DISK_SIZE_GB, &v))
                 .transpose()?,
@@ -128,7 +229,113 @@ impl NodeEnv {
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
                 .transpose()?,
             lmcache_log_level: get(LMCACHE_LOG_LEVEL).or_else(|| get(AGENT_LOG_LEVEL)),
+            kv_cache_backend: get(KV_CACHE_BACKEND)
+                .map(|v| KvCacheBackend::parse(KV_CACHE_BACKEND, &v))
+                .transpose()?
+                .unwrap_or_default(),
+            extra_args: get(LMCACHE_EXTRA_ARGS)
+                .map(|v| ExtraArgs::parse(&v))
+                .transpose()?
+                .unwrap_or_default(),
+            extra_config: get(LMCACHE_EXTRA_CONFIG)
+                .map(|v| parse_json_object(LMCACHE_EXTRA_CONFIG, &v))
+                .transpose()?
+                .unwrap_or_default(),
+            lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
+            disk_path,
         })
+    }
+}
+
+/// Parses a boolean: `1`, `true`, `yes` or `0`, `false`, `no` (ASCII case
+/// ignored). Anything else is an error naming `variable` (the seed warns that
+/// other parts of the node silently ignore such values; this one does not).
+pub fn parse_bool(variable: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(ConfigError::Invalid {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: "write 1, true or yes to turn it on, 0, false or no to turn it off"
+                .to_string(),
+        }),
+    }
+}
+
+fn parse_json_object(variable: &str, value: &str) -> Result<Map<String, Value>, ConfigError> {
+    let invalid = |expected: String| ConfigError::Invalid {
+        variable: variable.to_string(),
+        value: value.to_string(),
+        expected,
+    };
+    match serde_json::from_str::<Value>(value) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err(invalid(
+            "write one JSON object, e.g. {\"lmcache.mp.timeout\":30}".to_string(),
+        )),
+        Err(e) => Err(invalid(format!(
+            "write one JSON object on one line without surrounding quotes ({e})"
+        ))),
+    }
+}
+
+fn lookup_hash_log(
+    get: &dyn Fn(&str) -> Option<String>,
+    disk_path: &std::path::Path,
+) -> Result<Option<LookupHashLog>, ConfigError> {
+    let rotation_interval_secs = get(LOOKUP_HASH_LOG_ROTATION_INTERVAL)
+        .map(|v| parse_positive_u64(LOOKUP_HASH_LOG_ROTATION_INTERVAL, &v, "seconds, e.g. 21600"))
+        .transpose()?
+        .unwrap_or(DEFAULT_LOOKUP_HASH_LOG_ROTATION_INTERVAL);
+    let rotation_max_size_bytes = get(LOOKUP_HASH_LOG_ROTATION_MAX_SIZE)
+        .map(|v| {
+            parse_positive_u64(
+                LOOKUP_HASH_LOG_ROTATION_MAX_SIZE,
+                &v,
+                "bytes, e.g. 104857600",
+            )
+        })
+        .transpose()?
+        .unwrap_or(DEFAULT_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE);
+    let max_files = get(LOOKUP_HASH_LOG_MAX_FILES)
+        .map(|v| parse_positive(LOOKUP_HASH_LOG_MAX_FILES, &v, "files kept, e.g. 10"))
+        .transpose()?
+        .unwrap_or(DEFAULT_LOOKUP_HASH_LOG_MAX_FILES);
+    let Some(value) = get(LOOKUP_HASH_LOG_DIR) else {
+        return Ok(None);
+    };
+    let dir = if value.starts_with('/') {
+        PathBuf::from(&value)
+    } else {
+        match parse_bool(LOOKUP_HASH_LOG_DIR, &value) {
+            Ok(true) => disk_path.join(LOOKUP_HASH_SUBDIR),
+            Ok(false) => return Ok(None),
+            Err(_) => {
+                return Err(ConfigError::Invalid {
+                    variable: LOOKUP_HASH_LOG_DIR.to_string(),
+                    value,
+                    expected: "write 1, true or yes (records under <disk path>/lookup_hashes), an absolute path, or 0, false or no (off)".to_string(),
+                })
+            }
+        }
+    };
+    Ok(Some(LookupHashLog {
+        dir,
+        rotation_interval_secs,
+        rotation_max_size_bytes,
+        max_files,
+    }))
+}
+
+fn parse_positive_u64(variable: &str, value: &str, what: &str) -> Result<u64, ConfigError> {
+    match value.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ConfigError::Invalid {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: format!("write a whole number of at least 1: {what}"),
+        }),
     }
 }
 
@@ -181,6 +388,7 @@ fn parse_port(variable: &str, value: &str) -> Result<u16, ConfigError> {
 mod tests {
     use super::*;
     use lmcache_sizing::GIB;
+    use std::path::Path;
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -202,6 +410,10 @@ mod tests {
         assert_eq!(env.disk_size_bytes, None);
         assert_eq!(env.l2_adapter, None);
         assert_eq!(env.lmcache_log_level, None);
+        assert_eq!(env.kv_cache_backend, KvCacheBackend::Native);
+        assert_eq!(env.extra_args, ExtraArgs::default());
+        assert!(env.extra_config.is_empty());
+        assert_eq!(env.lookup_hash_log, None);
     }
 
     #[test]
@@ -251,6 +463,167 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(L2_ADAPTER), "{err}");
+    }
+
+    /// Every variable: a good value and what it becomes.
+    #[test]
+    fn every_variable_is_read() {
+        type Check = fn(&NodeEnv) -> bool;
+        let cases: &[(&str, &str, Check)] = &[
+            (KV_CACHE_BACKEND, "lmcache", |e| {
+                e.kv_cache_backend == KvCacheBackend::Lmcache
+            }),
+            (KV_CACHE_BACKEND, "None", |e| {
+                e.kv_cache_backend == KvCacheBackend::None
+            }),
+            (KV_CACHE_BACKEND, "native", |e| {
+                e.kv_cache_backend == KvCacheBackend::Native
+            }),
+            (KV_OFFLOAD_SIZE_GB, "16", |e| {
+                e.kv_offload_bytes == Some(16 * GIB)
+            }),
+            (HOST_AGENT_COUNT, "4", |e| e.host_agent_count == 4),
+            (DISK_PATH, "/data/c", |e| {
+                e.disk_path == Path::new("/data/c")
+            }),
+            (DISK_PATH, "~/c", |e| e.disk_path == Path::new("/home/n/c")),
+            (DISK_SIZE_GB, "150", |e| {
+                e.disk_size_bytes == Some(150 * GIB)
+            }),
+            (CHUNK_SIZE, "512", |e| e.chunk_size == Some(512)),
+            (MP_PORT, "7555", |e| e.mp_port == 7555),
+            (HTTP_PORT, "9090", |e| e.http_port == 9090),
+            (LMCACHE_PATH, "/usr/local/bin/erebine-lmcache", |e| {
+                e.lmcache_path.as_deref() == Some(Path::new("/usr/local/bin/erebine-lmcache"))
+            }),
+            (L2_ADAPTER, "[]", |e| {
+                e.l2_adapter == Some(Cascade::default())
+            }),
+            (L2_ADAPTER, r#"{"type":"fs","base_path":"/x"}"#, |e| {
+                e.l2_adapter.as_ref().map(|c| c.tiers().len()) == Some(1)
+            }),
+            (LMCACHE_LOG_LEVEL, "warning", |e| {
+                e.lmcache_log_level.as_deref() == Some("warning")
+            }),
+            (AGENT_LOG_LEVEL, "debug", |e| {
+                e.lmcache_log_level.as_deref() == Some("debug")
+            }),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size 512 --foo", |e| {
+                e.extra_args.value("--chunk-size") == Some("512") && e.extra_args.args().len() == 3
+            }),
+            (LMCACHE_EXTRA_CONFIG, r#"{"lmcache.mp.timeout":30}"#, |e| {
+                e.extra_config.get("lmcache.mp.timeout") == Some(&Value::from(30))
+            }),
+            (LOOKUP_HASH_LOG_DIR, "1", |e| {
+                e.lookup_hash_log.as_ref().map(|l| l.dir.clone())
+                    == Some(PathBuf::from(
+                        "/home/n/.cache/erebine/lmcache/lookup_hashes",
+                    ))
+            }),
+            (LOOKUP_HASH_LOG_DIR, "YES", |e| e.lookup_hash_log.is_some()),
+            (LOOKUP_HASH_LOG_DIR, "true", |e| e.lookup_hash_log.is_some()),
+            (LOOKUP_HASH_LOG_DIR, "/var/log/lh", |e| {
+                e.lookup_hash_log.as_ref().map(|l| l.dir.clone())
+                    == Some(PathBuf::from("/var/log/lh"))
+            }),
+            (LOOKUP_HASH_LOG_DIR, "0", |e| e.lookup_hash_log.is_none()),
+            (LOOKUP_HASH_LOG_DIR, "no", |e| e.lookup_hash_log.is_none()),
+            (LOOKUP_HASH_LOG_DIR, "False", |e| {
+                e.lookup_hash_log.is_none()
+            }),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "3600", |e| {
+                e.lookup_hash_log.is_none()
+            }),
+        ];
+        for (var, val, check) in cases {
+            let env = NodeEnv::from_vars(&vars(&[("HOME", "/home/n"), (var, val)]))
+                .unwrap_or_else(|e| panic!("{var}={val}: {e}"));
+            assert!(check(&env), "{var}={val}: {env:#?}");
+        }
+    }
+
+    #[test]
+    fn lookup_hash_rotation_defaults_and_overrides() {
+        let on = NodeEnv::from_vars(&vars(&[(LOOKUP_HASH_LOG_DIR, "/l")])).unwrap();
+        assert_eq!(
+            on.lookup_hash_log,
+            Some(LookupHashLog {
+                dir: PathBuf::from("/l"),
+                rotation_interval_secs: 21_600,
+                rotation_max_size_bytes: 104_857_600,
+                max_files: 10,
+            })
+        );
+        let tuned = NodeEnv::from_vars(&vars(&[
+            (LOOKUP_HASH_LOG_DIR, "/l"),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "60"),
+            (LOOKUP_HASH_LOG_ROTATION_MAX_SIZE, "1048576"),
+            (LOOKUP_HASH_LOG_MAX_FILES, "3"),
+        ]))
+        .unwrap()
+        .lookup_hash_log
+        .unwrap();
+        assert_eq!(
+            (
+                tuned.rotation_interval_secs,
+                tuned.rotation_max_size_bytes,
+                tuned.max_files
+            ),
+            (60, 1_048_576, 3)
+        );
+    }
+
+    /// Every variable: bad values are refused with the variable's name and
+    /// what to write.
+    #[test]
+    fn every_variable_refuses_bad_values() {
+        let cases = [
+            (KV_CACHE_BACKEND, "vllm", "native, lmcache or none"),
+            (KV_CACHE_BACKEND, "1", "native, lmcache or none"),
+            (LMCACHE_EXTRA_CONFIG, "[1]", "one JSON object"),
+            (LMCACHE_EXTRA_CONFIG, "{\"a\":", "one JSON object"),
+            (LMCACHE_EXTRA_CONFIG, "'{}'", "without surrounding quotes"),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size x", "at least 1"),
+            (LMCACHE_EXTRA_ARGS, "--host 0.0.0.0", "127.0.0.1"),
+            (LOOKUP_HASH_LOG_DIR, "on", "an absolute path"),
+            (LOOKUP_HASH_LOG_DIR, "logs/lh", "an absolute path"),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "6h", "seconds"),
+            (LOOKUP_HASH_LOG_ROTATION_INTERVAL, "0", "at least 1"),
+            (LOOKUP_HASH_LOG_ROTATION_MAX_SIZE, "100MB", "bytes"),
+            (LOOKUP_HASH_LOG_MAX_FILES, "-1", "files kept"),
+            (L2_ADAPTER, "[{\"type\":\"fs\",}]", "column"),
+            (L2_ADAPTER, "[3]", "not a JSON object"),
+        ];
+        for (var, val, needle) in cases {
+            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(var), "{var}={val}: {err}");
+            assert!(err.contains(needle), "{var}={val}: {err}");
+        }
+    }
+
+    #[test]
+    fn booleans_take_three_spellings_each_and_nothing_else() {
+        for (value, expected) in [
+            ("1", true),
+            ("true", true),
+            ("yes", true),
+            ("TRUE", true),
+            ("0", false),
+            ("false", false),
+            ("no", false),
+            ("No", false),
+        ] {
+            assert_eq!(parse_bool("V", value), Ok(expected), "{value}");
+        }
+        for value in ["on", "off", "2", "y", "n", ""] {
+            let err = parse_bool("EREBINE_AGENT_X", value)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("EREBINE_AGENT_X"), "{err}");
+            assert!(err.contains("write 1, true or yes"), "{err}");
+        }
     }
 
     #[test]

@@ -3,35 +3,196 @@
 //! `lmcache-tier` (the operator's tool) and `erebine-lmcache` (the image's
 //! drop-in for `lmcache`) are thin shells over it.
 //!
-//! The flow of one launch (see `docs/design.md`):
-//! [`env::NodeEnv`] + [`plan::EngineFacts`] + [`plan::HostFacts`] ->
-//! [`plan::plan_launch`] -> [`plan::LaunchPlan`] (argv, env, every decision
-//! with its reason) -> [`launch::run`].
+//! One entry point, [`plan()`]: engine facts ([`EngineFacts`]), the node's
+//! environment as a map (the agent passes it; the process environment is
+//! never read implicitly) and host facts ([`HostFacts`]) in, a [`Planned`]
+//! out: either "nothing to launch" (the KV cache backend is not `lmcache`) or
+//! a [`LaunchPlan`] with the server's argv and environment, the engine's
+//! connector config, and every decision with its reason, serialisable to JSON
+//! ([`LaunchPlan::to_json`], secrets redacted). [`launch::run`] runs a plan.
 //!
-//! ```no_run
+//! Every variable, its default, range and seed section is in
+//! `docs/configuration.md`; what the log lines mean is in
+//! `docs/operations.md`.
+//!
+//! ```
 //! use std::collections::BTreeMap;
-//! use lmcache_launcher::{env::NodeEnv, plan::{self, DiskAccess, EngineFacts, HostFacts}};
+//! use lmcache_launcher::{plan, DiskAccess, DiskFacts, EngineFacts, HostFacts, Planned};
+//! use lmcache_sizing::{rules::{OdirectProbe, VolumeStats}, Decision, GIB};
+//! # let dir = tempfile::tempdir()?;
+//! # let erebine_lmcache = dir.path().join("erebine-lmcache");
+//! # std::fs::write(&erebine_lmcache, "#!/bin/sh\n")?;
+//! # std::fs::set_permissions(&erebine_lmcache, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
 //!
-//! let vars: BTreeMap<String, String> = std::env::vars().collect();
-//! let node = NodeEnv::from_vars(&vars)?;
+//! let vars: BTreeMap<String, String> = [
+//!     ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache"),
+//!     ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "16"),
+//!     ("EREBINE_AGENT_LMCACHE_DISK_PATH", "/var/lib/inference/.cache/erebine/lmcache"),
+//!     ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "150"),
+//!     ("EREBINE_AGENT_LMCACHE_PATH", erebine_lmcache.to_str().unwrap()),
+//! ]
+//! .into_iter()
+//! .map(|(k, v)| (k.to_string(), v.to_string()))
+//! .collect();
 //! let facts = EngineFacts {
 //!     model: "meta-llama/Llama-3.1-8B-Instruct".into(),
-//!     tensor_parallel_size: 1,
+//!     tensor_parallel_size: 4,
 //!     pipeline_parallel_size: 1,
 //!     data_parallel_size: 1,
 //!     kv_cache_dtype: "auto".into(),
 //!     block_size: 16,
 //!     max_num_batched_tokens: 2048,
+//!     hybrid_attention: false,
 //! };
-//! let plan = plan::plan_launch(&facts, &node, &HostFacts::probe()?, "/usr/local/bin/erebine-lmcache".into(), DiskAccess::Inspect)?;
-//! println!("{}", plan.log_line());
+//! // A real node uses HostFacts::probe(); fixed figures make the plan the
+//! // same on every machine.
+//! let host = HostFacts {
+//!     memory: Decision::new(256 * GIB, "given", "example"),
+//!     physical_cores: 32,
+//!     disk: DiskFacts::Given {
+//!         volume: VolumeStats { total_bytes: 1024 * GIB, free_bytes: 900 * GIB, block_size: 4096 },
+//!         reclaimable_bytes: 0,
+//!         odirect: OdirectProbe::Succeeded,
+//!     },
+//! };
+//! let Planned::Server(launch) = plan(&facts, &vars, &host, DiskAccess::Inspect)? else {
+//!     unreachable!("the backend is lmcache");
+//! };
+//! assert_eq!(launch.args[..3], ["server", "--host", "127.0.0.1"]);
+//! assert!(launch.args.windows(2).any(|w| w == ["--max-gpu-workers", "4"]));
+//! assert_eq!(
+//!     launch.kv_transfer_config(),
+//!     r#"{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_connector_extra_config":{"lmcache.mp.host":"tcp://127.0.0.1","lmcache.mp.port":6555}}"#
+//! );
+//! assert_eq!(launch.decisions.disk.as_ref().unwrap().capacity.value, 150 * GIB);
+//! println!("{}", launch.log_line());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::BTreeMap;
+
 pub mod env;
+pub mod extra_args;
 pub mod housekeep;
 pub mod launch;
 pub mod locate;
 pub mod plan;
 pub mod status;
 pub mod supervise;
+
+pub use env::{ConfigError, KvCacheBackend, NodeEnv};
+pub use plan::{DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, PlanError};
+
+/// What a node runs beside its engine.
+#[derive(Debug, Clone)]
+pub enum Planned {
+    /// The backend is `lmcache`: the LMCache server to start.
+    Server(Box<LaunchPlan>),
+    /// The backend is `native` or `none`: no cache server.
+    NothingToLaunch(NothingToLaunch),
+}
+
+/// Why a node runs no LMCache server.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NothingToLaunch {
+    /// The node's `EREBINE_AGENT_KV_CACHE_BACKEND` (or `--kv-cache-backend`).
+    pub backend: KvCacheBackend,
+    /// One sentence for the log.
+    pub reason: String,
+}
+
+impl Planned {
+    /// The server plan, if there is one.
+    pub fn server(&self) -> Option<&LaunchPlan> {
+        match self {
+            Planned::Server(plan) => Some(plan),
+            Planned::NothingToLaunch(_) => None,
+        }
+    }
+
+    /// As JSON: [`LaunchPlan::to_json`] plus `"backend": "lmcache"`, or
+    /// `{"backend": "native"|"none", "nothing_to_launch": <reason>}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Planned::Server(plan) => {
+                let mut json = plan.to_json();
+                json["backend"] = KvCacheBackend::Lmcache.to_string().into();
+                json
+            }
+            Planned::NothingToLaunch(n) => serde_json::json!({
+                "backend": n.backend,
+                "nothing_to_launch": n.reason,
+            }),
+        }
+    }
+}
+
+/// Plans what the node runs: reads every variable from `vars` (name ->
+/// value; see [`NodeEnv::from_vars`]), then, for the `lmcache` backend,
+/// locates the executable (`EREBINE_AGENT_LMCACHE_PATH`, else
+/// `erebine-lmcache` beside the running program, else on `PATH`) and plans
+/// the launch with [`plan::plan_launch`].
+///
+/// `access` says whether planning may create the cache and lookup-hash
+/// directories ([`DiskAccess::Create`], a real launch) or must touch nothing
+/// but a probe file ([`DiskAccess::Inspect`], a dry run).
+///
+/// Every variable is checked even when the backend is not `lmcache`, so a
+/// typo is found before the node is switched over.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use lmcache_launcher::{plan, DiskAccess, EngineFacts, HostFacts, KvCacheBackend, Planned};
+///
+/// let facts = EngineFacts {
+///     model: "m".into(),
+///     tensor_parallel_size: 1,
+///     pipeline_parallel_size: 1,
+///     data_parallel_size: 1,
+///     kv_cache_dtype: "auto".into(),
+///     block_size: 16,
+///     max_num_batched_tokens: 2048,
+///     hybrid_attention: false,
+/// };
+/// // No EREBINE_AGENT_KV_CACHE_BACKEND: the seed's default, `native`.
+/// let planned = plan(&facts, &BTreeMap::new(), &HostFacts::probe()?, DiskAccess::Inspect)?;
+/// let Planned::NothingToLaunch(why) = planned else { unreachable!() };
+/// assert_eq!(why.backend, KvCacheBackend::Native);
+///
+/// let bad: BTreeMap<String, String> =
+///     [("EREBINE_AGENT_KV_CACHE_BACKEND".to_string(), "LMCache2".to_string())].into();
+/// let err = plan(&facts, &bad, &HostFacts::probe()?, DiskAccess::Inspect).unwrap_err();
+/// assert!(err.to_string().contains("EREBINE_AGENT_KV_CACHE_BACKEND"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Errors: [`PlanError::Config`] for a bad variable (it names the variable,
+/// quotes the value and says what to write), [`PlanError::Executable`] when
+/// the server executable is missing, and the other [`PlanError`]s of
+/// [`plan::plan_launch`].
+pub fn plan(
+    facts: &EngineFacts,
+    vars: &BTreeMap<String, String>,
+    host: &HostFacts,
+    access: DiskAccess,
+) -> Result<Planned, PlanError> {
+    let node = NodeEnv::from_vars(vars)?;
+    let reason = match node.kv_cache_backend {
+        KvCacheBackend::Lmcache => {
+            let own = std::env::current_exe().unwrap_or_default();
+            let executable = locate::server_executable(node.lmcache_path.as_deref(), vars, &own)?;
+            let launch = plan::plan_launch(facts, &node, host, executable, access)?;
+            return Ok(Planned::Server(Box::new(launch)));
+        }
+        KvCacheBackend::Native => "vLLM's built-in CPU offload holds the KV cache",
+        KvCacheBackend::None => "the node runs without a KV cache backend",
+    };
+    Ok(Planned::NothingToLaunch(NothingToLaunch {
+        backend: node.kv_cache_backend,
+        reason: format!(
+            "{}={}: {reason}; there is no LMCache server to launch (set it to lmcache for one)",
+            env::KV_CACHE_BACKEND,
+            node.kv_cache_backend
+        ),
+    }))
+}

@@ -2,8 +2,10 @@
 //! `lmcache server` command line, its environment, and every decision with its
 //! reason.
 //!
-//! Rules: seed `000_8f00d9f3f4ca4cb4.txt`, "LMCache", "LMCache Disk Tier" and
-//! "LMCache Environment Variables"; the argv shape follows issue 2.
+//! Rules: seed `000_8f00d9f3f4ca4cb4.txt`, "LMCache", "LMCache Disk Tier",
+//! "LMCache Environment Variables" and "Custom Tiers and the Launcher"; the
+//! argv shape follows issue 2, the connector config and the extra arguments
+//! issue 7.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,8 +18,10 @@ use lmcache_sizing::probe;
 use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 use serde::Serialize;
+use serde_json::{Map, Value};
 
-use crate::env::{self, NodeEnv};
+use crate::env::{self, ConfigError, LookupHashLog, NodeEnv};
+use crate::extra_args::{self, ExtraArgs};
 use crate::housekeep::DiskHousekeeping;
 use lmcache_housekeeping::LaunchIdentity;
 
@@ -38,6 +42,10 @@ pub struct EngineFacts {
     pub block_size: u32,
     /// The engine's max batched tokens per step.
     pub max_num_batched_tokens: u32,
+    /// Whether the model is hybrid-attention (attention layers mixed with
+    /// state-space or linear-attention layers). Its chunk size must then be
+    /// a multiple of `block_size` (seed, `EREBINE_AGENT_LMCACHE_CHUNK_SIZE`).
+    pub hybrid_attention: bool,
 }
 
 impl EngineFacts {
@@ -51,22 +59,50 @@ impl EngineFacts {
 }
 
 /// Facts about the host the sizing rules read.
+///
+/// [`HostFacts::probe`] reads this host; tests and what-if planning build one
+/// by hand, with [`DiskFacts::Given`] so that nothing depends on the machine
+/// the plan is made on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostFacts {
     /// Memory available to this node's container or host, in bytes.
     pub memory: Decision<u64>,
     /// Physical cores (hyper-threads counted once).
     pub physical_cores: u32,
+    /// Where the facts about the cache directory's volume come from (the
+    /// measured figures are in [`DiskTier`]).
+    #[serde(skip)]
+    pub disk: DiskFacts,
 }
 
 impl HostFacts {
-    /// Reads this host's memory and physical cores.
+    /// Reads this host's memory and physical cores; the cache directory's
+    /// volume is measured when the disk tier is sized ([`DiskFacts::Measure`]).
     pub fn probe() -> io::Result<Self> {
         Ok(HostFacts {
             memory: probe::memory_bytes()?,
             physical_cores: probe::physical_cores(),
+            disk: DiskFacts::Measure,
         })
     }
+}
+
+/// Where the facts about the cache directory's volume come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DiskFacts {
+    /// Measure them: statvfs of the volume, a scan of the directory for
+    /// reclaimable cache objects, an O_DIRECT test write (a real node).
+    #[default]
+    Measure,
+    /// Use these figures and touch no file: tests and what-if plans.
+    Given {
+        /// The volume's size, free bytes and block size.
+        volume: VolumeStats,
+        /// Allocated bytes of cache objects already in the directory.
+        reclaimable_bytes: u64,
+        /// What the O_DIRECT test write would do.
+        odirect: OdirectProbe,
+    },
 }
 
 /// A launch that cannot be planned.
@@ -75,7 +111,10 @@ pub enum PlanError {
     /// A variable with a bad value.
     #[error(transparent)]
     Config(#[from] env::ConfigError),
-    /// The cache directory cannot be used.
+    /// The executable that starts the server is missing.
+    #[error(transparent)]
+    Executable(#[from] crate::locate::NotFound),
+    /// The cache directory (or the lookup-hash log directory) cannot be used.
     #[error("{variable}={path}: {problem}. {fix}")]
     DiskPath {
         /// The variable or flag that named the path.
@@ -151,6 +190,23 @@ pub struct Decisions {
     pub disk: Option<DiskTier>,
     /// Where the L2 cascade came from.
     pub cascade_source: Decision<()>,
+    /// The lookup-hash log the node configures; `None` when off or when
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` sets `--lookup-hash-log-dir`.
+    pub lookup_hash_log: Option<LookupHashLog>,
+    /// The node's flags that `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` replaced.
+    pub replaced_by_extra_args: Vec<Replaced>,
+}
+
+/// A node flag that `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` repeats: the node's
+/// occurrence is dropped so that the extra one is what the server gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Replaced {
+    /// The flag, e.g. `--chunk-size`.
+    pub flag: String,
+    /// What the node would have passed (adapter secrets redacted).
+    pub node: String,
+    /// What the extra arguments pass (adapter secrets redacted).
+    pub extra: String,
 }
 
 /// A planned launch: what to run, with which environment, and why.
@@ -163,12 +219,18 @@ pub struct LaunchPlan {
     pub args: Vec<String>,
     /// Variables added to the server's environment.
     pub env: BTreeMap<String, String>,
-    /// The L2 tiers, in cascade order.
+    /// The L2 tiers the server gets, in cascade order (one per
+    /// `--l2-adapter` in `args`, extra arguments included).
     pub cascade: Cascade,
-    /// The server's ZMQ port (127.0.0.1).
+    /// The server's ZMQ port (127.0.0.1), as the server gets it.
     pub mp_port: u16,
     /// The server's HTTP port (127.0.0.1), where `/status` answers.
     pub http_port: u16,
+    /// The engine's `--kv-transfer-config` JSON object:
+    /// `{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_connector_extra_config":{"lmcache.mp.host":"tcp://127.0.0.1","lmcache.mp.port":<MP port>, ...}}`,
+    /// with `EREBINE_AGENT_LMCACHE_EXTRA_CONFIG` merged into
+    /// `kv_connector_extra_config` (its keys win).
+    pub connector_config: Value,
     /// Every decision with its reason.
     pub decisions: Decisions,
     /// The housekeeping of the node's disk tier that runs before the server
@@ -202,14 +264,22 @@ impl LaunchPlan {
         out
     }
 
+    /// The engine's `--kv-transfer-config` value: [`LaunchPlan::connector_config`]
+    /// as compact JSON.
+    pub fn kv_transfer_config(&self) -> String {
+        self.connector_config.to_string()
+    }
+
     /// The plan as one JSON object (secrets redacted): `executable`, `argv`,
-    /// `env`, `status_url`, `cascade`, `decisions`.
+    /// `env`, `status_url`, `connector_config`, `cascade`, `decisions`,
+    /// `housekeeping`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "executable": self.executable,
             "argv": self.redacted_args(),
             "env": self.env,
             "status_url": self.status_url(),
+            "connector_config": self.connector_config,
             "cascade": self.cascade.redacted(),
             "decisions": self.decisions,
             "housekeeping": self.housekeeping,
@@ -246,6 +316,15 @@ impl LaunchPlan {
                 disk.use_odirect.reason,
             ));
         }
+        if let Some(log) = &d.lookup_hash_log {
+            line.push_str(&format!("; lookup_hash_log_dir={}", log.dir.display()));
+        }
+        for r in &d.replaced_by_extra_args {
+            line.push_str(&format!(
+                "; {} {} replaced by EREBINE_AGENT_LMCACHE_EXTRA_ARGS {}",
+                r.flag, r.node, r.extra
+            ));
+        }
         line
     }
 }
@@ -260,10 +339,24 @@ pub enum DiskAccess {
     Inspect,
 }
 
-/// Plans a launch. `executable` is what starts the server.
+/// Plans a launch of the LMCache server for `facts` with the node's
+/// configuration `node` on `host`. `executable` is what starts the server.
 ///
-/// Errors: bad variables, an unusable cache directory, zero L1 with no L2
-/// tier, engine facts out of range.
+/// The backend is not consulted here: [`crate::plan`] answers "nothing to
+/// launch" for a node whose backend is not `lmcache`.
+///
+/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` is applied last: a node flag it repeats
+/// is dropped from the node's part of the command line, its `--l2-adapter`s
+/// replace the node's cascade (no disk sizing, no housekeeping), and the
+/// plan's ports, chunk size, L1 size and cascade describe what the server
+/// really gets.
+///
+/// With [`DiskAccess::Create`] the cache directory and the lookup-hash log
+/// directory are created (mode 0700); with [`DiskAccess::Inspect`] nothing is.
+///
+/// Errors: bad variables, an unusable cache or lookup-hash directory, zero L1
+/// with no L2 tier, engine facts out of range, an extra `--chunk-size` that is
+/// not a multiple of a hybrid-attention model's block size.
 pub fn plan_launch(
     facts: &EngineFacts,
     node: &NodeEnv,
@@ -272,44 +365,61 @@ pub fn plan_launch(
     access: DiskAccess,
 ) -> Result<LaunchPlan, PlanError> {
     check_engine(facts)?;
-    let chunk_size = rules::chunk_size(node.chunk_size, facts.max_num_batched_tokens);
+    let extra = &node.extra_args;
+    let (node_chunk, chunk_size) = effective_chunk_size(facts, node)?;
     let l1_budget = rules::l1_budget(
         node.kv_offload_bytes,
         host.memory.value,
         node.host_agent_count,
     );
-    let (cascade, disk, cascade_source) = match &node.l2_adapter {
-        Some(custom) => (
-            custom.clone(),
+    let (cascade, disk, cascade_source) = if let Some(tiers) = extra.l2_adapters() {
+        (
+            tiers.clone(),
             None,
             Decision::new(
                 (),
-                "custom",
-                "EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces the built-in tier; disk sizing does not apply",
+                "extra-args",
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l2-adapter replaces the node's tiers (not added to them); disk sizing does not apply",
             ),
-        ),
-        None => {
-            let disk = size_disk_tier(node, host, l1_budget.value, access)?;
-            let cascade = if disk.capacity.value > 0 {
-                Cascade(vec![fs_native_tier(
-                    &disk.path,
-                    disk.io_workers.value,
-                    disk.use_odirect.value,
-                    disk.capacity.value,
-                )])
-            } else {
-                Cascade::default()
-            };
-            let source = if disk.capacity.value > 0 {
-                Decision::new((), "built-in", "built-in fs_native disk tier")
-            } else {
-                Decision::new((), "l1-only", "no disk tier: L1 only")
-            };
-            (cascade, Some(disk), source)
+        )
+    } else {
+        match &node.l2_adapter {
+            Some(custom) => (
+                custom.clone(),
+                None,
+                Decision::new(
+                    (),
+                    "custom",
+                    "EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces the built-in tier; disk sizing does not apply",
+                ),
+            ),
+            None => {
+                let disk = size_disk_tier(node, host, l1_budget.value, access)?;
+                let cascade = if disk.capacity.value > 0 {
+                    Cascade(vec![fs_native_tier(
+                        &disk.path,
+                        disk.io_workers.value,
+                        disk.use_odirect.value,
+                        disk.capacity.value,
+                    )])
+                } else {
+                    Cascade::default()
+                };
+                let source = if disk.capacity.value > 0 {
+                    Decision::new((), "built-in", "built-in fs_native disk tier")
+                } else {
+                    Decision::new((), "l1-only", "no disk tier: L1 only")
+                };
+                (cascade, Some(disk), source)
+            }
         }
     };
+    let extra_l1 = extra
+        .value("--l1-size-gb")
+        .map(|v| env::parse_gib(env::LMCACHE_EXTRA_ARGS, v))
+        .transpose()?;
     let (l1_size, l1_mode) = match (l1_budget.value, cascade.tiers().is_empty()) {
-        (0, true) => {
+        (0, true) if extra_l1.unwrap_or(0) == 0 => {
             return Err(PlanError::NothingToCache {
                 reason: format!("the L1 budget is 0 and {}", cascade_source.reason),
             })
@@ -324,7 +434,36 @@ pub fn plan_launch(
         ),
         _ => (l1_budget.clone(), L1Mode::Cache),
     };
-    let decisions = Decisions {
+    let own = NodeValues {
+        chunk_size: node_chunk,
+        l1_bytes: l1_size.value,
+        l1_mode,
+        tiers: match (&node.l2_adapter, extra.l2_adapters()) {
+            (_, None) => cascade.redacted().to_string(),
+            (Some(custom), Some(_)) => custom.redacted().to_string(),
+            (None, Some(_)) => "the built-in fs_native tier (not sized)".to_string(),
+        },
+    };
+    let l1_size = match (extra_l1, extra.value("--l1-size-gb")) {
+        (Some(bytes), Some(text)) => Decision::new(
+            bytes,
+            "extra-args",
+            format!(
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l1-size-gb {text} replaces the node's {} ({})",
+                fmt_gib(l1_size.value),
+                l1_size.reason
+            ),
+        ),
+        _ => l1_size,
+    };
+    let lookup_hash_log = node
+        .lookup_hash_log
+        .clone()
+        .filter(|_| !extra.replaces("--lookup-hash-log-dir"));
+    if let (Some(log), DiskAccess::Create) = (&lookup_hash_log, access) {
+        create_private_dir(&log.dir, env::LOOKUP_HASH_LOG_DIR)?;
+    }
+    let mut decisions = Decisions {
         host: host.clone(),
         l1_budget,
         l1_size,
@@ -332,6 +471,8 @@ pub fn plan_launch(
         chunk_size,
         disk,
         cascade_source,
+        lookup_hash_log,
+        replaced_by_extra_args: Vec::new(),
     };
     let housekeeping = decisions
         .disk
@@ -349,7 +490,11 @@ pub fn plan_launch(
             },
             capacity_bytes: disk.capacity.value,
         });
-    let args = server_args(facts, node, &decisions, &cascade);
+    let node_flags = node_flags(facts, node, &own, &cascade);
+    let (args, replaced) = server_args(node_flags, own.tiers, extra);
+    decisions.replaced_by_extra_args = replaced;
+    let mp_port = port_arg(extra, "--port").unwrap_or(node.mp_port);
+    let http_port = port_arg(extra, "--http-port").unwrap_or(node.http_port);
     let mut env = BTreeMap::new();
     env.insert("LMCACHE_TRACK_USAGE".to_string(), "false".to_string());
     env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
@@ -361,11 +506,76 @@ pub fn plan_launch(
         args,
         env,
         cascade,
-        mp_port: node.mp_port,
-        http_port: node.http_port,
+        mp_port,
+        http_port,
+        connector_config: connector_config(mp_port, &node.extra_config),
         decisions,
         housekeeping,
     })
+}
+
+/// The engine's `--kv-transfer-config` for a server on 127.0.0.1:`mp_port`,
+/// with `extra` (`EREBINE_AGENT_LMCACHE_EXTRA_CONFIG`) merged into
+/// `kv_connector_extra_config`, its keys winning.
+pub fn connector_config(mp_port: u16, extra: &Map<String, Value>) -> Value {
+    let mut config = Map::new();
+    config.insert("lmcache.mp.host".into(), "tcp://127.0.0.1".into());
+    config.insert("lmcache.mp.port".into(), mp_port.into());
+    for (key, value) in extra {
+        config.insert(key.clone(), value.clone());
+    }
+    serde_json::json!({
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": config,
+    })
+}
+
+/// The chunk size rule, then an `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`
+/// `--chunk-size`, which must respect a hybrid-attention model's block size
+/// (the node does not rewrite a passed-through value).
+///
+/// Returns the node's own value and the effective decision.
+fn effective_chunk_size(
+    facts: &EngineFacts,
+    node: &NodeEnv,
+) -> Result<(u32, Decision<u32>), PlanError> {
+    let hybrid = facts.hybrid_attention.then_some(facts.block_size);
+    let rule = rules::chunk_size(node.chunk_size, facts.max_num_batched_tokens, hybrid);
+    let Some(text) = node.extra_args.value("--chunk-size") else {
+        return Ok((rule.value, rule));
+    };
+    let invalid = |expected: String| ConfigError::Invalid {
+        variable: format!("{} (--chunk-size)", env::LMCACHE_EXTRA_ARGS),
+        value: text.to_string(),
+        expected,
+    };
+    let tokens: u32 = text
+        .parse()
+        .map_err(|_| invalid("write a whole number of at least 1".into()))?;
+    if facts.hybrid_attention && tokens % facts.block_size != 0 {
+        return Err(invalid(format!(
+            "write a multiple of the hybrid-attention model's {} -token block size, e.g. {}, or drop it and let the node choose",
+            facts.block_size,
+            tokens.div_ceil(facts.block_size).saturating_mul(facts.block_size)
+        ))
+        .into());
+    }
+    Ok((
+        rule.value,
+        Decision::new(
+            tokens,
+            "extra-args",
+            format!(
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --chunk-size {tokens} replaces the node's {} ({})",
+                rule.value, rule.reason
+            ),
+        ),
+    ))
+}
+
+fn port_arg(extra: &ExtraArgs, flag: &str) -> Option<u16> {
+    extra.value(flag).and_then(|v| v.parse().ok())
 }
 
 fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
@@ -395,42 +605,93 @@ fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// `lmcache server` arguments in the order of issue 2.
-fn server_args(
+/// What the node itself would pass, before `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`.
+struct NodeValues {
+    chunk_size: u32,
+    l1_bytes: u64,
+    l1_mode: L1Mode,
+    /// The node's L2 tiers as they would be shown (secrets redacted).
+    tiers: String,
+}
+
+/// The node's own `lmcache server` flags in the order of issue 2, each with
+/// its value (`--l2-adapter` once per tier).
+fn node_flags(
     facts: &EngineFacts,
     node: &NodeEnv,
-    d: &Decisions,
+    own: &NodeValues,
     cascade: &Cascade,
-) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "server".into(),
-        "--host".into(),
-        "127.0.0.1".into(),
-        "--port".into(),
-        node.mp_port.to_string(),
-        "--http-host".into(),
-        "127.0.0.1".into(),
-        "--http-port".into(),
-        node.http_port.to_string(),
-        "--chunk-size".into(),
-        d.chunk_size.value.to_string(),
-        "--l1-size-gb".into(),
-        gib_arg(d.l1_size.value),
-        "--eviction-policy".into(),
+) -> Vec<(&'static str, String)> {
+    let mut flags: Vec<(&'static str, String)> = vec![
+        ("--host", "127.0.0.1".into()),
+        ("--port", node.mp_port.to_string()),
+        ("--http-host", "127.0.0.1".into()),
+        ("--http-port", node.http_port.to_string()),
+        ("--chunk-size", own.chunk_size.to_string()),
+        ("--l1-size-gb", gib_arg(own.l1_bytes)),
     ];
-    match d.l1_mode {
-        L1Mode::Cache => args.push("LRU".into()),
-        L1Mode::WriteBuffer => {
-            args.extend(["noop".into(), "--l2-store-policy".into(), "skip_l1".into()])
+    match own.l1_mode {
+        L1Mode::Cache => flags.push(("--eviction-policy", "LRU".into())),
+        L1Mode::WriteBuffer => flags.extend([
+            ("--eviction-policy", "noop".into()),
+            ("--l2-store-policy", "skip_l1".into()),
+        ]),
+    }
+    flags.push(("--max-gpu-workers", facts.gpu_workers().to_string()));
+    if let Some(log) = &node.lookup_hash_log {
+        flags.extend([
+            ("--lookup-hash-log-dir", log.dir.display().to_string()),
+            (
+                "--lookup-hash-log-rotation-interval",
+                log.rotation_interval_secs.to_string(),
+            ),
+            (
+                "--lookup-hash-log-rotation-max-size",
+                log.rotation_max_size_bytes.to_string(),
+            ),
+            ("--lookup-hash-log-max-files", log.max_files.to_string()),
+        ]);
+    }
+    if node.extra_args.l2_adapters().is_none() {
+        for tier in cascade.tiers() {
+            flags.push((extra_args::L2_ADAPTER_FLAG, tier.to_arg()));
         }
     }
-    args.push("--max-gpu-workers".into());
-    args.push(facts.gpu_workers().to_string());
-    for tier in cascade.tiers() {
-        args.push("--l2-adapter".into());
-        args.push(tier.to_arg());
+    flags
+}
+
+/// `server`, the node's flags minus those `extra` repeats, then `extra`'s
+/// arguments; and what was replaced.
+fn server_args(
+    node_flags: Vec<(&'static str, String)>,
+    node_tiers: String,
+    extra: &ExtraArgs,
+) -> (Vec<String>, Vec<Replaced>) {
+    let mut args = vec!["server".to_string()];
+    let mut replaced = Vec::new();
+    for (flag, value) in node_flags {
+        if extra.replaces(flag) {
+            if let Some(by) = extra.value(flag) {
+                replaced.push(Replaced {
+                    flag: flag.to_string(),
+                    node: value,
+                    extra: by.to_string(),
+                });
+            }
+        } else {
+            args.push(flag.to_string());
+            args.push(value);
+        }
     }
-    args
+    if let Some(tiers) = extra.l2_adapters() {
+        replaced.push(Replaced {
+            flag: extra_args::L2_ADAPTER_FLAG.to_string(),
+            node: node_tiers,
+            extra: tiers.redacted().to_string(),
+        });
+    }
+    args.extend(extra.args().iter().cloned());
+    (args, replaced)
 }
 
 /// A byte count as LMCache's GiB flag value: `"6"`, `"1.5"`.
@@ -440,7 +701,8 @@ fn gib_arg(bytes: u64) -> String {
 
 /// Sizes the node's built-in disk tier under `node.disk_path` for an L1 of
 /// `l1_bytes`: volume statistics, reclaimable cache bytes, capacity, I/O
-/// workers and O_DIRECT (seed, "LMCache Disk Tier").
+/// workers and O_DIRECT (seed, "LMCache Disk Tier"). The volume figures are
+/// measured, or taken from [`HostFacts::disk`] when given.
 ///
 /// Errors: an unusable cache directory (relative, not a directory, not
 /// creatable or not writable, unreadable).
@@ -452,6 +714,26 @@ pub fn size_disk_tier(
 ) -> Result<DiskTier, PlanError> {
     let path = node.disk_path.clone();
     let measured_at = prepare_disk_path(&path, access)?;
+    if let DiskFacts::Given {
+        volume,
+        reclaimable_bytes,
+        odirect,
+    } = &host.disk
+    {
+        return Ok(DiskTier {
+            capacity: rules::disk_capacity(
+                volume,
+                *reclaimable_bytes,
+                l1_bytes,
+                node.disk_size_bytes,
+            ),
+            io_workers: rules::io_workers(host.physical_cores),
+            use_odirect: rules::use_odirect(volume.block_size, odirect),
+            path,
+            volume: *volume,
+            reclaimable_bytes: *reclaimable_bytes,
+        });
+    }
     let volume = probe::volume_stats(&measured_at).map_err(|e| {
         disk_error(
             &path,
@@ -494,12 +776,55 @@ fn is_permission_error(why: &str) -> bool {
 }
 
 fn disk_error(path: &Path, problem: String, fix: &'static str) -> PlanError {
+    dir_error(env::DISK_PATH, path, problem, fix)
+}
+
+fn dir_error(variable: &'static str, path: &Path, problem: String, fix: &'static str) -> PlanError {
     PlanError::DiskPath {
-        variable: env::DISK_PATH,
+        variable,
         path: path.display().to_string(),
         problem,
         fix,
     }
+}
+
+/// Creates `path` (and missing parents) at mode 0700: the cache and the
+/// lookup-hash records are the node's private data (seed: "Created at mode
+/// 0700"). An existing directory is used as it is (its mode is the owner's
+/// choice); anything else in the way is an error. `variable` names the
+/// setting in errors.
+fn create_private_dir(path: &Path, variable: &'static str) -> Result<(), PlanError> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if path.exists() {
+        return Err(dir_error(
+            variable,
+            path,
+            "it exists and is not a directory".into(),
+            "Point the variable at a directory (it is created, mode 0700, if missing)",
+        ));
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| {
+            dir_error(
+                variable,
+                path,
+                format!("cannot create it: {e}"),
+                "Create it yourself or point the variable at a writable place",
+            )
+        })?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(|e| {
+        dir_error(
+            variable,
+            path,
+            format!("cannot set mode 0700: {e}"),
+            "Check who owns it",
+        )
+    })
 }
 
 /// Checks the cache directory and returns the directory to measure: the
@@ -523,24 +848,7 @@ fn prepare_disk_path(path: &Path, access: DiskAccess) -> Result<PathBuf, PlanErr
         )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => match access {
             DiskAccess::Create => {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(path)
-                    .map_err(|e| {
-                        disk_error(
-                            path,
-                            format!("cannot create it: {e}"),
-                            "Create it yourself or point the variable at a writable place",
-                        )
-                    })?;
-                fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(|e| {
-                    disk_error(
-                        path,
-                        format!("cannot set mode 0700: {e}"),
-                        "Check who owns it",
-                    )
-                })?;
+                create_private_dir(path, env::DISK_PATH)?;
                 Ok(path.to_path_buf())
             }
             DiskAccess::Inspect => {

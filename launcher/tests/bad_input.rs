@@ -43,6 +43,7 @@ impl Case {
             dir.path().join("cache").display().to_string(),
         );
         vars.insert("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB".into(), "1".into());
+        vars.insert("EREBINE_AGENT_KV_CACHE_BACKEND".into(), "lmcache".into());
         Case { dir, vars }
     }
 
@@ -332,4 +333,89 @@ fn size_json_has_every_documented_field() {
         assert!(!v[field].is_null(), "{field} missing in {v:#}");
     }
     assert_eq!(v["l1_bytes"], 2u64 << 30);
+}
+
+#[test]
+fn a_backend_other_than_lmcache_has_nothing_to_launch_and_exits_0() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_KV_CACHE_BACKEND", "native");
+    let out = case.run(&["launch"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing to launch"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!case.path().join("cache").exists());
+    let plan = dry_run_plan(&case, &["--kv-cache-backend", "none"]);
+    assert_eq!(plan["backend"], "none");
+    assert!(plan["argv"].is_null());
+    let plan = dry_run_plan(&case, &["--kv-cache-backend", "lmcache"]);
+    assert_eq!(plan["backend"], "lmcache");
+    assert_eq!(
+        plan["connector_config"]["kv_connector"],
+        "LMCacheMPConnector"
+    );
+}
+
+#[test]
+fn a_bad_backend_names_the_variable_or_the_flag() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache2");
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        2,
+        &["EREBINE_AGENT_KV_CACHE_BACKEND", "native, lmcache or none"],
+    );
+    let out = case.run(&["launch", "--kv-cache-backend", "vllm"]);
+    assert_fails(&out, 2, &["--kv-cache-backend", "native, lmcache or none"]);
+}
+
+#[test]
+fn bad_extra_args_and_config_are_refused_before_anything_starts() {
+    for (var, value, needle) in [
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            "--l2-adapter {oops}",
+            "not valid JSON",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG",
+            "[]",
+            "one JSON object",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR",
+            "maybe",
+            "an absolute path",
+        ),
+    ] {
+        let mut case = Case::new();
+        case.set(var, value);
+        let out = case.run(&["launch"]);
+        assert_fails(&out, 2, &[var, needle]);
+        assert!(!case.path().join("cache").exists());
+    }
+}
+
+#[test]
+fn hybrid_attention_flag_raises_the_chunk_size() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0");
+    let plan = dry_run_plan(
+        &case,
+        &[
+            "--hybrid-attention",
+            "--block-size",
+            "528",
+            "--max-num-batched-tokens",
+            "512",
+        ],
+    );
+    assert_eq!(plan["decisions"]["chunk_size"]["value"], 528);
+    assert_eq!(
+        plan["decisions"]["chunk_size"]["rule"],
+        "derived-raised-hybrid-block"
+    );
 }

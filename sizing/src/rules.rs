@@ -263,8 +263,19 @@ pub fn use_odirect(block_size: u64, probe: &OdirectProbe) -> Decision<bool> {
 /// The LMCache chunk size in tokens: `explicit`
 /// (`EREBINE_AGENT_LMCACHE_CHUNK_SIZE`) when set, else half of the engine's
 /// max batched tokens (at least 1).
-pub fn chunk_size(explicit: Option<u32>, max_num_batched_tokens: u32) -> Decision<u32> {
-    match explicit {
+///
+/// `hybrid_block_size` is the engine's KV block size (tokens) when the model
+/// is hybrid-attention, else `None`. A hybrid model's chunk size must be a
+/// multiple of that block size, so the value (explicit or derived) is raised
+/// to the next multiple of it; in particular an explicit value below the block
+/// size is raised to the block size (seed, "LMCache Environment Variables",
+/// `EREBINE_AGENT_LMCACHE_CHUNK_SIZE`). A block size of 0 is treated as 1.
+pub fn chunk_size(
+    explicit: Option<u32>,
+    max_num_batched_tokens: u32,
+    hybrid_block_size: Option<u32>,
+) -> Decision<u32> {
+    let base = match explicit {
         Some(tokens) => Decision::new(
             tokens,
             "explicit",
@@ -275,7 +286,34 @@ pub fn chunk_size(explicit: Option<u32>, max_num_batched_tokens: u32) -> Decisio
             "half-max-batched-tokens",
             format!("half of the engine's {max_num_batched_tokens} max batched tokens"),
         ),
+    };
+    let Some(block) = hybrid_block_size.map(|b| b.max(1)) else {
+        return base;
+    };
+    let raised = base.value.max(1).div_ceil(block).saturating_mul(block);
+    if raised == base.value {
+        return Decision::new(
+            base.value,
+            base.rule,
+            format!(
+                "{}; a multiple of the hybrid-attention model's {block}-token block size",
+                base.reason
+            ),
+        );
     }
+    let rule = if explicit.is_some() {
+        "explicit-raised-hybrid-block"
+    } else {
+        "derived-raised-hybrid-block"
+    };
+    Decision::new(
+        raised,
+        rule,
+        format!(
+            "{} ({}), raised to {raised}: a hybrid-attention model needs a multiple of its {block}-token block size",
+            base.reason, base.value
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -414,9 +452,33 @@ mod tests {
 
     #[test]
     fn chunk_size_defaults_to_half_the_batched_tokens() {
-        assert_eq!(chunk_size(None, 2048).value, 1024);
-        assert_eq!(chunk_size(None, 1).value, 1);
-        assert_eq!(chunk_size(Some(256), 2048).value, 256);
+        assert_eq!(chunk_size(None, 2048, None).value, 1024);
+        assert_eq!(chunk_size(None, 1, None).value, 1);
+        assert_eq!(chunk_size(Some(256), 2048, None).value, 256);
+        assert_eq!(chunk_size(Some(100), 2048, None).rule, "explicit");
+    }
+
+    #[test]
+    fn hybrid_attention_chunk_size_is_a_multiple_of_the_block_size() {
+        // (explicit, max batched tokens, block size) -> (tokens, rule)
+        let cases = [
+            (Some(256), 2048, 528, 528, "explicit-raised-hybrid-block"),
+            (Some(1056), 2048, 528, 1056, "explicit"),
+            (Some(600), 2048, 528, 1056, "explicit-raised-hybrid-block"),
+            (None, 2048, 16, 1024, "half-max-batched-tokens"),
+            (None, 2048, 768, 1536, "derived-raised-hybrid-block"),
+            (None, 512, 1024, 1024, "derived-raised-hybrid-block"),
+        ];
+        for (explicit, batched, block, tokens, rule) in cases {
+            let d = chunk_size(explicit, batched, Some(block));
+            assert_eq!(
+                (d.value, d.rule),
+                (tokens, rule),
+                "{explicit:?} {batched} {block}"
+            );
+            assert_eq!(d.value % block, 0);
+            assert!(d.reason.contains("hybrid-attention"), "{}", d.reason);
+        }
     }
 
     proptest! {

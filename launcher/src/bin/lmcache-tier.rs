@@ -15,6 +15,7 @@ use lmcache_launcher::housekeep::with_progress;
 use lmcache_launcher::launch::{self, LaunchError, RunOptions};
 use lmcache_launcher::locate;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
+use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
 
@@ -119,6 +120,10 @@ struct EngineArgs {
     /// Max batched tokens per engine step; the chunk size defaults to half of it.
     #[arg(long, default_value_t = 2048)]
     max_num_batched_tokens: u32,
+    /// The model is hybrid-attention: the chunk size is raised to a multiple
+    /// of --block-size.
+    #[arg(long)]
+    hybrid_attention: bool,
 }
 
 #[derive(Args)]
@@ -128,7 +133,12 @@ struct LaunchArgs {
     /// Disk tier capacity in GiB (overrides EREBINE_AGENT_LMCACHE_DISK_SIZE_GB; 0 disables the tier).
     #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
     lmcache_disk_size_gb: Option<f64>,
-    /// Print the plan (argv, env, every decision) and start nothing.
+    /// KV cache backend: lmcache plans the server; native and none have
+    /// nothing to launch (exit 0). Overrides EREBINE_AGENT_KV_CACHE_BACKEND
+    /// (default native).
+    #[arg(long, value_name = "BACKEND", value_parser = backend)]
+    kv_cache_backend: Option<KvCacheBackend>,
+    /// Print the plan (argv, env, connector config, every decision) and start nothing.
     #[arg(long)]
     dry_run: bool,
     /// With --dry-run: print the plan as one JSON object.
@@ -158,6 +168,10 @@ struct SizeArgs {
     json: bool,
 }
 
+fn backend(s: &str) -> Result<KvCacheBackend, String> {
+    KvCacheBackend::parse("--kv-cache-backend", s).map_err(|e| e.to_string())
+}
+
 fn non_negative_gib(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
@@ -175,8 +189,12 @@ struct Failure {
 
 impl From<PlanError> for Failure {
     fn from(e: PlanError) -> Self {
+        let code = match &e {
+            PlanError::Executable(_) => 3,
+            _ => 2,
+        };
         Failure {
-            code: 2,
+            code,
             message: e.to_string(),
         }
     }
@@ -275,6 +293,9 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
     if let Some(gib) = args.lmcache_disk_size_gb {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string());
     }
+    if let Some(backend) = args.kv_cache_backend {
+        vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string());
+    }
     let node = NodeEnv::from_vars(&vars)?;
     let e = args.engine;
     let facts = EngineFacts {
@@ -285,12 +306,13 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
         kv_cache_dtype: e.kv_cache_dtype,
         block_size: e.block_size,
         max_num_batched_tokens: e.max_num_batched_tokens,
+        hybrid_attention: e.hybrid_attention,
     };
-    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
-    let executable = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)?;
-    if node.lmcache_path.is_none() {
+    if node.kv_cache_backend == KvCacheBackend::Lmcache && node.lmcache_path.is_none() {
         // Our erebine-lmcache will look for the stock lmcache: fail here, with
-        // the list of places, rather than after starting it.
+        // the list of places, before anything is created or started.
+        let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
+        let executable = locate::server_executable(None, &vars, &own)?;
         if let Err(e) = locate::find_stock_lmcache(&vars, &executable) {
             if !args.dry_run {
                 return Err(e.into());
@@ -304,10 +326,21 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
     } else {
         DiskAccess::Create
     };
-    let plan = plan::plan_launch(&facts, &node, &host, executable, access)?;
+    let planned = lmcache_launcher::plan(&facts, &vars, &host, access)?;
+    let plan = match &planned {
+        Planned::Server(plan) => plan,
+        Planned::NothingToLaunch(why) => {
+            match (args.dry_run, args.json) {
+                (true, true) => println!("{:#}", planned.to_json()),
+                (true, false) => println!("nothing to launch: {}", why.reason),
+                (false, _) => tracing::info!("nothing to launch: {}", why.reason),
+            }
+            return Ok(());
+        }
+    };
     if args.dry_run {
         if args.json {
-            println!("{:#}", plan.to_json());
+            println!("{:#}", planned.to_json());
         } else {
             println!("{}", plan.log_line());
             println!(
@@ -315,6 +348,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
                 plan.executable.display(),
                 plan.redacted_args().join(" ")
             );
+            println!("vLLM --kv-transfer-config {}", plan.kv_transfer_config());
         }
         return Ok(());
     }
@@ -331,7 +365,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
             code: 1,
             message: format!("cannot start the runtime: {e}"),
         })?;
-    runtime.block_on(launch::run(&plan, &options))?;
+    runtime.block_on(launch::run(plan, &options))?;
     Ok(())
 }
 

@@ -1,0 +1,330 @@
+//! Golden plans: the whole plan (argv, env, connector config, cascade,
+//! decisions, housekeeping) of representative nodes, through the library's
+//! entry point with fixed host facts, so the result is the same on every
+//! machine.
+//!
+//! The expected plans are `tests/golden/<name>.json`. After an intended
+//! change, rewrite them with `EREBINE_BLESS_GOLDEN=1 cargo test -p
+//! lmcache-launcher --test golden_plans` and review the diff.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use lmcache_launcher::{plan, DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, Planned};
+use lmcache_sizing::rules::{OdirectProbe, VolumeStats};
+use lmcache_sizing::{Decision, GIB};
+
+const DISK_PATH: &str = "/var/lib/inference/.cache/erebine/lmcache";
+
+/// The seed's "local disk tier in front of an S3-compatible bucket", with
+/// stand-in secrets.
+const SEED_CASCADE: &str = r#"[{"type":"fs","base_path":"/var/lib/inference/.cache/erebine/lmcache","max_capacity_gb":150,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}},{"shared":true,"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_region":"REGION","s3_prefer_http2":false,"aws_access_key_id":"AKIAEXAMPLE","aws_secret_access_key":"s3cr3t-example","max_capacity_gb":2000,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}}]"#;
+
+fn facts(tp: u32) -> EngineFacts {
+    EngineFacts {
+        model: "meta-llama/Llama-3.1-70B-Instruct".into(),
+        tensor_parallel_size: tp,
+        pipeline_parallel_size: 1,
+        data_parallel_size: 1,
+        kv_cache_dtype: "auto".into(),
+        block_size: 16,
+        max_num_batched_tokens: 2048,
+        hybrid_attention: false,
+    }
+}
+
+/// A 256 GiB, 32-core host with a 2 TiB cache volume that takes O_DIRECT.
+fn host() -> HostFacts {
+    HostFacts {
+        memory: Decision::new(256 * GIB, "given", "golden host: 256 GiB"),
+        physical_cores: 32,
+        disk: DiskFacts::Given {
+            volume: VolumeStats {
+                total_bytes: 2048 * GIB,
+                free_bytes: 1800 * GIB,
+                block_size: 4096,
+            },
+            reclaimable_bytes: 0,
+            odirect: OdirectProbe::Succeeded,
+        },
+    }
+}
+
+struct Node {
+    _dir: tempfile::TempDir,
+    dir: String,
+    vars: BTreeMap<String, String>,
+}
+
+/// A node with the lmcache backend, the seed's disk path and a stand-in
+/// `erebine-lmcache` in a temp dir (shown as `$TMP` in the golden files).
+fn node(pairs: &[(&str, &str)]) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("erebine-lmcache");
+    fs::write(&exe, "#!/bin/sh\nexit 99\n").unwrap();
+    fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut vars: BTreeMap<String, String> = [
+        ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache"),
+        ("EREBINE_AGENT_LMCACHE_DISK_PATH", DISK_PATH),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "32"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    vars.insert(
+        "EREBINE_AGENT_LMCACHE_PATH".into(),
+        exe.display().to_string(),
+    );
+    for (k, v) in pairs {
+        vars.insert(k.to_string(), v.to_string());
+    }
+    Node {
+        dir: dir.path().display().to_string(),
+        _dir: dir,
+        vars,
+    }
+}
+
+fn plan_of(node: &Node, facts: &EngineFacts) -> LaunchPlan {
+    match plan(facts, &node.vars, &host(), DiskAccess::Inspect).unwrap() {
+        Planned::Server(plan) => *plan,
+        Planned::NothingToLaunch(n) => panic!("nothing to launch: {}", n.reason),
+    }
+}
+
+#[track_caller]
+fn assert_golden(name: &str, node: &Node, plan: &LaunchPlan) {
+    let text = format!("{:#}\n", Planned::Server(Box::new(plan.clone())).to_json())
+        .replace(&node.dir, "$TMP");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/{name}.json"));
+    if std::env::var_os("EREBINE_BLESS_GOLDEN").is_some() {
+        fs::write(&path, &text).unwrap();
+        return;
+    }
+    let expected = fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; bless it with EREBINE_BLESS_GOLDEN=1",
+            path.display()
+        )
+    });
+    assert!(
+        text == expected,
+        "{name}: the plan differs from {}; got:\n{text}",
+        path.display()
+    );
+}
+
+fn count(args: &[String], flag: &str) -> usize {
+    args.iter().filter(|a| *a == flag).count()
+}
+
+fn value_of<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
+    args.windows(2)
+        .filter(|w| w[0] == flag)
+        .map(|w| w[1].as_str())
+        .collect()
+}
+
+#[test]
+fn tp4_with_the_seeds_fs_then_s3_cascade() {
+    let node = node(&[
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "150"),
+        ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", SEED_CASCADE),
+    ]);
+    let plan = plan_of(&node, &facts(4));
+    assert_eq!(value_of(&plan.args, "--max-gpu-workers"), ["4"]);
+    assert_eq!(count(&plan.args, "--l2-adapter"), 2);
+    assert!(
+        plan.args.iter().any(|a| a.contains("s3cr3t-example")),
+        "the server gets the secret"
+    );
+    let shown = plan.to_json().to_string() + &plan.log_line();
+    assert!(
+        !shown.contains("s3cr3t-example"),
+        "a printed plan shows the secret"
+    );
+    assert!(
+        plan.housekeeping.is_none(),
+        "a custom cascade is not housekept"
+    );
+    assert_golden("tp4_fs_then_s3", &node, &plan);
+}
+
+#[test]
+fn l1_only() {
+    let node = node(&[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0")]);
+    let plan = plan_of(&node, &facts(1));
+    assert_eq!(count(&plan.args, "--l2-adapter"), 0);
+    assert_eq!(value_of(&plan.args, "--l1-size-gb"), ["32"]);
+    assert!(plan.housekeeping.is_none());
+    assert_golden("l1_only", &node, &plan);
+}
+
+#[test]
+fn disk_only_runs_l1_as_a_write_buffer() {
+    let node = node(&[
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "0"),
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "400"),
+    ]);
+    let plan = plan_of(&node, &facts(2));
+    assert_eq!(value_of(&plan.args, "--eviction-policy"), ["noop"]);
+    assert_eq!(value_of(&plan.args, "--l2-store-policy"), ["skip_l1"]);
+    let tier: serde_json::Value =
+        serde_json::from_str(value_of(&plan.args, "--l2-adapter")[0]).unwrap();
+    assert_eq!(tier["type"], "fs_native");
+    assert_eq!(tier["max_capacity_gb"], 400.0);
+    assert_eq!(tier["num_workers"], 16);
+    assert_eq!(tier["use_odirect"], true);
+    assert_eq!(
+        plan.housekeeping.as_ref().unwrap().capacity_bytes,
+        400 * GIB
+    );
+    assert_golden("disk_only", &node, &plan);
+}
+
+#[test]
+fn extra_args_override_chunk_size_and_replace_the_tiers() {
+    let node = node(&[
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            r#"--chunk-size 512 --l2-adapter {"type":"fs","base_path":"/mnt/fast","max_capacity_gb":50} --enable-gc-monitor --port=7555"#,
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG",
+            r#"{"lmcache.mp.timeout":30,"lmcache.mp.host":"tcp://localhost"}"#,
+        ),
+        ("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR", "yes"),
+        ("EREBINE_AGENT_LMCACHE_LOG_LEVEL", "warning"),
+    ]);
+    let plan = plan_of(&node, &facts(1));
+    // A repeated flag wins: the node's own occurrence is gone, and the extra
+    // --l2-adapter replaces the built-in tier instead of adding to it.
+    assert_eq!(value_of(&plan.args, "--chunk-size"), ["512"]);
+    assert_eq!(value_of(&plan.args, "--port"), ["7555"]);
+    assert_eq!(
+        value_of(&plan.args, "--l2-adapter"),
+        [r#"{"type":"fs","base_path":"/mnt/fast","max_capacity_gb":50}"#]
+    );
+    assert_eq!(
+        plan.args[plan.args.len() - 3..],
+        ["--enable-gc-monitor", "--port", "7555"],
+        "the extra arguments come last, in order"
+    );
+    assert_eq!(plan.cascade.tiers().len(), 1);
+    assert_eq!(plan.decisions.chunk_size.value, 512);
+    assert_eq!(plan.mp_port, 7555);
+    assert_eq!(
+        plan.connector_config["kv_connector_extra_config"]["lmcache.mp.port"],
+        7555
+    );
+    assert_eq!(
+        plan.connector_config["kv_connector_extra_config"]["lmcache.mp.host"], "tcp://localhost",
+        "EXTRA_CONFIG keys win"
+    );
+    assert!(plan.decisions.disk.is_none() && plan.housekeeping.is_none());
+    assert_eq!(
+        value_of(&plan.args, "--lookup-hash-log-dir"),
+        [format!("{DISK_PATH}/lookup_hashes").as_str()]
+    );
+    assert_golden("extra_args_override", &node, &plan);
+}
+
+#[test]
+fn extra_chunk_size_keeps_the_housekeeping_identity_true() {
+    let node = node(&[
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "100"),
+        ("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--chunk-size=256"),
+    ]);
+    let plan = plan_of(&node, &facts(1));
+    assert_eq!(value_of(&plan.args, "--chunk-size"), ["256"]);
+    assert_eq!(plan.housekeeping.unwrap().identity.chunk_size, 256);
+    assert_eq!(plan.decisions.replaced_by_extra_args[0].node, "1024");
+}
+
+#[test]
+fn hybrid_attention_raises_the_chunk_size_to_a_block_multiple() {
+    let node = node(&[
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0"),
+        ("EREBINE_AGENT_LMCACHE_CHUNK_SIZE", "256"),
+    ]);
+    let mut hybrid = facts(1);
+    hybrid.hybrid_attention = true;
+    hybrid.block_size = 528;
+    let plan = plan_of(&node, &hybrid);
+    assert_eq!(value_of(&plan.args, "--chunk-size"), ["528"]);
+    assert_eq!(
+        plan.decisions.chunk_size.rule,
+        "explicit-raised-hybrid-block"
+    );
+
+    let node = node_with_extra_chunk("1000");
+    let err = lmcache_launcher::plan(&hybrid, &node.vars, &host(), DiskAccess::Inspect)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("EREBINE_AGENT_LMCACHE_EXTRA_ARGS (--chunk-size)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("multiple of the hybrid-attention model's 528"),
+        "{err}"
+    );
+}
+
+fn node_with_extra_chunk(tokens: &str) -> Node {
+    node(&[
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0"),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            &format!("--chunk-size {tokens}"),
+        ),
+    ])
+}
+
+#[test]
+fn backends_other_than_lmcache_have_nothing_to_launch() {
+    for backend in ["native", "none"] {
+        let node = node(&[("EREBINE_AGENT_KV_CACHE_BACKEND", backend)]);
+        let planned = plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect).unwrap();
+        let json = planned.to_json();
+        assert!(planned.server().is_none(), "{backend}");
+        assert_eq!(json["backend"], backend);
+        assert!(json["nothing_to_launch"]
+            .as_str()
+            .unwrap()
+            .contains("no LMCache server"));
+    }
+}
+
+#[test]
+fn the_lookup_hash_log_dir_is_created_0700_at_launch_and_not_in_a_dry_run() {
+    let node_dir = tempfile::tempdir().unwrap();
+    let cache = node_dir.path().join("cache");
+    let mut node = node(&[
+        ("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR", "1"),
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "100"),
+    ]);
+    node.vars.insert(
+        "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
+        cache.display().to_string(),
+    );
+    let dir = cache.join("lookup_hashes");
+    lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect).unwrap();
+    assert!(!cache.exists(), "a dry run created {}", cache.display());
+    lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Create).unwrap();
+    let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", dir.display());
+
+    fs::remove_dir(&dir).unwrap();
+    fs::write(&dir, "").unwrap();
+    let err = lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Create)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR")
+            && err.contains("not a directory"),
+        "{err}"
+    );
+}
