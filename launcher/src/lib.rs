@@ -35,3 +35,4 @@ pub mod locate;
 pub mod plan;
 pub mod status;
 pub mod supervise;
+pub mod watch;
