@@ -30,6 +30,7 @@
 
 pub mod env;
 pub mod housekeep;
+pub mod inspect;
 pub mod launch;
 pub mod locate;
 pub mod plan;

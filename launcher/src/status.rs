@@ -439,9 +439,22 @@ impl StatusClient {
                 Err(e) => Poll::NoAnswer(format!("body cut short: {e}")),
             },
             Ok(resp) => Poll::NotReady(resp.status().as_u16()),
-            Err(e) => Poll::NoAnswer(e.to_string()),
+            Err(e) => Poll::NoAnswer(error_chain(&e)),
         }
     }
+}
+
+/// `error: cause: cause`, innermost cause last (reqwest's own message names
+/// only the URL; the cause says "Connection refused" or "timed out").
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]
