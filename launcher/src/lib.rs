@@ -6,7 +6,10 @@
 //! The flow of one launch (see `docs/design.md`):
 //! [`env::NodeEnv`] + [`plan::EngineFacts`] + [`plan::HostFacts`] ->
 //! [`plan::plan_launch`] -> [`plan::LaunchPlan`] (argv, env, every decision
-//! with its reason) -> [`launch::run`].
+//! with its reason) -> [`launch::run`] (or [`launch::run_with_events`] to
+//! receive the liveness events of [`watch`]: workers lost, unhealthy,
+//! unresponsive, exited with a hint). [`status`] is the typed `/status`
+//! model; [`inspect`] builds what `lmcache-tier inspect` prints.
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
