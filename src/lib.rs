@@ -35,13 +35,18 @@ pub fn lmcache_venv() -> PathBuf {
 }
 
 /// Path of one of the shipped binaries (`lmcache-tier`, `erebine-lmcache`),
-/// built once per test process with the test's own profile.
+/// built once per test process with the test's own profile (release for
+/// `cargo bench`).
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "lmcache-launcher", "--bins"])
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "lmcache-launcher", "--bins"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let status = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("cargo runs");

@@ -2,38 +2,78 @@
 //! planned executable, wait for `/status`, run until SIGTERM/SIGINT, stop.
 
 use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 
 use lmcache_housekeeping::Mode;
 
 use crate::env;
 use crate::plan::LaunchPlan;
-use crate::status::{Poll, StatusClient};
+use crate::status::StatusClient;
 use crate::supervise::{describe, Output, Supervised};
+use crate::watch::{Event, WatchConfig, Watcher};
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// How long the server may take to answer `/status` with 200.
+    /// How long a start may take to answer `/status` with 200.
     pub ready_timeout: Duration,
-    /// How often `/status` is polled while waiting.
-    pub ready_poll: Duration,
     /// How long a stop waits after SIGTERM before SIGKILL.
     pub stop_grace: Duration,
+    /// How `/status` is polled and when events are sent.
+    pub watch: WatchConfig,
+    /// When a server that exits is started again.
+    pub restart: RestartPolicy,
 }
 
 impl Default for RunOptions {
     /// 180 s to become ready (LMCache takes 20-25 s on a small host, mostly
-    /// imports), polls every 0.5 s, 30 s of grace on stop.
+    /// imports), 30 s of grace on stop, the default watch and restart policy.
     fn default() -> Self {
         RunOptions {
             ready_timeout: Duration::from_secs(180),
-            ready_poll: Duration::from_millis(500),
             stop_grace: Duration::from_secs(30),
+            watch: WatchConfig::default(),
+            restart: RestartPolicy::default(),
+        }
+    }
+}
+
+/// When a server that exits (or does not become ready again) is restarted.
+///
+/// The first start is not retried: a server that never became ready runs a
+/// command line that does not work, and the same command line will not work
+/// the second time. Once it has been ready, an exit is a crash (an OOM kill,
+/// a bug) and the server is started again after a backoff that doubles from
+/// `first_backoff` up to `max_backoff`. A run shorter than `fast_failure` is a
+/// fast failure; `max_fast_failures` of them in a row end the launch with
+/// [`LaunchError::GaveUp`]. A longer run resets the count and the backoff.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartPolicy {
+    /// Wait before the first restart. Default 1 s.
+    pub first_backoff: Duration,
+    /// Longest wait between restarts. Default 30 s.
+    pub max_backoff: Duration,
+    /// A run shorter than this is a fast failure. Default 120 s: a start
+    /// alone takes 20-25 s on a small host.
+    pub fast_failure: Duration,
+    /// Fast failures in a row that end the launch. Default 3.
+    pub max_fast_failures: u32,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            first_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+            fast_failure: Duration::from_secs(120),
+            max_fast_failures: 3,
         }
     }
 }
@@ -87,6 +127,18 @@ pub enum LaunchError {
         /// Its last output lines.
         tail: Vec<String>,
     },
+    /// The server kept failing soon after each restart.
+    #[error("the LMCache server failed {failures} times in a row, each within {}s of its start; not restarting it again. Last: {status}; its last lines:\n{}", within.as_secs(), tail.join("\n"))]
+    GaveUp {
+        /// Fast failures in a row.
+        failures: u32,
+        /// The run length under which a failure counts as fast.
+        within: Duration,
+        /// How the last run ended.
+        status: String,
+        /// Its last output lines.
+        tail: Vec<String>,
+    },
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
@@ -113,12 +165,31 @@ pub fn check_ports(plan: &LaunchPlan) -> Result<(), LaunchError> {
 }
 
 /// Starts the planned server, waits until `/status` answers, and runs until
-/// SIGTERM or SIGINT, then stops it. Returns the server's status after a
-/// requested stop.
+/// SIGTERM or SIGINT, then stops it; a server that exits after it was ready
+/// is restarted (see [`RestartPolicy`]). Every [`Event`] is logged. Returns
+/// the server's status after a requested stop.
 ///
-/// Errors: a taken port, an executable that does not start, a server that
-/// exits or does not become ready (the error quotes its last lines).
+/// Errors: a taken port, an executable that does not start, a first start
+/// that exits or does not become ready, repeated fast failures (each error
+/// quotes the server's last lines).
 pub async fn run(plan: &LaunchPlan, options: &RunOptions) -> Result<ExitStatus, LaunchError> {
+    run_with_events(plan, options, None).await
+}
+
+/// [`run`], also sending every [`Event`] on `events` (the agent's
+/// subscription). A dropped receiver stops nothing: events are still logged.
+///
+/// The housekeeping of the disk tier runs once, before the first start, and
+/// its lock is held until this function returns, across restarts. A restart
+/// does not housekeep again: the launch identity is the same and the lock kept
+/// every other launch out, so there is nothing of another identity to purge,
+/// and the capacity is enforced while the server runs (fs_native eviction, the
+/// capacity guard), not by a trim between starts.
+pub async fn run_with_events(
+    plan: &LaunchPlan,
+    options: &RunOptions,
+    events: Option<mpsc::UnboundedSender<Event>>,
+) -> Result<ExitStatus, LaunchError> {
     check_ports(plan)?;
     // Held until this function returns: no other launch or housekeeping may
     // touch the directory while the server runs (issue 3, step 5).
@@ -130,61 +201,179 @@ pub async fn run(plan: &LaunchPlan, options: &RunOptions) -> Result<ExitStatus, 
         }
         None => None,
     };
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut command = Command::new(&plan.executable);
-    command.args(&plan.args).envs(&plan.env);
-    let mut server = Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
-        executable: plan.executable.display().to_string(),
-        detail: e.to_string(),
-    })?;
-    tracing::info!(pid = server.pid(), executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
-
-    let client = StatusClient::new(plan.status_url());
-    let started = Instant::now();
-    loop {
-        let poll = tokio::select! {
-            status = server.wait() => {
-                return Err(LaunchError::ExitedBeforeReady { status: describe(status?), tail: server.tail() });
+    let mut signals = Signals::new()?;
+    let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
+    let emit = |event: Event| {
+        match &event {
+            Event::Ready | Event::WorkersAttached { .. } | Event::Recovered => {
+                tracing::info!(event = ?event, "{event}")
             }
-            _ = terminate.recv() => return stop(&mut server, "SIGTERM", options).await,
-            _ = interrupt.recv() => return stop(&mut server, "SIGINT", options).await,
-            poll = client.poll() => poll,
+            _ => tracing::warn!(event = ?event, "{event}"),
+        }
+        if let Some(tx) = &events {
+            let _ = tx.send(event);
+        }
+    };
+    let restart = &options.restart;
+    let mut backoff = restart.first_backoff;
+    let mut fast_failures = 0u32;
+    let mut start = 0u64;
+    loop {
+        start += 1;
+        let mut command = Command::new(&plan.executable);
+        command.args(&plan.args).envs(&plan.env);
+        let mut server =
+            Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
+                executable: plan.executable.display().to_string(),
+                detail: e.to_string(),
+            })?;
+        tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
+        let started = Instant::now();
+        let mut watcher = Watcher::new(options.watch.clone());
+        let ended = supervise(
+            &mut server,
+            &client,
+            &mut watcher,
+            &mut signals,
+            options,
+            &emit,
+            plan,
+        )
+        .await?;
+        let (status, last) = match ended {
+            Ended::Stopped(status) => return Ok(status),
+            Ended::Exited(status) => {
+                // Whatever the server left in its group goes with it.
+                server.signal(Signal::SIGKILL);
+                emit(Event::exited(status));
+                (describe(status), None)
+            }
+            Ended::NotReady(last) => (
+                format!(
+                    "no 200 from /status within {}s",
+                    options.ready_timeout.as_secs()
+                ),
+                Some(last),
+            ),
         };
-        let last = match poll {
-            Poll::Up(_) => break,
-            Poll::NotReady(code) => format!("HTTP {code}"),
-            Poll::NoAnswer(e) => e,
-        };
-        if started.elapsed() >= options.ready_timeout {
-            server.stop(options.stop_grace).await?;
-            return Err(LaunchError::NotReady {
-                url: plan.status_url(),
-                timeout: options.ready_timeout,
-                last,
+        if start == 1 && !watcher.is_ready() {
+            return Err(match last {
+                None => LaunchError::ExitedBeforeReady {
+                    status,
+                    tail: server.tail(),
+                },
+                Some(last) => LaunchError::NotReady {
+                    url: plan.status_url(),
+                    timeout: options.ready_timeout,
+                    last,
+                    tail: server.tail(),
+                },
+            });
+        }
+        if started.elapsed() < restart.fast_failure {
+            fast_failures += 1;
+        } else {
+            fast_failures = 0;
+            backoff = restart.first_backoff;
+        }
+        if fast_failures >= restart.max_fast_failures {
+            return Err(LaunchError::GaveUp {
+                failures: fast_failures,
+                within: restart.fast_failure,
+                status,
                 tail: server.tail(),
             });
         }
+        tracing::warn!(
+            "LMCache server ended ({status}) after {:.0}s; restarting it in {:.0}s ({fast_failures} fast failures in a row, {} allowed)",
+            started.elapsed().as_secs_f64(),
+            backoff.as_secs_f64(),
+            restart.max_fast_failures
+        );
         tokio::select! {
-            status = server.wait() => {
-                return Err(LaunchError::ExitedBeforeReady { status: describe(status?), tail: server.tail() });
+            _ = tokio::time::sleep(backoff) => {}
+            why = signals.recv() => {
+                tracing::info!("{why} received while waiting to restart the LMCache server: not restarting");
+                return Ok(ExitStatus::from_raw(0));
             }
-            _ = tokio::time::sleep(options.ready_poll) => {}
         }
-    }
-    tracing::info!(
-        "LMCache server ready in {:.1}s: {} answers; ZMQ on tcp://127.0.0.1:{}",
-        started.elapsed().as_secs_f64(),
-        plan.status_url(),
-        plan.mp_port
-    );
-    tokio::select! {
-        status = server.wait() => Err(LaunchError::Exited { status: describe(status?), tail: server.tail() }),
-        _ = terminate.recv() => stop(&mut server, "SIGTERM", options).await,
-        _ = interrupt.recv() => stop(&mut server, "SIGINT", options).await,
+        backoff = (backoff * 2).min(restart.max_backoff);
     }
 }
 
+/// How one start of the server ended.
+enum Ended {
+    /// Stopped on request (SIGTERM/SIGINT).
+    Stopped(ExitStatus),
+    /// Exited by itself.
+    Exited(ExitStatus),
+    /// Did not answer 200 within the ready timeout and was stopped; the last poll.
+    NotReady(String),
+}
+
+/// SIGTERM and SIGINT, the requests to stop.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        Ok(Signals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        }
+    }
+}
+
+/// Watches one start of the server until it exits, is stopped on request,
+/// or misses the ready timeout.
+async fn supervise(
+    server: &mut Supervised,
+    client: &StatusClient,
+    watcher: &mut Watcher,
+    signals: &mut Signals,
+    options: &RunOptions,
+    emit: &impl Fn(Event),
+    plan: &LaunchPlan,
+) -> Result<Ended, LaunchError> {
+    let started = Instant::now();
+    loop {
+        let poll = tokio::select! {
+            status = server.wait() => return Ok(Ended::Exited(status?)),
+            why = signals.recv() => return stop(server, why, options).await.map(Ended::Stopped),
+            poll = client.poll() => poll,
+        };
+        let was_ready = watcher.is_ready();
+        for event in watcher.observe(&poll) {
+            emit(event);
+        }
+        if watcher.is_ready() && !was_ready {
+            tracing::info!(
+                "LMCache server ready in {:.1}s: {} answers; ZMQ on tcp://127.0.0.1:{}",
+                started.elapsed().as_secs_f64(),
+                plan.status_url(),
+                plan.mp_port
+            );
+        }
+        if !watcher.is_ready() && started.elapsed() >= options.ready_timeout {
+            server.stop(options.stop_grace).await?;
+            return Ok(Ended::NotReady(poll.describe()));
+        }
+        tokio::select! {
+            status = server.wait() => return Ok(Ended::Exited(status?)),
+            why = signals.recv() => return stop(server, why, options).await.map(Ended::Stopped),
+            _ = tokio::time::sleep(watcher.next_interval()) => {}
+        }
+    }
+}
 async fn stop(
     server: &mut Supervised,
     why: &str,

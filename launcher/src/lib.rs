@@ -10,6 +10,10 @@
 //! a [`LaunchPlan`] with the server's argv and environment, the engine's
 //! connector config, and every decision with its reason, serialisable to JSON
 //! ([`LaunchPlan::to_json`], secrets redacted). [`launch::run`] runs a plan.
+//! [`launch::run_with_events`] also delivers the liveness events of [`watch`]
+//! (workers lost, unhealthy, unresponsive, exited with a hint); [`status`] is
+//! the typed `/status` model; [`inspect`] builds what `lmcache-tier inspect`
+//! prints.
 //!
 //! Every variable, its default, range and seed section is in
 //! `docs/configuration.md`; what the log lines mean is in
@@ -74,11 +78,13 @@ use std::collections::BTreeMap;
 pub mod env;
 pub mod extra_args;
 pub mod housekeep;
+pub mod inspect;
 pub mod launch;
 pub mod locate;
 pub mod plan;
 pub mod status;
 pub mod supervise;
+pub mod watch;
 
 pub use env::{ConfigError, KvCacheBackend, NodeEnv};
 pub use plan::{DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, PlanError};

@@ -1,20 +1,396 @@
-//! Client of the server's HTTP `/status` endpoint (LMCache 0.5.6 answers 200
-//! with a JSON body when the engine is up, 503 while it is not).
+//! The server's HTTP `/status` endpoint: a typed model of the fields this
+//! project reads, and a client that polls it.
+//!
+//! LMCache 0.5.6 answers 200 with a JSON body when the engine is up and 503
+//! while it is not (`shared/lmcache-facts.md`, "/status"). The model is
+//! tolerant: every field is optional, a field of an unexpected type reads as
+//! absent instead of failing the whole body, and unknown fields are ignored,
+//! so a newer LMCache that adds or moves fields still parses. The store
+//! controller is read from the top level (the seed's layout, `000_*.txt`,
+//! "Inspecting LMCache") or from under `storage_manager` (LMCache 0.5.6).
 
 use std::time::Duration;
 
-/// Per-request timeout of a `/status` poll.
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Default per-request timeout of a `/status` poll.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Reads a field leniently: a value of the wrong type is `None`, not an error.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
+/// Reads a list leniently: a non-list is empty, an element of the wrong
+/// shape is skipped.
+fn lenient_list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(match value {
+        serde_json::Value::Array(items) => items
+            .into_iter()
+            .filter_map(|item| serde_json::from_value(item).ok())
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// The parts of a `/status` body this project reads. Every field is `None`
+/// (or empty) when the body lacks it or has it with another type.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct ServerStatus {
+    /// Overall health as the server judges it.
+    #[serde(default, deserialize_with = "lenient")]
+    pub is_healthy: Option<bool>,
+    /// `MPCacheServer` for the multiprocess server.
+    #[serde(default, deserialize_with = "lenient")]
+    pub engine_type: Option<String>,
+    /// Chunk size in tokens.
+    #[serde(default, deserialize_with = "lenient")]
+    pub chunk_size: Option<u64>,
+    /// Hash of chunk keys, e.g. `blake3`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub hash_algorithm: Option<String>,
+    /// L1, L2 tiers and their controllers.
+    #[serde(default, deserialize_with = "lenient")]
+    pub storage_manager: Option<StorageManager>,
+    /// The store controller where the seed documents it (top level).
+    #[serde(default, deserialize_with = "lenient")]
+    pub store_controller: Option<StoreController>,
+    /// Engine workers registered with the server.
+    #[serde(default, deserialize_with = "lenient")]
+    pub worker_liveness: Option<WorkerLiveness>,
+}
+
+/// `storage_manager`: the tiers and their controllers.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct StorageManager {
+    /// Health of the storage manager.
+    #[serde(default, deserialize_with = "lenient")]
+    pub is_healthy: Option<bool>,
+    /// One entry per L2 tier, in cascade order.
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub l2_adapters: Vec<L2AdapterStatus>,
+    /// Capacity and usage of the tiers LMCache evicts itself.
+    #[serde(default, deserialize_with = "lenient")]
+    pub l2_eviction_controller: Option<L2EvictionController>,
+    /// The store controller (LMCache 0.5.6 layout).
+    #[serde(default, deserialize_with = "lenient")]
+    pub store_controller: Option<StoreController>,
+    /// The L1 (CPU memory) manager.
+    #[serde(default, deserialize_with = "lenient")]
+    pub l1_manager: Option<L1Manager>,
+}
+
+/// One `storage_manager.l2_adapters[]` entry. Only the fields named here are
+/// kept: anything else an adapter reports (possibly a credential) is dropped
+/// at parse time and can never reach a log or `inspect`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct L2AdapterStatus {
+    /// `FSNativeL2Adapter`, `FSL2Adapter`, `S3L2Adapter`, ...
+    #[serde(default, rename = "type", deserialize_with = "lenient")]
+    pub adapter_type: Option<String>,
+    /// Health of this tier.
+    #[serde(default, deserialize_with = "lenient")]
+    pub is_healthy: Option<bool>,
+    /// Directory of a filesystem tier.
+    #[serde(default, deserialize_with = "lenient")]
+    pub base_path: Option<String>,
+    /// Whether a filesystem tier uses O_DIRECT.
+    #[serde(default, deserialize_with = "lenient")]
+    pub use_odirect: Option<bool>,
+    /// I/O worker threads (fs_native).
+    #[serde(default, deserialize_with = "lenient")]
+    pub num_workers: Option<u64>,
+    /// Endpoint of an S3 tier (`<bucket>.<host>[:port]`).
+    #[serde(default, deserialize_with = "lenient")]
+    pub endpoint: Option<String>,
+    /// Region of an S3 tier.
+    #[serde(default, deserialize_with = "lenient")]
+    pub region: Option<String>,
+    /// Failed connections of an S3 tier.
+    #[serde(default, deserialize_with = "lenient")]
+    pub connection_failures: Option<u64>,
+    /// Whether an S3 tier gave up connecting.
+    #[serde(default, deserialize_with = "lenient")]
+    pub connection_disabled: Option<bool>,
+    /// Bytes an S3 tier holds, by its own count.
+    #[serde(default, deserialize_with = "lenient")]
+    pub current_size_bytes: Option<u64>,
+    /// Capacity of an S3 tier in bytes.
+    #[serde(default, deserialize_with = "lenient")]
+    pub max_capacity_bytes: Option<u64>,
+}
+
+/// `storage_manager.l2_eviction_controller`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct L2EvictionController {
+    /// Health of the controller.
+    #[serde(default, deserialize_with = "lenient")]
+    pub is_healthy: Option<bool>,
+    /// One entry per tier that has a capacity, in cascade order, without a
+    /// type or path (see [`ServerStatus::tiers`]).
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub adapters: Vec<EvictionStatus>,
+}
+
+/// Capacity and usage of one tier LMCache evicts.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct EvictionStatus {
+    /// `LRU`, ...
+    #[serde(default, deserialize_with = "lenient")]
+    pub eviction_policy: Option<String>,
+    /// Usage fraction that starts an eviction (0..1).
+    #[serde(default, deserialize_with = "lenient")]
+    pub trigger_watermark: Option<f64>,
+    /// Fraction of the capacity an eviction frees (0..1).
+    #[serde(default, deserialize_with = "lenient")]
+    pub eviction_ratio: Option<f64>,
+    /// Usage as a fraction of the capacity (0..1).
+    #[serde(default, deserialize_with = "lenient")]
+    pub current_usage: Option<f64>,
+    /// Bytes used, by LMCache's count (fs_native starts it at 0 on every start).
+    #[serde(default, deserialize_with = "lenient")]
+    pub total_bytes_used: Option<u64>,
+    /// Capacity in bytes.
+    #[serde(default, deserialize_with = "lenient")]
+    pub total_capacity_bytes: Option<u64>,
+}
+
+/// The store controller (moves chunks from L1 to L2).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct StoreController {
+    /// Health of the controller.
+    #[serde(default, deserialize_with = "lenient")]
+    pub is_healthy: Option<bool>,
+    /// Whether its thread runs.
+    #[serde(default, deserialize_with = "lenient")]
+    pub thread_alive: Option<bool>,
+    /// Keys waiting to be stored.
+    #[serde(default, deserialize_with = "lenient")]
+    pub pending_keys_count: Option<u64>,
+    /// Store tasks in flight.
+    #[serde(default, deserialize_with = "lenient")]
+    pub in_flight_task_count: Option<u64>,
+    /// L2 tiers it stores to.
+    #[serde(default, deserialize_with = "lenient")]
+    pub num_l2_adapters: Option<u64>,
+    /// Tiers accepting stores.
+    #[serde(default, deserialize_with = "lenient")]
+    pub num_active_adapters: Option<u64>,
+    /// Tiers being drained.
+    #[serde(default, deserialize_with = "lenient")]
+    pub num_draining_adapters: Option<u64>,
+}
+
+/// `storage_manager.l1_manager`: the CPU memory tier.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct L1Manager {
+    /// Health of L1.
+    #[serde(default, deserialize_with = "lenient")]
+    pub is_healthy: Option<bool>,
+    /// Chunks held.
+    #[serde(default, deserialize_with = "lenient")]
+    pub total_object_count: Option<u64>,
+    /// Bytes used.
+    #[serde(default, deserialize_with = "lenient")]
+    pub memory_used_bytes: Option<u64>,
+    /// Bytes allocated for L1.
+    #[serde(default, deserialize_with = "lenient")]
+    pub memory_total_bytes: Option<u64>,
+}
+
+/// `worker_liveness`: engine workers registered with the server.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct WorkerLiveness {
+    /// Whether the server reaps silent workers.
+    #[serde(default, deserialize_with = "lenient")]
+    pub enabled: Option<bool>,
+    /// Seconds without a PING before a worker is reaped.
+    #[serde(default, deserialize_with = "lenient")]
+    pub reap_timeout_seconds: Option<f64>,
+    /// Seconds a registered worker that never sent a PING is kept.
+    #[serde(default, deserialize_with = "lenient")]
+    pub registration_grace_seconds: Option<f64>,
+    /// Engine workers attached now.
+    #[serde(default, deserialize_with = "lenient")]
+    pub tracked_instances: Option<u64>,
+}
+
+/// One L2 tier as `/status` reports it, with its capacity and usage when
+/// LMCache evicts it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierStatus {
+    /// Position in the cascade (0 = first tier).
+    pub position: usize,
+    /// The adapter's own entry.
+    pub adapter: L2AdapterStatus,
+    /// Its `l2_eviction_controller.adapters[]` entry, when one maps to it.
+    pub eviction: Option<EvictionStatus>,
+}
+
+impl ServerStatus {
+    /// Parses a `/status` body. Errors only when the body is not JSON or not
+    /// a JSON object; missing or mistyped fields read as absent.
+    pub fn parse(body: &[u8]) -> Result<Self, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+        Self::from_value(value)
+    }
+
+    /// Reads an already-parsed body; errors when it is not a JSON object.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, String> {
+        if !value.is_object() {
+            return Err(format!(
+                "a JSON {} where a JSON object was expected",
+                json_kind(&value)
+            ));
+        }
+        serde_json::from_value(value).map_err(|e| format!("unreadable: {e}"))
+    }
+
+    /// `worker_liveness.tracked_instances`, when reported.
+    pub fn tracked_instances(&self) -> Option<u64> {
+        self.worker_liveness.as_ref()?.tracked_instances
+    }
+
+    /// The store controller: under `storage_manager` (LMCache 0.5.6), else
+    /// at the top level (the seed's layout).
+    pub fn store_controller(&self) -> Option<&StoreController> {
+        self.storage_manager
+            .as_ref()
+            .and_then(|s| s.store_controller.as_ref())
+            .or(self.store_controller.as_ref())
+    }
+
+    /// The L1 manager, when reported.
+    pub fn l1(&self) -> Option<&L1Manager> {
+        self.storage_manager.as_ref()?.l1_manager.as_ref()
+    }
+
+    /// Whether the server and every part it reports are healthy. A part that
+    /// does not report `is_healthy` counts as healthy; `false` anywhere
+    /// (server, storage manager, a tier, the store controller) does not.
+    pub fn unhealthy_parts(&self) -> Vec<String> {
+        let mut parts = Vec::new();
+        if self.is_healthy == Some(false) {
+            parts.push("server".to_string());
+        }
+        if let Some(sm) = &self.storage_manager {
+            if sm.is_healthy == Some(false) {
+                parts.push("storage_manager".to_string());
+            }
+            for (i, a) in sm.l2_adapters.iter().enumerate() {
+                if a.is_healthy == Some(false) {
+                    parts.push(format!(
+                        "l2_adapters[{i}] ({})",
+                        a.adapter_type.as_deref().unwrap_or("unknown type")
+                    ));
+                }
+            }
+        }
+        if self.store_controller().and_then(|c| c.is_healthy) == Some(false) {
+            parts.push("store_controller".to_string());
+        }
+        parts
+    }
+
+    /// The L2 tiers in cascade order, each with its eviction entry.
+    ///
+    /// `l2_eviction_controller.adapters[]` lists only the tiers that have a
+    /// capacity, in cascade order, without naming them (LMCache 0.5.6,
+    /// `shared/lmcache-facts.md`). `declares_capacity` says which tiers the
+    /// spec gave a `max_capacity_gb`, one flag per tier in cascade order; the
+    /// entries are then mapped by position among those tiers. Without it (or
+    /// when it does not fit the body), tiers are taken to declare a capacity
+    /// when they are `FSNativeL2Adapter` (the built-in tier always has one)
+    /// or report `max_capacity_bytes` (S3). When the counts still disagree no
+    /// entry is mapped: a wrong capacity is worse than none.
+    pub fn tiers(&self, declares_capacity: Option<&[bool]>) -> Vec<TierStatus> {
+        let Some(sm) = &self.storage_manager else {
+            return Vec::new();
+        };
+        let entries = sm
+            .l2_eviction_controller
+            .as_ref()
+            .map(|c| c.adapters.as_slice())
+            .unwrap_or_default();
+        let guessed: Vec<bool> = sm
+            .l2_adapters
+            .iter()
+            .map(|a| {
+                a.adapter_type.as_deref() == Some("FSNativeL2Adapter")
+                    || a.max_capacity_bytes.is_some_and(|b| b > 0)
+            })
+            .collect();
+        let fits = |flags: &[bool]| {
+            flags.len() == sm.l2_adapters.len()
+                && flags.iter().filter(|d| **d).count() == entries.len()
+        };
+        let flags: Option<&[bool]> = match declares_capacity {
+            Some(given) if fits(given) => Some(given),
+            _ if fits(&guessed) => Some(&guessed),
+            _ => None,
+        };
+        let mut next = entries.iter();
+        sm.l2_adapters
+            .iter()
+            .enumerate()
+            .map(|(position, adapter)| TierStatus {
+                position,
+                adapter: adapter.clone(),
+                eviction: match flags {
+                    Some(f) if f[position] => next.next().cloned(),
+                    _ => None,
+                },
+            })
+            .collect()
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
 
 /// What one poll of `/status` saw.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Poll {
-    /// 200 with a JSON body.
-    Up(serde_json::Value),
-    /// An HTTP answer other than 200 with JSON: its status code.
+    /// 200 with a JSON object.
+    Up(Box<ServerStatus>),
+    /// 200 with a body that is not a JSON object: what is wrong with it.
+    Malformed(String),
+    /// An HTTP answer other than 200 (503 while the engine is not up).
     NotReady(u16),
     /// No HTTP answer (refused, timed out, reset): the error text.
     NoAnswer(String),
+}
+
+impl Poll {
+    /// One line for logs, e.g. `HTTP 503`.
+    pub fn describe(&self) -> String {
+        match self {
+            Poll::Up(_) => "HTTP 200".to_string(),
+            Poll::Malformed(e) => format!("HTTP 200 with an unusable body ({e})"),
+            Poll::NotReady(code) => format!("HTTP {code}"),
+            Poll::NoAnswer(e) => format!("no answer ({e})"),
+        }
+    }
 }
 
 /// Polls one server's `/status`.
@@ -25,14 +401,22 @@ pub struct StatusClient {
 }
 
 impl StatusClient {
-    /// A client of `url` (e.g. `http://127.0.0.1:8090/status`). Proxies from
-    /// the environment are ignored: the server is on loopback.
+    /// A client of `url` (e.g. `http://127.0.0.1:8090/status`) with the
+    /// default [`REQUEST_TIMEOUT`].
     pub fn new(url: impl Into<String>) -> Self {
+        Self::with_timeout(url, REQUEST_TIMEOUT)
+    }
+
+    /// A client of `url` whose requests give up after `timeout`. Proxies
+    /// from the environment are ignored: the server is on loopback. A client
+    /// that cannot be built (no TLS is involved, so only on a broken host)
+    /// answers every poll with [`Poll::NoAnswer`] saying why.
+    pub fn with_timeout(url: impl Into<String>, timeout: Duration) -> Self {
         let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
+            .timeout(timeout)
             .no_proxy()
             .build()
-            .expect("a plain HTTP client builds");
+            .unwrap_or_default();
         StatusClient {
             http,
             url: url.into(),
@@ -47,12 +431,146 @@ impl StatusClient {
     /// One GET of `/status`.
     pub async fn poll(&self) -> Poll {
         match self.http.get(&self.url).send().await {
-            Ok(resp) if resp.status().as_u16() == 200 => match resp.json().await {
-                Ok(body) => Poll::Up(body),
-                Err(e) => Poll::NoAnswer(format!("unreadable body: {e}")),
+            Ok(resp) if resp.status().as_u16() == 200 => match resp.bytes().await {
+                Ok(body) => match ServerStatus::parse(&body) {
+                    Ok(status) => Poll::Up(Box::new(status)),
+                    Err(e) => Poll::Malformed(e),
+                },
+                Err(e) => Poll::NoAnswer(format!("body cut short: {e}")),
             },
             Ok(resp) => Poll::NotReady(resp.status().as_u16()),
-            Err(e) => Poll::NoAnswer(e.to_string()),
+            Err(e) => Poll::NoAnswer(error_chain(&e)),
         }
+    }
+}
+
+/// `error: cause: cause`, innermost cause last (reqwest's own message names
+/// only the URL; the cause says "Connection refused" or "timed out").
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A recorded `/status` body of LMCache 0.5.6 (`shared/fixtures/status/`).
+    pub(crate) fn fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/../../shared/fixtures/status/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+    }
+
+    #[test]
+    fn the_idle_fixture_reads_tiers_in_cascade_order_with_their_capacity() {
+        let status = ServerStatus::parse(&fixture("status-idle.json")).unwrap();
+        assert_eq!(status.is_healthy, Some(true));
+        assert_eq!(status.chunk_size, Some(256));
+        assert_eq!(status.tracked_instances(), Some(0));
+        let tiers = status.tiers(None);
+        let types: Vec<_> = tiers
+            .iter()
+            .map(|t| t.adapter.adapter_type.as_deref().unwrap())
+            .collect();
+        assert_eq!(types, ["FSNativeL2Adapter", "FSL2Adapter", "S3L2Adapter"]);
+        let capacity = |i: usize| {
+            tiers[i]
+                .eviction
+                .as_ref()
+                .and_then(|e| e.total_capacity_bytes)
+        };
+        assert_eq!(capacity(0), Some(2 << 30));
+        assert_eq!(capacity(1), None);
+        assert_eq!(capacity(2), Some(5 << 30));
+        assert_eq!(tiers[0].adapter.num_workers, Some(4));
+        assert_eq!(tiers[0].adapter.use_odirect, Some(true));
+        assert_eq!(
+            tiers[2].adapter.endpoint.as_deref(),
+            Some("kvcache.localtest:5055")
+        );
+        assert_eq!(status.l1().unwrap().memory_total_bytes, Some(1 << 30));
+        assert!(status.unhealthy_parts().is_empty());
+    }
+
+    #[test]
+    fn the_spec_decides_the_capacity_mapping_when_it_fits() {
+        let status = ServerStatus::parse(&fixture("status-idle.json")).unwrap();
+        // A spec where the fs tier (not the fs_native one) has the capacity.
+        let tiers = status.tiers(Some(&[false, true, true]));
+        assert!(tiers[0].eviction.is_none());
+        assert_eq!(
+            tiers[1].eviction.as_ref().unwrap().total_capacity_bytes,
+            Some(2 << 30)
+        );
+        // A spec that does not fit the body falls back to the guess.
+        let tiers = status.tiers(Some(&[true]));
+        assert!(tiers[0].eviction.is_some() && tiers[1].eviction.is_none());
+    }
+
+    #[test]
+    fn counts_that_cannot_be_mapped_map_nothing() {
+        let body = br#"{"storage_manager":{"l2_adapters":[{"type":"FSL2Adapter"}],
+            "l2_eviction_controller":{"adapters":[{"total_capacity_bytes":1}]}}}"#;
+        let status = ServerStatus::parse(body).unwrap();
+        assert!(status.tiers(None)[0].eviction.is_none());
+    }
+
+    #[test]
+    fn the_store_controller_is_found_at_either_level() {
+        let nested = ServerStatus::parse(&fixture("status-worker-attached.json")).unwrap();
+        assert_eq!(
+            nested.store_controller().unwrap().in_flight_task_count,
+            Some(2)
+        );
+        let top = ServerStatus::parse(
+            br#"{"store_controller":{"is_healthy":false,"pending_keys_count":7}}"#,
+        )
+        .unwrap();
+        assert_eq!(top.store_controller().unwrap().pending_keys_count, Some(7));
+        assert_eq!(top.unhealthy_parts(), ["store_controller"]);
+    }
+
+    #[test]
+    fn missing_new_and_mistyped_fields_do_not_fail_the_body() {
+        let status = ServerStatus::parse(
+            br#"{"is_healthy":"yes","brand_new":{"x":1},
+                "worker_liveness":{"tracked_instances":"two","enabled":true},
+                "storage_manager":{"l2_adapters":[{"type":"FSL2Adapter","is_healthy":false},7]}}"#,
+        )
+        .unwrap();
+        assert_eq!(status.is_healthy, None);
+        assert_eq!(status.tracked_instances(), None);
+        assert_eq!(status.worker_liveness.unwrap().enabled, Some(true));
+        let sm = status.storage_manager.unwrap();
+        assert_eq!(sm.l2_adapters.len(), 1);
+        assert_eq!(ServerStatus::parse(b"{}").unwrap(), ServerStatus::default());
+    }
+
+    #[test]
+    fn bodies_that_are_not_objects_are_errors_that_say_what_they_are() {
+        assert!(ServerStatus::parse(b"<html>")
+            .unwrap_err()
+            .contains("not JSON"));
+        assert!(ServerStatus::parse(b"[1,2]").unwrap_err().contains("array"));
+        assert!(ServerStatus::parse(b"null").unwrap_err().contains("null"));
+    }
+
+    #[test]
+    fn adapter_fields_outside_the_model_are_dropped() {
+        let status = ServerStatus::parse(
+            br#"{"storage_manager":{"l2_adapters":[{"type":"S3L2Adapter","aws_secret_access_key":"s3cr3t"}]}}"#,
+        )
+        .unwrap();
+        let printed = serde_json::to_string(&status).unwrap();
+        assert!(!printed.contains("s3cr3t"), "{printed}");
     }
 }

@@ -12,9 +12,11 @@ use clap::{Args, Parser, Subcommand};
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
 use lmcache_launcher::env::{self, NodeEnv};
 use lmcache_launcher::housekeep::with_progress;
+use lmcache_launcher::inspect::Inspection;
 use lmcache_launcher::launch::{self, LaunchError, RunOptions};
 use lmcache_launcher::locate;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
+use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
@@ -27,7 +29,9 @@ Exit status:
   4  a port the server needs is in use
   5  the LMCache server exited, or did not become ready in time (its last lines are quoted)
   6  another launch or housekeeping holds the disk tier's lock (the holder is named)
-  7  housekeeping failed part-way (what failed is listed; run it again once fixed)";
+  7  housekeeping failed part-way (what failed is listed; run it again once fixed)
+  8  inspect: the server does not answer (what the disk tier holds is still printed)
+  9  inspect: the server answers but is not healthy (the parts at fault are named)";
 
 #[derive(Parser)]
 #[command(
@@ -60,6 +64,23 @@ enum Command {
     /// (or temp files) are deleted; anything else is counted and left alone.
     #[command(after_help = EXIT_CODES)]
     Housekeep(HousekeepArgs),
+    /// Show what the node's tiers hold and do: each L2 tier in cascade order
+    /// (type, path or endpoint, health, workers, O_DIRECT, capacity, usage),
+    /// L1, the store controller, worker liveness, and the disk tier's
+    /// identity manifest and on-disk usage (read from disk, so it works with
+    /// the server down). Secrets are never printed.
+    #[command(after_help = EXIT_CODES)]
+    Inspect(InspectArgs),
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    /// The server's /status URL (default: http://127.0.0.1:<EREBINE_AGENT_LMCACHE_HTTP_PORT>/status).
+    #[arg(long)]
+    url: Option<String>,
+    /// Print one JSON object (field names: docs/inspect.md).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -150,6 +171,10 @@ struct LaunchArgs {
     /// Seconds a stop waits after SIGTERM before SIGKILL.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     stop_grace: u64,
+    /// Test hook: one more argument appended verbatim to the server's command
+    /// line (repeat it for several). Not for production nodes.
+    #[arg(long, hide = true, value_name = "ARG", allow_hyphen_values = true)]
+    server_arg: Vec<String>,
 }
 
 #[derive(Args)]
@@ -279,6 +304,7 @@ fn main() -> ExitCode {
         Command::Launch(args) => launch_cmd(args, vars),
         Command::Size(args) => size_cmd(args, vars),
         Command::Housekeep(args) => housekeep_cmd(args),
+        Command::Inspect(args) => inspect_cmd(args, vars),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -326,7 +352,10 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
     } else {
         DiskAccess::Create
     };
-    let planned = lmcache_launcher::plan(&facts, &vars, &host, access)?;
+    let mut planned = lmcache_launcher::plan(&facts, &vars, &host, access)?;
+    if let Planned::Server(plan) = &mut planned {
+        plan.args.extend(args.server_arg);
+    }
     let plan = match &planned {
         Planned::Server(plan) => plan,
         Planned::NothingToLaunch(why) => {
@@ -358,15 +387,67 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
         stop_grace: Duration::from_secs(args.stop_grace),
         ..RunOptions::default()
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    runtime()?.block_on(launch::run(plan, &options))?;
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure {
             code: 1,
             message: format!("cannot start the runtime: {e}"),
+        })
+}
+
+fn inspect_cmd(args: InspectArgs, vars: BTreeMap<String, String>) -> Result<(), Failure> {
+    let node = NodeEnv::from_vars(&vars)?;
+    let url = args
+        .url
+        .unwrap_or_else(|| format!("http://127.0.0.1:{}/status", node.http_port));
+    let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match &node.l2_adapter {
+        None => (vec![node.disk_path.clone()], vec![true]),
+        Some(cascade) => (
+            cascade
+                .tiers()
+                .iter()
+                .filter(|t| matches!(t.adapter_type(), "fs" | "fs_native"))
+                .filter_map(|t| t.base_path().map(PathBuf::from))
+                .collect(),
+            cascade
+                .tiers()
+                .iter()
+                .map(|t| t.as_object().contains_key("max_capacity_gb"))
+                .collect(),
+        ),
+    };
+    let client = StatusClient::new(url.clone());
+    let poll = runtime()?.block_on(client.poll());
+    let report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure {
+            code: 1,
+            message: format!("cannot print the report as JSON: {e}"),
         })?;
-    runtime.block_on(launch::run(plan, &options))?;
-    Ok(())
+        println!("{text}");
+    } else {
+        print!("{}", report.to_text());
+    }
+    match report.exit_code() {
+        0 => Ok(()),
+        code => Err(Failure {
+            code,
+            message: format!(
+                "{url}: {}",
+                if report.server.reachable {
+                    "the server answers but is not healthy"
+                } else {
+                    "the server does not answer; is the node's lmcache-tier launch running, on this HTTP port?"
+                }
+            ),
+        }),
+    }
 }
 
 fn size_cmd(args: SizeArgs, mut vars: BTreeMap<String, String>) -> Result<(), Failure> {

@@ -1,0 +1,557 @@
+//! `lmcache-tier inspect`: what a node's tiers hold and do, from the server's
+//! `/status` and from the disk tier itself, so it still says something when
+//! the server is down.
+//!
+//! The JSON form ([`Inspection`], field names documented in
+//! `docs/inspect.md`) is stable: fields are added, never renamed or removed.
+//! Nothing secret is printed: adapter entries are read through the typed
+//! model, which keeps only named fields ([`crate::status::L2AdapterStatus`]),
+//! and endpoints lose any `user:password@` and query string.
+
+use std::path::{Path, PathBuf};
+
+use lmcache_housekeeping::{
+    read_manifest, scan, Access, InventoryTotals, LaunchIdentity, ManifestRead, TierDir,
+};
+use lmcache_sizing::fmt_gib;
+use serde::Serialize;
+
+use crate::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
+
+/// Everything `inspect` reports: one JSON object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inspection {
+    /// The polled `/status` URL.
+    pub url: String,
+    /// What the poll saw.
+    pub server: ServerSummary,
+    /// L2 tiers in cascade order (empty when the server is unreachable).
+    pub tiers: Vec<TierRow>,
+    /// The L1 (CPU memory) tier, when reported.
+    pub l1: Option<L1Row>,
+    /// The store controller (either layout), when reported.
+    pub store_controller: Option<StoreController>,
+    /// `worker_liveness` as reported.
+    pub worker_liveness: Option<WorkerLiveness>,
+    /// Each local disk tier directory, read from disk.
+    pub disk: Vec<DiskRow>,
+}
+
+/// The server as one poll saw it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerSummary {
+    /// Whether it answered HTTP at all.
+    pub reachable: bool,
+    /// Whether it answered 200 with a body in which nothing reports
+    /// `is_healthy: false`.
+    pub healthy: bool,
+    /// The answer: `HTTP 200`, `HTTP 503`, `no answer (...)`, ...
+    pub answer: String,
+    /// Parts reporting `is_healthy: false` (`server`, `l2_adapters[1] (...)`).
+    pub unhealthy_parts: Vec<String>,
+    /// `engine_type`.
+    pub engine_type: Option<String>,
+    /// `chunk_size` in tokens.
+    pub chunk_size: Option<u64>,
+    /// `hash_algorithm`.
+    pub hash_algorithm: Option<String>,
+}
+
+/// One L2 tier.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierRow {
+    /// Position in the cascade, 0 first.
+    pub position: usize,
+    /// Adapter type as LMCache names it (`FSNativeL2Adapter`, ...).
+    #[serde(rename = "type")]
+    pub adapter_type: Option<String>,
+    /// `base_path` of a filesystem tier, or the redacted endpoint of S3.
+    pub location: Option<String>,
+    /// The tier's `is_healthy`.
+    pub healthy: Option<bool>,
+    /// I/O worker threads (fs_native).
+    pub workers: Option<u64>,
+    /// Whether it uses O_DIRECT.
+    pub use_odirect: Option<bool>,
+    /// Capacity in bytes (eviction controller, else the S3 adapter's own).
+    pub capacity_bytes: Option<u64>,
+    /// Bytes used by LMCache's count (fs_native counts from 0 at each start:
+    /// compare with `disk[].usage`).
+    pub used_bytes: Option<u64>,
+    /// Eviction policy, when LMCache evicts the tier.
+    pub eviction_policy: Option<String>,
+}
+
+/// The L1 tier.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct L1Row {
+    /// Bytes used.
+    pub used_bytes: Option<u64>,
+    /// Bytes allocated.
+    pub total_bytes: Option<u64>,
+    /// Chunks held.
+    pub objects: Option<u64>,
+}
+
+/// A disk tier directory as read from disk.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiskRow {
+    /// The directory.
+    pub path: PathBuf,
+    /// `found`, `missing` or `unusable` (then `problem` says why).
+    pub manifest: &'static str,
+    /// The launch identity recorded in `.lmcache-tier-identity.json`.
+    pub identity: Option<LaunchIdentity>,
+    /// When the manifest was written (RFC 3339 UTC).
+    pub written_at: Option<String>,
+    /// Why the manifest or the directory could not be read.
+    pub problem: Option<String>,
+    /// What a scan found: objects, stale temps, foreign entries, with
+    /// allocated bytes.
+    pub usage: Option<InventoryTotals>,
+}
+
+impl Inspection {
+    /// Builds the report from one poll of `url` and the directories in
+    /// `disk_dirs` (duplicates and the base paths `/status` names are merged).
+    /// `declares_capacity`: see [`ServerStatus::tiers`].
+    pub fn build(
+        url: &str,
+        poll: &Poll,
+        disk_dirs: &[PathBuf],
+        declares_capacity: Option<&[bool]>,
+    ) -> Inspection {
+        let status = match poll {
+            Poll::Up(s) => Some(s.as_ref()),
+            _ => None,
+        };
+        let unhealthy_parts = status
+            .map(ServerStatus::unhealthy_parts)
+            .unwrap_or_default();
+        let server = ServerSummary {
+            reachable: !matches!(poll, Poll::NoAnswer(_)),
+            healthy: status.is_some() && unhealthy_parts.is_empty(),
+            answer: poll.describe(),
+            unhealthy_parts,
+            engine_type: status.and_then(|s| s.engine_type.clone()),
+            chunk_size: status.and_then(|s| s.chunk_size),
+            hash_algorithm: status.and_then(|s| s.hash_algorithm.clone()),
+        };
+        let tiers: Vec<TierRow> = status
+            .map(|s| s.tiers(declares_capacity))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                let a = t.adapter;
+                let e = t.eviction;
+                TierRow {
+                    position: t.position,
+                    adapter_type: a.adapter_type,
+                    location: a.base_path.or(a.endpoint.as_deref().map(redact_endpoint)),
+                    healthy: a.is_healthy,
+                    workers: a.num_workers,
+                    use_odirect: a.use_odirect,
+                    capacity_bytes: e
+                        .as_ref()
+                        .and_then(|e| e.total_capacity_bytes)
+                        .or(a.max_capacity_bytes),
+                    used_bytes: e
+                        .as_ref()
+                        .and_then(|e| e.total_bytes_used)
+                        .or(a.current_size_bytes),
+                    eviction_policy: e.and_then(|e| e.eviction_policy),
+                }
+            })
+            .collect();
+        let mut dirs: Vec<PathBuf> = disk_dirs.to_vec();
+        for tier in &tiers {
+            let local = matches!(
+                tier.adapter_type.as_deref(),
+                Some("FSNativeL2Adapter" | "FSL2Adapter")
+            );
+            if let (true, Some(path)) = (local, &tier.location) {
+                dirs.push(PathBuf::from(path));
+            }
+        }
+        let mut seen = Vec::new();
+        dirs.retain(|d| {
+            let fresh = !seen.contains(d);
+            seen.push(d.clone());
+            fresh
+        });
+        Inspection {
+            url: url.to_string(),
+            server,
+            tiers,
+            l1: status.and_then(ServerStatus::l1).map(|l1| L1Row {
+                used_bytes: l1.memory_used_bytes,
+                total_bytes: l1.memory_total_bytes,
+                objects: l1.total_object_count,
+            }),
+            store_controller: status.and_then(|s| s.store_controller().cloned()),
+            worker_liveness: status.and_then(|s| s.worker_liveness.clone()),
+            disk: dirs.iter().map(|d| read_disk(d)).collect(),
+        }
+    }
+
+    /// The exit status `inspect` ends with: 0 healthy, 8 unreachable, 9
+    /// answering but unhealthy (non-200, unusable body, or a part reporting
+    /// `is_healthy: false`).
+    pub fn exit_code(&self) -> u8 {
+        match (&self.server.reachable, &self.server.healthy) {
+            (false, _) => 8,
+            (true, false) => 9,
+            (true, true) => 0,
+        }
+    }
+
+    /// Aligned tables for people.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let s = &self.server;
+        let verdict = match (s.reachable, s.healthy) {
+            (false, _) => "UNREACHABLE: showing what the disk tier holds".to_string(),
+            (true, true) => "healthy".to_string(),
+            (true, false) if s.unhealthy_parts.is_empty() => "UNHEALTHY".to_string(),
+            (true, false) => format!("UNHEALTHY: {}", s.unhealthy_parts.join(", ")),
+        };
+        let mut head = vec![row([
+            "server",
+            &self.url,
+            &format!("{}, {verdict}", s.answer),
+        ])];
+        if let Some(engine) = &s.engine_type {
+            head.push(row([
+                "engine",
+                engine,
+                &format!(
+                    "chunk size {} tokens, hash {}",
+                    opt(s.chunk_size),
+                    s.hash_algorithm.as_deref().unwrap_or("-")
+                ),
+            ]));
+        }
+        if let Some(w) = &self.worker_liveness {
+            head.push(row([
+                "workers",
+                &format!("{} tracked", opt(w.tracked_instances)),
+                &format!(
+                    "reaping {}, timeout {} s, registration grace {} s",
+                    yes_no(w.enabled, "on", "off"),
+                    opt(w.reap_timeout_seconds),
+                    opt(w.registration_grace_seconds)
+                ),
+            ]));
+        }
+        if let Some(l1) = &self.l1 {
+            head.push(row([
+                "L1",
+                &format!("{} of {}", bytes(l1.used_bytes), bytes(l1.total_bytes)),
+                &format!("{} objects", opt(l1.objects)),
+            ]));
+        }
+        if let Some(c) = &self.store_controller {
+            head.push(row([
+                "store controller",
+                yes_no(c.is_healthy, "healthy", "UNHEALTHY"),
+                &format!(
+                    "thread {}, {} pending keys, {} tasks in flight, {}/{} tiers active, {} draining",
+                    yes_no(c.thread_alive, "alive", "DEAD"),
+                    opt(c.pending_keys_count),
+                    opt(c.in_flight_task_count),
+                    opt(c.num_active_adapters),
+                    opt(c.num_l2_adapters),
+                    opt(c.num_draining_adapters)
+                ),
+            ]));
+        }
+        out.push_str(&table(&head));
+        if !self.tiers.is_empty() {
+            out.push_str("\nL2 tiers, in cascade order\n");
+            let mut rows = vec![row([
+                "#", "type", "location", "healthy", "workers", "O_DIRECT", "capacity", "used",
+                "eviction",
+            ])];
+            for t in &self.tiers {
+                rows.push(vec![
+                    t.position.to_string(),
+                    t.adapter_type.clone().unwrap_or_else(|| "-".into()),
+                    t.location.clone().unwrap_or_else(|| "-".into()),
+                    yes_no(t.healthy, "yes", "NO").to_string(),
+                    opt(t.workers),
+                    yes_no(t.use_odirect, "on", "off").to_string(),
+                    bytes(t.capacity_bytes),
+                    bytes(t.used_bytes),
+                    t.eviction_policy.clone().unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            out.push_str(&table(&rows));
+        }
+        for d in &self.disk {
+            out.push_str(&format!("\ndisk tier {}\n", d.path.display()));
+            let mut rows = Vec::new();
+            let identity = match &d.identity {
+                Some(i) => format!(
+                    "model {}, TP {}, PP {}, KV dtype {}, block {}, chunk {} (written {})",
+                    i.model,
+                    i.tensor_parallel_size,
+                    i.pipeline_parallel_size,
+                    i.kv_cache_dtype,
+                    i.block_size,
+                    i.chunk_size,
+                    d.written_at.as_deref().unwrap_or("-")
+                ),
+                None => format!("manifest {}", d.manifest),
+            };
+            rows.push(row(["  identity", &identity]));
+            if let Some(u) = &d.usage {
+                rows.push(row([
+                    "  on disk",
+                    &format!(
+                        "{} objects {}; {} stale temp files {}; {} other entries {} (kept)",
+                        u.objects.count,
+                        fmt_gib(u.objects.bytes),
+                        u.stale_temps.count,
+                        fmt_gib(u.stale_temps.bytes),
+                        u.foreign.count,
+                        fmt_gib(u.foreign.bytes)
+                    ),
+                ]));
+            }
+            if let Some(p) = &d.problem {
+                rows.push(row(["  problem", p]));
+            }
+            out.push_str(&table(&rows));
+        }
+        out
+    }
+}
+
+fn read_disk(path: &Path) -> DiskRow {
+    let mut disk = DiskRow {
+        path: path.to_path_buf(),
+        manifest: "missing",
+        identity: None,
+        written_at: None,
+        problem: None,
+        usage: None,
+    };
+    let dir = match TierDir::open(path, Access::ReadOnly) {
+        Ok(dir) => dir,
+        Err(e) => {
+            disk.manifest = "unusable";
+            disk.problem = Some(e.to_string());
+            return disk;
+        }
+    };
+    match read_manifest(&dir) {
+        ManifestRead::Missing => {}
+        ManifestRead::Found(m) => {
+            disk.manifest = "found";
+            disk.identity = Some(m.identity);
+            disk.written_at = Some(m.written_at);
+        }
+        ManifestRead::Unusable(w) => {
+            disk.manifest = "unusable";
+            disk.problem = Some(w.to_string());
+        }
+    }
+    match scan(&dir) {
+        Ok(inventory) => disk.usage = Some(inventory.totals()),
+        Err(e) => disk.problem = Some(e.to_string()),
+    }
+    disk
+}
+
+/// An S3 endpoint without `user:password@` or a query string.
+pub fn redact_endpoint(endpoint: &str) -> String {
+    let without_query = endpoint.split(['?', '#']).next().unwrap_or_default();
+    let (scheme, rest) = match without_query.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), without_query),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("<redacted>@{host}"),
+        None => authority.to_string(),
+    };
+    let query = if without_query.len() < endpoint.len() {
+        "?<redacted>"
+    } else {
+        ""
+    };
+    format!("{scheme}{authority}{path}{query}")
+}
+
+fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.iter().map(|c| c.to_string()).collect()
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn yes_no(v: Option<bool>, yes: &'static str, no: &'static str) -> &'static str {
+    match v {
+        Some(true) => yes,
+        Some(false) => no,
+        None => "-",
+    }
+}
+
+fn bytes(v: Option<u64>) -> String {
+    v.map(fmt_gib).unwrap_or_else(|| "-".into())
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::tests::fixture;
+
+    fn up(name: &str) -> Poll {
+        Poll::Up(Box::new(ServerStatus::parse(&fixture(name)).unwrap()))
+    }
+
+    #[test]
+    fn a_running_node_reports_every_tier_l1_controller_and_workers() {
+        let report = Inspection::build(
+            "http://127.0.0.1:8090/status",
+            &up("status-worker-attached.json"),
+            &[],
+            None,
+        );
+        assert_eq!(report.exit_code(), 0);
+        assert_eq!(report.tiers.len(), 3);
+        assert_eq!(report.tiers[0].capacity_bytes, Some(2 << 30));
+        assert_eq!(report.tiers[0].used_bytes, Some(402653184));
+        assert_eq!(
+            report.tiers[2].location.as_deref(),
+            Some("kvcache.localtest:5055")
+        );
+        assert_eq!(report.tiers[2].capacity_bytes, Some(5 << 30));
+        assert_eq!(
+            report.worker_liveness.as_ref().unwrap().tracked_instances,
+            Some(1)
+        );
+        // The fixture's two local base paths are read from disk (they do not
+        // exist here, which is reported, not fatal).
+        assert_eq!(report.disk.len(), 2);
+        assert!(report.disk[0].problem.is_some());
+        let text = report.to_text();
+        for needle in [
+            "FSNativeL2Adapter",
+            "1 tracked",
+            "2.00 GiB",
+            "0.38 GiB of 1.00 GiB",
+            "store controller",
+        ] {
+            assert!(text.contains(needle), "{needle}:\n{text}");
+        }
+        let json = serde_json::to_value(&report).unwrap();
+        for key in [
+            "url",
+            "server",
+            "tiers",
+            "l1",
+            "store_controller",
+            "worker_liveness",
+            "disk",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        assert_eq!(json["tiers"][0]["type"], "FSNativeL2Adapter");
+    }
+
+    #[test]
+    fn a_server_that_is_down_still_shows_the_disk_tier() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadWrite).unwrap();
+        let identity = LaunchIdentity {
+            model: "test-model".into(),
+            tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            kv_cache_dtype: "auto".into(),
+            block_size: 16,
+            chunk_size: 256,
+        };
+        lmcache_housekeeping::write_manifest(&dir, &identity).unwrap();
+        std::fs::write(
+            tmp.path()
+                .join(format!("test-model@0x01000100@0@{}.data", "ab".repeat(32))),
+            vec![1u8; 8192],
+        )
+        .unwrap();
+        let report = Inspection::build(
+            "http://127.0.0.1:1/status",
+            &Poll::NoAnswer("connection refused".into()),
+            &[tmp.path().to_path_buf()],
+            None,
+        );
+        assert_eq!(report.exit_code(), 8);
+        assert!(report.tiers.is_empty());
+        let disk = &report.disk[0];
+        assert_eq!(disk.manifest, "found");
+        assert_eq!(disk.identity.as_ref(), Some(&identity));
+        assert_eq!(disk.usage.unwrap().objects.count, 1);
+        let text = report.to_text();
+        assert!(
+            text.contains("UNREACHABLE") && text.contains("model test-model"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_503_or_an_unhealthy_part_exits_9() {
+        let report = Inspection::build("u", &Poll::NotReady(503), &[], None);
+        assert_eq!(report.exit_code(), 9);
+        let sick = Poll::Up(Box::new(
+            ServerStatus::parse(br#"{"is_healthy":false}"#).unwrap(),
+        ));
+        let report = Inspection::build("u", &sick, &[], None);
+        assert_eq!(report.exit_code(), 9);
+        assert!(report.to_text().contains("UNHEALTHY: server"));
+    }
+
+    #[test]
+    fn endpoints_lose_credentials_and_queries() {
+        assert_eq!(
+            redact_endpoint("https://AKIA:s3cr3t@bucket.host:9000/p?X-Amz-Signature=abc"),
+            "https://<redacted>@bucket.host:9000/p?<redacted>"
+        );
+        assert_eq!(
+            redact_endpoint("kvcache.localtest:5055"),
+            "kvcache.localtest:5055"
+        );
+    }
+}

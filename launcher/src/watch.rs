@@ -1,0 +1,586 @@
+//! The liveness watcher: polls the server's `/status` and turns what it sees
+//! into [`Event`]s the agent subscribes to.
+//!
+//! Why: the node "restarts the engine when a server that still answers HTTP
+//! has silently lost its workers" (seed `000_8f00d9f3f4ca4cb4.txt`,
+//! "Inspecting LMCache"); the watcher reports that as
+//! [`Event::WorkersLost`]. How the server ended is [`Event::Exited`]; a death
+//! by SIGKILL carries the OOM hint of seed `004_659d769789dfb669.txt` ("an
+//! out-of-memory death arrives as the host OOM killer taking the process: the
+//! log stops, there is no Python traceback, and the exit status is a signal").
+//!
+//! [`Watcher`] is the state machine, fed one [`Poll`] at a time (unit-tested
+//! on recorded bodies); [`spawn`] runs it on a tokio task and sends events on
+//! a channel. [`crate::launch::run_with_events`] runs it beside the server it
+//! supervises and adds [`Event::Exited`].
+
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::status::{Poll, StatusClient};
+
+/// How the watcher polls and when it reports. Defaults: see each field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchConfig {
+    /// Time between polls once the server is ready. Default 2 s (issue 6).
+    pub interval: Duration,
+    /// Time between polls until the first 200 answer. Default 0.5 s: start-up
+    /// takes 20-25 s on a small host and readiness should be seen promptly.
+    pub startup_interval: Duration,
+    /// Per-request timeout. Default 2 s ([`crate::status::REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
+    /// Polls in a row with a non-200 answer, an unusable body or a reported
+    /// `is_healthy: false` before [`Event::Unhealthy`]. Default 3 (6 s).
+    pub unhealthy_after: u32,
+    /// Polls in a row without an HTTP answer before [`Event::Unresponsive`].
+    /// Default 3 (6 s plus the timeouts).
+    pub unresponsive_after: u32,
+    /// Engine workers the node expects (TP x PP x DP ranks that register).
+    /// With `Some(n)`, [`Event::WorkersAttached`] is sent once `n` or more
+    /// are attached instead of on every rise. Default `None`.
+    pub expected_workers: Option<u64>,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            interval: Duration::from_secs(2),
+            startup_interval: Duration::from_millis(500),
+            request_timeout: crate::status::REQUEST_TIMEOUT,
+            unhealthy_after: 3,
+            unresponsive_after: 3,
+            expected_workers: None,
+        }
+    }
+}
+
+/// What the watcher reports. `Display` gives the log line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// `/status` answered 200 for the first time since the server started.
+    Ready,
+    /// `worker_liveness.tracked_instances` rose to `count` (with an expected
+    /// count: reached it or more).
+    WorkersAttached {
+        /// Engine workers attached now.
+        count: u64,
+    },
+    /// `worker_liveness.tracked_instances` fell from the most attached
+    /// (`before`) to `now` while the server still answers: the engine lost
+    /// workers (crashed or was reaped) and should be restarted.
+    WorkersLost {
+        /// Workers attached before (the high-water mark since the last report).
+        before: u64,
+        /// Workers attached now.
+        now: u64,
+    },
+    /// The server answered, but not healthily, for `polls` polls in a row.
+    Unhealthy {
+        /// Polls in a row.
+        polls: u32,
+        /// The last bad poll: `HTTP 503`, an unusable body, or the parts that
+        /// report `is_healthy: false`.
+        reason: String,
+    },
+    /// No HTTP answer for `polls` polls in a row after the server was ready.
+    Unresponsive {
+        /// Polls in a row.
+        polls: u32,
+        /// The last error (refused, timed out, ...).
+        error: String,
+    },
+    /// A healthy answer after [`Event::Unhealthy`] or [`Event::Unresponsive`].
+    Recovered,
+    /// The supervised server process ended.
+    Exited {
+        /// Its exit code, when it exited normally.
+        status: Option<i32>,
+        /// The signal that ended it: directly, or through a wrapper such as
+        /// `erebine-lmcache` that exits with 128+N when signal N ended its child.
+        signal: Option<i32>,
+        /// What probably happened and where to look (SIGKILL: the OOM killer).
+        hint: Option<String>,
+    },
+}
+
+/// The hint of an [`Event::Exited`] caused by SIGKILL.
+pub const OOM_HINT: &str = "killed by SIGKILL: the host's OOM killer is the likely cause (an out-of-memory death leaves no traceback and the log just stops). Look at `dmesg -T | grep -i -e oom -e 'killed process'` or `journalctl -k`, and at oom_kill in the container's memory.events under /sys/fs/cgroup";
+
+impl Event {
+    /// The [`Event::Exited`] for a process that ended with `status`.
+    pub fn exited(status: ExitStatus) -> Event {
+        let code = status.code();
+        let signal = status.signal().or_else(|| {
+            code.filter(|c| (129..=128 + 64).contains(c))
+                .map(|c| c - 128)
+        });
+        let hint = match signal {
+            Some(s) if s == Signal::SIGKILL as i32 => Some(OOM_HINT.to_string()),
+            _ => None,
+        };
+        Event::Exited {
+            status: code,
+            signal,
+            hint,
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Ready => write!(f, "server ready: /status answers"),
+            Event::WorkersAttached { count } => {
+                write!(f, "engine workers attached: {count}")
+            }
+            Event::WorkersLost { before, now } => write!(
+                f,
+                "engine workers lost: {before} -> {now} while the server still answers; restart the engine"
+            ),
+            Event::Unhealthy { polls, reason } => {
+                write!(f, "server unhealthy for {polls} polls in a row: {reason}")
+            }
+            Event::Unresponsive { polls, error } => {
+                write!(f, "server unresponsive for {polls} polls in a row: {error}")
+            }
+            Event::Recovered => write!(f, "server healthy again"),
+            Event::Exited {
+                status,
+                signal,
+                hint,
+            } => {
+                write!(f, "server exited")?;
+                if let Some(code) = status {
+                    write!(f, " with status {code}")?;
+                }
+                if let Some(sig) = signal {
+                    match Signal::try_from(*sig) {
+                        Ok(s) => write!(f, " (signal {s})")?,
+                        Err(_) => write!(f, " (signal {sig})")?,
+                    }
+                }
+                if let Some(hint) = hint {
+                    write!(f, ": {hint}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The watcher's state machine: feed it every poll with [`Watcher::observe`].
+///
+/// Before the first 200 answer the server is starting: 503s and refused
+/// connections are expected then and report nothing.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    config: WatchConfig,
+    ready: bool,
+    attached: u64,
+    announced: u64,
+    bad_answers: u32,
+    no_answers: u32,
+    degraded: bool,
+}
+
+impl Watcher {
+    /// A watcher of a server that has just started.
+    pub fn new(config: WatchConfig) -> Self {
+        Watcher {
+            config,
+            ready: false,
+            attached: 0,
+            announced: 0,
+            bad_answers: 0,
+            no_answers: 0,
+            degraded: false,
+        }
+    }
+
+    /// Whether `/status` has answered 200 since the start.
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
+    /// The time to wait before the next poll.
+    pub fn next_interval(&self) -> Duration {
+        if self.ready {
+            self.config.interval
+        } else {
+            self.config.startup_interval
+        }
+    }
+
+    /// Engine workers attached as last seen.
+    pub fn attached(&self) -> u64 {
+        self.attached
+    }
+
+    /// The events one poll causes, in order.
+    pub fn observe(&mut self, poll: &Poll) -> Vec<Event> {
+        let mut events = Vec::new();
+        let bad_answer = match poll {
+            Poll::Up(status) => {
+                if !self.ready {
+                    self.ready = true;
+                    events.push(Event::Ready);
+                }
+                self.no_answers = 0;
+                if let Some(now) = status.tracked_instances() {
+                    self.workers(now, &mut events);
+                }
+                let parts = status.unhealthy_parts();
+                (!parts.is_empty()).then(|| format!("is_healthy false in {}", parts.join(", ")))
+            }
+            _ if !self.ready => return events,
+            Poll::Malformed(_) | Poll::NotReady(_) => Some(poll.describe()),
+            Poll::NoAnswer(error) => {
+                self.bad_answers = 0;
+                self.no_answers += 1;
+                if self.no_answers == self.config.unresponsive_after {
+                    self.degraded = true;
+                    events.push(Event::Unresponsive {
+                        polls: self.no_answers,
+                        error: error.clone(),
+                    });
+                }
+                return events;
+            }
+        };
+        self.no_answers = 0;
+        match bad_answer {
+            Some(reason) => {
+                self.bad_answers += 1;
+                if self.bad_answers == self.config.unhealthy_after {
+                    self.degraded = true;
+                    events.push(Event::Unhealthy {
+                        polls: self.bad_answers,
+                        reason,
+                    });
+                }
+            }
+            None => {
+                self.bad_answers = 0;
+                if std::mem::take(&mut self.degraded) {
+                    events.push(Event::Recovered);
+                }
+            }
+        }
+        events
+    }
+
+    fn workers(&mut self, now: u64, events: &mut Vec<Event>) {
+        if now < self.attached {
+            events.push(Event::WorkersLost {
+                before: self.attached,
+                now,
+            });
+            self.attached = now;
+            self.announced = self.announced.min(now);
+        } else if now > self.attached {
+            self.attached = now;
+            let enough = self.config.expected_workers.is_none_or(|n| now >= n);
+            if enough && now > self.announced {
+                self.announced = now;
+                events.push(Event::WorkersAttached { count: now });
+            }
+        }
+    }
+}
+
+/// Watches `client`'s server on a new tokio task until the receiver is
+/// dropped: polls at the configured intervals and sends every event. It
+/// cannot see the process, so it never sends [`Event::Exited`]; a server that
+/// goes away shows as [`Event::Unresponsive`].
+pub fn spawn(client: StatusClient, config: WatchConfig) -> (mpsc::Receiver<Event>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(64);
+    let task = tokio::spawn(async move {
+        let mut watcher = Watcher::new(config);
+        loop {
+            let poll = client.poll().await;
+            for event in watcher.observe(&poll) {
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep(watcher.next_interval()) => {}
+            }
+        }
+    });
+    (rx, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::tests::fixture;
+    use crate::status::ServerStatus;
+
+    fn up(name: &str) -> Poll {
+        Poll::Up(Box::new(ServerStatus::parse(&fixture(name)).unwrap()))
+    }
+
+    fn idle() -> Poll {
+        up("status-idle.json")
+    }
+
+    fn attached() -> Poll {
+        up("status-worker-attached.json")
+    }
+
+    fn reaped() -> Poll {
+        up("status-worker-reaped.json")
+    }
+
+    fn run(watcher: &mut Watcher, polls: &[Poll]) -> Vec<Event> {
+        polls.iter().flat_map(|p| watcher.observe(p)).collect()
+    }
+
+    fn refused() -> Poll {
+        Poll::NoAnswer("connection refused".into())
+    }
+
+    #[test]
+    fn start_up_noise_is_silent_until_the_first_answer() {
+        let mut w = Watcher::new(WatchConfig::default());
+        let events = run(
+            &mut w,
+            &[
+                refused(),
+                refused(),
+                refused(),
+                Poll::NotReady(503),
+                Poll::NotReady(503),
+                Poll::NotReady(503),
+            ],
+        );
+        assert!(events.is_empty(), "{events:?}");
+        assert!(!w.is_ready());
+        assert_eq!(w.next_interval(), Duration::from_millis(500));
+        assert_eq!(run(&mut w, &[idle()]), [Event::Ready]);
+        assert_eq!(w.next_interval(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_worker_that_is_reaped_while_the_server_answers_is_lost() {
+        let mut w = Watcher::new(WatchConfig::default());
+        let events = run(
+            &mut w,
+            &[idle(), attached(), attached(), reaped(), reaped()],
+        );
+        assert_eq!(
+            events,
+            [
+                Event::Ready,
+                Event::WorkersAttached { count: 1 },
+                Event::WorkersLost { before: 1, now: 0 },
+            ]
+        );
+        assert_eq!(
+            run(&mut w, &[attached()]),
+            [Event::WorkersAttached { count: 1 }]
+        );
+    }
+
+    #[test]
+    fn with_an_expected_count_attachment_is_reported_once_complete() {
+        let two = Poll::Up(Box::new(
+            ServerStatus::parse(br#"{"worker_liveness":{"tracked_instances":2}}"#).unwrap(),
+        ));
+        let mut w = Watcher::new(WatchConfig {
+            expected_workers: Some(2),
+            ..WatchConfig::default()
+        });
+        assert_eq!(run(&mut w, &[idle(), attached()]), [Event::Ready]);
+        assert_eq!(
+            run(&mut w, std::slice::from_ref(&two)),
+            [Event::WorkersAttached { count: 2 }]
+        );
+        assert_eq!(
+            run(&mut w, &[attached()]),
+            [Event::WorkersLost { before: 2, now: 1 }]
+        );
+        assert_eq!(run(&mut w, &[two]), [Event::WorkersAttached { count: 2 }]);
+    }
+
+    #[test]
+    fn a_body_without_worker_liveness_changes_no_worker_state() {
+        let mut w = Watcher::new(WatchConfig::default());
+        let bare = Poll::Up(Box::new(ServerStatus::parse(b"{}").unwrap()));
+        let events = run(&mut w, &[idle(), attached(), bare.clone(), bare]);
+        assert_eq!(events, [Event::Ready, Event::WorkersAttached { count: 1 }]);
+        assert_eq!(w.attached(), 1);
+    }
+
+    #[test]
+    fn malformed_bodies_and_503s_count_towards_unhealthy_once_per_streak() {
+        let mut w = Watcher::new(WatchConfig::default());
+        let garbage = |text: &[u8]| Poll::Malformed(ServerStatus::parse(text).unwrap_err());
+        let events = run(
+            &mut w,
+            &[
+                idle(),
+                garbage(b"<html>oops"),
+                Poll::NotReady(503),
+                garbage(b"[]"),
+                garbage(b"null"),
+                Poll::NotReady(500),
+            ],
+        );
+        assert_eq!(events.len(), 2, "{events:?}");
+        match &events[1] {
+            Event::Unhealthy { polls: 3, reason } => assert!(reason.contains("array"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(run(&mut w, &[idle()]), [Event::Recovered]);
+        assert!(run(&mut w, &[idle()]).is_empty());
+    }
+
+    #[test]
+    fn is_healthy_false_is_unhealthy_and_names_the_part() {
+        let sick = Poll::Up(Box::new(
+            ServerStatus::parse(
+                br#"{"is_healthy":false,"storage_manager":{"l2_adapters":[{"type":"S3L2Adapter","is_healthy":false}]}}"#,
+            )
+            .unwrap(),
+        ));
+        let mut w = Watcher::new(WatchConfig {
+            unhealthy_after: 2,
+            ..WatchConfig::default()
+        });
+        let events = run(&mut w, &[idle(), sick.clone(), idle(), sick.clone(), sick]);
+        assert_eq!(events.len(), 2, "{events:?}");
+        match &events[1] {
+            Event::Unhealthy { polls: 2, reason } => {
+                assert!(
+                    reason.contains("server") && reason.contains("S3L2Adapter"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn no_answer_after_ready_is_unresponsive_and_an_answer_recovers() {
+        let mut w = Watcher::new(WatchConfig::default());
+        let events = run(
+            &mut w,
+            &[idle(), refused(), refused(), refused(), refused()],
+        );
+        assert_eq!(
+            events,
+            [
+                Event::Ready,
+                Event::Unresponsive {
+                    polls: 3,
+                    error: "connection refused".into()
+                }
+            ]
+        );
+        assert_eq!(
+            run(&mut w, &[attached()]),
+            [Event::WorkersAttached { count: 1 }, Event::Recovered]
+        );
+    }
+
+    #[test]
+    fn an_answer_breaks_an_unresponsive_streak() {
+        let mut w = Watcher::new(WatchConfig::default());
+        let events = run(
+            &mut w,
+            &[
+                idle(),
+                refused(),
+                refused(),
+                Poll::NotReady(503),
+                refused(),
+                refused(),
+            ],
+        );
+        assert_eq!(events, [Event::Ready]);
+    }
+
+    #[test]
+    fn sigkill_carries_the_oom_hint_directly_or_through_the_wrapper() {
+        for raw in [9, 137 << 8] {
+            match Event::exited(ExitStatus::from_raw(raw)) {
+                Event::Exited {
+                    signal: Some(9),
+                    hint: Some(hint),
+                    ..
+                } => {
+                    assert!(
+                        hint.contains("OOM killer") && hint.contains("dmesg"),
+                        "{hint}"
+                    )
+                }
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            Event::exited(ExitStatus::from_raw(15)),
+            Event::Exited {
+                status: None,
+                signal: Some(15),
+                hint: None
+            }
+        );
+        assert_eq!(
+            Event::exited(ExitStatus::from_raw(1 << 8)),
+            Event::Exited {
+                status: Some(1),
+                signal: None,
+                hint: None
+            }
+        );
+        let line = Event::exited(ExitStatus::from_raw(137 << 8)).to_string();
+        assert!(
+            line.contains("status 137") && line.contains("SIGKILL"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn events_serialize_with_a_tag() {
+        let json = serde_json::to_value(Event::WorkersLost { before: 1, now: 0 }).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"event": "workers_lost", "before": 1, "now": 0})
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_spawned_watcher_reports_an_unreachable_server_only_after_ready() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let client = StatusClient::new(format!("http://127.0.0.1:{port}/status"));
+        let (mut rx, task) = spawn(
+            client,
+            WatchConfig {
+                startup_interval: Duration::from_millis(10),
+                ..WatchConfig::default()
+            },
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(rx.try_recv().is_err(), "a starting server is not reported");
+        drop(rx);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the task ends once the receiver is dropped")
+            .unwrap();
+    }
+}

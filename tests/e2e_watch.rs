@@ -1,0 +1,220 @@
+//! End to end: `lmcache-tier launch` watches the real LMCache 0.5.6 server.
+//! A CPU bench worker attaches and `inspect` shows it; the worker is
+//! SIGKILLed and, once LMCache reaps it, the watcher reports it lost; the
+//! server is SIGKILLed (what the OOM killer does) and `launch` reports the
+//! exit with the OOM hint and starts it again; SIGTERM leaves nothing behind.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lmcache_tier_e2e::{
+    binary, free_port, get_json, launch_command, lmcache_venv, processes_mentioning, stop_launch,
+    wait_for_status, Proc,
+};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Both reap flags at 30 s, the least LMCache accepts: the bench client
+/// sends no PING, so it is reaped after the registration grace.
+const REAP_FLAGS: [&str; 4] = [
+    "--server-arg=--worker-reap-timeout-seconds",
+    "--server-arg=30",
+    "--server-arg=--worker-registration-grace-seconds",
+    "--server-arg=30",
+];
+
+/// The watcher's poll interval and request timeout (`WatchConfig` defaults).
+const POLL: Duration = Duration::from_secs(2);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn tracked(url: &str) -> Option<u64> {
+    get_json(url)?["worker_liveness"]["tracked_instances"].as_u64()
+}
+
+/// Waits up to `limit` for `done`, checking every 250 ms.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    done()
+}
+
+/// `lmcache-tier inspect --url <url>` for the node whose disk tier is `cache`.
+fn inspect(url: &str, cache: &Path, json: bool) -> (Option<i32>, String) {
+    let mut cmd = Command::new(binary("lmcache-tier"));
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", cache)
+        .args(["inspect", "--url", url]);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("inspect runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Pids of the real `lmcache server` processes (not the erebine-lmcache
+/// wrapper) started for the node in `dir`.
+fn real_servers(dir: &str) -> Vec<i32> {
+    let stock = format!("{}/bin/lmcache server", lmcache_venv().display());
+    processes_mentioning(dir)
+        .into_iter()
+        .filter(|(_, cmd)| cmd.contains(&stock))
+        .filter(|(_, cmd)| {
+            !cmd.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .ends_with("erebine-lmcache")
+        })
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+#[test]
+fn launch_reports_lost_workers_and_restarts_a_killed_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let dir_text = dir.display().to_string();
+    let cache = dir.join("cache");
+    let (mp_port, http_port) = (free_port(), free_port());
+    let mut flags = vec!["--lmcache-disk-size-gb", "2"];
+    flags.extend(REAP_FLAGS);
+    let mut launch = Proc::spawn(
+        launch_command(dir, mp_port, http_port, &flags),
+        &dir.join("launch.log"),
+    );
+    let url = format!("http://127.0.0.1:{http_port}/status");
+    let status = wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    assert_eq!(
+        status["worker_liveness"]["registration_grace_seconds"],
+        30.0
+    );
+
+    // Attach one CPU bench worker that keeps running (a long --end).
+    let mut bench_cmd = Command::new(lmcache_venv().join("bin/lmcache"));
+    bench_cmd
+        .args([
+            "bench",
+            "server",
+            "--mode",
+            "cpu",
+            "--transfer-mode",
+            "lmcache_driven",
+        ])
+        .args(["--rpc-url", &format!("tcp://127.0.0.1:{mp_port}")])
+        .args(["--url", &format!("http://127.0.0.1:{http_port}")])
+        .args([
+            "--start",
+            "0",
+            "--end",
+            "100000",
+            "--interval",
+            "2",
+            "--num-tokens",
+            "1024",
+        ])
+        .env("LMCACHE_TRACK_USAGE", "false")
+        .env("LMCACHE_DISABLE_BANNER", "1");
+    let mut bench = Proc::spawn(bench_cmd, &dir.join("bench.log"));
+    assert!(
+        wait_until(Duration::from_secs(120), || tracked(&url) == Some(1)),
+        "the bench worker never attached:\n{}",
+        bench.output()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || launch
+            .output()
+            .contains("engine workers attached: 1")),
+        "{}",
+        launch.output()
+    );
+
+    let (code, text) = inspect(&url, &cache, true);
+    assert_eq!(code, Some(0), "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["server"]["healthy"], true, "{report:#}");
+    assert_eq!(report["worker_liveness"]["tracked_instances"], 1);
+    assert_eq!(report["tiers"][0]["type"], "FSNativeL2Adapter");
+    assert_eq!(
+        report["tiers"][0]["location"],
+        dir.join("cache").display().to_string()
+    );
+    assert_eq!(report["tiers"][0]["capacity_bytes"], 2u64 << 30);
+    assert_eq!(report["disk"][0]["manifest"], "found");
+    assert_eq!(report["disk"][0]["identity"]["model"], "test-model");
+    let (code, text) = inspect(&url, &cache, false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("1 tracked") && text.contains("FSNativeL2Adapter"),
+        "{text}"
+    );
+
+    // SIGKILL the worker: LMCache reaps it after the 30 s grace, and the
+    // watcher reports it within two polls of that.
+    bench.signal(Signal::SIGKILL);
+    assert!(bench.wait_timeout(Duration::from_secs(10)).is_some());
+    assert!(
+        wait_until(Duration::from_secs(120), || tracked(&url) == Some(0)),
+        "LMCache never reaped the killed worker"
+    );
+    let reaped_seen = Instant::now();
+    assert!(
+        wait_until(2 * (POLL + REQUEST_TIMEOUT), || launch
+            .output()
+            .contains("engine workers lost: 1 -> 0")),
+        "no WorkersLost within two polls of the reap ({:?} later):\n{}",
+        reaped_seen.elapsed(),
+        launch.output()
+    );
+
+    // SIGKILL the real server, as the OOM killer would.
+    let servers = real_servers(&dir_text);
+    assert!(!servers.is_empty(), "{:?}", processes_mentioning(&dir_text));
+    for pid in &servers {
+        kill(Pid::from_raw(*pid), Signal::SIGKILL).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || launch
+            .output()
+            .contains("OOM killer")),
+        "no Exited event with the OOM hint:\n{}",
+        launch.output()
+    );
+    let log = launch.output();
+    assert!(log.contains("signal SIGKILL"), "{log}");
+    assert!(log.contains("restarting it in"), "{log}");
+    assert!(
+        wait_until(Duration::from_secs(180), || launch
+            .output()
+            .matches("LMCache server ready in")
+            .count()
+            == 2),
+        "the server was not restarted:\n{}",
+        launch.output()
+    );
+    assert!(get_json(&url).is_some());
+    let restarted = real_servers(&dir_text);
+    assert!(
+        !restarted.is_empty() && restarted.iter().all(|p| !servers.contains(p)),
+        "old {servers:?}, now {restarted:?}"
+    );
+
+    stop_launch(&mut launch);
+    std::thread::sleep(Duration::from_millis(500));
+    let left = processes_mentioning(&dir_text);
+    assert!(left.is_empty(), "processes left after SIGTERM: {left:?}");
+    let (code, text) = inspect(&url, &cache, false);
+    assert_eq!(code, Some(8), "{text}");
+    assert!(
+        text.contains("UNREACHABLE") && text.contains("model test-model"),
+        "{text}"
+    );
+}
