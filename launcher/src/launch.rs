@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use lmcache_housekeeping::Mode;
 
@@ -176,6 +176,52 @@ pub async fn run(plan: &LaunchPlan, options: &RunOptions) -> Result<ExitStatus, 
     run_with_events(plan, options, None).await
 }
 
+/// A launch started with [`start`]: its liveness events and its stop.
+///
+/// Dropping the handle stops the server as [`LaunchHandle::stop`] does.
+pub struct LaunchHandle {
+    /// Every [`Event`] of the launch, in order (also logged).
+    pub events: mpsc::UnboundedReceiver<Event>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<ExitStatus, LaunchError>>,
+}
+
+impl LaunchHandle {
+    /// Asks for a graceful stop: SIGTERM to the server, then SIGKILL after
+    /// [`RunOptions::stop_grace`]. Returns at once; [`LaunchHandle::wait`]
+    /// gives the outcome.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Waits for the launch to end: the server's status after a stop, or why
+    /// it ended on its own (see [`run`]).
+    pub async fn wait(self) -> Result<ExitStatus, LaunchError> {
+        let LaunchHandle { task, stop, .. } = self;
+        let outcome = task.await;
+        drop(stop);
+        outcome.unwrap_or_else(|e| Err(LaunchError::Io(std::io::Error::other(e))))
+    }
+}
+
+/// Starts `plan` on the current tokio runtime for a caller that is not a
+/// command-line process (the node agent): like [`run`], but the launch ends
+/// on [`LaunchHandle::stop`] (or when the handle is dropped) instead of on
+/// SIGTERM/SIGINT, which stay the caller's, and its events arrive on
+/// [`LaunchHandle::events`].
+///
+/// The server's parent-death signal follows the thread that spawned it: on a
+/// multi-thread runtime call this from a task on a runtime worker thread (the
+/// default), never from a `spawn_blocking` thread, which may exit early.
+pub fn start(plan: LaunchPlan, options: RunOptions) -> LaunchHandle {
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        run_launch(&plan, &options, Some(events_tx), Stop::Handle(stop_rx)).await
+    });
+    LaunchHandle { events, stop, task }
+}
+
 /// [`run`], also sending every [`Event`] on `events` (the agent's
 /// subscription). A dropped receiver stops nothing: events are still logged.
 ///
@@ -190,6 +236,15 @@ pub async fn run_with_events(
     options: &RunOptions,
     events: Option<mpsc::UnboundedSender<Event>>,
 ) -> Result<ExitStatus, LaunchError> {
+    run_launch(plan, options, events, Stop::Signals).await
+}
+
+async fn run_launch(
+    plan: &LaunchPlan,
+    options: &RunOptions,
+    events: Option<mpsc::UnboundedSender<Event>>,
+    stop: Stop,
+) -> Result<ExitStatus, LaunchError> {
     check_ports(plan)?;
     // Held until this function returns: no other launch or housekeeping may
     // touch the directory while the server runs (issue 3, step 5).
@@ -201,7 +256,7 @@ pub async fn run_with_events(
         }
         None => None,
     };
-    let mut signals = Signals::new()?;
+    let mut signals = Signals::new(stop)?;
     let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
     let emit = |event: Event| {
         match &event {
@@ -221,6 +276,9 @@ pub async fn run_with_events(
     loop {
         start += 1;
         let mut command = Command::new(&plan.executable);
+        if !plan.base_env.is_empty() {
+            command.env_clear().envs(&plan.base_env);
+        }
         command.args(&plan.args).envs(&plan.env);
         let mut server =
             Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
@@ -312,23 +370,49 @@ enum Ended {
 }
 
 /// SIGTERM and SIGINT, the requests to stop.
-struct Signals {
-    terminate: tokio::signal::unix::Signal,
-    interrupt: tokio::signal::unix::Signal,
+/// What ends a launch on request.
+enum Stop {
+    /// SIGTERM or SIGINT to this process (the command-line tools).
+    Signals,
+    /// [`LaunchHandle::stop`], or the handle dropped (the library).
+    Handle(watch::Receiver<bool>),
+}
+
+/// The stop requests of one launch.
+enum Signals {
+    Process {
+        terminate: tokio::signal::unix::Signal,
+        interrupt: tokio::signal::unix::Signal,
+    },
+    Handle(watch::Receiver<bool>),
 }
 
 impl Signals {
-    fn new() -> std::io::Result<Self> {
-        Ok(Signals {
-            terminate: signal(SignalKind::terminate())?,
-            interrupt: signal(SignalKind::interrupt())?,
+    fn new(stop: Stop) -> std::io::Result<Self> {
+        Ok(match stop {
+            Stop::Signals => Signals::Process {
+                terminate: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            },
+            Stop::Handle(rx) => Signals::Handle(rx),
         })
     }
 
+    /// Waits for the next stop request and names it.
     async fn recv(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.terminate.recv() => "SIGTERM",
-            _ = self.interrupt.recv() => "SIGINT",
+        match self {
+            Signals::Process {
+                terminate,
+                interrupt,
+            } => tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            },
+            Signals::Handle(rx) => {
+                // A dropped handle (Err) is a stop request too.
+                let _ = rx.wait_for(|stop| *stop).await;
+                "a stop request"
+            }
         }
     }
 }

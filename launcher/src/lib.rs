@@ -10,6 +10,8 @@
 //! a [`LaunchPlan`] with the server's argv and environment, the engine's
 //! connector config, and every decision with its reason, serialisable to JSON
 //! ([`LaunchPlan::to_json`], secrets redacted). [`launch::run`] runs a plan.
+//! The agent starts a plan with [`launch::start`], which returns a
+//! [`launch::LaunchHandle`]: the liveness events and a stop.
 //! [`launch::run_with_events`] also delivers the liveness events of [`watch`]
 //! (workers lost, unhealthy, unresponsive, exited with a hint); [`status`] is
 //! the typed `/status` model; [`inspect`] builds what `lmcache-tier inspect`
@@ -187,7 +189,8 @@ pub fn plan(
         KvCacheBackend::Lmcache => {
             let own = std::env::current_exe().unwrap_or_default();
             let executable = locate::server_executable(node.lmcache_path.as_deref(), vars, &own)?;
-            let launch = plan::plan_launch(facts, &node, host, executable, access)?;
+            let mut launch = plan::plan_launch(facts, &node, host, executable, access)?;
+            launch.base_env = vars.clone();
             return Ok(Planned::Server(Box::new(launch)));
         }
         KvCacheBackend::Native => "vLLM's built-in CPU offload holds the KV cache",

@@ -219,6 +219,11 @@ pub struct LaunchPlan {
     pub args: Vec<String>,
     /// Variables added to the server's environment.
     pub env: BTreeMap<String, String>,
+    /// The environment the server starts from: the map the plan was made
+    /// from ([`crate::plan()`] sets it), with [`LaunchPlan::env`] added on
+    /// top. Empty means this process's environment. Never printed: it may
+    /// hold credentials.
+    pub base_env: BTreeMap<String, String>,
     /// The L2 tiers the server gets, in cascade order (one per
     /// `--l2-adapter` in `args`, extra arguments included).
     pub cascade: Cascade,
@@ -505,6 +510,7 @@ pub fn plan_launch(
         executable,
         args,
         env,
+        base_env: BTreeMap::new(),
         cascade,
         mp_port,
         http_port,
