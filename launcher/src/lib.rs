@@ -29,6 +29,7 @@
 //! ```
 
 pub mod env;
+pub mod guards;
 pub mod housekeep;
 pub mod launch;
 pub mod locate;
