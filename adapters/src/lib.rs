@@ -6,6 +6,12 @@
 //! [`Cascade`] is the ordered list of tiers: LMCache stores every chunk to
 //! every tier and loads from the first tier, by position, that holds it (seed
 //! `000_8f00d9f3f4ca4cb4.txt`, "Custom Tiers and the Launcher").
+//!
+//! [`capacity`] says which tiers the fs capacity guard ([`guard`]) bounds and
+//! with which numbers; the guard runs beside the server and keeps them there.
+
+pub mod capacity;
+pub mod guard;
 
 use serde_json::{Map, Value};
 use std::path::Path;

@@ -524,6 +524,23 @@ impl NameTable {
         }
     }
 
+    /// The compact key of a parsed name if its model and salt (if any) are
+    /// already in the table, without interning anything: `None` means no
+    /// key made from this table can stand for the name.
+    pub fn lookup(&self, name: &ObjectNameRef<'_>) -> Option<ObjectKey> {
+        let salt = match name.salt {
+            Some(salt) => Some(SaltId(NonZeroU32::new(self.salts.get(salt)? + 1)?)),
+            None => None,
+        };
+        Some(ObjectKey {
+            model: ModelId(self.models.get(name.model_written)?),
+            kv_rank: name.kv_rank,
+            object_group: name.object_group,
+            chunk_hash: name.chunk_hash,
+            salt,
+        })
+    }
+
     fn salt_id(&mut self, salt: &str) -> SaltId {
         let id = self.salts.intern(salt) + 1;
         SaltId(NonZeroU32::new(id).expect("interned id + 1 is never 0"))
@@ -736,6 +753,28 @@ mod tests {
         assert_eq!(first.model(key_a.model), "org/a");
         assert_eq!(first.model_id("org/b"), Some(remap(key_b).model));
         assert_eq!(first.model_id("org/c"), None);
+    }
+
+    #[test]
+    fn lookup_finds_interned_names_and_interns_nothing() {
+        let mut table = NameTable::new();
+        let salted = "org-SEP-a@0x01000100@0@00@s1.data";
+        let key = table.intern(&parse_object_name(salted).unwrap());
+        assert_eq!(table.lookup(&parse_object_name(salted).unwrap()), Some(key));
+        for unknown in [
+            "org-SEP-b@0x01000100@0@00@s1.data",
+            "org-SEP-a@0x01000100@0@00@s2.data",
+        ] {
+            assert_eq!(table.lookup(&parse_object_name(unknown).unwrap()), None);
+        }
+        let unsalted = table
+            .lookup(&parse_object_name("org-SEP-a@0x01000100@0@0011.data").unwrap())
+            .unwrap();
+        assert_eq!(
+            table.name(&unsalted).to_string(),
+            "org-SEP-a@0x01000100@0@0011.data"
+        );
+        assert_eq!(table.model_count(), 1);
     }
 
     fn field() -> impl Strategy<Value = String> {

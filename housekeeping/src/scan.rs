@@ -8,7 +8,8 @@
 //!
 //! - object: a regular file whose name decodes ([`crate::codec`]);
 //! - stale temp: a regular file named like an object with `.tmp` for `.data`
-//!   (LMCache's `fs` adapter), or our own manifest temp file;
+//!   (LMCache's `fs` adapter), or the temp file of our manifest or of the
+//!   capacity guard's status file;
 //! - ours: the manifest and the lock file;
 //! - foreign: anything else — model files, READMEs, subdirectories, symlinks,
 //!   devices, names that are not UTF-8. Never followed, never deleted, counted.
@@ -39,6 +40,14 @@ use crate::codec::{
 use crate::identity::{MANIFEST_FILE_NAME, MANIFEST_TEMP_FILE_NAME};
 use crate::lock::LOCK_FILE_NAME;
 use crate::tier_dir::{AccessTimes, TierDir};
+
+/// The status file the capacity guard (`lmcache-adapters`) keeps in the
+/// tier directory, replaced atomically by renaming [`GUARD_STATUS_TEMP_FILE_NAME`]
+/// over it: ours, never an object, never foreign.
+pub const GUARD_STATUS_FILE_NAME: &str = ".lmcache-tier-guard.json";
+/// The capacity guard's status file while it is written; a stale one is ours
+/// to delete.
+pub const GUARD_STATUS_TEMP_FILE_NAME: &str = ".lmcache-tier-guard.json.tmp";
 
 /// Names handed to a stat worker at a time.
 const BATCH_ENTRIES: usize = 4096;
@@ -133,6 +142,8 @@ pub enum EntryClass<'a> {
     Manifest,
     /// The lock file.
     Lock,
+    /// The capacity guard's status file.
+    GuardStatus,
     /// Anything else.
     Foreign,
 }
@@ -155,7 +166,10 @@ pub fn classify(name: &OsStr, is_regular_file: bool) -> EntryClass<'_> {
     match name {
         MANIFEST_FILE_NAME => EntryClass::Manifest,
         LOCK_FILE_NAME => EntryClass::Lock,
-        MANIFEST_TEMP_FILE_NAME => EntryClass::StaleTemp(TempOrigin::Housekeeping),
+        GUARD_STATUS_FILE_NAME => EntryClass::GuardStatus,
+        MANIFEST_TEMP_FILE_NAME | GUARD_STATUS_TEMP_FILE_NAME => {
+            EntryClass::StaleTemp(TempOrigin::Housekeeping)
+        }
         _ if name.ends_with(TEMP_SUFFIX) && parse_temp_name(name).is_ok() => {
             EntryClass::StaleTemp(TempOrigin::Lmcache)
         }
@@ -193,7 +207,7 @@ pub struct InventoryTotals {
     pub stale_temps: CountBytes,
     /// Foreign entries (kept).
     pub foreign: CountBytes,
-    /// The manifest and the lock file.
+    /// The manifest, the lock file and the capacity guard's status file.
     pub ours: CountBytes,
     /// Entries skipped because they are on another filesystem.
     pub other_filesystem_entries: u64,
@@ -476,7 +490,9 @@ fn stat_one(dir: &TierDir, part: &mut Inventory, cname: &CStr) {
             // classify only says StaleTemp for UTF-8 names.
             part.add_temp(&name.to_string_lossy(), origin, stats);
         }
-        EntryClass::Manifest | EntryClass::Lock => part.ours.add(stats.allocated_bytes),
+        EntryClass::Manifest | EntryClass::Lock | EntryClass::GuardStatus => {
+            part.ours.add(stats.allocated_bytes)
+        }
         EntryClass::Foreign => {
             let kind = match format {
                 libc::S_IFREG => ForeignKind::File,
@@ -523,6 +539,8 @@ mod tests {
         fs::write(tmp.path().join(MANIFEST_TEMP_FILE_NAME), b"{").unwrap();
         fs::write(tmp.path().join(MANIFEST_FILE_NAME), b"{}").unwrap();
         fs::write(tmp.path().join(LOCK_FILE_NAME), b"").unwrap();
+        fs::write(tmp.path().join(GUARD_STATUS_FILE_NAME), b"{}").unwrap();
+        fs::write(tmp.path().join(GUARD_STATUS_TEMP_FILE_NAME), b"{").unwrap();
         fs::write(tmp.path().join("model.safetensors"), b"weights").unwrap();
         fs::write(tmp.path().join("notes.tmp"), b"not an object").unwrap();
         fs::create_dir(tmp.path().join(&names[1])).unwrap();
@@ -534,8 +552,8 @@ mod tests {
         let totals = inventory.totals();
         assert_eq!(totals.objects.count as usize, names.len() - 1);
         assert!(totals.objects.bytes >= 8192 * (names.len() as u64 - 1));
-        assert_eq!(totals.stale_temps.count, 2);
-        assert_eq!(totals.ours.count, 2);
+        assert_eq!(totals.stale_temps.count, 3);
+        assert_eq!(totals.ours.count, 3);
         assert_eq!(totals.foreign.count, 5);
         assert_eq!(
             inventory.reclaimable_bytes(),

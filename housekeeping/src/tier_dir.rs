@@ -171,7 +171,9 @@ impl TierDir {
         self.path.join(name)
     }
 
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+    /// The directory's descriptor: every `*at` call on its entries is made
+    /// relative to it.
+    pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 

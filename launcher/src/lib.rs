@@ -79,6 +79,7 @@ use std::collections::BTreeMap;
 
 pub mod env;
 pub mod extra_args;
+pub mod guards;
 pub mod housekeep;
 pub mod inspect;
 pub mod launch;

@@ -1,7 +1,9 @@
 //! `erebine-lmcache`: the image entrypoint, a drop-in for the `lmcache`
 //! command. `erebine-lmcache server <flags>` runs the real `lmcache server`
-//! with the same flags under supervision; every other subcommand is handed to
-//! the stock `lmcache` unchanged.
+//! with the same flags under supervision, with a capacity guard for every
+//! `--l2-adapter` filesystem tier that has `max_capacity_gb`
+//! ([`lmcache_launcher::guards`]); every other subcommand is handed to the
+//! stock `lmcache` unchanged.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -9,6 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use lmcache_launcher::guards::start_guards;
 use lmcache_launcher::locate::find_stock_lmcache;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised};
 use nix::sys::signal::Signal;
@@ -24,7 +27,11 @@ The stock lmcache is looked up in the active Python environment ($VIRTUAL_ENV,
 $CONDA_PREFIX), then beside the vllm executable, then on PATH. `server` runs it
 in its own process group, forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT, never leaves
 it orphaned, and exits with its status (128+N when signal N ended it).
-Exit 127: the stock lmcache was not found. The stock help follows.
+An `fs` or `fs_native` --l2-adapter with max_capacity_gb gets a capacity
+guard: LRU eviction at the spec's eviction watermark, usage counted from disk
+at start, state in <base_path>/.lmcache-tier-guard.json.
+Exit 127: the stock lmcache was not found; 2: a max_capacity_gb is unusable.
+The stock help follows.
 ";
 
 fn main() -> ExitCode {
@@ -54,6 +61,22 @@ fn main() -> ExitCode {
         eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
         return ExitCode::from(126);
     }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    // Stopped (last status written) when dropped, after the server exits.
+    let _guards = match start_guards(&args) {
+        Ok(guards) => guards,
+        Err(e) => {
+            eprintln!("erebine-lmcache: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

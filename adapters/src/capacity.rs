@@ -1,0 +1,414 @@
+//! Which tiers the capacity guard bounds, and with which numbers.
+//!
+//! LMCache 0.5.6's `fs` adapter has no `max_capacity_gb`: it never evicts,
+//! so the tier only grows. Its `fs_native` adapter counts usage from 0 at
+//! every start, so a restart lets a full tier grow past its capacity (issue 4;
+//! `shared/lmcache-facts.md`, "The three adapters we extend"). The guard
+//! ([`crate::guard`]) closes both gaps from outside the server:
+//!
+//! - an `fs` tier with `max_capacity_gb` > 0 is evicted by the guard alone
+//!   ([`GuardRole::Evictor`]), LRU, at the spec's `eviction.trigger_watermark`
+//!   reclaiming `eviction.eviction_ratio` of the capacity (0.8 and 0.2 when
+//!   absent, LMCache's defaults);
+//! - an `fs_native` tier with `max_capacity_gb` > 0 and an `eviction` block is
+//!   evicted by LMCache at its watermark on what LMCache counts; the guard is a
+//!   hard bound behind it ([`GuardRole::HardBound`]) that acts only when the
+//!   true usage reaches halfway between that watermark and the capacity, which
+//!   after a restart (LMCache counting from 0) or on a tier other writers fill
+//!   is the only thing that holds the capacity. Without an `eviction` block
+//!   LMCache only counts, so the guard is the evictor, as for `fs`.
+//!
+//! Capacities are GiB (1024^3 bytes), as LMCache reads `max_capacity_gb`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::{Cascade, TierSpec};
+
+/// One GiB in bytes.
+const GIB: f64 = (1u64 << 30) as f64;
+/// LMCache's default `trigger_watermark` (0.5.6, `_parse_eviction_config`).
+pub const DEFAULT_TRIGGER_WATERMARK: f64 = 0.8;
+/// LMCache's default `eviction_ratio` (0.5.6, `_parse_eviction_config`).
+pub const DEFAULT_EVICTION_RATIO: f64 = 0.2;
+
+/// Whether the guard is a tier's only evictor or a bound behind LMCache's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardRole {
+    /// LMCache does not evict from the tier: the guard evicts at the spec's
+    /// watermark (`fs`, or `fs_native` without an `eviction` block).
+    Evictor,
+    /// LMCache evicts at its watermark on what it counts; the guard evicts
+    /// only when the usage on disk reaches halfway from that watermark to the
+    /// capacity (`fs_native` with an `eviction` block).
+    HardBound,
+}
+
+/// A tier the guard bounds: where, how large, and when it evicts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardSpec {
+    /// Position of the tier in the cascade (0-based).
+    pub position: usize,
+    /// The adapter type, `fs` or `fs_native`.
+    pub adapter_type: String,
+    /// The tier directory (`base_path`).
+    pub base_path: PathBuf,
+    /// `max_capacity_gb` in bytes (GiB x 1024^3, rounded down).
+    pub capacity_bytes: u64,
+    /// `eviction.trigger_watermark` of the spec (0.8 when absent), in (0, 1].
+    pub trigger_watermark: f64,
+    /// `eviction.eviction_ratio` of the spec (0.2 when absent), in (0, 1].
+    pub eviction_ratio: f64,
+    /// `"shared": true`: other nodes write the directory, so it is rescanned
+    /// periodically besides being watched.
+    pub shared: bool,
+    /// Evictor or hard bound.
+    pub role: GuardRole,
+}
+
+impl GuardSpec {
+    /// The usage in bytes at which the guard starts an eviction cycle: the
+    /// watermark times the capacity for an [`GuardRole::Evictor`], halfway
+    /// from the watermark to the capacity for a [`GuardRole::HardBound`].
+    pub fn trigger_bytes(&self) -> u64 {
+        let fraction = match self.role {
+            GuardRole::Evictor => self.trigger_watermark,
+            GuardRole::HardBound => (1.0 + self.trigger_watermark) / 2.0,
+        };
+        (fraction * self.capacity_bytes as f64).ceil() as u64
+    }
+
+    /// Bytes one eviction cycle frees when it starts at `usage_bytes`:
+    /// `eviction_ratio` x capacity, or more when the usage overshot the
+    /// trigger, so that a cycle always ends at or below the trigger less
+    /// `eviction_ratio` x capacity (a restart on a tier far over capacity is
+    /// brought back in one cycle).
+    pub fn reclaim_bytes(&self, usage_bytes: u64) -> u64 {
+        let ratio = (self.eviction_ratio * self.capacity_bytes as f64).ceil() as u64;
+        let floor = self.trigger_bytes().saturating_sub(ratio);
+        ratio.max(usage_bytes.saturating_sub(floor))
+    }
+
+    /// Checks the capacity against the size of the volume holding
+    /// `base_path`, creating the directory (mode 0700) when it is missing,
+    /// as LMCache would.
+    ///
+    /// # Errors
+    /// [`CapacityError::LargerThanVolume`]; [`CapacityError::Directory`] when
+    /// the directory cannot be created or measured.
+    pub fn check_volume(&self) -> Result<(), CapacityError> {
+        let volume = volume_bytes(&self.base_path).map_err(|detail| CapacityError::Directory {
+            position: self.position,
+            base_path: self.base_path.display().to_string(),
+            detail,
+        })?;
+        if self.capacity_bytes > volume {
+            return Err(CapacityError::LargerThanVolume {
+                position: self.position,
+                base_path: self.base_path.display().to_string(),
+                capacity_gib: self.capacity_bytes as f64 / GIB,
+                volume_gib: volume as f64 / GIB,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn volume_bytes(path: &Path) -> Result<u64, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| format!("cannot create it: {e}"))?;
+    let vfs = nix::sys::statvfs::statvfs(path).map_err(|e| format!("statvfs failed: {e}"))?;
+    Ok(vfs.blocks().saturating_mul(vfs.fragment_size()))
+}
+
+/// A capacity setting the guard cannot use. Each names the tier by position
+/// and `base_path`, the key and the value, and says what to write.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CapacityError {
+    /// A value that is not a number in range.
+    #[error(
+        "L2 tier {position} (base_path {base_path}): {key} = {value} is not valid: {expected}"
+    )]
+    Invalid {
+        /// Position of the tier in the cascade (0-based).
+        position: usize,
+        /// Its `base_path` as written.
+        base_path: String,
+        /// The key at fault, e.g. `max_capacity_gb`, `eviction.eviction_ratio`.
+        key: &'static str,
+        /// The value as JSON.
+        value: String,
+        /// What to write instead.
+        expected: &'static str,
+    },
+    /// A capacity the volume cannot hold.
+    #[error("L2 tier {position} (base_path {base_path}): max_capacity_gb = {capacity_gib} is larger than the volume holding the directory ({volume_gib:.2} GiB): give a capacity the volume can hold, or move base_path to a larger volume")]
+    LargerThanVolume {
+        /// Position of the tier in the cascade (0-based).
+        position: usize,
+        /// Its `base_path`.
+        base_path: String,
+        /// The capacity asked for, in GiB.
+        capacity_gib: f64,
+        /// The volume's size, in GiB.
+        volume_gib: f64,
+    },
+    /// A filesystem tier with a capacity but no `base_path`.
+    #[error("L2 tier {position} ({adapter_type}) has max_capacity_gb but no \"base_path\" string: name the tier directory")]
+    NoBasePath {
+        /// Position of the tier in the cascade (0-based).
+        position: usize,
+        /// Its adapter type.
+        adapter_type: String,
+    },
+    /// The directory cannot be created or measured.
+    #[error(
+        "L2 tier {position} (base_path {base_path}): {detail}; fix the path or its permissions"
+    )]
+    Directory {
+        /// Position of the tier in the cascade (0-based).
+        position: usize,
+        /// Its `base_path`.
+        base_path: String,
+        /// What failed.
+        detail: String,
+    },
+}
+
+/// The guard's settings for every tier of `cascade` it bounds: `fs` and
+/// `fs_native` tiers with `max_capacity_gb` > 0, in cascade order. Checks the
+/// values only; [`GuardSpec::check_volume`] checks them against the disk.
+///
+/// # Errors
+/// [`CapacityError::Invalid`] for a `max_capacity_gb` that is negative, not a
+/// finite number, or an `eviction` block whose `trigger_watermark` or
+/// `eviction_ratio` is not a number in (0, 1]; [`CapacityError::NoBasePath`].
+pub fn guard_specs(cascade: &Cascade) -> Result<Vec<GuardSpec>, CapacityError> {
+    let mut specs = Vec::new();
+    for (position, tier) in cascade.tiers().iter().enumerate() {
+        if let Some(spec) = guard_spec(position, tier)? {
+            specs.push(spec);
+        }
+    }
+    Ok(specs)
+}
+
+fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>, CapacityError> {
+    let adapter_type = tier.adapter_type();
+    if adapter_type != "fs" && adapter_type != "fs_native" {
+        return Ok(None);
+    }
+    let object = tier.as_object();
+    let Some(value) = object.get("max_capacity_gb") else {
+        return Ok(None);
+    };
+    let base_path = tier.base_path().unwrap_or("(none)").to_string();
+    let invalid = |key, value: &Value, expected| CapacityError::Invalid {
+        position,
+        base_path: base_path.clone(),
+        key,
+        value: value.to_string(),
+        expected,
+    };
+    let gib = value
+        .as_f64()
+        .filter(|g| g.is_finite() && *g >= 0.0)
+        .ok_or_else(|| {
+            invalid(
+                "max_capacity_gb",
+                value,
+                "a JSON number of GiB (1024^3 bytes), 0 or more, e.g. 150 (0 means no capacity)",
+            )
+        })?;
+    let capacity_bytes = (gib * GIB) as u64;
+    if capacity_bytes == 0 {
+        return Ok(None);
+    }
+    let Some(path) = tier.base_path() else {
+        return Err(CapacityError::NoBasePath {
+            position,
+            adapter_type: adapter_type.to_string(),
+        });
+    };
+    let eviction = match object.get("eviction") {
+        None => None,
+        Some(Value::Object(block)) => Some(block),
+        Some(other) => {
+            return Err(invalid(
+                "eviction",
+                other,
+                "an object such as {\"eviction_policy\":\"LRU\",\"trigger_watermark\":0.8,\"eviction_ratio\":0.2}",
+            ))
+        }
+    };
+    let fraction = |key: &'static str, name: &str, default: f64| -> Result<f64, CapacityError> {
+        match eviction.and_then(|block| block.get(name)) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .filter(|f| *f > 0.0 && *f <= 1.0)
+                .ok_or_else(|| invalid(key, v, "a JSON number above 0 and at most 1, e.g. 0.8")),
+        }
+    };
+    let trigger_watermark = fraction(
+        "eviction.trigger_watermark",
+        "trigger_watermark",
+        DEFAULT_TRIGGER_WATERMARK,
+    )?;
+    let eviction_ratio = fraction(
+        "eviction.eviction_ratio",
+        "eviction_ratio",
+        DEFAULT_EVICTION_RATIO,
+    )?;
+    let role = if adapter_type == "fs_native" && eviction.is_some() {
+        GuardRole::HardBound
+    } else {
+        GuardRole::Evictor
+    };
+    Ok(Some(GuardSpec {
+        position,
+        adapter_type: adapter_type.to_string(),
+        base_path: PathBuf::from(path),
+        capacity_bytes,
+        trigger_watermark,
+        eviction_ratio,
+        shared: object.get("shared").and_then(Value::as_bool) == Some(true),
+        role,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(json: &str) -> Result<Vec<GuardSpec>, CapacityError> {
+        guard_specs(&Cascade::parse(json, "V").unwrap())
+    }
+
+    #[test]
+    fn only_filesystem_tiers_with_a_capacity_are_guarded() {
+        let got = specs(
+            r#"[{"type":"s3","max_capacity_gb":5},{"type":"fs","base_path":"/a"},
+                {"type":"fs","base_path":"/b","max_capacity_gb":0},
+                {"type":"fs","base_path":"/c","max_capacity_gb":1.5,"shared":true},
+                {"type":"fs_native","base_path":"/d","max_capacity_gb":2,
+                 "eviction":{"eviction_policy":"LRU","trigger_watermark":0.6,"eviction_ratio":0.3}},
+                {"type":"fs_native","base_path":"/e","max_capacity_gb":2}]"#,
+        )
+        .unwrap();
+        let summary: Vec<_> = got
+            .iter()
+            .map(|s| (s.position, s.base_path.to_str().unwrap(), s.role, s.shared))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (3, "/c", GuardRole::Evictor, true),
+                (4, "/d", GuardRole::HardBound, false),
+                (5, "/e", GuardRole::Evictor, false),
+            ]
+        );
+        assert_eq!(got[0].capacity_bytes, 3 << 29);
+        assert_eq!(
+            (got[0].trigger_watermark, got[0].eviction_ratio),
+            (0.8, 0.2)
+        );
+        assert_eq!(
+            (got[1].trigger_watermark, got[1].eviction_ratio),
+            (0.6, 0.3)
+        );
+    }
+
+    #[test]
+    fn watermark_arithmetic() {
+        let mut spec = specs(r#"{"type":"fs","base_path":"/a","max_capacity_gb":1}"#)
+            .unwrap()
+            .remove(0);
+        let gib = 1u64 << 30;
+        assert_eq!(spec.trigger_bytes(), (0.8 * gib as f64).ceil() as u64);
+        let ratio = (0.2 * gib as f64).ceil() as u64;
+        assert_eq!(spec.reclaim_bytes(spec.trigger_bytes()), ratio);
+        assert_eq!(
+            spec.reclaim_bytes(3 * gib),
+            3 * gib - (spec.trigger_bytes() - ratio),
+            "an overshoot is brought back to the trigger less the ratio in one cycle"
+        );
+        spec.role = GuardRole::HardBound;
+        assert_eq!(spec.trigger_bytes(), (0.9 * gib as f64).ceil() as u64);
+    }
+
+    #[test]
+    fn bad_values_name_the_tier_the_key_and_the_value() {
+        for (json, key, value) in [
+            (
+                r#"[{"type":"s3"},{"type":"fs","base_path":"/x","max_capacity_gb":-1}]"#,
+                "max_capacity_gb",
+                "-1",
+            ),
+            (
+                r#"[{"type":"s3"},{"type":"fs","base_path":"/x","max_capacity_gb":"10"}]"#,
+                "max_capacity_gb",
+                "\"10\"",
+            ),
+            (
+                r#"[{"type":"s3"},{"type":"fs","base_path":"/x","max_capacity_gb":null}]"#,
+                "max_capacity_gb",
+                "null",
+            ),
+            (
+                r#"[{"type":"s3"},{"type":"fs","base_path":"/x","max_capacity_gb":1,"eviction":{"eviction_ratio":0}}]"#,
+                "eviction.eviction_ratio",
+                "0",
+            ),
+            (
+                r#"[{"type":"s3"},{"type":"fs_native","base_path":"/x","max_capacity_gb":1,"eviction":{"trigger_watermark":1.5}}]"#,
+                "eviction.trigger_watermark",
+                "1.5",
+            ),
+            (
+                r#"[{"type":"s3"},{"type":"fs","base_path":"/x","max_capacity_gb":1,"eviction":"LRU"}]"#,
+                "eviction",
+                "\"LRU\"",
+            ),
+        ] {
+            let e = specs(json).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("L2 tier 1 (base_path /x)"), "{text}");
+            assert!(
+                text.contains(&format!("{key} = {value} is not valid")),
+                "{text}"
+            );
+        }
+        let e = specs(r#"{"type":"fs","max_capacity_gb":1}"#).unwrap_err();
+        assert!(e.to_string().contains("no \"base_path\""), "{e}");
+    }
+
+    #[test]
+    fn a_capacity_larger_than_the_volume_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("new-tier");
+        let json = format!(
+            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1000000000}}"#,
+            path.display()
+        );
+        let spec = specs(&json).unwrap().remove(0);
+        let e = spec.check_volume().unwrap_err().to_string();
+        assert!(e.contains("L2 tier 0"), "{e}");
+        assert!(
+            e.contains("max_capacity_gb = 1000000000 is larger than the volume"),
+            "{e}"
+        );
+        assert!(path.is_dir(), "the tier directory is created");
+        let json = format!(
+            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":0.001}}"#,
+            path.display()
+        );
+        specs(&json).unwrap()[0].check_volume().unwrap();
+    }
+}

@@ -1,0 +1,597 @@
+//! The capacity guard of a filesystem tier (issue 4): counts the objects a
+//! tier directory holds at start, follows it live, and deletes the least
+//! recently used objects when the usage reaches the trigger (see
+//! [`crate::capacity`] for which tiers, and when).
+//!
+//! - Start-up count: the housekeeping scan ([`lmcache_housekeeping::scan()`]):
+//!   objects whose names decode, allocated bytes (`st_blocks * 512`, as `du`
+//!   counts), ordered by last use (atime or mtime).
+//! - Live: inotify on the directory, added before the count so nothing falls
+//!   between. `CREATE`, `CLOSE_WRITE` and `MOVED_TO` of an object name
+//!   (LMCache renames finished objects into place) re-stat it and track it as
+//!   just used; `OPEN` and `ACCESS` (a load) mark it used; `DELETE` and
+//!   `MOVED_FROM` forget it. Names that do not decode are ignored.
+//! - Rescans: on an inotify queue overflow (`IN_Q_OVERFLOW`, warned once),
+//!   every [`GuardOptions::fallback_rescan`] when inotify cannot watch the
+//!   directory (warned once), and every [`GuardOptions::shared_rescan`] on a
+//!   `"shared": true` tier, whose other writers inotify may not see (network
+//!   filesystems). A rescan is a full scan: the interval is stretched to 20x
+//!   the last scan's duration, so rescans take at most 5% of a core.
+//! - Eviction: one cycle deletes LRU objects until
+//!   [`GuardSpec::reclaim_bytes`] are freed, each by `fstatat`
+//!   (`AT_SYMLINK_NOFOLLOW`: still a regular file on the directory's
+//!   filesystem) and `unlinkat` relative to the directory descriptor, never
+//!   `AT_REMOVEDIR`: only names that decode as objects, only inside the
+//!   directory, no symlink followed. One log line per cycle.
+//! - State: [`status`], a file in the tier directory.
+//!
+//! LMCache's `fs` adapter checks the disk on every lookup and treats a vanished
+//! file as a miss (`shared/lmcache-facts.md`), so deleting under the running
+//! server is safe.
+
+pub mod status;
+pub mod tracker;
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use inotify::{EventMask, Inotify, WatchMask};
+use lmcache_housekeeping::codec::{parse_object_name, DATA_SUFFIX};
+use lmcache_housekeeping::{scan, Access, TierDir, TierDirError};
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::libc;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::stat::fstatat;
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+use crate::capacity::{CapacityError, GuardSpec};
+use status::{CountBytes, Cycle, Evictions, Following, GuardStatus, StartCount, STATUS_VERSION};
+use tracker::Tracker;
+
+/// Unlinks between two drains of the event queue during an eviction cycle,
+/// so the guard's own `DELETE` events do not overflow it (the kernel default
+/// `fs.inotify.max_queued_events` is 16,384).
+const DRAIN_EVERY: usize = 1024;
+/// Size of the buffer events are read into (about 500 events of object names).
+const EVENT_BUFFER: usize = 64 * 1024;
+
+/// Timing of a guard.
+#[derive(Debug, Clone)]
+pub struct GuardOptions {
+    /// Least time between two writes of the status file while the usage
+    /// changes. Default 1 s.
+    pub status_interval: Duration,
+    /// Least time between periodic rescans of a `"shared": true` tier.
+    /// Default 10 s.
+    pub shared_rescan: Duration,
+    /// Least time between rescans of a tier inotify cannot watch. Default 1 s.
+    pub fallback_rescan: Duration,
+    /// Follow the tier with inotify (default); `false` follows it by rescans
+    /// only, as when inotify is unavailable.
+    pub inotify: bool,
+}
+
+impl Default for GuardOptions {
+    fn default() -> Self {
+        Self {
+            status_interval: Duration::from_secs(1),
+            shared_rescan: Duration::from_secs(10),
+            fallback_rescan: Duration::from_secs(1),
+            inotify: true,
+        }
+    }
+}
+
+/// Why a guard did not start. The server should not start either: its tier
+/// would be unbounded.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// The capacity is unusable (e.g. larger than the volume).
+    #[error(transparent)]
+    Capacity(#[from] CapacityError),
+    /// The tier directory cannot be opened for deleting.
+    #[error("L2 tier {position}: {source}")]
+    Dir {
+        /// Position of the tier in the cascade.
+        position: usize,
+        /// What is wrong with the directory.
+        #[source]
+        source: TierDirError,
+    },
+    /// The guard's thread or its stop channel could not be made.
+    #[error("L2 tier {position}: cannot start the capacity guard: {source}")]
+    Io {
+        /// Position of the tier in the cascade.
+        position: usize,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A running guard; stops (and writes its status a last time) when dropped.
+#[derive(Debug)]
+pub struct Guard {
+    stop: Option<UnixStream>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Guard {
+    /// Checks `spec` against the volume, opens the directory, starts
+    /// watching it and counts it, then follows it on a thread of its own.
+    /// The count runs on that thread, so the server can start meanwhile.
+    ///
+    /// # Errors
+    /// [`GuardError`]: the capacity exceeds the volume, the directory cannot
+    /// be created, opened or written, or the thread cannot start. A
+    /// directory inotify cannot watch is not an error (rescans, one warning).
+    pub fn start(spec: GuardSpec, options: GuardOptions) -> Result<Self, GuardError> {
+        spec.check_volume()?;
+        let position = spec.position;
+        let dir = TierDir::open(&spec.base_path, Access::ReadWrite)
+            .map_err(|source| GuardError::Dir { position, source })?;
+        let inotify = if options.inotify {
+            watch(&dir).map_err(|e| e.to_string())
+        } else {
+            Err("inotify disabled by the caller".to_string())
+        };
+        let (stop, stopped) =
+            UnixStream::pair().map_err(|source| GuardError::Io { position, source })?;
+        let mut runner = Runner::new(spec, options, dir, inotify);
+        let thread = std::thread::Builder::new()
+            .name(format!("capacity-guard-{position}"))
+            .spawn(move || runner.run(stopped))
+            .map_err(|source| GuardError::Io { position, source })?;
+        Ok(Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the guard and waits for its last status write.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+fn watch(dir: &TierDir) -> io::Result<Inotify> {
+    let inotify = Inotify::init()?;
+    inotify.watches().add(
+        dir.path(),
+        WatchMask::CREATE
+            | WatchMask::CLOSE_WRITE
+            | WatchMask::MOVED_TO
+            | WatchMask::OPEN
+            | WatchMask::ACCESS
+            | WatchMask::DELETE
+            | WatchMask::MOVED_FROM
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF
+            | WatchMask::ONLYDIR
+            | WatchMask::DONT_FOLLOW
+            | WatchMask::EXCL_UNLINK,
+    )?;
+    Ok(inotify)
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The guard's thread.
+struct Runner {
+    spec: GuardSpec,
+    options: GuardOptions,
+    dir: TierDir,
+    inotify: Option<Inotify>,
+    tracker: Tracker,
+    start: StartCount,
+    evictions: Evictions,
+    rescans: u64,
+    rescan_due: Option<Instant>,
+    last_scan: Duration,
+    dirty: bool,
+    last_write: Option<Instant>,
+    warned: Warned,
+    name: String,
+}
+
+#[derive(Default)]
+struct Warned {
+    overflow: bool,
+    status: bool,
+    delete: bool,
+    scan: bool,
+}
+
+impl Runner {
+    fn new(
+        spec: GuardSpec,
+        options: GuardOptions,
+        dir: TierDir,
+        inotify: Result<Inotify, String>,
+    ) -> Self {
+        let inotify = match inotify {
+            Ok(inotify) => Some(inotify),
+            Err(e) => {
+                tracing::warn!(
+                    "capacity guard, L2 tier {} ({}): cannot watch the directory with inotify ({e}); following it by rescans every {} s or more instead. Raise fs.inotify.max_user_instances / max_user_watches if they are exhausted",
+                    spec.position,
+                    spec.base_path.display(),
+                    options.fallback_rescan.as_secs_f64()
+                );
+                None
+            }
+        };
+        Self {
+            spec,
+            options,
+            dir,
+            inotify,
+            tracker: Tracker::new(),
+            start: StartCount::default(),
+            evictions: Evictions::default(),
+            rescans: 0,
+            rescan_due: None,
+            last_scan: Duration::ZERO,
+            dirty: true,
+            last_write: None,
+            warned: Warned::default(),
+            name: String::new(),
+        }
+    }
+
+    fn label(&self) -> String {
+        format!(
+            "capacity guard, L2 tier {} ({})",
+            self.spec.position,
+            self.spec.base_path.display()
+        )
+    }
+
+    fn run(&mut self, mut stopped: UnixStream) {
+        let mut buffer = vec![0u8; EVENT_BUFFER];
+        let started = Instant::now();
+        if let Some(inventory) = self.scan() {
+            self.tracker = Tracker::from_inventory(&inventory);
+        }
+        self.start = StartCount {
+            found: CountBytes {
+                objects: self.tracker.len() as u64,
+                bytes: self.tracker.usage(),
+            },
+            millis: started.elapsed().as_millis() as u64,
+        };
+        tracing::info!(
+            "{}: counted {} objects, {} at start in {} ms; capacity {}, evicts at {} ({:?}), following by {}",
+            self.label(),
+            self.start.found.objects,
+            gib(self.start.found.bytes),
+            self.start.millis,
+            gib(self.spec.capacity_bytes),
+            gib(self.spec.trigger_bytes()),
+            self.spec.role,
+            if self.inotify.is_some() { "inotify" } else { "rescans" },
+        );
+        self.schedule_rescan();
+        loop {
+            self.drain(&mut buffer);
+            self.evict_if_needed(&mut buffer);
+            if self.rescan_due.is_some_and(|due| Instant::now() >= due) {
+                self.rescan();
+                self.schedule_rescan();
+                continue;
+            }
+            let write_due = self.last_write.map(|t| t + self.options.status_interval);
+            if self.dirty && write_due.is_none_or(|due| Instant::now() >= due) {
+                self.write_status();
+            }
+            let mut next = self.rescan_due;
+            if self.dirty {
+                next = match (next, write_due) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            let timeout = match next {
+                Some(at) => PollTimeout::try_from(at.saturating_duration_since(Instant::now()))
+                    .unwrap_or(PollTimeout::MAX),
+                None => PollTimeout::NONE,
+            };
+            let mut fds = vec![PollFd::new(stopped.as_fd(), PollFlags::POLLIN)];
+            if let Some(inotify) = &self.inotify {
+                fds.push(PollFd::new(inotify.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, timeout) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::warn!("{}: poll failed ({e}); stopping the guard", self.label());
+                    break;
+                }
+            }
+            if fds[0].any().unwrap_or(true) {
+                let mut byte = [0u8; 1];
+                // Any byte or the other end closing means stop.
+                let _ = stopped.read(&mut byte);
+                break;
+            }
+        }
+        self.write_status();
+    }
+
+    fn scan(&mut self) -> Option<lmcache_housekeeping::Inventory> {
+        let started = Instant::now();
+        let result = scan(&self.dir);
+        self.last_scan = started.elapsed();
+        match result {
+            Ok(inventory) => Some(inventory),
+            Err(e) => {
+                if !std::mem::replace(&mut self.warned.scan, true) {
+                    tracing::warn!(
+                        "{}: {e}; usage may be undercounted until a scan succeeds",
+                        self.label()
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn rescan(&mut self) {
+        if let Some(inventory) = self.scan() {
+            self.tracker.reconcile(&inventory);
+        }
+        self.rescans += 1;
+        self.dirty = true;
+    }
+
+    fn schedule_rescan(&mut self) {
+        let base = if self.inotify.is_none() {
+            Some(self.options.fallback_rescan)
+        } else if self.spec.shared {
+            Some(self.options.shared_rescan)
+        } else {
+            None
+        };
+        self.rescan_due = base.map(|b| Instant::now() + b.max(self.last_scan * 20));
+    }
+
+    /// Reads and applies every queued event (no wait).
+    fn drain(&mut self, buffer: &mut [u8]) {
+        let mut overflow = false;
+        let mut lost_watch = false;
+        while let Some(inotify) = &mut self.inotify {
+            let events = match inotify.read_events(buffer) {
+                Ok(events) => events,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: reading inotify events failed ({e}); following by rescans from now on",
+                        self.label()
+                    );
+                    lost_watch = true;
+                    break;
+                }
+            };
+            let mut any = false;
+            for event in events {
+                any = true;
+                if event.mask.contains(EventMask::Q_OVERFLOW) {
+                    overflow = true;
+                } else if event.mask.intersects(
+                    EventMask::IGNORED
+                        | EventMask::DELETE_SELF
+                        | EventMask::MOVE_SELF
+                        | EventMask::UNMOUNT,
+                ) {
+                    lost_watch = true;
+                } else if let Some(name) = event.name {
+                    apply(
+                        &self.dir,
+                        &mut self.tracker,
+                        &mut self.dirty,
+                        event.mask,
+                        name,
+                    );
+                }
+            }
+            if !any || lost_watch {
+                break;
+            }
+        }
+        if lost_watch {
+            tracing::warn!(
+                "{}: the directory's inotify watch ended (directory removed, moved or unmounted); following it by rescans",
+                self.label()
+            );
+            self.inotify = None;
+            self.schedule_rescan();
+        }
+        if overflow {
+            if !std::mem::replace(&mut self.warned.overflow, true) {
+                tracing::warn!(
+                    "{}: the inotify queue overflowed; rescanning the directory (this warning is given once; raise fs.inotify.max_queued_events if it recurs)",
+                    self.label()
+                );
+            }
+            self.rescan();
+        }
+    }
+
+    fn evict_if_needed(&mut self, buffer: &mut [u8]) {
+        let usage = self.tracker.usage();
+        if usage < self.spec.trigger_bytes() {
+            return;
+        }
+        let started = Instant::now();
+        let victims = self.tracker.take_lru(self.spec.reclaim_bytes(usage));
+        let mut deleted = CountBytes::default();
+        let (mut vanished, mut failed) = (0u64, 0u64);
+        for (i, victim) in victims.iter().enumerate() {
+            self.name.clear();
+            // Writing into a String cannot fail.
+            let _ = write!(self.name, "{}", self.tracker.file_name(&victim.key));
+            match delete_object(&self.dir, &self.name) {
+                Ok(Some(bytes)) => {
+                    deleted.objects += 1;
+                    deleted.bytes += bytes;
+                }
+                Ok(None) => vanished += 1,
+                Err(e) => {
+                    failed += 1;
+                    if !std::mem::replace(&mut self.warned.delete, true) {
+                        tracing::warn!(
+                            "{}: cannot delete {}: {e}; the file stays (this warning is given once)",
+                            self.label(),
+                            self.dir.entry_path(&self.name).display()
+                        );
+                    }
+                }
+            }
+            if i % DRAIN_EVERY == DRAIN_EVERY - 1 {
+                self.drain(buffer);
+            }
+        }
+        let cycle = Cycle {
+            at_unix_ms: unix_ms(),
+            deleted,
+            millis: started.elapsed().as_millis() as u64,
+        };
+        self.evictions.cycles += 1;
+        self.evictions.deleted.objects += deleted.objects;
+        self.evictions.deleted.bytes += deleted.bytes;
+        self.evictions.last_cycle = Some(cycle);
+        tracing::info!(
+            "{}: evicted {} least recently used objects ({}) in {} ms at usage {} of capacity {}; now {} objects, {}{}",
+            self.label(),
+            deleted.objects,
+            gib(deleted.bytes),
+            cycle.millis,
+            gib(usage),
+            gib(self.spec.capacity_bytes),
+            self.tracker.len(),
+            gib(self.tracker.usage()),
+            if vanished + failed > 0 {
+                format!("; {vanished} already gone, {failed} failed")
+            } else {
+                String::new()
+            }
+        );
+        self.dirty = true;
+        self.write_status();
+    }
+
+    fn write_status(&mut self) {
+        let status = GuardStatus {
+            version: STATUS_VERSION,
+            pid: std::process::id(),
+            tier: self.spec.position,
+            adapter_type: self.spec.adapter_type.clone(),
+            base_path: self.spec.base_path.clone(),
+            role: self.spec.role,
+            capacity_bytes: self.spec.capacity_bytes,
+            trigger_bytes: self.spec.trigger_bytes(),
+            eviction_ratio: self.spec.eviction_ratio,
+            tracked: CountBytes {
+                objects: self.tracker.len() as u64,
+                bytes: self.tracker.usage(),
+            },
+            start: self.start,
+            evictions: self.evictions,
+            following: if self.inotify.is_some() {
+                Following::Inotify
+            } else {
+                Following::Rescans
+            },
+            rescans: self.rescans,
+            updated_unix_ms: unix_ms(),
+        };
+        if let Err(e) = status::write_status(self.dir.fd(), &status) {
+            if !std::mem::replace(&mut self.warned.status, true) {
+                tracing::warn!(
+                    "{}: cannot write {}: {e} (this warning is given once)",
+                    self.label(),
+                    status::GUARD_STATUS_FILE_NAME
+                );
+            }
+        }
+        self.dirty = false;
+        self.last_write = Some(Instant::now());
+    }
+}
+
+/// Applies one inotify event about `name` to the tracker.
+fn apply(dir: &TierDir, tracker: &mut Tracker, dirty: &mut bool, mask: EventMask, name: &OsStr) {
+    if mask.contains(EventMask::ISDIR) {
+        return;
+    }
+    let Some(name) = name.to_str().filter(|n| n.ends_with(DATA_SUFFIX)) else {
+        return;
+    };
+    let Ok(object) = parse_object_name(name) else {
+        return;
+    };
+    if mask.intersects(EventMask::DELETE | EventMask::MOVED_FROM) {
+        *dirty |= tracker.remove(&object).is_some();
+        return;
+    }
+    if mask.intersects(EventMask::OPEN | EventMask::ACCESS) && tracker.touch(&object) {
+        return;
+    }
+    // Written, renamed into place, or read but not tracked yet: look at it.
+    match fstatat(dir.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_dev == dir.device() => {
+            tracker.upsert(&object, u64::try_from(st.st_blocks).unwrap_or(0) * 512);
+        }
+        _ => {
+            tracker.remove(&object);
+        }
+    }
+    *dirty = true;
+}
+
+/// Deletes one object file: `Ok(Some(bytes))` when deleted, `Ok(None)` when
+/// it is gone or no longer a regular file on the directory's filesystem
+/// (left alone).
+fn delete_object(dir: &TierDir, name: &str) -> Result<Option<u64>, Errno> {
+    let st = match fstatat(dir.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_dev != dir.device() {
+        return Ok(None);
+    }
+    match unlinkat(dir.fd(), name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) => Ok(Some(u64::try_from(st.st_blocks).unwrap_or(0) * 512)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

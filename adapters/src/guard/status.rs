@@ -1,0 +1,149 @@
+//! The guard's state as `lmcache-tier inspect` reads it: a JSON file in the
+//! tier directory, [`GUARD_STATUS_FILE_NAME`], replaced atomically (written to
+//! [`GUARD_STATUS_TEMP_FILE_NAME`] and renamed over it) after the start-up
+//! count, after every eviction cycle and rescan, and at most once a second
+//! while the usage changes. Housekeeping classifies both names as ours.
+//!
+//! A reader sees either the previous or the next whole file, never a torn
+//! one. `updated_unix_ms` says how fresh it is and `pid` which process wrote
+//! it; a file whose writer is gone is the last state of a stopped guard.
+
+use std::io::{self, Write};
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{openat, renameat, OFlag};
+use nix::sys::stat::Mode;
+use serde::{Deserialize, Serialize};
+
+pub use lmcache_housekeeping::scan::{GUARD_STATUS_FILE_NAME, GUARD_STATUS_TEMP_FILE_NAME};
+
+use crate::capacity::GuardRole;
+
+/// Version of the status file's shape; bumped when a field changes meaning.
+pub const STATUS_VERSION: u32 = 1;
+
+/// A count of objects and their allocated bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountBytes {
+    /// Objects.
+    pub objects: u64,
+    /// Allocated bytes (`st_blocks * 512`, as `du` counts).
+    pub bytes: u64,
+}
+
+/// What the start-up count found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartCount {
+    /// Objects and bytes on disk when the guard started.
+    #[serde(flatten)]
+    pub found: CountBytes,
+    /// How long the count took, in milliseconds.
+    pub millis: u64,
+}
+
+/// One eviction cycle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cycle {
+    /// When it ended, milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// Objects and bytes it deleted.
+    #[serde(flatten)]
+    pub deleted: CountBytes,
+    /// How long it took, in milliseconds.
+    pub millis: u64,
+}
+
+/// Every eviction since the guard started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evictions {
+    /// Eviction cycles run.
+    pub cycles: u64,
+    /// Objects and bytes deleted, all cycles.
+    #[serde(flatten)]
+    pub deleted: CountBytes,
+    /// The last cycle, if any.
+    pub last_cycle: Option<Cycle>,
+}
+
+/// How the guard follows the tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Following {
+    /// inotify on the tier directory.
+    Inotify,
+    /// Periodic rescans only: inotify could not watch the directory.
+    Rescans,
+}
+
+/// The guard's state (the status file's content).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuardStatus {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// The writer's process id.
+    pub pid: u32,
+    /// Position of the tier in the cascade (0-based).
+    pub tier: usize,
+    /// Adapter type (`fs`, `fs_native`).
+    pub adapter_type: String,
+    /// The tier directory.
+    pub base_path: PathBuf,
+    /// Evictor or hard bound.
+    pub role: GuardRole,
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Usage at which a cycle starts, in bytes.
+    pub trigger_bytes: u64,
+    /// The spec's `eviction_ratio`.
+    pub eviction_ratio: f64,
+    /// Objects tracked now and their allocated bytes (the usage).
+    pub tracked: CountBytes,
+    /// The start-up count.
+    pub start: StartCount,
+    /// Evictions so far.
+    pub evictions: Evictions,
+    /// inotify or rescans.
+    pub following: Following,
+    /// Full rescans since the start-up count (queue overflows, fallback,
+    /// shared tier).
+    pub rescans: u64,
+    /// When this file was written, milliseconds since the Unix epoch.
+    pub updated_unix_ms: u64,
+}
+
+/// Writes `status` into the directory `dir` atomically (see the module
+/// docs). Never follows a symlink at either name.
+pub(crate) fn write_status(dir: BorrowedFd<'_>, status: &GuardStatus) -> io::Result<()> {
+    let text = serde_json::to_vec_pretty(status).map_err(io::Error::other)?;
+    let fd = openat(
+        dir,
+        GUARD_STATUS_TEMP_FILE_NAME,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )?;
+    std::fs::File::from(fd).write_all(&text)?;
+    renameat(
+        dir,
+        GUARD_STATUS_TEMP_FILE_NAME,
+        dir,
+        GUARD_STATUS_FILE_NAME,
+    )?;
+    Ok(())
+}
+
+/// Reads the status file of the tier at `base_path`: `Ok(None)` when no
+/// guard ever wrote one there.
+///
+/// # Errors
+/// The read error, or invalid JSON, with the file's path.
+pub fn read_status(base_path: &Path) -> Result<Option<GuardStatus>, String> {
+    let path = base_path.join(GUARD_STATUS_FILE_NAME);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{} is not a guard status: {e}", path.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}

@@ -1,0 +1,592 @@
+//! The guard's LRU bookkeeping of one tier: which objects it holds, their
+//! allocated bytes, and the order in which they were last used.
+//!
+//! Memory: 44 bytes an object in a dense array (the chunk hash inline, a
+//! 4-byte id of the rest of the name, allocated bytes in 512-byte blocks, a
+//! 4-byte use tick) plus a `hashbrown` index of 4-byte slots (about 5 to 10
+//! bytes an object at its load factor): at most 64 bytes per tracked object
+//! (issue 4). The rest of a name (model, kv_rank, object group, salt, hash
+//! length) is a "family" interned once, with the model and salt in the
+//! housekeeping codec's [`NameTable`]: a tier holds few families.
+//!
+//! Order: a logical clock, one tick per use; the least recently used object
+//! has the smallest tick. Eviction sorts the ticks (no list to keep up on
+//! every read). When the 32-bit clock runs out, ticks are renumbered in order.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use lmcache_housekeeping::codec::{
+    ChunkHash, KvRank, ModelId, NameTable, ObjectNameRef, SaltId, MAX_HASH_BYTES,
+};
+use lmcache_housekeeping::tier_dir::AccessTimes;
+use lmcache_housekeeping::{Inventory, ObjectKey};
+
+/// Everything in an object name but its chunk hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Family {
+    model: ModelId,
+    kv_rank: KvRank,
+    object_group: u64,
+    salt: Option<SaltId>,
+    hash_len: u8,
+}
+
+impl Family {
+    fn of(key: &ObjectKey) -> Self {
+        Self {
+            model: key.model,
+            kv_rank: key.kv_rank,
+            object_group: key.object_group,
+            salt: key.salt,
+            hash_len: key.chunk_hash.as_bytes().len() as u8,
+        }
+    }
+}
+
+/// One tracked object: 44 bytes.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    hash: [u8; MAX_HASH_BYTES],
+    family: u32,
+    /// Allocated bytes / 512 (`st_blocks`), saturating at 2 TiB.
+    blocks: u32,
+    tick: u32,
+}
+
+impl Entry {
+    fn bytes(&self) -> u64 {
+        u64::from(self.blocks) * 512
+    }
+}
+
+/// An object taken out of the tracker by [`Tracker::take_lru`], to delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim {
+    /// Its name; [`Tracker::file_name`] writes it out.
+    pub key: ObjectKey,
+    /// Its allocated bytes when it was last seen.
+    pub bytes: u64,
+}
+
+/// The objects of one tier in least-recently-used order (see the module docs).
+#[derive(Debug)]
+pub struct Tracker {
+    names: NameTable,
+    families: Vec<Family>,
+    family_ids: HashMap<Family, u32>,
+    entries: Vec<Entry>,
+    index: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+    clock: u32,
+    usage: u64,
+}
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn blocks_of(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(512)).unwrap_or(u32::MAX)
+}
+
+/// When an inventory says an object was last used: its atime or mtime,
+/// whichever is later, where the volume records access times, else mtime
+/// (the order housekeeping trims in).
+fn last_use_ns(stats: &lmcache_housekeeping::scan::EntryStats, times: AccessTimes) -> i64 {
+    match times {
+        AccessTimes::Recorded => stats.accessed_ns.max(stats.modified_ns),
+        AccessTimes::NotRecorded => stats.modified_ns,
+    }
+}
+
+impl Tracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self {
+            names: NameTable::new(),
+            families: Vec::new(),
+            family_ids: HashMap::new(),
+            entries: Vec::new(),
+            index: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+            clock: 0,
+            usage: 0,
+        }
+    }
+
+    /// The objects of a scan, ordered by last use (atime or mtime, see
+    /// [`lmcache_housekeeping::plan`]'s trim order; ties by name order),
+    /// oldest first.
+    pub fn from_inventory(inventory: &Inventory) -> Self {
+        let mut tracker = Self::new();
+        tracker.entries.reserve_exact(inventory.objects().len());
+        tracker.index.reserve(inventory.objects().len(), |_| 0);
+        tracker.add_scanned(inventory, inventory.objects().iter().collect());
+        tracker
+    }
+
+    fn add_scanned(
+        &mut self,
+        inventory: &Inventory,
+        mut objects: Vec<&lmcache_housekeeping::scan::ObjectEntry>,
+    ) {
+        let times = inventory.access_times();
+        objects.sort_unstable_by_key(|o| (last_use_ns(&o.stats, times), o.key));
+        for object in objects {
+            let name = inventory.names().name(&object.key);
+            self.upsert(&name, object.stats.allocated_bytes);
+        }
+    }
+
+    /// Objects tracked.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no object is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Allocated bytes of the tracked objects.
+    pub fn usage(&self) -> u64 {
+        self.usage
+    }
+
+    /// The file name a key stands for (`Display`), from this tracker's table.
+    pub fn file_name(&self, key: &ObjectKey) -> ObjectNameRef<'_> {
+        self.names.name(key)
+    }
+
+    fn hash_entry(&self, family: u32, hash: &[u8; MAX_HASH_BYTES]) -> u64 {
+        self.hasher.hash_one((family, hash))
+    }
+
+    fn key_of(&self, entry: &Entry) -> ObjectKey {
+        let family = self.families[entry.family as usize];
+        ObjectKey {
+            model: family.model,
+            kv_rank: family.kv_rank,
+            object_group: family.object_group,
+            chunk_hash: ChunkHash::from_bytes(&entry.hash[..usize::from(family.hash_len)])
+                .expect("a family's hash length is 1..=32"),
+            salt: family.salt,
+        }
+    }
+
+    /// The family id and inline hash of a name, interning nothing.
+    fn locate(&self, name: &ObjectNameRef<'_>) -> Option<(u32, [u8; MAX_HASH_BYTES])> {
+        let key = self.names.lookup(name)?;
+        let family = *self.family_ids.get(&Family::of(&key))?;
+        Some((family, inline_hash(&key.chunk_hash)))
+    }
+
+    fn slot(&self, family: u32, hash: &[u8; MAX_HASH_BYTES]) -> Option<usize> {
+        let h = self.hash_entry(family, hash);
+        self.index
+            .find(h, |&slot| {
+                let e = &self.entries[slot as usize];
+                e.family == family && e.hash == *hash
+            })
+            .map(|&slot| slot as usize)
+    }
+
+    fn next_tick(&mut self) -> u32 {
+        if self.clock == u32::MAX {
+            self.renumber();
+        }
+        let tick = self.clock;
+        self.clock += 1;
+        tick
+    }
+
+    /// Gives the objects ticks 0..n in their present order.
+    fn renumber(&mut self) {
+        let mut order: Vec<u32> = (0..self.entries.len() as u32).collect();
+        order.sort_unstable_by_key(|&slot| self.entries[slot as usize].tick);
+        for (tick, slot) in order.into_iter().enumerate() {
+            self.entries[slot as usize].tick = tick as u32;
+        }
+        self.clock = self.entries.len() as u32;
+    }
+
+    /// Records an object as just written (or seen by a rescan), with its
+    /// allocated bytes: inserted, or its size updated; either way it becomes
+    /// the most recently used.
+    pub fn upsert(&mut self, name: &ObjectNameRef<'_>, bytes: u64) {
+        let key = self.names.intern(name);
+        let family = Family::of(&key);
+        let family = match self.family_ids.get(&family) {
+            Some(&id) => id,
+            None => {
+                let id = self.families.len() as u32;
+                self.families.push(family);
+                self.family_ids.insert(family, id);
+                id
+            }
+        };
+        let hash = inline_hash(&key.chunk_hash);
+        let tick = self.next_tick();
+        let blocks = blocks_of(bytes);
+        if let Some(slot) = self.slot(family, &hash) {
+            let entry = &mut self.entries[slot];
+            self.usage = self.usage - entry.bytes() + u64::from(blocks) * 512;
+            entry.blocks = blocks;
+            entry.tick = tick;
+            return;
+        }
+        let slot = self.entries.len() as u32;
+        self.entries.push(Entry {
+            hash,
+            family,
+            blocks,
+            tick,
+        });
+        self.usage += u64::from(blocks) * 512;
+        let h = self.hash_entry(family, &hash);
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        self.index.insert_unique(h, slot, |&s| {
+            let e = &entries[s as usize];
+            hasher.hash_one((e.family, &e.hash))
+        });
+    }
+
+    /// Marks a tracked object as just used (read). Returns false when it is
+    /// not tracked.
+    pub fn touch(&mut self, name: &ObjectNameRef<'_>) -> bool {
+        let Some((family, hash)) = self.locate(name) else {
+            return false;
+        };
+        let Some(slot) = self.slot(family, &hash) else {
+            return false;
+        };
+        let tick = self.next_tick();
+        self.entries[slot].tick = tick;
+        true
+    }
+
+    /// Forgets an object (deleted or renamed away). Returns its bytes, or
+    /// `None` when it was not tracked.
+    pub fn remove(&mut self, name: &ObjectNameRef<'_>) -> Option<u64> {
+        let (family, hash) = self.locate(name)?;
+        let slot = self.slot(family, &hash)?;
+        Some(self.remove_slot(slot))
+    }
+
+    fn remove_slot(&mut self, slot: usize) -> u64 {
+        let entry = self.entries[slot];
+        let h = self.hash_entry(entry.family, &entry.hash);
+        if let Ok(found) = self.index.find_entry(h, |&s| s as usize == slot) {
+            found.remove();
+        }
+        let last = self.entries.len() - 1;
+        if slot != last {
+            let moved = self.entries[last];
+            let h = self.hash_entry(moved.family, &moved.hash);
+            if let Some(s) = self.index.find_mut(h, |&s| s as usize == last) {
+                *s = slot as u32;
+            }
+        }
+        self.entries.swap_remove(slot);
+        self.usage -= entry.bytes();
+        entry.bytes()
+    }
+
+    /// Takes the least recently used objects out of the tracker until their
+    /// bytes reach `reclaim_bytes` (or none is left), oldest first. The caller
+    /// deletes them.
+    pub fn take_lru(&mut self, reclaim_bytes: u64) -> Vec<Victim> {
+        let mut order: Vec<u64> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(slot, e)| u64::from(e.tick) << 32 | slot as u64)
+            .collect();
+        order.sort_unstable();
+        let mut chosen = Vec::new();
+        let mut freed = 0u64;
+        for packed in order {
+            if freed >= reclaim_bytes {
+                break;
+            }
+            let entry = self.entries[(packed & u64::from(u32::MAX)) as usize];
+            freed += entry.bytes();
+            chosen.push(entry);
+        }
+        chosen
+            .into_iter()
+            .map(|entry| {
+                let key = self.key_of(&entry);
+                let slot = self
+                    .slot(entry.family, &entry.hash)
+                    .expect("a chosen entry is tracked until removed here");
+                Victim {
+                    key,
+                    bytes: self.remove_slot(slot),
+                }
+            })
+            .collect()
+    }
+
+    /// Brings the tracker in line with a fresh scan: objects the scan did not
+    /// find are forgotten, sizes are taken from the scan, objects already
+    /// tracked keep their place in the order, and new ones are added as the
+    /// most recently used, in the order of their times.
+    pub fn reconcile(&mut self, inventory: &Inventory) {
+        let mut seen = vec![false; self.entries.len()];
+        let mut new = Vec::new();
+        for object in inventory.objects() {
+            let name = inventory.names().name(&object.key);
+            match self.locate(&name).and_then(|(f, h)| self.slot(f, &h)) {
+                Some(slot) => {
+                    seen[slot] = true;
+                    let entry = &mut self.entries[slot];
+                    let blocks = blocks_of(object.stats.allocated_bytes);
+                    self.usage = self.usage - entry.bytes() + u64::from(blocks) * 512;
+                    entry.blocks = blocks;
+                }
+                None => new.push(object),
+            }
+        }
+        for slot in (0..seen.len()).rev() {
+            if !seen[slot] {
+                self.remove_slot(slot);
+            }
+        }
+        self.add_scanned(inventory, new);
+    }
+}
+
+fn inline_hash(hash: &ChunkHash) -> [u8; MAX_HASH_BYTES] {
+    let mut inline = [0u8; MAX_HASH_BYTES];
+    inline[..hash.as_bytes().len()].copy_from_slice(hash.as_bytes());
+    inline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lmcache_housekeeping::codec::parse_object_name;
+    use lmcache_housekeeping::scan::EntryStats;
+    use lmcache_housekeeping::ObjectName;
+    use proptest::prelude::*;
+
+    fn name(i: u32) -> String {
+        let model = ["org-SEP-a", "b", "org-SEP-a"][i as usize % 3];
+        let salt = if i % 4 == 0 { "@s" } else { "" };
+        let hash = if i % 5 == 0 {
+            format!("{i:032x}")
+        } else {
+            format!("{i:064x}")
+        };
+        format!("{model}@0x01000100@0@{hash}{salt}.data")
+    }
+
+    fn upsert(t: &mut Tracker, i: u32, bytes: u64) {
+        t.upsert(&parse_object_name(&name(i)).unwrap(), bytes);
+    }
+
+    fn victims(t: &mut Tracker, reclaim: u64) -> Vec<String> {
+        let taken = t.take_lru(reclaim);
+        taken
+            .iter()
+            .map(|v| t.file_name(&v.key).to_string())
+            .collect()
+    }
+
+    #[test]
+    fn entries_stay_within_the_memory_budget() {
+        assert_eq!(std::mem::size_of::<Entry>(), 44);
+    }
+
+    #[test]
+    fn evicts_least_recently_used_first_and_reads_count_as_use() {
+        let mut t = Tracker::new();
+        for i in 0..5 {
+            upsert(&mut t, i, 1000);
+        }
+        assert_eq!(t.usage(), 5 * 1024, "sizes are counted in 512-byte blocks");
+        assert!(t.touch(&parse_object_name(&name(0)).unwrap()));
+        assert_eq!(victims(&mut t, 2048), [name(1), name(2)]);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.usage(), 3 * 1024);
+        assert_eq!(
+            victims(&mut t, 1),
+            [name(3)],
+            "at least one byte: one object"
+        );
+        assert_eq!(victims(&mut t, u64::MAX), [name(4), name(0)]);
+        assert!(t.is_empty());
+        assert_eq!(t.usage(), 0);
+        assert!(t.take_lru(1).is_empty());
+    }
+
+    #[test]
+    fn a_rewrite_updates_the_size_and_the_order() {
+        let mut t = Tracker::new();
+        upsert(&mut t, 1, 512);
+        upsert(&mut t, 2, 512);
+        upsert(&mut t, 1, 4096);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.usage(), 512 + 4096);
+        assert_eq!(victims(&mut t, 1), [name(2)]);
+    }
+
+    #[test]
+    fn removed_and_unknown_objects() {
+        let mut t = Tracker::new();
+        upsert(&mut t, 1, 512);
+        upsert(&mut t, 2, 1024);
+        upsert(&mut t, 3, 1536);
+        assert_eq!(t.remove(&parse_object_name(&name(1)).unwrap()), Some(512));
+        assert_eq!(t.remove(&parse_object_name(&name(1)).unwrap()), None);
+        let unknown = "never-SEP-seen@0x01000100@0@00.data";
+        assert_eq!(t.remove(&parse_object_name(unknown).unwrap()), None);
+        assert!(!t.touch(&parse_object_name(unknown).unwrap()));
+        assert_eq!(t.usage(), 2560);
+        assert_eq!(victims(&mut t, 1), [name(2)]);
+    }
+
+    #[test]
+    fn the_clock_renumbers_when_it_runs_out() {
+        let mut t = Tracker::new();
+        t.clock = u32::MAX - 2;
+        for i in 0..4 {
+            upsert(&mut t, i, 512);
+        }
+        assert!(t.touch(&parse_object_name(&name(1)).unwrap()));
+        assert!(t.clock < 10, "renumbered: {}", t.clock);
+        assert_eq!(
+            victims(&mut t, u64::MAX),
+            [name(0), name(2), name(3), name(1)]
+        );
+    }
+
+    fn inventory(entries: &[(u32, i64, u64)]) -> Inventory {
+        let mut inv = Inventory::new("/t", AccessTimes::NotRecorded);
+        for &(i, mtime, bytes) in entries {
+            let owned: ObjectName = name(i).parse().unwrap();
+            inv.add_object(
+                &owned,
+                EntryStats {
+                    allocated_bytes: bytes,
+                    modified_ns: mtime,
+                    accessed_ns: 0,
+                },
+            );
+        }
+        inv
+    }
+
+    #[test]
+    fn a_start_up_count_orders_by_time_and_ties_by_name() {
+        let t = &mut Tracker::from_inventory(&inventory(&[
+            (7, 30, 512),
+            (8, 10, 512),
+            (9, 10, 512),
+            (6, 20, 1024),
+        ]));
+        assert_eq!(t.usage(), 2560);
+        let mut tied = [name(8), name(9)];
+        let keys: Vec<_> = tied
+            .iter()
+            .map(|n| NameTable::new().intern(&parse_object_name(n).unwrap()))
+            .collect();
+        if keys[1] < keys[0] {
+            tied.swap(0, 1);
+        }
+        assert_eq!(
+            victims(t, u64::MAX),
+            [tied[0].clone(), tied[1].clone(), name(6), name(7)]
+        );
+    }
+
+    #[test]
+    fn a_rescan_forgets_vanished_objects_and_keeps_the_order_of_the_rest() {
+        let mut t = Tracker::new();
+        for i in 0..4 {
+            upsert(&mut t, i, 512);
+        }
+        assert!(t.touch(&parse_object_name(&name(0)).unwrap()));
+        // 2 vanished, 3 grew, 10 and 11 are new (11 older than 10).
+        t.reconcile(&inventory(&[
+            (0, 0, 512),
+            (1, 0, 512),
+            (3, 0, 2048),
+            (10, 9, 512),
+            (11, 5, 512),
+        ]));
+        assert_eq!(t.usage(), 512 * 4 + 2048);
+        assert_eq!(
+            victims(&mut t, u64::MAX),
+            [name(1), name(3), name(0), name(11), name(10)]
+        );
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Write(u32, u64),
+        Read(u32),
+        Delete(u32),
+        Evict(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..40u32, 0..100_000u64).prop_map(|(i, b)| Op::Write(i, b)),
+            (0..40u32).prop_map(Op::Read),
+            (0..40u32).prop_map(Op::Delete),
+            (0..200_000u64).prop_map(Op::Evict),
+        ]
+    }
+
+    proptest! {
+        /// Against a plain model (a list in use order): the same objects, the
+        /// same bytes, and evictions that take exactly the oldest prefix.
+        #[test]
+        fn behaves_like_a_list_in_use_order(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut t = Tracker::new();
+            let mut model: Vec<(u32, u64)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Write(i, b) => {
+                        upsert(&mut t, i, b);
+                        model.retain(|e| e.0 != i);
+                        model.push((i, b.div_ceil(512) * 512));
+                    }
+                    Op::Read(i) => {
+                        let found = t.touch(&parse_object_name(&name(i)).unwrap());
+                        let pos = model.iter().position(|e| e.0 == i);
+                        prop_assert_eq!(found, pos.is_some());
+                        if let Some(pos) = pos {
+                            let e = model.remove(pos);
+                            model.push(e);
+                        }
+                    }
+                    Op::Delete(i) => {
+                        let got = t.remove(&parse_object_name(&name(i)).unwrap());
+                        let pos = model.iter().position(|e| e.0 == i);
+                        prop_assert_eq!(got, pos.map(|p| model.remove(p).1));
+                    }
+                    Op::Evict(reclaim) => {
+                        let got = victims(&mut t, reclaim);
+                        let mut want = Vec::new();
+                        let mut freed = 0;
+                        while freed < reclaim && !model.is_empty() {
+                            let (i, b) = model.remove(0);
+                            freed += b;
+                            want.push(name(i));
+                        }
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                prop_assert_eq!(t.len(), model.len());
+                prop_assert_eq!(t.usage(), model.iter().map(|e| e.1).sum::<u64>());
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The capacity guard on a real directory: it counts what is there at start,
+//! follows writes, reads and deletions, evicts least recently used objects,
+//! leaves everything that is not an object alone, and publishes its state.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lmcache_adapters::capacity::guard_specs;
+use lmcache_adapters::guard::status::{read_status, Following, GuardStatus};
+use lmcache_adapters::guard::{Guard, GuardOptions};
+use lmcache_adapters::Cascade;
+
+const OBJECT: usize = 64 * 1024;
+
+fn object_name(i: u32) -> String {
+    format!("test-model@0x01000100@0@{i:064x}.data")
+}
+
+/// Writes object `i` as LMCache does: a `.tmp` file renamed into place.
+fn store(dir: &Path, i: u32) {
+    let tmp = dir.join(object_name(i).replace(".data", ".tmp"));
+    fs::write(&tmp, vec![7u8; OBJECT]).unwrap();
+    fs::rename(&tmp, dir.join(object_name(i))).unwrap();
+}
+
+fn objects_on_disk(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".data") && n.starts_with("test-model@"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    objects_on_disk(dir)
+        .iter()
+        .filter_map(|n| fs::symlink_metadata(dir.join(n)).ok())
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
+/// A guard on `dir` with a capacity of 16 objects (1 MiB).
+fn start(dir: &Path, options: GuardOptions) -> Guard {
+    let json = format!(
+        r#"[{{"type":"s3"}},{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}]"#,
+        dir.display(),
+        1.0 / 1024.0
+    );
+    let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
+        .unwrap()
+        .remove(0);
+    Guard::start(spec, options).unwrap()
+}
+
+fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> GuardStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = read_status(dir).unwrap() {
+            if ok(&status) {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{what}: last status {status:#?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn fast() -> GuardOptions {
+    GuardOptions {
+        status_interval: Duration::from_millis(10),
+        fallback_rescan: Duration::from_millis(50),
+        ..GuardOptions::default()
+    }
+}
+
+#[test]
+fn evicts_the_least_recently_used_and_touches_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tier");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..4 {
+        store(&dir, i);
+    }
+    let outside = tmp.path().join("weights.safetensors");
+    fs::write(&outside, b"weights").unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join(object_name(1000))).unwrap();
+    fs::write(dir.join("model.safetensors"), b"foreign").unwrap();
+    fs::write(dir.join("notes.data"), b"foreign").unwrap();
+
+    let guard = start(&dir, fast());
+    let status = wait_status(&dir, "start count", |s| s.start.found.objects == 4);
+    assert_eq!(status.start.found.bytes, allocated(&dir));
+    assert_eq!(status.tier, 1);
+
+    // Reading object 0 keeps it recently used.
+    for i in 4..40 {
+        store(&dir, i);
+        fs::read(dir.join(object_name(0))).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            allocated(&dir) <= 17 * OBJECT as u64,
+            "usage above capacity + one object after object {i}"
+        );
+    }
+    let status = wait_status(&dir, "evicted", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
+    });
+    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    assert_eq!(status.following, Following::Inotify);
+    let kept = objects_on_disk(&dir);
+    assert!(
+        kept.contains(&object_name(0)),
+        "the read object was evicted"
+    );
+    assert!(
+        kept.contains(&object_name(39)),
+        "the newest object was evicted"
+    );
+    assert!(
+        !kept.contains(&object_name(1)),
+        "the oldest object was kept"
+    );
+    guard.stop();
+
+    assert_eq!(fs::read(&outside).unwrap(), b"weights");
+    assert!(fs::symlink_metadata(dir.join(object_name(1000))).is_ok());
+    assert_eq!(fs::read(dir.join("model.safetensors")).unwrap(), b"foreign");
+    assert_eq!(fs::read(dir.join("notes.data")).unwrap(), b"foreign");
+}
+
+#[test]
+fn deletions_by_others_are_forgotten_and_a_restart_counts_the_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let guard = start(dir, fast());
+    wait_status(dir, "start", |_| true);
+    for i in 0..10 {
+        store(dir, i);
+    }
+    fs::remove_file(dir.join(object_name(3))).unwrap();
+    fs::rename(dir.join(object_name(4)), tmp.path().join("moved-away")).unwrap();
+    wait_status(dir, "deletions seen", |s| {
+        s.tracked.objects == 8 && s.tracked.bytes == allocated(dir)
+    });
+    guard.stop();
+    for i in 10..14 {
+        store(dir, i);
+    }
+    let guard = start(dir, fast());
+    let status = wait_status(dir, "recount", |s| s.start.found.objects == 12);
+    assert_eq!(status.start.found.bytes, allocated(dir));
+    guard.stop();
+}
+
+#[test]
+fn without_inotify_rescans_hold_the_capacity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let guard = start(
+        dir,
+        GuardOptions {
+            inotify: false,
+            ..fast()
+        },
+    );
+    for i in 0..30 {
+        store(dir, i);
+    }
+    let status = wait_status(dir, "rescans evicted", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes == allocated(dir) && s.rescans > 0
+    });
+    assert_eq!(status.following, Following::Rescans);
+    assert!(allocated(dir) < status.trigger_bytes);
+    assert!(objects_on_disk(dir).contains(&object_name(29)));
+    guard.stop();
+}

@@ -1,0 +1,251 @@
+//! End to end with the real server: the capacity guard holds a 1 GiB disk
+//! tier while the CPU bench worker stores more than three times that, across
+//! a restart, for an `fs` tier given through EREBINE_AGENT_LMCACHE_L2_ADAPTER
+//! and for the node's built-in `fs_native` tier.
+//!
+//! L1 is 1 GiB too and keeps chunks after they reach L2, so the hits after a
+//! restart (L1 empty) are what the disk tier kept; the bound is sampled on
+//! the disk itself, `du`-style (allocated blocks of every entry, temp files
+//! in flight included) every 200 ms.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use lmcache_tier_e2e::{free_port, launch_command, run_bench, stop_launch, wait_for_status, Proc};
+
+const GIB: u64 = 1 << 30;
+const OBJECT: u64 = 32 << 20;
+/// Sequences per fill: 28 x 4 chunks x 32 MiB = 3.5 GiB.
+const FILL: u32 = 28;
+
+/// Allocated bytes of every entry of `dir`, as `du` counts them (entries that
+/// vanish while counted are skipped).
+fn du(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| fs::symlink_metadata(e.path()).ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Allocated bytes and count of the `.data` objects in `dir`.
+fn objects(dir: &Path) -> (u64, u64) {
+    let mut found = (0, 0);
+    for entry in fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        if entry.file_name().to_string_lossy().ends_with(".data") {
+            if let Ok(m) = fs::symlink_metadata(entry.path()) {
+                found.0 += 1;
+                found.1 += m.blocks() * 512;
+            }
+        }
+    }
+    found
+}
+
+/// Samples `du` of a directory every 200 ms until dropped; keeps the largest.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicU64>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(dir: &Path) -> Sampler {
+        let (stop, most) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let (s, m, d) = (stop.clone(), most.clone(), dir.to_path_buf());
+        let thread = thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                m.fetch_max(du(&d), Ordering::Relaxed);
+                thread::sleep(Duration::from_millis(200));
+            }
+        });
+        Sampler {
+            stop,
+            most,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.most.load(Ordering::Relaxed)
+    }
+}
+
+fn status(tier: &Path) -> serde_json::Value {
+    let text = fs::read_to_string(tier.join(".lmcache-tier-guard.json"))
+        .unwrap_or_else(|e| panic!("no guard status in {}: {e}", tier.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The bound of issue 4: 5% over the capacity, or one object, whichever is larger.
+fn bound(capacity: u64) -> u64 {
+    capacity + (capacity / 20).max(OBJECT)
+}
+
+struct Node {
+    dir: PathBuf,
+    tier: PathBuf,
+    mp_port: u16,
+    http_port: u16,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Node {
+    fn launch(&self, name: &str) -> Proc {
+        let mut cmd = launch_command(
+            &self.dir,
+            self.mp_port,
+            self.http_port,
+            &["--max-num-batched-tokens", "512"],
+        );
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut launch = Proc::spawn(cmd, &self.dir.join(format!("{name}.log")));
+        let url = format!("http://127.0.0.1:{}/status", self.http_port);
+        wait_for_status(&url, &mut launch, Duration::from_secs(180));
+        launch
+    }
+
+    /// Stores sequences `start..start + FILL` while sampling `du`; returns the
+    /// largest sample.
+    fn fill(&self, start: u32) -> u64 {
+        let sampler = Sampler::start(&self.tier);
+        let run = run_bench(&self.dir, self.mp_port, self.http_port, start, start + FILL);
+        assert!(run.status.success(), "{}", run.output);
+        // Let the last stores reach the disk before the samples end.
+        thread::sleep(Duration::from_secs(3));
+        sampler.finish()
+    }
+
+    fn cold_hits(&self, start: u32, end: u32) -> usize {
+        let run = run_bench(&self.dir, self.mp_port, self.http_port, start, end);
+        assert!(run.status.success(), "{}", run.output);
+        run.full_cold_hits()
+    }
+}
+
+/// Fill, restart, check the count and the hits, fill again.
+fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool) {
+    let outside = node.dir.join("outside.bin");
+    fs::write(&outside, b"not in the tier").unwrap();
+    fs::create_dir_all(&node.tier).unwrap();
+    let foreign = node.tier.join("model.safetensors");
+    fs::write(&foreign, b"weights").unwrap();
+
+    let mut launch = node.launch("launch-1");
+    let most = node.fill(0);
+    let first = status(&node.tier);
+    let capacity = first["capacity_bytes"].as_u64().unwrap();
+    assert_eq!(capacity, GIB, "{first:#}");
+    assert!(
+        most <= bound(capacity),
+        "du reached {most} bytes, over the bound {}: {first:#}\n{}",
+        bound(capacity),
+        launch.output()
+    );
+    let stored =
+        first["evictions"]["bytes"].as_u64().unwrap() + first["tracked"]["bytes"].as_u64().unwrap();
+    if must_evict_first_fill {
+        assert!(
+            first["evictions"]["cycles"].as_u64().unwrap() > 0,
+            "{first:#}"
+        );
+        assert!(
+            stored >= 3 * capacity,
+            "only {stored} bytes stored: {first:#}"
+        );
+    }
+    stop_launch(&mut launch);
+    let (count, bytes) = objects(&node.tier);
+    assert!(count > 0, "nothing stayed in the tier");
+
+    let mut launch = node.launch("launch-2");
+    let restarted = loop {
+        let s = status(&node.tier);
+        if s["pid"] != first["pid"] {
+            break s;
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        restarted["start"]["objects"].as_u64(),
+        Some(count),
+        "{restarted:#}"
+    );
+    assert_eq!(
+        restarted["start"]["bytes"].as_u64(),
+        Some(bytes),
+        "{restarted:#}"
+    );
+    assert_eq!(
+        node.cold_hits(FILL - 2, FILL),
+        2,
+        "the most recent sequences should hit on the disk tier after a restart"
+    );
+    let most = node.fill(100);
+    let second = status(&node.tier);
+    assert!(
+        most <= bound(capacity),
+        "du reached {most} bytes after the restart, over {}: {second:#}\n{}",
+        bound(capacity),
+        launch.output()
+    );
+    assert!(
+        second["evictions"]["cycles"].as_u64().unwrap() > 0,
+        "{second:#}"
+    );
+    assert!(launch.output().contains("capacity guard, L2 tier 0"));
+    stop_launch(&mut launch);
+    assert_eq!(fs::read(&outside).unwrap(), b"not in the tier");
+    assert_eq!(fs::read(&foreign).unwrap(), b"weights");
+}
+
+#[test]
+fn an_fs_tier_with_max_capacity_gb_stays_within_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let tier = dir.join("fs-tier");
+    let adapter = format!(
+        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
+        tier.display()
+    );
+    let node = Node {
+        dir,
+        tier,
+        mp_port: free_port(),
+        http_port: free_port(),
+        env: vec![("EREBINE_AGENT_LMCACHE_L2_ADAPTER", adapter)],
+    };
+    holds_the_capacity_across_a_restart(&node, true);
+}
+
+#[test]
+fn the_builtin_fs_native_tier_stays_within_its_capacity_across_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let node = Node {
+        tier: dir.join("cache"),
+        dir,
+        mp_port: free_port(),
+        http_port: free_port(),
+        env: vec![("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1".into())],
+    };
+    // LMCache evicts on its own count first; the guard is the bound behind it.
+    holds_the_capacity_across_a_restart(&node, false);
+}
