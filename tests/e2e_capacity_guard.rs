@@ -11,12 +11,15 @@
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use lmcache_tier_e2e::{free_port, launch_command, run_bench, stop_launch, wait_for_status, Proc};
+use lmcache_tier_e2e::{
+    binary, free_port, launch_command, run_bench, stop_launch, wait_for_status, Proc,
+};
 
 const GIB: u64 = 1 << 30;
 const OBJECT: u64 = 32 << 20;
@@ -133,6 +136,28 @@ impl Node {
         sampler.finish()
     }
 
+    /// `lmcache-tier inspect --json` for this node.
+    fn inspect(&self) -> serde_json::Value {
+        let mut cmd = Command::new(binary("lmcache-tier"));
+        cmd.env_clear()
+            .env(
+                "EREBINE_AGENT_LMCACHE_HTTP_PORT",
+                self.http_port.to_string(),
+            )
+            .env("EREBINE_AGENT_LMCACHE_DISK_PATH", self.dir.join("cache"))
+            .args(["inspect", "--json"]);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     fn cold_hits(&self, start: u32, end: u32) -> usize {
         let run = run_bench(&self.dir, self.mp_port, self.http_port, start, end);
         assert!(run.status.success(), "{}", run.output);
@@ -171,6 +196,19 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
             "only {stored} bytes stored: {first:#}"
         );
     }
+    let inspected = node.inspect();
+    let disk = inspected["disk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["path"] == node.tier.display().to_string())
+        .unwrap_or_else(|| {
+            panic!(
+                "inspect lists no disk tier {}: {inspected:#}",
+                node.tier.display()
+            )
+        });
+    assert_eq!(disk["guard"]["capacity_bytes"], GIB, "{inspected:#}");
     stop_launch(&mut launch);
     let (count, bytes) = objects(&node.tier);
     assert!(count > 0, "nothing stayed in the tier");

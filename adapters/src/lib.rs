@@ -19,8 +19,82 @@ use std::path::Path;
 /// One GiB in bytes; LMCache's `max_capacity_gb` counts GiB.
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// Keys whose values are secrets: never logged, never printed by `inspect`.
-const SECRET_KEYS: &[&str] = &["aws_secret_access_key", "aws_session_token", "password"];
+/// Parts of key names whose values are secrets: never logged, never printed
+/// by `inspect` or `--dry-run` (`aws_access_key_id`, `aws_secret_access_key`,
+/// `aws_session_token`, `password`, `token`, ...), at any depth.
+const SECRET_KEY_PARTS: &[&str] = &[
+    "secret",
+    "password",
+    "passwd",
+    "token",
+    "access_key",
+    "credential",
+    "private_key",
+];
+
+fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    SECRET_KEY_PARTS.iter().any(|part| key.contains(part))
+}
+
+/// `value` with secrets replaced by `"<redacted>"`: values of secret keys
+/// (see [`SECRET_KEY_PARTS`]), and the `user:password@` and query string of
+/// every URL-like string (`...://...`, or any value of a key naming an
+/// endpoint or URL), at any depth.
+fn redact_value(value: &Value) -> Value {
+    match value {
+        Value::Object(object) => Value::Object(
+            object
+                .iter()
+                .map(|(k, v)| {
+                    let v = if is_secret_key(k) {
+                        Value::String("<redacted>".into())
+                    } else {
+                        match v {
+                            Value::String(text)
+                                if text.contains("://")
+                                    || k.contains("endpoint")
+                                    || k.contains("url") =>
+                            {
+                                Value::String(redact_endpoint(text))
+                            }
+                            other => redact_value(other),
+                        }
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact_value).collect()),
+        Value::String(text) if text.contains("://") => Value::String(redact_endpoint(text)),
+        other => other.clone(),
+    }
+}
+
+/// An endpoint or URL without its `user:password@` or query string (both
+/// may carry credentials, e.g. a presigned `X-Amz-Signature`), each replaced
+/// by `<redacted>`.
+pub fn redact_endpoint(endpoint: &str) -> String {
+    let without_query = endpoint.split(['?', '#']).next().unwrap_or_default();
+    let (scheme, rest) = match without_query.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), without_query),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("<redacted>@{host}"),
+        None => authority.to_string(),
+    };
+    let query = if without_query.len() < endpoint.len() {
+        "?<redacted>"
+    } else {
+        ""
+    };
+    format!("{scheme}{authority}{path}{query}")
+}
 
 /// What is wrong with an adapter spec or cascade.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -89,13 +163,7 @@ impl TierSpec {
     /// The spec with every secret value replaced by `"<redacted>"`: what logs
     /// and `inspect` may print.
     pub fn redacted(&self) -> Value {
-        let mut object = self.0.clone();
-        for key in SECRET_KEYS {
-            if let Some(v) = object.get_mut(*key) {
-                *v = Value::String("<redacted>".into());
-            }
-        }
-        Value::Object(object)
+        redact_value(&Value::Object(self.0.clone()))
     }
 }
 
@@ -244,6 +312,21 @@ mod tests {
         assert!(e.contains("tier 0 has no \"type\""), "{e}");
         let e = Cascade::parse(r#""fs""#, "V").unwrap_err().to_string();
         assert!(e.contains("found a string"), "{e}");
+    }
+
+    #[test]
+    fn secrets_in_nested_keys_and_urls_are_redacted() {
+        let c = Cascade::parse(
+            r#"{"type":"s3","s3_endpoint":"https://AKIA:PW@b.example.com/?X-Amz-Security-Token=TOK","extra":{"token":"T0K","secret_key":"SK"},"base_path":"/data/kv"}"#,
+            "V",
+        )
+        .unwrap();
+        let text = c.redacted().to_string();
+        for secret in ["AKIA", "PW", "TOK", "T0K", "SK"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("b.example.com"), "{text}");
+        assert!(text.contains(r#""base_path":"/data/kv""#), "{text}");
     }
 
     #[test]

@@ -357,8 +357,7 @@ pub fn parse_gib(variable: &str, value: &str) -> Result<u64, ConfigError> {
         .ok_or_else(|| ConfigError::Invalid {
             variable: variable.to_string(),
             value: value.to_string(),
-            expected: "write a non-negative size in GiB, e.g. 16 or 0.5 (0 turns the tier off)"
-                .to_string(),
+            expected: "write a non-negative size in GiB, e.g. 16 or 0.5".to_string(),
         })
 }
 

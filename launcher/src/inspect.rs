@@ -8,6 +8,8 @@
 //! model, which keeps only named fields ([`crate::status::L2AdapterStatus`]),
 //! and endpoints lose any `user:password@` and query string.
 
+use lmcache_adapters::guard::status::{read_status, GuardStatus};
+use lmcache_adapters::redact_endpoint;
 use std::path::{Path, PathBuf};
 
 use lmcache_housekeeping::{
@@ -109,6 +111,10 @@ pub struct DiskRow {
     /// What a scan found: objects, stale temps, foreign entries, with
     /// allocated bytes.
     pub usage: Option<InventoryTotals>,
+    /// The capacity guard's last state (`.lmcache-tier-guard.json`, written
+    /// by `erebine-lmcache server` for a tier with `max_capacity_gb`; see
+    /// `docs/capacity-guard.md`); `None` when no guard ever ran there.
+    pub guard: Option<GuardStatus>,
 }
 
 impl Inspection {
@@ -147,7 +153,11 @@ impl Inspection {
                 TierRow {
                     position: t.position,
                     adapter_type: a.adapter_type,
-                    location: a.base_path.or(a.endpoint.as_deref().map(redact_endpoint)),
+                    location: a
+                        .base_path
+                        .as_deref()
+                        .or(a.endpoint.as_deref())
+                        .map(redact_endpoint),
                     healthy: a.is_healthy,
                     workers: a.num_workers,
                     use_odirect: a.use_odirect,
@@ -318,6 +328,22 @@ impl Inspection {
                     ),
                 ]));
             }
+            if let Some(g) = &d.guard {
+                rows.push(row([
+                    "  capacity guard",
+                    &format!(
+                        "pid {}: {} objects {} of {} (evicts from {}); {} eviction cycles deleted {} objects {}",
+                        g.pid,
+                        g.tracked.objects,
+                        fmt_gib(g.tracked.bytes),
+                        fmt_gib(g.capacity_bytes),
+                        fmt_gib(g.trigger_bytes),
+                        g.evictions.cycles,
+                        g.evictions.deleted.objects,
+                        fmt_gib(g.evictions.deleted.bytes)
+                    ),
+                ]));
+            }
             if let Some(p) = &d.problem {
                 rows.push(row(["  problem", p]));
             }
@@ -335,6 +361,7 @@ fn read_disk(path: &Path) -> DiskRow {
         written_at: None,
         problem: None,
         usage: None,
+        guard: None,
     };
     let dir = match TierDir::open(path, Access::ReadOnly) {
         Ok(dir) => dir,
@@ -360,30 +387,11 @@ fn read_disk(path: &Path) -> DiskRow {
         Ok(inventory) => disk.usage = Some(inventory.totals()),
         Err(e) => disk.problem = Some(e.to_string()),
     }
+    match read_status(path) {
+        Ok(guard) => disk.guard = guard,
+        Err(e) => disk.problem = Some(e),
+    }
     disk
-}
-
-/// An S3 endpoint without `user:password@` or a query string.
-pub fn redact_endpoint(endpoint: &str) -> String {
-    let without_query = endpoint.split(['?', '#']).next().unwrap_or_default();
-    let (scheme, rest) = match without_query.split_once("://") {
-        Some((scheme, rest)) => (format!("{scheme}://"), rest),
-        None => (String::new(), without_query),
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((_, host)) => format!("<redacted>@{host}"),
-        None => authority.to_string(),
-    };
-    let query = if without_query.len() < endpoint.len() {
-        "?<redacted>"
-    } else {
-        ""
-    };
-    format!("{scheme}{authority}{path}{query}")
 }
 
 fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
@@ -528,6 +536,49 @@ mod tests {
         assert!(
             text.contains("UNREACHABLE") && text.contains("model test-model"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_capacity_guard_state_of_a_disk_tier_is_shown() {
+        use lmcache_adapters::capacity::guard_specs;
+        use lmcache_adapters::guard::{Guard, GuardOptions};
+        use lmcache_adapters::Cascade;
+
+        let tmp = tempfile::tempdir().unwrap();
+        let json = format!(
+            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}"#,
+            tmp.path().display(),
+            1.0 / 1024.0
+        );
+        let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
+            .unwrap()
+            .remove(0);
+        let guard = Guard::start(spec, GuardOptions::default()).unwrap();
+        let started = std::time::Instant::now();
+        while read_status(tmp.path()).unwrap().is_none() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "no guard status file"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let report = Inspection::build(
+            "http://127.0.0.1:1/status",
+            &Poll::NoAnswer("connection refused".into()),
+            &[tmp.path().to_path_buf()],
+            None,
+        );
+        drop(guard);
+        let shown = report.disk[0].guard.as_ref().expect("the guard's state");
+        assert_eq!(shown.capacity_bytes, 1 << 20);
+        let text = report.to_text();
+        assert!(
+            text.contains("capacity guard") && text.contains("of 0.00 GiB"),
+            "{text}"
+        );
+        assert!(
+            serde_json::to_value(&report).unwrap()["disk"][0]["guard"]["capacity_bytes"] == 1 << 20
         );
     }
 

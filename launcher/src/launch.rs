@@ -15,8 +15,8 @@ use lmcache_housekeeping::Mode;
 
 use crate::env;
 use crate::plan::LaunchPlan;
-use crate::status::StatusClient;
-use crate::supervise::{describe, Output, Supervised};
+use crate::status::{Poll, StatusClient};
+use crate::supervise::{describe, listener_owned_by_tree, Output, Supervised};
 use crate::watch::{Event, WatchConfig, Watcher};
 
 /// Settings of one run.
@@ -275,6 +275,16 @@ async fn run_launch(
     let mut start = 0u64;
     loop {
         start += 1;
+        if start > 1 {
+            // The last server's processes may still be letting go of them.
+            let deadline = Instant::now() + options.stop_grace;
+            while let Err(e) = check_ports(plan) {
+                if Instant::now() >= deadline {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
         let mut command = Command::new(&plan.executable);
         if !plan.base_env.is_empty() {
             command.env_clear().envs(&plan.base_env);
@@ -436,6 +446,20 @@ async fn supervise(
             poll = client.poll() => poll,
         };
         let was_ready = watcher.is_ready();
+        if let (Poll::Up(_), false) = (&poll, was_ready) {
+            // Two launches on one port both pass the port check; the loser's
+            // server fails to bind, and the winner's answers its polls.
+            if listener_owned_by_tree(plan.http_port, server.pid()) == Some(false) {
+                server.stop(options.stop_grace).await?;
+                return Err(LaunchError::PortInUse {
+                    variable: env::HTTP_PORT,
+                    port: plan.http_port,
+                    detail:
+                        "another process answers /status there, not the server this launch started"
+                            .into(),
+                });
+            }
+        }
         for event in watcher.observe(&poll) {
             emit(event);
         }

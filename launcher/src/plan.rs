@@ -778,7 +778,9 @@ pub fn size_disk_tier(
 }
 
 fn is_permission_error(why: &str) -> bool {
-    why.contains("Permission denied") || why.contains("Read-only file system")
+    why.contains("Permission denied")
+        || why.contains("Operation not permitted")
+        || why.contains("Read-only file system")
 }
 
 fn disk_error(path: &Path, problem: String, fix: &'static str) -> PlanError {

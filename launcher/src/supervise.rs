@@ -139,6 +139,74 @@ async fn copy_lines(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<Str
     }
 }
 
+/// Whether the TCP listener on `port` (IPv4, any local address) belongs to a
+/// process in the tree rooted at `root` (the server we started and its
+/// descendants). `Some(false)`: another process listens there; `None`: no
+/// listener found, or `/proc` could not tell.
+///
+/// Reads `/proc/net/tcp` for the listening socket's inode, then the `fd`
+/// links of the tree's processes.
+pub fn listener_owned_by_tree(port: u16, root: i32) -> Option<bool> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f.get(1)?.rsplit(':').next()?;
+            let listening = *f.get(3)? == "0A";
+            (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| format!("socket:[{}]", f.get(9).unwrap_or(&"")))
+        })
+        .collect();
+    if inodes.is_empty() {
+        return None;
+    }
+    let owned = process_tree(root).into_iter().any(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    });
+    Some(owned)
+}
+
+/// `root` and every live descendant of it, from the parent ids in `/proc`.
+fn process_tree(root: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+            let ppid = stat
+                .get(stat.rfind(')')? + 2..)?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
 /// The exit code a wrapper reports for a child's status: its code, or
 /// 128 + the signal number that killed it (the shell's convention).
 pub fn exit_code(status: ExitStatus) -> i32 {
@@ -206,6 +274,24 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let status = child.stop(Duration::from_millis(300)).await.unwrap();
         assert_eq!(describe(status), "killed by SIGKILL");
+    }
+
+    #[test]
+    fn a_listener_is_attributed_to_the_process_tree_that_holds_it() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let me = std::process::id() as i32;
+        assert_eq!(listener_owned_by_tree(port, me), Some(true));
+        // A child does not hold the socket (Rust opens it close-on-exec).
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert_eq!(listener_owned_by_tree(port, child.id() as i32), Some(false));
+        let _ = child.kill();
+        let _ = child.wait();
+        drop(listener);
+        assert_eq!(listener_owned_by_tree(port, me), None);
     }
 
     #[test]

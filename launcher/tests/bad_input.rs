@@ -167,8 +167,12 @@ fn a_disk_path_that_cannot_be_created_is_refused() {
 fn a_port_in_use_is_named_and_nothing_starts() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
+    let free = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mp_port = free.local_addr().unwrap().port().to_string();
+    drop(free);
     let mut case = Case::new();
-    case.set("EREBINE_AGENT_LMCACHE_HTTP_PORT", &port);
+    case.set("EREBINE_AGENT_LMCACHE_HTTP_PORT", &port)
+        .set("EREBINE_AGENT_LMCACHE_MP_PORT", &mp_port);
     let out = case.run(&["launch"]);
     assert_fails(
         &out,
@@ -418,4 +422,18 @@ fn hybrid_attention_flag_raises_the_chunk_size() {
         plan["decisions"]["chunk_size"]["rule"],
         "derived-raised-hybrid-block"
     );
+}
+
+#[test]
+fn inspect_refuses_a_url_that_is_not_http() {
+    let case = Case::new();
+    for url in [
+        "garbage",
+        "",
+        "ftp://127.0.0.1/status",
+        "file:///etc/passwd",
+    ] {
+        let out = case.run(&["inspect", "--url", url]);
+        assert_fails(&out, 2, &["--url"]);
+    }
 }

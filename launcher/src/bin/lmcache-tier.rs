@@ -406,6 +406,17 @@ fn inspect_cmd(args: InspectArgs, vars: BTreeMap<String, String>) -> Result<(), 
     let url = args
         .url
         .unwrap_or_else(|| format!("http://127.0.0.1:{}/status", node.http_port));
+    match reqwest::Url::parse(&url) {
+        Ok(u) if u.scheme() == "http" && u.host().is_some() => {}
+        _ => {
+            return Err(Failure {
+                code: 2,
+                message: format!(
+                    "--url {url:?} is not an http:// URL of a /status endpoint: give e.g. http://127.0.0.1:8090/status"
+                ),
+            })
+        }
+    }
     let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match &node.l2_adapter {
         None => (vec![node.disk_path.clone()], vec![true]),
         Some(cascade) => (
