@@ -95,7 +95,7 @@ pub fn find_stock_lmcache(
     Err(NotFound {
         what: "the stock `lmcache` command (pip package lmcache==0.5.6)".into(),
         looked,
-        fix: "Install it in a Python virtual environment and activate it (or set VIRTUAL_ENV), e.g. `python3 -m venv V && V/bin/pip install lmcache==0.5.6`".into(),
+        fix: "Install it in a Python virtual environment and activate it (or set VIRTUAL_ENV), e.g. `python3 -m venv V && V/bin/pip install lmcache==0.5.6`; scripts/setup-lmcache.sh in this project's clone installs it in ~/.cache/erebine/lmcache-0.5.6 (then `export VIRTUAL_ENV=~/.cache/erebine/lmcache-0.5.6`)".into(),
     })
 }
 

@@ -34,7 +34,8 @@ pub enum Output {
     /// The child writes to our stdout/stderr directly (a drop-in wrapper).
     Inherit,
     /// Each line of the child's stdout and stderr is copied to our stderr and
-    /// the last [`TAIL_LINES`] are kept for [`Supervised::tail`].
+    /// the last [`TAIL_LINES`] are kept for [`Supervised::tail`], except the
+    /// lines LMCache writes for every `/status` poll ([`POLL_NOISE`]).
     Tee,
 }
 
@@ -126,9 +127,24 @@ impl Supervised {
     }
 }
 
+/// Server lines that every `/status` poll produces (LMCache 0.5.6 logs the
+/// HTTP access and an allocator check for each request): at one poll every
+/// 2 s they would be 150 lines a minute of the launcher's log, so they are
+/// neither echoed nor kept in the tail.
+const POLL_NOISE: &[&str] = &[
+    "\"GET /status HTTP/1.1\"",
+    "Checking memory allocator consistency",
+    " - Total active allocations",
+    " - Total allocated size",
+    " - Total free size",
+];
+
 async fn copy_lines(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String>>>) {
     let mut lines = BufReader::new(stream).lines();
     while let Ok(Some(line)) = lines.next_line().await {
+        if POLL_NOISE.iter().any(|noise| line.contains(noise)) {
+            continue;
+        }
         eprintln!("{line}");
         if let Ok(mut t) = tail.lock() {
             if t.len() == TAIL_LINES {
@@ -236,7 +252,10 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn stop_ends_the_whole_group_and_reports_the_status() {
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "sleep 30 & echo started; wait"]);
+        cmd.args([
+            "-c",
+            "echo 'INFO: 127.0.0.1:1 - \"GET /status HTTP/1.1\" 200 OK'; sleep 30 & echo started; wait",
+        ]);
         let mut child = Supervised::spawn(cmd, Output::Tee).unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let status = child.stop(Duration::from_secs(5)).await.unwrap();

@@ -44,6 +44,10 @@ fn main() -> ExitCode {
             )
         })
         .collect();
+    let first = args.first().and_then(|a| a.to_str());
+    if matches!(first, None | Some("-h" | "--help")) {
+        println!("{ABOUT}");
+    }
     let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
     let stock = match find_stock_lmcache(&vars, &own) {
         Ok(path) => path,
@@ -52,10 +56,6 @@ fn main() -> ExitCode {
             return ExitCode::from(127);
         }
     };
-    let first = args.first().and_then(|a| a.to_str());
-    if matches!(first, None | Some("-h" | "--help")) {
-        println!("{ABOUT}");
-    }
     if first != Some("server") {
         let err = std::process::Command::new(&stock).args(&args).exec();
         eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
