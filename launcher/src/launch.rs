@@ -87,6 +87,10 @@ pub enum LaunchError {
         /// Its last output lines.
         tail: Vec<String>,
     },
+    /// An `s3` tier with `s3_bucket` cannot work (bad key, unreachable
+    /// endpoint, refused credentials); the server was not started.
+    #[error("{0}; the server was not started")]
+    Gateway(#[from] lmcache_adapters::s3::GatewayError),
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
@@ -120,6 +124,10 @@ pub fn check_ports(plan: &LaunchPlan) -> Result<(), LaunchError> {
 /// exits or does not become ready (the error quotes its last lines).
 pub async fn run(plan: &LaunchPlan, options: &RunOptions) -> Result<ExitStatus, LaunchError> {
     check_ports(plan)?;
+    // Path-style gateways for `s3_bucket` tiers, held until this function
+    // returns; the server gets specs with per-launch keys only (issue 5).
+    let (args, gateways) =
+        lmcache_adapters::s3::Gateways::start(&plan.args, &|k| std::env::var(k).ok()).await?;
     // Held until this function returns: no other launch or housekeeping may
     // touch the directory while the server runs (issue 3, step 5).
     let _housekeeping = match &plan.housekeeping {
@@ -133,7 +141,15 @@ pub async fn run(plan: &LaunchPlan, options: &RunOptions) -> Result<ExitStatus, 
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut command = Command::new(&plan.executable);
-    command.args(&plan.args).envs(&plan.env);
+    // The operator's adapter JSON may carry real credentials: the server's
+    // environment never does.
+    command
+        .args(&args)
+        .envs(&plan.env)
+        .env_remove(env::L2_ADAPTER);
+    for variable in gateways.env_to_remove() {
+        command.env_remove(variable);
+    }
     let mut server = Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
         executable: plan.executable.display().to_string(),
         detail: e.to_string(),
