@@ -263,3 +263,137 @@ fn wait_for_keys(s3: &S3Server, n: usize) -> Vec<String> {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// SigV4 headers (unsigned payload) as an S3 client would send them.
+fn sign_as_client(
+    method: &str,
+    url: &str,
+    host: &str,
+    key_id: &str,
+    secret: &str,
+) -> reqwest::header::HeaderMap {
+    use aws_sigv4::http_request::{
+        sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
+        SigningSettings,
+    };
+    let identity =
+        aws_credential_types::Credentials::new(key_id, secret, None, None, "test").into();
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("s3")
+        .time(std::time::SystemTime::now())
+        .settings(settings)
+        .build()
+        .unwrap()
+        .into();
+    let request = SignableRequest::new(
+        method,
+        url,
+        [("host", host)].into_iter(),
+        SignableBody::UnsignedPayload,
+    )
+    .unwrap();
+    let (instructions, _) = sign(request, &params).unwrap().into_parts();
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, value) in instructions.headers() {
+        headers.insert(
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    headers
+}
+
+#[test]
+fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start(tmp.path(), free_port());
+    s3.create_bucket("kv-cache");
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap();
+    for key in ["p/a@1", "p/a@2", "p/a@3", "p/a@4", "p/a@5", "other@1"] {
+        let url = format!(
+            "http://127.0.0.1:{}/kv-cache/{}",
+            s3.port,
+            key.replace('@', "%40")
+        );
+        assert!(client
+            .put(url)
+            .body(key.to_string())
+            .send()
+            .unwrap()
+            .status()
+            .is_success());
+    }
+    let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
+        "s3_bucket": "kv-cache", "s3_key_prefix": "p/", "s3_region": "us-east-1", "disable_tls": true,
+        "aws_access_key_id": REAL_KEY_ID, "aws_secret_access_key": REAL_SECRET});
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let args = vec!["--l2-adapter".to_string(), spec.to_string()];
+    let (args, _gateways) = runtime
+        .block_on(lmcache_adapters::s3::Gateways::start(&args, &|_| None))
+        .unwrap();
+    let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
+    let host = local["s3_endpoint"].as_str().unwrap().to_string();
+    let key_id = local["aws_access_key_id"].as_str().unwrap().to_string();
+    let secret = local["aws_secret_access_key"].as_str().unwrap().to_string();
+    let get = |path_and_query: &str| {
+        let url = format!("http://{host}{path_and_query}");
+        let headers = sign_as_client("GET", &url, &host, &key_id, &secret);
+        client.get(url).headers(headers).send().unwrap()
+    };
+
+    let mut keys = Vec::new();
+    let mut token: Option<String> = None;
+    for _page in 0..10 {
+        let mut query = "/?list-type=2&max-keys=2".to_string();
+        if let Some(t) = &token {
+            let encoded: String = t
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            query.push_str(&format!("&continuation-token={encoded}"));
+        }
+        let response = get(&query);
+        assert_eq!(response.status().as_u16(), 200);
+        let xml = response.text().unwrap();
+        keys.extend(
+            xml.split("<Key>")
+                .skip(1)
+                .filter_map(|p| p.split_once("</Key>").map(|(k, _)| k.to_string())),
+        );
+        token = xml.split("<NextContinuationToken>").nth(1).and_then(|p| {
+            p.split_once("</NextContinuationToken>")
+                .map(|(t, _)| t.to_string())
+        });
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(keys, ["a@1", "a@2", "a@3", "a@4", "a@5"]);
+    assert_eq!(get("/a%403").text().unwrap(), "p/a@3");
+
+    s3.kill();
+    let start = Instant::now();
+    let response = get("/a%403");
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "503 took {:?}",
+        start.elapsed()
+    );
+}
