@@ -43,6 +43,8 @@ type Body = UnsyncBoxBody<Bytes, BoxError>;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the upstream may stay silent while a response is read.
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The smallest chunk of a request body written to the upstream (bar the last).
+const FORWARD_CHUNK: usize = 256 << 10;
 /// The largest listing page translated in memory (S3 pages hold 1000 keys).
 const MAX_LISTING_BYTES: usize = 16 << 20;
 
@@ -382,7 +384,7 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Bo
         .get(http::header::CONTENT_LENGTH)
         .is_some_and(|v| v.as_bytes() != b"0");
     let builder = if has_body {
-        builder.body(reqwest::Body::wrap_stream(BodyDataStream::new(body)))
+        builder.body(reqwest::Body::wrap_stream(coalesce(body)))
     } else {
         builder
     };
@@ -431,6 +433,31 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Bo
             "InternalError",
             &format!("bad upstream response: {e}"),
         )
+    })
+}
+
+/// The request body as a stream of chunks of at least [`FORWARD_CHUNK`]
+/// bytes (the last may be shorter): fewer, larger writes to the upstream.
+fn coalesce(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, hyper::Error>> {
+    futures_util::stream::unfold(Some(BodyDataStream::new(body)), |state| async move {
+        let mut stream = state?;
+        let mut buffer = bytes::BytesMut::new();
+        loop {
+            match stream.next().await {
+                Some(Ok(chunk)) if buffer.is_empty() && chunk.len() >= FORWARD_CHUNK => {
+                    return Some((Ok(chunk), Some(stream)))
+                }
+                Some(Ok(chunk)) => {
+                    buffer.extend_from_slice(&chunk);
+                    if buffer.len() >= FORWARD_CHUNK {
+                        return Some((Ok(buffer.freeze()), Some(stream)));
+                    }
+                }
+                Some(Err(e)) => return Some((Err(e), None)),
+                None if buffer.is_empty() => return None,
+                None => return Some((Ok(buffer.freeze()), None)),
+            }
+        }
     })
 }
 
