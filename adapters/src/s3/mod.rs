@@ -228,4 +228,48 @@ mod tests {
             "{e}"
         );
     }
+
+    /// An upstream that answers every request with `status` and no body.
+    async fn answering(status: &'static str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let reply =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = stream.write_all(reply.as_bytes()).await;
+            }
+        });
+        port
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_start_up_head_names_refused_credentials_and_a_missing_bucket() {
+        for (status, key, problem) in [
+            (
+                "403 Forbidden",
+                "aws_access_key_id",
+                "refused the credentials",
+            ),
+            ("404 Not Found", "s3_bucket", "does not exist"),
+        ] {
+            let port = answering(status).await;
+            let args = vec![
+                "--l2-adapter".to_string(),
+                format!(
+                    r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"TOPSECRET"}}"#
+                ),
+            ];
+            let e = Gateways::start(&args, &|_| None)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("L2 tier 0 (s3): {key}: ")), "{e}");
+            assert!(e.contains(problem), "{e}");
+            assert!(!e.contains("TOPSECRET"), "{e}");
+        }
+    }
 }
