@@ -318,3 +318,112 @@ pub fn data_objects(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A real S3 server on loopback for the gateway tests: moto in server mode
+/// from the LMCache virtual environment (`scripts/setup-lmcache.sh` installs
+/// `moto[server]`), path-style, accepting any credentials. Killed with its
+/// process group when dropped.
+pub struct S3Server {
+    proc: Proc,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl S3Server {
+    /// Starts `moto_server` on `port` (log in `dir`) and waits until it
+    /// answers (at most 60 s).
+    pub fn start(dir: &Path, port: u16) -> S3Server {
+        let mut cmd = Command::new(lmcache_venv().join("bin/moto_server"));
+        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+        let log = dir.join(format!("moto-{port}-{}.log", std::process::id()));
+        let mut proc = Proc::spawn(cmd, &log);
+        let start = Instant::now();
+        let client = loopback_client();
+        while client
+            .get(format!("http://127.0.0.1:{port}/"))
+            .send()
+            .is_err()
+        {
+            if let Some(status) = proc.try_status() {
+                panic!("moto_server exited ({status}):\n{}", proc.output());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "moto_server did not answer within 60 s:\n{}",
+                proc.output()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        S3Server { proc, port }
+    }
+
+    /// Creates `bucket` (path-style `PUT /<bucket>`).
+    pub fn create_bucket(&self, bucket: &str) {
+        let resp = loopback_client()
+            .put(format!("http://127.0.0.1:{}/{bucket}", self.port))
+            .send()
+            .expect("moto answers");
+        assert!(resp.status().is_success(), "create bucket: {resp:?}");
+    }
+
+    /// The object keys in `bucket`, listed path-style
+    /// (`GET /<bucket>?list-type=2`) by a client that is not LMCache.
+    pub fn list_keys(&self, bucket: &str) -> Vec<String> {
+        let xml = loopback_client()
+            .get(format!(
+                "http://127.0.0.1:{}/{bucket}?list-type=2&max-keys=1000",
+                self.port
+            ))
+            .send()
+            .and_then(|r| r.text())
+            .expect("moto answers a listing");
+        xml.split("<Key>")
+            .skip(1)
+            .filter_map(|part| part.split_once("</Key>").map(|(k, _)| k.to_string()))
+            .collect()
+    }
+
+    /// Stops the server (an upstream outage); its objects are lost.
+    pub fn kill(mut self) {
+        let _ = killpg(Pid::from_raw(self.proc.pid()), Signal::SIGKILL);
+        let _ = self.proc.wait_timeout(Duration::from_secs(10));
+    }
+}
+
+fn loopback_client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .expect("http client")
+}
+
+/// Pids of the live children of `pid`.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+        if rest.split_whitespace().nth(1) == Some(&pid.to_string()) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// The command line and environment of `pid`, NULs as spaces: what another
+/// local user with the same uid (or root) can read of it.
+pub fn cmdline_and_environ(pid: i32) -> String {
+    ["cmdline", "environ"]
+        .iter()
+        .map(|f| std::fs::read(format!("/proc/{pid}/{f}")).unwrap_or_default())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

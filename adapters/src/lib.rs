@@ -16,6 +16,8 @@ pub mod guard;
 use serde_json::{Map, Value};
 use std::path::Path;
 
+pub mod s3;
+
 /// One GiB in bytes; LMCache's `max_capacity_gb` counts GiB.
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -139,6 +139,10 @@ pub enum LaunchError {
         /// Its last output lines.
         tail: Vec<String>,
     },
+    /// An `s3` tier with `s3_bucket` cannot work (bad key, unreachable
+    /// endpoint, refused credentials); the server was not started.
+    #[error("{0}; the server was not started")]
+    Gateway(#[from] lmcache_adapters::s3::GatewayError),
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
@@ -246,6 +250,13 @@ async fn run_launch(
     stop: Stop,
 ) -> Result<ExitStatus, LaunchError> {
     check_ports(plan)?;
+    // Path-style gateways for `s3_bucket` tiers, held until this function
+    // returns; the server gets specs with per-launch keys only (issue 5).
+    let lookup = |k: &str| match plan.base_env.is_empty() {
+        true => std::env::var(k).ok(),
+        false => plan.base_env.get(k).cloned(),
+    };
+    let (args, gateways) = lmcache_adapters::s3::Gateways::start(&plan.args, &lookup).await?;
     // Held until this function returns: no other launch or housekeeping may
     // touch the directory while the server runs (issue 3, step 5).
     let _housekeeping = match &plan.housekeeping {
@@ -289,7 +300,16 @@ async fn run_launch(
         if !plan.base_env.is_empty() {
             command.env_clear().envs(&plan.base_env);
         }
-        command.args(&plan.args).envs(&plan.env);
+        // The operator's adapter JSON may carry real credentials: the
+        // server's environment never does, nor do the credential variables
+        // the gateways use.
+        command
+            .args(&args)
+            .envs(&plan.env)
+            .env_remove(env::L2_ADAPTER);
+        for variable in gateways.env_to_remove() {
+            command.env_remove(variable);
+        }
         let mut server =
             Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
                 executable: plan.executable.display().to_string(),

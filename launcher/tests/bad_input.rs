@@ -437,3 +437,44 @@ fn inspect_refuses_a_url_that_is_not_http() {
         assert_fails(&out, 2, &["--url"]);
     }
 }
+
+#[test]
+fn an_s3_bucket_tier_that_cannot_work_stops_the_launch_naming_tier_and_key() {
+    let free = || {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let closed = free();
+    for (s3_keys, key) in [
+        (r#""s3_endpoint":"127.0.0.1:9""#.to_string(), "s3_region"),
+        (
+            format!(r#""s3_endpoint":"127.0.0.1:{closed}","s3_region":"r""#),
+            "s3_endpoint",
+        ),
+    ] {
+        let mut case = Case::new();
+        let cascade = format!(
+            r#"[{{"type":"fs","base_path":"/tmp/x"}},{{"type":"s3","s3_bucket":"kv-cache","disable_tls":true,{s3_keys},"aws_access_key_id":"AK","aws_secret_access_key":"REAL-SECRET-VALUE"}}]"#
+        );
+        case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
+            .set("EREBINE_AGENT_LMCACHE_MP_PORT", &free().to_string())
+            .set("EREBINE_AGENT_LMCACHE_HTTP_PORT", &free().to_string());
+        let out = case.run(&["launch"]);
+        assert_fails(
+            &out,
+            2,
+            &[
+                &format!("L2 tier 1 (s3): {key}:"),
+                "the server was not started",
+            ],
+        );
+        assert!(
+            !stderr(&out).contains("REAL-SECRET-VALUE"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

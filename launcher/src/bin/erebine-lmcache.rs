@@ -2,8 +2,10 @@
 //! command. `erebine-lmcache server <flags>` runs the real `lmcache server`
 //! with the same flags under supervision, with a capacity guard for every
 //! `--l2-adapter` filesystem tier that has `max_capacity_gb`
-//! ([`lmcache_launcher::guards`]); every other subcommand is handed to the
-//! stock `lmcache` unchanged.
+//! ([`lmcache_launcher::guards`]); a command whose `--l2-adapter` specs name
+//! an `s3_bucket` (`server`, `bench l2`) gets them rewritten to a path-style
+//! gateway that runs here for the life of the child; every other subcommand
+//! is handed to the stock `lmcache` unchanged.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -11,6 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use lmcache_adapters::s3::Gateways;
 use lmcache_launcher::guards::start_guards;
 use lmcache_launcher::locate::find_stock_lmcache;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised};
@@ -22,6 +25,11 @@ erebine-lmcache: drop-in for the `lmcache` command on an inference node.
 
   erebine-lmcache server <lmcache server flags>   run the real LMCache server
   erebine-lmcache <any other lmcache subcommand>  handed to the stock lmcache
+
+An `s3` `--l2-adapter` spec with \"s3_bucket\" (also in `bench l2`) is served
+path-style through a gateway on 127.0.0.1 that this process runs; LMCache gets
+the gateway's address and a key pair made for this run, never the real keys
+(see docs/s3-gateway.md). Exit 2: such a spec cannot work.
 
 The stock lmcache is looked up in the active Python environment ($VIRTUAL_ENV,
 $CONDA_PREFIX), then beside the vllm executable, then on PATH. `server` runs it
@@ -35,6 +43,14 @@ The stock help follows.
 ";
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let vars: BTreeMap<String, String> = std::env::vars_os()
         .map(|(k, v)| {
@@ -56,7 +72,10 @@ fn main() -> ExitCode {
             return ExitCode::from(127);
         }
     };
-    if first != Some("server") {
+    let bucket_tier = args
+        .iter()
+        .any(|a| a.to_string_lossy().contains("s3_bucket"));
+    if first != Some("server") && !bucket_tier {
         let err = std::process::Command::new(&stock).args(&args).exec();
         eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
         return ExitCode::from(126);
@@ -87,14 +106,29 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(serve(stock, args));
+    let code = runtime.block_on(serve(stock, args, vars));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
-/// Runs `lmcache server ...` and forwards signals until it exits.
-async fn serve(stock: PathBuf, args: Vec<OsString>) -> i32 {
+/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need, and
+/// forwards signals until it exits.
+async fn serve(stock: PathBuf, args: Vec<OsString>, vars: BTreeMap<String, String>) -> i32 {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let (args, gateways) = match Gateways::start(&args, &|k| vars.get(k).cloned()).await {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("erebine-lmcache: {e}");
+            return 2;
+        }
+    };
     let mut command = tokio::process::Command::new(&stock);
     command.args(&args);
+    for variable in gateways.env_to_remove() {
+        command.env_remove(variable);
+    }
     let mut server = match Supervised::spawn(command, Output::Inherit) {
         Ok(s) => s,
         Err(e) => {

@@ -248,6 +248,7 @@ impl From<LaunchError> for Failure {
         let code = match &e {
             LaunchError::PortInUse { .. } => 4,
             LaunchError::Spawn { .. } => 3,
+            LaunchError::Gateway(_) => 2,
             LaunchError::Housekeeping(h) => housekeeping_code(h),
             _ => 5,
         };

@@ -1,0 +1,281 @@
+//! Throughput and latency of the `s3_bucket` gateway against the same
+//! upstream reached directly (issue 5, "Performance"). Run by
+//! `benches/s3-gateway.sh`, which starts the upstream; see
+//! `docs/performance.md` for results.
+//!
+//! Environment: `GATEWAY_BENCH_UPSTREAM` (`host:port` of a path-style S3
+//! server over plain http), `GATEWAY_BENCH_BUCKET` (an existing bucket),
+//! `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (its credentials),
+//! optional `GATEWAY_BENCH_OBJECTS` (32 MiB objects per run, default 32),
+//! `GATEWAY_BENCH_STREAMS` (default 8), `GATEWAY_BENCH_SMALL` (small
+//! requests per side, default 300).
+//!
+//! The gateway runs in a child process (this program started with
+//! `--serve-gateway`) so that its resident memory is its own.
+
+use std::io::{BufRead, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+};
+use aws_sigv4::sign::v4;
+use bytes::Bytes;
+use lmcache_adapters::s3::Gateways;
+
+const MIB: usize = 1 << 20;
+const OBJECT: usize = 32 * MIB;
+const REGION: &str = "us-east-1";
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// One S3 endpoint and the key it accepts.
+struct Side {
+    name: &'static str,
+    endpoint: String,
+    /// Path prefix before the key: `/<bucket>/` direct, `/` via the gateway.
+    base: String,
+    key_id: String,
+    secret: String,
+}
+
+fn env(name: &str) -> Result<String, Error> {
+    std::env::var(name).map_err(|_| format!("{name} is not set (run benches/s3-gateway.sh)").into())
+}
+
+fn env_or(name: &str, default: usize) -> Result<usize, Error> {
+    match std::env::var(name) {
+        Ok(v) => Ok(v
+            .parse()
+            .map_err(|_| format!("{name}={v} is not a number"))?),
+        Err(_) => Ok(default),
+    }
+}
+
+fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    if args.iter().any(|a| a == "--serve-gateway") {
+        return runtime.block_on(serve_gateway());
+    }
+    if args.iter().any(|a| a == "--list") {
+        // `cargo bench -- --list`: no test harness here.
+        return Ok(());
+    }
+    runtime.block_on(compare())
+}
+
+/// Child mode: starts the gateway for the upstream, prints the rewritten
+/// spec, and serves until stdin closes.
+async fn serve_gateway() -> Result<(), Error> {
+    let spec = serde_json::json!({
+        "type": "s3",
+        "s3_endpoint": env("GATEWAY_BENCH_UPSTREAM")?,
+        "s3_bucket": env("GATEWAY_BENCH_BUCKET")?,
+        "s3_region": REGION,
+        "disable_tls": true,
+    });
+    let args = vec!["--l2-adapter".to_string(), spec.to_string()];
+    let (rewritten, _gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
+    println!("{}", rewritten[1]);
+    std::io::stdout().flush()?;
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+    })
+    .await?;
+    Ok(())
+}
+
+async fn compare() -> Result<(), Error> {
+    let upstream = env("GATEWAY_BENCH_UPSTREAM")?;
+    let bucket = env("GATEWAY_BENCH_BUCKET")?;
+    let objects = env_or("GATEWAY_BENCH_OBJECTS", 32)?;
+    let streams = env_or("GATEWAY_BENCH_STREAMS", 8)?;
+    let small = env_or("GATEWAY_BENCH_SMALL", 300)?;
+
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("--serve-gateway")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+    let spec: serde_json::Value = serde_json::from_str(&line)?;
+    let field = |k: &str| spec[k].as_str().unwrap_or_default().to_string();
+    let direct = Side {
+        name: "direct",
+        endpoint: upstream,
+        base: format!("/{bucket}/"),
+        key_id: env("AWS_ACCESS_KEY_ID")?,
+        secret: env("AWS_SECRET_ACCESS_KEY")?,
+    };
+    let gateway = Side {
+        name: "gateway",
+        endpoint: field("s3_endpoint"),
+        base: "/".into(),
+        key_id: field("aws_access_key_id"),
+        secret: field("aws_secret_access_key"),
+    };
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let data = Bytes::from(vec![0x5au8; OBJECT]);
+    println!(
+        "{objects} objects of 32 MiB, {streams} concurrent streams; {small} small requests per side"
+    );
+    // Interleaved twice so neither side always meets a warmer upstream.
+    for round in 1..=2 {
+        for side in [&direct, &gateway] {
+            let put = transfer(&client, side, &data, objects, streams, true, round).await?;
+            let get = transfer(&client, side, &data, objects, streams, false, round).await?;
+            println!(
+                "round {round} {:<8} PUT {put:>7.1} MiB/s  GET {get:>7.1} MiB/s",
+                side.name
+            );
+        }
+    }
+    let rss = peak_rss_kib(child.id())?;
+    for side in [&direct, &gateway] {
+        let median = small_requests(&client, side, small).await?;
+        println!(
+            "{:<8} small HEAD median {:.3} ms",
+            side.name,
+            median.as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "gateway peak RSS (VmHWM) after the 8-stream runs: {:.1} MiB",
+        rss as f64 / 1024.0
+    );
+    drop(child.stdin.take());
+    child.wait()?;
+    Ok(())
+}
+
+/// Moves `objects` 32 MiB objects with `streams` in flight; MiB/s.
+async fn transfer(
+    client: &reqwest::Client,
+    side: &Side,
+    data: &Bytes,
+    objects: usize,
+    streams: usize,
+    put: bool,
+    round: usize,
+) -> Result<f64, Error> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        let (client, next, data) = (client.clone(), next.clone(), data.clone());
+        let (endpoint, base) = (side.endpoint.clone(), side.base.clone());
+        let (key_id, secret) = (side.key_id.clone(), side.secret.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= objects {
+                    return Ok::<(), Error>(());
+                }
+                let path = format!("{base}bench-r{round}%40{i:04}");
+                let method = if put { "PUT" } else { "GET" };
+                let headers = signed(method, &endpoint, &path, &key_id, &secret)?;
+                let request = client
+                    .request(method.parse()?, format!("http://{endpoint}{path}"))
+                    .headers(headers);
+                let request = if put {
+                    request.body(data.clone())
+                } else {
+                    request
+                };
+                let response = request.send().await?;
+                let status = response.status();
+                let body = response.bytes().await?;
+                if !status.is_success() || (!put && body.len() != OBJECT) {
+                    return Err(format!("{method} {path}: {status}, {} bytes", body.len()).into());
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((objects * OBJECT) as f64 / MIB as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Median latency of sequential HEADs of one existing object.
+async fn small_requests(
+    client: &reqwest::Client,
+    side: &Side,
+    n: usize,
+) -> Result<Duration, Error> {
+    let path = format!("{}bench-r2%400000", side.base);
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let headers = signed("HEAD", &side.endpoint, &path, &side.key_id, &side.secret)?;
+        let start = Instant::now();
+        let response = client
+            .head(format!("http://{}{path}", side.endpoint))
+            .headers(headers)
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            return Err(format!("HEAD {path}: {}", response.status()).into());
+        }
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(times[n / 2])
+}
+
+/// SigV4 headers (unsigned payload) for one request.
+fn signed(
+    method: &str,
+    endpoint: &str,
+    path: &str,
+    key_id: &str,
+    secret: &str,
+) -> Result<reqwest::header::HeaderMap, Error> {
+    let identity = Credentials::new(key_id, secret, None, None, "bench").into();
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(REGION)
+        .name("s3")
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()?
+        .into();
+    let url = format!("http://{endpoint}{path}");
+    let request = SignableRequest::new(
+        method,
+        url.as_str(),
+        [("host", endpoint)].into_iter(),
+        SignableBody::UnsignedPayload,
+    )?;
+    let (instructions, _) = sign(request, &params)?.into_parts();
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, value) in instructions.headers() {
+        headers.insert(
+            reqwest::header::HeaderName::from_bytes(name.as_bytes())?,
+            value.parse()?,
+        );
+    }
+    Ok(headers)
+}
+
+/// Peak resident set size of `pid` in KiB (`VmHWM` in /proc/<pid>/status).
+fn peak_rss_kib(pid: u32) -> Result<u64, Error> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| "no VmHWM in /proc status".into())
+}

@@ -1,0 +1,590 @@
+//! The loopback gateway of one `s3` tier with `s3_bucket`: LMCache's S3
+//! adapter talks virtual-hosted style to `127.0.0.1:<port>` with the
+//! per-launch key; the gateway checks that signature, maps `/<key>` to
+//! `/<bucket>/<prefix><key>` (and `GET /?list-type=2` to the bucket listing)
+//! on the operator's endpoint, signs again with the real credentials, and
+//! streams bodies both ways.
+//!
+//! Answers of its own (S3 XML error bodies): 403 for a bad signature, 501 for
+//! requests LMCache never sends (bucket operations other than ListObjectsV2,
+//! aws-chunked payloads), 503 when the upstream cannot be reached or stops
+//! answering, so the adapter's circuit breaker sees an outage.
+
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode,
+};
+use aws_sigv4::sign::v4;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyDataStream, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use percent_encoding::percent_decode_str;
+use tokio::net::TcpListener;
+
+use super::sigv4::{self, encode_key, Signed, SIGV4_QUERY};
+use super::spec::{BucketSpecError, BucketTier, KeyPair};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// How long a connection to the upstream may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the upstream may stay silent while a response is read.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The smallest chunk of a request body written to the upstream (bar the last).
+const FORWARD_CHUNK: usize = 256 << 10;
+/// The largest listing page translated in memory (S3 pages hold 1000 keys).
+const MAX_LISTING_BYTES: usize = 16 << 20;
+
+/// Request headers not forwarded: hop-by-hop ones, the client's signature,
+/// and the ones the gateway sets itself.
+const DROPPED_HEADERS: &[&str] = &[
+    "authorization",
+    "connection",
+    "expect",
+    "host",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "user-agent",
+    "x-amz-content-sha256",
+    "x-amz-date",
+    "x-amz-security-token",
+];
+
+/// Response headers not passed back: hop-by-hop ones.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// One tier's gateway, ready to serve: what it forwards to and with which keys.
+pub(crate) struct Upstream {
+    tier: BucketTier,
+    client: reqwest::Client,
+    /// The key LMCache signs with.
+    local_key: KeyPair,
+}
+
+impl Upstream {
+    /// Builds the upstream client (TLS with the built-in roots plus the
+    /// tier's `s3_ca_bundle`) and checks the bucket with a signed HEAD.
+    ///
+    /// Errors name the tier and the key: the endpoint cannot be reached
+    /// (`s3_endpoint`), the credentials are refused (`aws_access_key_id`),
+    /// the bucket does not exist (`s3_bucket`).
+    pub(crate) async fn connect(
+        tier: BucketTier,
+        local_key: KeyPair,
+    ) -> Result<Self, BucketSpecError> {
+        let position = tier.position;
+        let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {
+            position,
+            key,
+            problem,
+            fix: fix.to_string(),
+        };
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .tcp_nodelay(true);
+        if let Some(pem) = &tier.ca_bundle_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+                err(
+                    "s3_ca_bundle",
+                    format!("is not a PEM bundle: {e}"),
+                    "Point it at a PEM file of CA certificates.",
+                )
+            })?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder.build().map_err(|e| {
+            err(
+                "s3_ca_bundle",
+                format!("cannot set up TLS: {e}"),
+                "Check the CA bundle.",
+            )
+        })?;
+        let upstream = Upstream {
+            tier,
+            client,
+            local_key,
+        };
+        let path = format!("/{}", upstream.tier.bucket);
+        let request = upstream
+            .signed(
+                Method::HEAD,
+                &path,
+                "",
+                HeaderMap::new(),
+                "UNSIGNED-PAYLOAD",
+            )
+            .map_err(|e| {
+                err(
+                    "aws_access_key_id",
+                    format!("cannot sign: {e}"),
+                    "Check the credentials.",
+                )
+            })?;
+        let url = format!(
+            "{}://{}{path}",
+            upstream.tier.scheme, upstream.tier.endpoint
+        );
+        let response = request.send().await.map_err(|e| {
+            err(
+                "s3_endpoint",
+                format!("HEAD {url} failed: {}", error_chain(&e)),
+                "Check that the object store is reachable from this node, and \"disable_tls\" (true for plain http).",
+            )
+        })?;
+        match response.status() {
+            s if s.is_success() => Ok(upstream),
+            StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Err(err(
+                "aws_access_key_id",
+                format!(
+                    "the object store refused the credentials (HEAD {url}: {})",
+                    response.status()
+                ),
+                "Give a key pair that may read and write the bucket, and check \"s3_region\".",
+            )),
+            StatusCode::NOT_FOUND => Err(err(
+                "s3_bucket",
+                format!("the bucket does not exist (HEAD {url}: 404)"),
+                "Create the bucket or name an existing one.",
+            )),
+            other => Err(err(
+                "s3_endpoint",
+                format!("HEAD {url} answered {other}"),
+                "Check the endpoint and that it serves S3 path-style requests.",
+            )),
+        }
+    }
+
+    /// A request to the upstream for `path` (already encoded) and `query`,
+    /// with `headers` and SigV4 headers for the real credentials.
+    fn signed(
+        &self,
+        method: Method,
+        path: &str,
+        query: &str,
+        mut headers: HeaderMap,
+        payload_hash: &str,
+    ) -> Result<reqwest::RequestBuilder, BoxError> {
+        let creds = &self.tier.credentials;
+        let identity = Credentials::new(
+            &creds.access_key_id,
+            &creds.secret_access_key,
+            creds.session_token.clone(),
+            None,
+            "lmcache-tier",
+        )
+        .into();
+        let mut settings = SigningSettings::default();
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.tier.region)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()?
+            .into();
+        let url = if query.is_empty() {
+            format!("{}://{}{path}", self.tier.scheme, self.tier.endpoint)
+        } else {
+            format!(
+                "{}://{}{path}?{query}",
+                self.tier.scheme, self.tier.endpoint
+            )
+        };
+        headers.insert(
+            http::header::HOST,
+            HeaderValue::from_str(&self.tier.endpoint)?,
+        );
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+            .collect();
+        let signable = SignableRequest::new(
+            method.as_str(),
+            url.as_str(),
+            pairs.into_iter(),
+            SignableBody::Precomputed(payload_hash.to_string()),
+        )?;
+        let (instructions, _) = sign(signable, &params)?.into_parts();
+        for (name, value) in instructions.headers() {
+            headers.insert(
+                HeaderName::from_bytes(name.as_bytes())?,
+                HeaderValue::from_str(value)?,
+            );
+        }
+        Ok(self.client.request(method, url).headers(headers))
+    }
+}
+
+/// Serves `upstream` on `listener` until the runtime shuts down.
+pub(crate) async fn serve(listener: TcpListener, upstream: Arc<Upstream>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(
+                    tier = upstream.tier.position,
+                    "S3 gateway accept failed: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let upstream = upstream.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(upstream.clone(), request));
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!("S3 gateway connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// Binds the gateway's loopback listener on an ephemeral port.
+pub(crate) async fn bind() -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    let addr = listener.local_addr()?;
+    Ok((listener, addr))
+}
+
+async fn handle(
+    upstream: Arc<Upstream>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = forward(&upstream, request).await;
+    let status = response.status();
+    if status.is_server_error() {
+        tracing::warn!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request failed");
+    } else {
+        tracing::debug!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request");
+    }
+    Ok(response)
+}
+
+async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path();
+    let query = parts.uri.query().unwrap_or("");
+    let signed = Signed {
+        method: parts.method.as_str(),
+        path,
+        query,
+        headers: &parts.headers,
+    };
+    let payload_hash = match sigv4::verify(
+        &signed,
+        &upstream.local_key,
+        &upstream.tier.region,
+        SystemTime::now(),
+    ) {
+        Ok(hash) => hash,
+        Err(e) => {
+            let code = match e {
+                sigv4::Rejection::UnknownKey => "InvalidAccessKeyId",
+                sigv4::Rejection::Signature => "SignatureDoesNotMatch",
+                _ => "AccessDenied",
+            };
+            return error(StatusCode::FORBIDDEN, code, &e.to_string());
+        }
+    };
+    if payload_hash.starts_with("STREAMING-") {
+        return error(
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            "aws-chunked payloads are not supported by the gateway",
+        );
+    }
+    let tier = &upstream.tier;
+    let listing = path == "/";
+    let (target_path, target_query) = if listing {
+        if parts.method != Method::GET || !query.split('&').any(|p| p == "list-type=2") {
+            return error(
+                StatusCode::NOT_IMPLEMENTED,
+                "NotImplemented",
+                "the gateway serves object requests and ListObjectsV2 only",
+            );
+        }
+        (
+            format!("/{}", tier.bucket),
+            listing_query(query, &tier.key_prefix),
+        )
+    } else {
+        let key: Vec<u8> = percent_decode_str(&path[1..]).collect();
+        let key = String::from_utf8_lossy(&key);
+        (
+            format!(
+                "/{}/{}",
+                tier.bucket,
+                encode_key(&format!("{}{key}", tier.key_prefix))
+            ),
+            query.to_string(),
+        )
+    };
+    let mut headers = HeaderMap::new();
+    for (name, value) in &parts.headers {
+        if !DROPPED_HEADERS.contains(&name.as_str()) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    let builder = match upstream.signed(
+        parts.method.clone(),
+        &target_path,
+        &target_query,
+        headers,
+        &payload_hash,
+    ) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                &format!("cannot sign the upstream request: {e}"),
+            )
+        }
+    };
+    let has_body = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0");
+    let builder = if has_body {
+        builder.body(reqwest::Body::wrap_stream(coalesce(body)))
+    } else {
+        builder
+    };
+    let response = match builder.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                &format!(
+                    "the upstream object store did not answer: {}",
+                    error_chain(&e)
+                ),
+            )
+        }
+    };
+    let rewrite_listing = listing && !tier.key_prefix.is_empty() && response.status().is_success();
+    let mut out = Response::builder().status(response.status());
+    for (name, value) in response.headers() {
+        let skip = HOP_BY_HOP.contains(&name.as_str())
+            || (rewrite_listing && name == http::header::CONTENT_LENGTH);
+        if !skip {
+            out = out.header(name, value);
+        }
+    }
+    let body: Body = if rewrite_listing {
+        match read_listing(response).await {
+            Ok(text) => {
+                let stripped = strip_prefix(&text, &tier.key_prefix);
+                out = out.header(http::header::CONTENT_LENGTH, stripped.len());
+                full(stripped)
+            }
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", &e),
+        }
+    } else {
+        StreamBody::new(
+            response
+                .bytes_stream()
+                .map(|chunk| chunk.map(Frame::data).map_err(|e| Box::new(e) as BoxError)),
+        )
+        .boxed_unsync()
+    };
+    out.body(body).unwrap_or_else(|e| {
+        error(
+            StatusCode::BAD_GATEWAY,
+            "InternalError",
+            &format!("bad upstream response: {e}"),
+        )
+    })
+}
+
+/// The request body as a stream of chunks of at least [`FORWARD_CHUNK`]
+/// bytes (the last may be shorter): fewer, larger writes to the upstream.
+fn coalesce(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, hyper::Error>> {
+    futures_util::stream::unfold(Some(BodyDataStream::new(body)), |state| async move {
+        let mut stream = state?;
+        let mut buffer = bytes::BytesMut::new();
+        loop {
+            match stream.next().await {
+                Some(Ok(chunk)) if buffer.is_empty() && chunk.len() >= FORWARD_CHUNK => {
+                    return Some((Ok(chunk), Some(stream)))
+                }
+                Some(Ok(chunk)) => {
+                    buffer.extend_from_slice(&chunk);
+                    if buffer.len() >= FORWARD_CHUNK {
+                        return Some((Ok(buffer.freeze()), Some(stream)));
+                    }
+                }
+                Some(Err(e)) => return Some((Err(e), None)),
+                None if buffer.is_empty() => return None,
+                None => return Some((Ok(buffer.freeze()), None)),
+            }
+        }
+    })
+}
+
+/// The upstream query of a ListObjectsV2 request: `prefix` and `start-after`
+/// are moved under `key_prefix`; everything else (continuation tokens,
+/// max-keys, ...) is passed as sent.
+fn listing_query(query: &str, key_prefix: &str) -> String {
+    if key_prefix.is_empty() {
+        return query.to_string();
+    }
+    let mut saw_prefix = false;
+    let mut parts: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if name == "prefix" || name == "start-after" {
+                saw_prefix |= name == "prefix";
+                let value: Vec<u8> = percent_decode_str(value).collect();
+                let value = format!("{key_prefix}{}", String::from_utf8_lossy(&value));
+                format!(
+                    "{name}={}",
+                    percent_encoding::utf8_percent_encode(&value, SIGV4_QUERY)
+                )
+            } else {
+                pair.to_string()
+            }
+        })
+        .collect();
+    if !saw_prefix {
+        parts.push(format!(
+            "prefix={}",
+            percent_encoding::utf8_percent_encode(key_prefix, SIGV4_QUERY)
+        ));
+    }
+    parts.join("&")
+}
+
+/// Removes `key_prefix` from the keys, prefixes and start-after of a
+/// ListObjectsV2 result (the prefix has no XML-escaped characters).
+fn strip_prefix(xml: &str, key_prefix: &str) -> String {
+    ["Key", "Prefix", "StartAfter"]
+        .iter()
+        .fold(xml.to_string(), |text, tag| {
+            text.replace(&format!("<{tag}>{key_prefix}"), &format!("<{tag}>"))
+        })
+}
+
+async fn read_listing(response: reqwest::Response) -> Result<String, String> {
+    let mut stream = response.bytes_stream();
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| format!("the listing broke off: {}", error_chain(&e)))?;
+        if body.len() + chunk.len() > MAX_LISTING_BYTES {
+            return Err("the listing page is larger than 16 MiB".into());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| "the listing is not UTF-8".into())
+}
+
+fn full(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+/// An S3 XML error response of the gateway's own.
+fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    let message = message
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><Resource>lmcache-tier S3 gateway</Resource></Error>"
+    );
+    let mut response = Response::new(full(xml));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
+    response
+}
+
+/// An error with its sources, e.g. "error sending request: connection refused".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listings_move_under_the_key_prefix_both_ways() {
+        assert_eq!(listing_query("list-type=2", ""), "list-type=2");
+        assert_eq!(
+            listing_query(
+                "list-type=2&prefix=m%40x&continuation-token=abc%3D",
+                "node/"
+            ),
+            "list-type=2&prefix=node%2Fm%40x&continuation-token=abc%3D"
+        );
+        assert_eq!(
+            listing_query("list-type=2&start-after=k", "p/"),
+            "list-type=2&start-after=p%2Fk&prefix=p%2F"
+        );
+        let xml =
+            "<Prefix>p/</Prefix><Contents><Key>p/a@1</Key></Contents><StartAfter>p/a</StartAfter>";
+        assert_eq!(
+            strip_prefix(xml, "p/"),
+            "<Prefix></Prefix><Contents><Key>a@1</Key></Contents><StartAfter>a</StartAfter>"
+        );
+    }
+
+    #[test]
+    fn gateway_errors_are_s3_xml() {
+        let r = error(StatusCode::FORBIDDEN, "SignatureDoesNotMatch", "a <b>");
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert_eq!(r.headers()[http::header::CONTENT_TYPE], "application/xml");
+    }
+}

@@ -1,0 +1,275 @@
+//! `s3_bucket` on `s3` tiers: path-style addressing through a loopback
+//! gateway, with the operator's credentials kept off LMCache's command line
+//! and environment (issue 5; `docs/s3-gateway.md`).
+//!
+//! [`Gateways::start`] takes the arguments of an `lmcache` command
+//! (`server ...` or `bench l2 ...`), starts one gateway per `--l2-adapter`
+//! spec of type `s3` that names an `s3_bucket`, and returns the arguments
+//! with those specs rewritten to point at the gateways. Every other argument
+//! and spec is returned unchanged. The gateways run on their own threads
+//! until the [`Gateways`] value is dropped.
+
+mod gateway;
+pub mod sigv4;
+pub mod spec;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::Cascade;
+use spec::{BucketSpecError, BucketTier, KeyPair};
+
+/// Why the gateways could not start; no server may start then.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// A tier's spec cannot work (bad key, unreachable endpoint, refused
+    /// credentials, missing bucket).
+    #[error(transparent)]
+    Spec(#[from] BucketSpecError),
+    /// The gateway's runtime or listener could not be set up.
+    #[error("cannot start the S3 gateway: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The running gateways of one launch; dropping it stops them.
+pub struct Gateways {
+    runtime: Option<tokio::runtime::Runtime>,
+    addresses: Vec<(usize, SocketAddr)>,
+    every_s3_tier_gatewayed: bool,
+}
+
+impl std::fmt::Debug for Gateways {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateways")
+            .field("addresses", &self.addresses)
+            .finish()
+    }
+}
+
+impl Gateways {
+    /// Starts a gateway for every `--l2-adapter` spec (either
+    /// `--l2-adapter JSON` or `--l2-adapter=JSON`) of type `s3` with
+    /// `s3_bucket`, after checking each spec and the bucket (a signed HEAD
+    /// with the real credentials). Returns the arguments with those specs
+    /// rewritten ([`BucketTier::rewrite`]) and the running gateways.
+    ///
+    /// `env` looks up the launcher's environment for the AWS credential
+    /// variables. Tiers are counted from 0 in the order of the
+    /// `--l2-adapter` flags. Errors name the tier and key at fault.
+    pub async fn start(
+        args: &[String],
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<(Vec<String>, Gateways), GatewayError> {
+        let mut specs = Vec::new();
+        let mut out = args.to_vec();
+        let mut next_is_spec = false;
+        for (i, arg) in args.iter().enumerate() {
+            if next_is_spec {
+                specs.push((i, arg.as_str(), ""));
+            } else if let Some(json) = arg.strip_prefix("--l2-adapter=") {
+                specs.push((i, json, "--l2-adapter="));
+            }
+            next_is_spec = arg == "--l2-adapter";
+        }
+        let mut tiers = Vec::new();
+        let mut every_s3_tier_gatewayed = true;
+        for (position, (index, json, flag)) in specs.into_iter().enumerate() {
+            let Ok(cascade) = Cascade::parse(json, "--l2-adapter") else {
+                continue;
+            };
+            let [spec] = cascade.tiers() else { continue };
+            match BucketTier::from_spec(spec, position, env)? {
+                Some(tier) => tiers.push((index, flag, spec.clone(), tier)),
+                None if spec.adapter_type() == "s3" => every_s3_tier_gatewayed = false,
+                None => {}
+            }
+        }
+        if tiers.is_empty() {
+            return Ok((
+                out,
+                Gateways {
+                    runtime: None,
+                    addresses: Vec::new(),
+                    every_s3_tier_gatewayed,
+                },
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("s3-gateway")
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        // Owned by `gateways` from here: its Drop stops the runtime without
+        // blocking, also on the error paths below.
+        let mut gateways = Gateways {
+            runtime: Some(runtime),
+            addresses: Vec::new(),
+            every_s3_tier_gatewayed,
+        };
+        for (index, flag, spec, tier) in tiers {
+            let position = tier.position;
+            let key = KeyPair::random()?;
+            let addr = handle
+                .spawn(start_one(tier, key.clone()))
+                .await
+                .map_err(std::io::Error::other)??;
+            out[index] = format!("{flag}{}", BucketTier::rewrite(&spec, addr, &key).to_arg());
+            tracing::info!(
+                tier = position,
+                "S3 gateway for {} listening on {addr}",
+                spec.as_object()
+                    .get("s3_bucket")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+            );
+            gateways.addresses.push((position, addr));
+        }
+        Ok((out, gateways))
+    }
+
+    /// Where each gateway listens: (tier position, `127.0.0.1:<port>`).
+    pub fn addresses(&self) -> &[(usize, SocketAddr)] {
+        &self.addresses
+    }
+
+    /// The environment variables to remove from the LMCache process: the
+    /// AWS credential variables ([`spec::CREDENTIAL_ENV`]) when every `s3`
+    /// tier goes through a gateway (LMCache then signs only with the
+    /// per-launch key in its spec); none otherwise, since an `s3` tier
+    /// without `s3_bucket` may rely on them.
+    pub fn env_to_remove(&self) -> &'static [&'static str] {
+        if self.every_s3_tier_gatewayed && !self.addresses.is_empty() {
+            spec::CREDENTIAL_ENV
+        } else {
+            &[]
+        }
+    }
+}
+
+impl Drop for Gateways {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+async fn start_one(tier: BucketTier, key: KeyPair) -> Result<SocketAddr, GatewayError> {
+    let upstream = gateway::Upstream::connect(tier, key).await?;
+    let (listener, addr) = gateway::bind().await?;
+    tokio::spawn(gateway::serve(listener, Arc::new(upstream)));
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn arguments_without_bucket_tiers_pass_through_untouched() {
+        let args: Vec<String> = [
+            "server",
+            "--l2-adapter",
+            r#"{"type":"s3","s3_endpoint":"b.h","s3_region":"r"}"#,
+            "--l2-adapter={\"type\":\"fs\",\"base_path\":\"/x\"}",
+            "--port",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        let (out, gateways) = Gateways::start(&args, &|_| None).await.unwrap();
+        assert_eq!(out, args);
+        assert!(gateways.addresses().is_empty());
+        assert!(gateways.env_to_remove().is_empty());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_bad_bucket_tier_fails_before_anything_starts() {
+        let args: Vec<String> = [
+            "bench",
+            "l2",
+            "--l2-adapter",
+            r#"{"type":"fs","base_path":"/x"}"#,
+            "--l2-adapter",
+            r#"{"type":"s3","s3_endpoint":"127.0.0.1:1","s3_bucket":"kvc","aws_access_key_id":"A","aws_secret_access_key":"S"}"#,
+        ]
+        .map(String::from)
+        .to_vec();
+        let e = Gateways::start(&args, &|_| None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("L2 tier 1 (s3): s3_region: is missing"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_unreachable_endpoint_is_an_error_naming_the_tier() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let args = vec![
+            "--l2-adapter".to_string(),
+            format!(
+                r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#
+            ),
+        ];
+        let e = Gateways::start(&args, &|_| None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("L2 tier 0 (s3): s3_endpoint: HEAD http://127.0.0.1:"),
+            "{e}"
+        );
+    }
+
+    /// An upstream that answers every request with `status` and no body.
+    async fn answering(status: &'static str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let reply =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = stream.write_all(reply.as_bytes()).await;
+            }
+        });
+        port
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_start_up_head_names_refused_credentials_and_a_missing_bucket() {
+        for (status, key, problem) in [
+            (
+                "403 Forbidden",
+                "aws_access_key_id",
+                "refused the credentials",
+            ),
+            ("404 Not Found", "s3_bucket", "does not exist"),
+        ] {
+            let port = answering(status).await;
+            let args = vec![
+                "--l2-adapter".to_string(),
+                format!(
+                    r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"TOPSECRET"}}"#
+                ),
+            ];
+            let e = Gateways::start(&args, &|_| None)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("L2 tier 0 (s3): {key}: ")), "{e}");
+            assert!(e.contains(problem), "{e}");
+            assert!(!e.contains("TOPSECRET"), "{e}");
+        }
+    }
+}

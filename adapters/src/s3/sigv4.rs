@@ -1,0 +1,386 @@
+//! Checking the AWS Signature Version 4 of a request that arrives at the
+//! gateway, against the per-launch key.
+//!
+//! The rule is AWS's "Create a signed AWS API request" (SigV4, header form):
+//! canonical request = method, the URI path as sent (S3 does not encode it a
+//! second time), the query with names and values URI-encoded and sorted, the
+//! signed headers `name:trimmed value` in `SignedHeaders` order, the
+//! `SignedHeaders` list and the payload hash (`x-amz-content-sha256`); string to
+//! sign = `AWS4-HMAC-SHA256`, `x-amz-date`, the credential scope and the
+//! hex SHA-256 of the canonical request; signature = HMAC-SHA256 with the key
+//! derived from the secret, date, region and service. The key derivation and
+//! the final HMAC are `aws-sigv4`'s.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use sha2::{Digest, Sha256};
+
+use super::spec::KeyPair;
+
+/// Characters SigV4 leaves unencoded: `A-Z a-z 0-9 - _ . ~`.
+pub(crate) const SIGV4_QUERY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// As [`SIGV4_QUERY`], and `/` kept: an S3 object key in a path.
+pub(crate) const SIGV4_PATH: &AsciiSet = &SIGV4_QUERY.remove(b'/');
+
+/// How far a request's `x-amz-date` may be from our clock (AWS allows 15 min).
+const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
+
+/// Why a request's signature is not accepted (the gateway answers 403 with
+/// this text as the S3 error message).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Rejection {
+    /// No `Authorization` header, or not in the SigV4 header form.
+    #[error("missing or malformed SigV4 Authorization header")]
+    Malformed,
+    /// Signed with another access key id.
+    #[error("the access key id is not this gateway's")]
+    UnknownKey,
+    /// The scope names another region or service.
+    #[error("the credential scope is not <date>/{0}/s3/aws4_request")]
+    Scope(String),
+    /// `x-amz-date` missing, malformed, or too far from now.
+    #[error("x-amz-date is missing or more than 15 minutes from the gateway's clock")]
+    Time,
+    /// The signature does not match.
+    #[error("the request signature does not match")]
+    Signature,
+}
+
+/// The parts of a request the signature covers.
+pub struct Signed<'a> {
+    /// The HTTP method, e.g. `PUT`.
+    pub method: &'a str,
+    /// The path exactly as received, e.g. `/model%40...`.
+    pub path: &'a str,
+    /// The query exactly as received, without `?`; `""` for none.
+    pub query: &'a str,
+    /// The request headers.
+    pub headers: &'a HeaderMap,
+}
+
+/// Checks `request` against `key` and `region` at time `now`. Returns the
+/// payload hash it was signed with (`x-amz-content-sha256`), which the
+/// gateway forwards upstream.
+pub fn verify(
+    request: &Signed<'_>,
+    key: &KeyPair,
+    region: &str,
+    now: SystemTime,
+) -> Result<String, Rejection> {
+    let header = |name: &str| {
+        request
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let auth = header("authorization").ok_or(Rejection::Malformed)?;
+    let fields = auth
+        .strip_prefix("AWS4-HMAC-SHA256 ")
+        .ok_or(Rejection::Malformed)?;
+    let (mut credential, mut signed_headers, mut signature) = (None, None, None);
+    for field in fields.split(',') {
+        match field.trim().split_once('=') {
+            Some(("Credential", v)) => credential = Some(v),
+            Some(("SignedHeaders", v)) => signed_headers = Some(v),
+            Some(("Signature", v)) => signature = Some(v),
+            _ => {}
+        }
+    }
+    let (credential, signed_headers, signature) = match (credential, signed_headers, signature) {
+        (Some(c), Some(h), Some(s)) => (c, h, s),
+        _ => return Err(Rejection::Malformed),
+    };
+    let (key_id, scope) = credential.split_once('/').ok_or(Rejection::Malformed)?;
+    if !constant_time_eq(key_id.as_bytes(), key.access_key_id.as_bytes()) {
+        return Err(Rejection::UnknownKey);
+    }
+    let amz_date = header("x-amz-date").ok_or(Rejection::Time)?;
+    let signed_at = parse_amz_date(amz_date).ok_or(Rejection::Time)?;
+    let skew = now
+        .duration_since(signed_at)
+        .or_else(|_| signed_at.duration_since(now))
+        .unwrap_or(Duration::MAX);
+    if skew > MAX_SKEW {
+        return Err(Rejection::Time);
+    }
+    if scope != format!("{}/{region}/s3/aws4_request", &amz_date[..8]) {
+        return Err(Rejection::Scope(region.to_string()));
+    }
+    let payload_hash = header("x-amz-content-sha256").ok_or(Rejection::Malformed)?;
+    if !signed_headers.split(';').any(|h| h == "host") {
+        return Err(Rejection::Malformed);
+    }
+    let mut canonical = format!(
+        "{}\n{}\n{}\n",
+        request.method,
+        if request.path.is_empty() {
+            "/"
+        } else {
+            request.path
+        },
+        canonical_query(request.query)
+    );
+    for name in signed_headers.split(';') {
+        let values: Vec<String> = request
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        if values.is_empty() {
+            return Err(Rejection::Signature);
+        }
+        canonical.push_str(name);
+        canonical.push(':');
+        canonical.push_str(&values.join(","));
+        canonical.push('\n');
+    }
+    canonical.push('\n');
+    canonical.push_str(signed_headers);
+    canonical.push('\n');
+    canonical.push_str(payload_hash);
+    let string_to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        hex(&Sha256::digest(canonical.as_bytes()))
+    );
+    let signing_key =
+        aws_sigv4::sign::v4::generate_signing_key(&key.secret_access_key, signed_at, region, "s3");
+    let expected = aws_sigv4::sign::v4::calculate_signature(signing_key, string_to_sign.as_bytes());
+    if constant_time_eq(expected.as_bytes(), signature.as_bytes()) {
+        Ok(payload_hash.to_string())
+    } else {
+        Err(Rejection::Signature)
+    }
+}
+
+/// The SigV4 canonical query string of a raw query: each `name=value`
+/// decoded then URI-encoded, sorted by name, then value.
+pub(crate) fn canonical_query(query: &str) -> String {
+    let mut pairs: Vec<(String, String)> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (reencode(name), reencode(value))
+        })
+        .collect();
+    pairs.sort();
+    pairs
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn reencode(part: &str) -> String {
+    let decoded: Vec<u8> = percent_decode_str(part).collect();
+    percent_encoding::percent_encode(&decoded, SIGV4_QUERY).to_string()
+}
+
+/// URI-encodes an S3 object key for a path (`/` kept).
+pub(crate) fn encode_key(key: &str) -> String {
+    utf8_percent_encode(key, SIGV4_PATH).to_string()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Parses `YYYYMMDDTHHMMSSZ` (UTC).
+fn parse_amz_date(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let s = text.get(range)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())?
+    };
+    let (y, m, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (hh, mm, ss) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from the civil date (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_credential_types::Credentials;
+    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+    use aws_sigv4::sign::v4;
+
+    fn key() -> KeyPair {
+        KeyPair {
+            access_key_id: "EREBINEABCDEFGHIJKLM".into(),
+            secret_access_key: "secretsecretsecretsecretsecretsecret1234".into(),
+            session_token: None,
+        }
+    }
+
+    /// Signs like an S3 client: aws-sigv4 with S3's settings.
+    fn signed_headers(
+        method: &str,
+        uri: &str,
+        key: &KeyPair,
+        region: &str,
+        at: SystemTime,
+    ) -> HeaderMap {
+        let identity = Credentials::new(
+            &key.access_key_id,
+            &key.secret_access_key,
+            None,
+            None,
+            "test",
+        )
+        .into();
+        let mut settings = SigningSettings::default();
+        settings.percent_encoding_mode = aws_sigv4::http_request::PercentEncodingMode::Single;
+        settings.payload_checksum_kind = aws_sigv4::http_request::PayloadChecksumKind::XAmzSha256;
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(region)
+            .name("s3")
+            .time(at)
+            .settings(settings)
+            .build()
+            .unwrap()
+            .into();
+        let headers = [("host", "127.0.0.1:9")];
+        let request = SignableRequest::new(
+            method,
+            uri,
+            headers.iter().copied(),
+            SignableBody::UnsignedPayload,
+        )
+        .unwrap();
+        let (instructions, _) = sign(request, &params).unwrap().into_parts();
+        let mut map = HeaderMap::new();
+        map.insert("host", "127.0.0.1:9".parse().unwrap());
+        for (name, value) in instructions.headers() {
+            map.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    fn check(
+        method: &str,
+        uri: &str,
+        headers: &HeaderMap,
+        now: SystemTime,
+    ) -> Result<String, Rejection> {
+        let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+        verify(
+            &Signed {
+                method,
+                path,
+                query,
+                headers,
+            },
+            &key(),
+            "r1",
+            now,
+        )
+    }
+
+    #[test]
+    fn a_request_signed_with_the_key_is_accepted() {
+        let now = SystemTime::now();
+        let uri = "http://127.0.0.1:9/m%40000@0@abc?partNumber=2&uploadId=a%2Fb";
+        let headers = signed_headers("PUT", uri, &key(), "r1", now);
+        let path_and_query = "/m%40000@0@abc?partNumber=2&uploadId=a%2Fb";
+        assert_eq!(
+            check("PUT", path_and_query, &headers, now),
+            Ok("UNSIGNED-PAYLOAD".into())
+        );
+        let list = signed_headers(
+            "GET",
+            "http://127.0.0.1:9/?list-type=2&prefix=a%40b",
+            &key(),
+            "r1",
+            now,
+        );
+        assert!(check("GET", "/?list-type=2&prefix=a%40b", &list, now).is_ok());
+    }
+
+    #[test]
+    fn wrong_key_region_time_or_tampering_is_rejected() {
+        let now = SystemTime::now();
+        let uri = "http://127.0.0.1:9/obj";
+        let mut other = key();
+        other.secret_access_key = "x".repeat(40);
+        let h = signed_headers("GET", uri, &other, "r1", now);
+        assert_eq!(check("GET", "/obj", &h, now), Err(Rejection::Signature));
+        let h = signed_headers("GET", uri, &key(), "r1", now);
+        assert_eq!(check("PUT", "/obj", &h, now), Err(Rejection::Signature));
+        assert_eq!(check("GET", "/obj2", &h, now), Err(Rejection::Signature));
+        assert_eq!(
+            check("GET", "/obj", &h, now + Duration::from_secs(3600)),
+            Err(Rejection::Time)
+        );
+        let h = signed_headers("GET", uri, &key(), "elsewhere", now);
+        assert!(matches!(
+            check("GET", "/obj", &h, now),
+            Err(Rejection::Scope(_))
+        ));
+        let mut stranger = key();
+        stranger.access_key_id = "AKIAOTHER00000000000".into();
+        let h = signed_headers("GET", uri, &stranger, "r1", now);
+        assert_eq!(check("GET", "/obj", &h, now), Err(Rejection::UnknownKey));
+        assert_eq!(
+            check("GET", "/obj", &HeaderMap::new(), now),
+            Err(Rejection::Malformed)
+        );
+    }
+
+    #[test]
+    fn amz_dates_parse_to_utc() {
+        let t = parse_amz_date("20240229T235959Z").unwrap();
+        assert_eq!(
+            t.duration_since(UNIX_EPOCH).unwrap().as_secs(),
+            1_709_251_199
+        );
+        assert!(parse_amz_date("2024-02-29T23:59:59Z").is_none());
+        assert!(parse_amz_date("20241301T000000Z").is_none());
+    }
+
+    #[test]
+    fn canonical_queries_are_sorted_and_encoded() {
+        assert_eq!(
+            canonical_query("uploadId=a/b&partNumber=1&uploads"),
+            "partNumber=1&uploadId=a%2Fb&uploads="
+        );
+        assert_eq!(encode_key("p/m@0 x"), "p/m%400%20x");
+    }
+}

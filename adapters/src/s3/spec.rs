@@ -1,0 +1,499 @@
+//! The `s3_bucket` extension of LMCache's `s3` adapter spec: which tiers need
+//! the path-style gateway, what the gateway needs to know about the real
+//! upstream, and the spec LMCache gets instead.
+//!
+//! Keys (issue 5; seed `000_8f00d9f3f4ca4cb4.txt`, "Custom Tiers and the
+//! Launcher"): `s3_bucket` (the bucket, addressed as `/<bucket>/<key>` on the
+//! plain `s3_endpoint` host), `s3_key_prefix` (objects live under this prefix
+//! in the bucket), `s3_ca_bundle` (PEM file of a private CA for the upstream
+//! TLS). LMCache's own keys keep their meaning: `s3_endpoint` (`host[:port]`),
+//! `s3_region`, `disable_tls`, `aws_access_key_id`, `aws_secret_access_key`,
+//! `aws_session_token`.
+
+use serde_json::{Map, Value};
+
+use crate::TierSpec;
+
+/// Keys this project adds to the `s3` adapter; LMCache never sees them.
+pub const EXTENSION_KEYS: &[&str] = &["s3_bucket", "s3_key_prefix", "s3_ca_bundle"];
+
+/// The operator's credential keys; replaced by the per-launch pair.
+const CREDENTIAL_KEYS: &[&str] = &[
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+];
+
+/// Environment variables of the AWS default chain that carry a static key.
+pub const CREDENTIAL_ENV: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+];
+
+/// A spec with `s3_bucket` that cannot work.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("L2 tier {position} (s3): {key}: {problem}. {fix}")]
+pub struct BucketSpecError {
+    /// The tier's 0-based position in the cascade.
+    pub position: usize,
+    /// The key at fault.
+    pub key: &'static str,
+    /// What is wrong (never quotes a secret).
+    pub problem: String,
+    /// What to do.
+    pub fix: String,
+}
+
+/// A key pair for SigV4: the operator's real one, or the one made for a
+/// launch. `Debug` never prints the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyPair {
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret_access_key: String,
+    /// A session token of temporary credentials.
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for KeyPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyPair")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .finish()
+    }
+}
+
+impl KeyPair {
+    /// A fresh random pair for one launch: a 20-character id starting with
+    /// `EREBINE` and a 40-character secret, from the OS random source.
+    /// Errors only when the OS has no random source.
+    pub fn random() -> std::io::Result<Self> {
+        const ID_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+        const SECRET_CHARS: &[u8] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut bytes = [0u8; 53];
+        getrandom::getrandom(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let id: String = bytes[..13]
+            .iter()
+            .map(|b| ID_CHARS[usize::from(*b) % ID_CHARS.len()] as char)
+            .collect();
+        let secret: String = bytes[13..]
+            .iter()
+            .map(|b| SECRET_CHARS[usize::from(*b) % SECRET_CHARS.len()] as char)
+            .collect();
+        Ok(KeyPair {
+            access_key_id: format!("EREBINE{id}"),
+            secret_access_key: secret,
+            session_token: None,
+        })
+    }
+}
+
+/// Everything the gateway needs about one `s3` tier with `s3_bucket`.
+#[derive(Debug, Clone)]
+pub struct BucketTier {
+    /// The tier's 0-based position in the cascade.
+    pub position: usize,
+    /// The upstream `host[:port]` (`s3_endpoint`).
+    pub endpoint: String,
+    /// `https` unless the spec sets `disable_tls`.
+    pub scheme: &'static str,
+    /// The bucket (`s3_bucket`).
+    pub bucket: String,
+    /// The key prefix inside the bucket (`s3_key_prefix`), `""` for none.
+    pub key_prefix: String,
+    /// The SigV4 region (`s3_region`).
+    pub region: String,
+    /// PEM text of a private CA for the upstream TLS (`s3_ca_bundle`).
+    pub ca_bundle_pem: Option<Vec<u8>>,
+    /// The real credentials for the upstream.
+    pub credentials: KeyPair,
+}
+
+impl BucketTier {
+    /// Reads the gateway settings of `spec`, the tier at `position`.
+    ///
+    /// Returns `Ok(None)` for a spec that is not `type: s3` or has no
+    /// `s3_bucket`: it passes through untouched. `env` looks up the AWS
+    /// default chain's environment variables (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`) when the spec carries no
+    /// static key.
+    ///
+    /// Errors name the tier and the key: a missing `s3_region`, a bucket
+    /// name outside the S3 rules (3-63 of `a-z 0-9 . -`, starting and ending
+    /// with a letter or digit), an `s3_endpoint` with a scheme or a path, a
+    /// key prefix with characters outside `A-Z a-z 0-9 ! - _ . * ( ) /`,
+    /// an unreadable CA bundle, no credentials.
+    pub fn from_spec(
+        spec: &TierSpec,
+        position: usize,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<Option<Self>, BucketSpecError> {
+        let object = spec.as_object();
+        if spec.adapter_type() != "s3" || !object.contains_key("s3_bucket") {
+            return Ok(None);
+        }
+        let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {
+            position,
+            key,
+            problem,
+            fix: fix.to_string(),
+        };
+        let string = |key: &'static str| -> Result<Option<String>, BucketSpecError> {
+            match object.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(err(
+                    key,
+                    "is not a string".into(),
+                    "Write it as a JSON string.",
+                )),
+            }
+        };
+        let bucket = string("s3_bucket")?.unwrap_or_default();
+        check_bucket_name(&bucket).map_err(|problem| {
+            err(
+                "s3_bucket",
+                format!("{bucket:?} {problem}"),
+                "Give the bucket's name as the object store knows it (S3 naming rules: 3-63 characters of a-z, 0-9, '.', '-').",
+            )
+        })?;
+        let region = string("s3_region")?.filter(|r| !r.is_empty()).ok_or_else(|| {
+            err(
+                "s3_region",
+                "is missing".into(),
+                "Set \"s3_region\" to the region the object store signs for (for stores without regions, usually \"us-east-1\").",
+            )
+        })?;
+        let endpoint = string("s3_endpoint")?.unwrap_or_default();
+        check_endpoint(&endpoint).map_err(|problem| {
+            err(
+                "s3_endpoint",
+                format!("{endpoint:?} {problem}"),
+                "Give the plain endpoint host, optionally with a port (e.g. \"swift.example.net\" or \"10.0.0.5:9000\"); use \"disable_tls\": true for plain http.",
+            )
+        })?;
+        let key_prefix = string("s3_key_prefix")?.unwrap_or_default();
+        check_key_prefix(&key_prefix).map_err(|problem| {
+            err(
+                "s3_key_prefix",
+                format!("{key_prefix:?} {problem}"),
+                "Use letters, digits and ! - _ . * ( ) /, not starting with '/' (e.g. \"lmcache/\").",
+            )
+        })?;
+        let disable_tls = match object.get("disable_tls") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(err(
+                    "disable_tls",
+                    "is not a boolean".into(),
+                    "Write true or false.",
+                ))
+            }
+        };
+        let ca_bundle_pem = match string("s3_ca_bundle")? {
+            None => None,
+            Some(path) => {
+                let pem = std::fs::read(&path).map_err(|e| {
+                    err(
+                        "s3_ca_bundle",
+                        format!("cannot read {path:?}: {e}"),
+                        "Point it at a readable PEM file holding the CA certificates of the object store.",
+                    )
+                })?;
+                if reqwest::Certificate::from_pem_bundle(&pem)
+                    .map(|c| c.is_empty())
+                    .unwrap_or(true)
+                {
+                    return Err(err(
+                        "s3_ca_bundle",
+                        format!("{path:?} holds no PEM certificate"),
+                        "Point it at a PEM file with at least one \"BEGIN CERTIFICATE\" block.",
+                    ));
+                }
+                Some(pem)
+            }
+        };
+        let credentials = credentials(&string, env).map_err(|(key, problem)| {
+            err(key, problem, "Set both \"aws_access_key_id\" and \"aws_secret_access_key\" in the tier, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the launcher's environment (profiles and instance metadata are not read, see docs/s3-gateway.md).")
+        })?;
+        Ok(Some(BucketTier {
+            position,
+            endpoint,
+            scheme: if disable_tls { "http" } else { "https" },
+            bucket,
+            key_prefix,
+            region,
+            ca_bundle_pem,
+            credentials,
+        }))
+    }
+
+    /// The spec LMCache gets: every key of `spec` in its order, except the
+    /// [`EXTENSION_KEYS`] and the operator's credentials; `s3_endpoint` =
+    /// `gateway` (`127.0.0.1:<port>`), `disable_tls` true, `s3_prefer_http2`
+    /// false (the gateway speaks HTTP/1.1 only), and the per-launch `key`.
+    pub fn rewrite(spec: &TierSpec, gateway: std::net::SocketAddr, key: &KeyPair) -> TierSpec {
+        let mut out = Map::new();
+        for (k, v) in spec.as_object() {
+            if EXTENSION_KEYS.contains(&k.as_str()) || CREDENTIAL_KEYS.contains(&k.as_str()) {
+                continue;
+            }
+            out.insert(k.clone(), v.clone());
+        }
+        out.insert("s3_endpoint".into(), gateway.to_string().into());
+        out.insert("disable_tls".into(), true.into());
+        out.insert("s3_prefer_http2".into(), false.into());
+        out.insert("aws_access_key_id".into(), key.access_key_id.clone().into());
+        out.insert(
+            "aws_secret_access_key".into(),
+            key.secret_access_key.clone().into(),
+        );
+        TierSpec(out)
+    }
+}
+
+type StringKey<'a> = dyn Fn(&'static str) -> Result<Option<String>, BucketSpecError> + 'a;
+
+fn credentials(
+    string: &StringKey<'_>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<KeyPair, (&'static str, String)> {
+    let id = string("aws_access_key_id").map_err(|e| (e.key, e.problem))?;
+    let secret = string("aws_secret_access_key").map_err(|e| (e.key, e.problem))?;
+    let token = string("aws_session_token").map_err(|e| (e.key, e.problem))?;
+    match (id, secret) {
+        (Some(id), Some(secret)) => Ok(KeyPair {
+            access_key_id: id,
+            secret_access_key: secret,
+            session_token: token,
+        }),
+        (Some(_), None) => Err((
+            "aws_secret_access_key",
+            "is missing while aws_access_key_id is set".into(),
+        )),
+        (None, Some(_)) => Err((
+            "aws_access_key_id",
+            "is missing while aws_secret_access_key is set".into(),
+        )),
+        (None, None) => match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            (Some(id), Some(secret)) if !id.is_empty() && !secret.is_empty() => Ok(KeyPair {
+                access_key_id: id,
+                secret_access_key: secret,
+                session_token: env("AWS_SESSION_TOKEN").filter(|t| !t.is_empty()),
+            }),
+            _ => Err((
+                "aws_access_key_id",
+                "no credentials: the tier has none and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not both set".into(),
+            )),
+        },
+    }
+}
+
+fn check_bucket_name(name: &str) -> Result<(), &'static str> {
+    if !(3..=63).contains(&name.len()) {
+        return Err("is not 3-63 characters long");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+    {
+        return Err("has characters other than a-z, 0-9, '.' and '-'");
+    }
+    let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !edge(name.bytes().next()) || !edge(name.bytes().last()) {
+        return Err("does not start and end with a letter or digit");
+    }
+    if name.contains("..") {
+        return Err("has two adjacent periods");
+    }
+    if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return Err("is formatted as an IP address");
+    }
+    Ok(())
+}
+
+fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
+    if endpoint.is_empty() {
+        return Err("is missing or empty");
+    }
+    if endpoint.contains("://") {
+        return Err("has a scheme");
+    }
+    if endpoint.contains(['/', '?', '#', '@']) || endpoint.contains(char::is_whitespace) {
+        return Err("is not a plain host[:port] (it has a path, query, user or spaces)");
+    }
+    let uri: http::uri::Authority = endpoint.parse().map_err(|_| "is not a valid host[:port]")?;
+    if uri.host().is_empty() {
+        return Err("has no host");
+    }
+    Ok(())
+}
+
+fn check_key_prefix(prefix: &str) -> Result<(), &'static str> {
+    if prefix.starts_with('/') {
+        return Err("starts with '/'");
+    }
+    if prefix.len() > 512 {
+        return Err("is longer than 512 characters");
+    }
+    if !prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"!-_.*()/".contains(&b))
+    {
+        return Err("has characters outside the S3 safe set");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Cascade;
+
+    fn tier(json: &str) -> TierSpec {
+        Cascade::parse(json, "V").unwrap().tiers()[0].clone()
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    const GOOD: &str = r#"{"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_key_prefix":"node/","s3_region":"r1","s3_num_io_threads":8,"aws_access_key_id":"AKREAL","aws_secret_access_key":"REALSECRET","max_capacity_gb":2000}"#;
+
+    #[test]
+    fn a_spec_without_s3_bucket_passes_through() {
+        let plain = tier(r#"{"type":"s3","s3_endpoint":"b.example.net","s3_region":"r"}"#);
+        assert!(BucketTier::from_spec(&plain, 0, &no_env).unwrap().is_none());
+        let fs = tier(r#"{"type":"fs","s3_bucket":"x"}"#);
+        assert!(BucketTier::from_spec(&fs, 0, &no_env).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_rewritten_spec_keeps_other_keys_in_order_and_drops_ours_and_the_real_keys() {
+        let spec = tier(GOOD);
+        let t = BucketTier::from_spec(&spec, 1, &no_env).unwrap().unwrap();
+        assert_eq!(
+            (t.scheme, t.bucket.as_str(), t.key_prefix.as_str()),
+            ("https", "kv-cache", "node/")
+        );
+        assert_eq!(t.credentials.secret_access_key, "REALSECRET");
+        let key = KeyPair::random().unwrap();
+        let out = BucketTier::rewrite(&spec, "127.0.0.1:4000".parse().unwrap(), &key).to_arg();
+        assert!(
+            !out.contains("REALSECRET") && !out.contains("AKREAL"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("s3_bucket") && !out.contains("node/"),
+            "{out}"
+        );
+        assert_eq!(
+            out,
+            format!(
+                r#"{{"type":"s3","s3_endpoint":"127.0.0.1:4000","s3_region":"r1","s3_num_io_threads":8,"max_capacity_gb":2000,"disable_tls":true,"s3_prefer_http2":false,"aws_access_key_id":"{}","aws_secret_access_key":"{}"}}"#,
+                key.access_key_id, key.secret_access_key
+            )
+        );
+    }
+
+    #[test]
+    fn credentials_come_from_the_environment_when_the_spec_has_none() {
+        let spec = tier(
+            r#"{"type":"s3","s3_endpoint":"h:9000","s3_bucket":"bkt","s3_region":"r","disable_tls":true}"#,
+        );
+        let env = |k: &str| match k {
+            "AWS_ACCESS_KEY_ID" => Some("AKENV".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("ENVSECRET".to_string()),
+            _ => None,
+        };
+        let t = BucketTier::from_spec(&spec, 0, &env).unwrap().unwrap();
+        assert_eq!(t.credentials.access_key_id, "AKENV");
+        assert_eq!(t.scheme, "http");
+        let e = BucketTier::from_spec(&spec, 0, &no_env).unwrap_err();
+        assert_eq!(e.key, "aws_access_key_id");
+    }
+
+    #[test]
+    fn bad_input_names_the_tier_and_the_key() {
+        let cases = [
+            (
+                r#""s3_bucket":"Kv_Cache","s3_region":"r","s3_endpoint":"h""#,
+                "s3_bucket",
+            ),
+            (
+                r#""s3_bucket":"ab","s3_region":"r","s3_endpoint":"h""#,
+                "s3_bucket",
+            ),
+            (r#""s3_bucket":"kv","s3_endpoint":"h""#, "s3_bucket"),
+            (r#""s3_bucket":"kvc","s3_endpoint":"h""#, "s3_region"),
+            (
+                r#""s3_bucket":"kvc","s3_region":"r","s3_endpoint":"https://h""#,
+                "s3_endpoint",
+            ),
+            (
+                r#""s3_bucket":"kvc","s3_region":"r","s3_endpoint":"h/base""#,
+                "s3_endpoint",
+            ),
+            (r#""s3_bucket":"kvc","s3_region":"r""#, "s3_endpoint"),
+            (
+                r#""s3_bucket":"kvc","s3_region":"r","s3_endpoint":"h","s3_key_prefix":"/a""#,
+                "s3_key_prefix",
+            ),
+            (
+                r#""s3_bucket":"kvc","s3_region":"r","s3_endpoint":"h","s3_ca_bundle":"/nonexistent/ca.pem""#,
+                "s3_ca_bundle",
+            ),
+            (
+                r#""s3_bucket":"kvc","s3_region":"r","s3_endpoint":"h","aws_access_key_id":"A""#,
+                "aws_secret_access_key",
+            ),
+        ];
+        for (keys, key) in cases {
+            let spec = tier(&format!(
+                r#"{{"type":"s3",{keys},"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#
+            ));
+            let spec = if key == "aws_secret_access_key" {
+                tier(&format!(r#"{{"type":"s3",{keys}}}"#))
+            } else {
+                spec
+            };
+            let e = BucketTier::from_spec(&spec, 2, &no_env).unwrap_err();
+            assert_eq!(e.key, key, "{keys}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("L2 tier 2 (s3): {key}:")),
+                "{text}"
+            );
+            assert!(!text.contains("\"S\""), "a secret in {text}");
+        }
+    }
+
+    #[test]
+    fn a_file_without_certificates_is_not_a_ca_bundle() {
+        let dir = std::env::temp_dir().join(format!("ca-test-{}", std::process::id()));
+        std::fs::write(&dir, "not a certificate\n").unwrap();
+        let spec = tier(&format!(
+            r#"{{"type":"s3","s3_bucket":"kvc","s3_region":"r","s3_endpoint":"h","s3_ca_bundle":{:?},"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#,
+            dir.display().to_string()
+        ));
+        let e = BucketTier::from_spec(&spec, 0, &no_env).unwrap_err();
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(e.key, "s3_ca_bundle");
+        assert!(e.problem.contains("no PEM certificate"), "{e}");
+    }
+
+    #[test]
+    fn random_key_pairs_differ_and_debug_hides_the_secret() {
+        let a = KeyPair::random().unwrap();
+        let b = KeyPair::random().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.access_key_id.len(), 20);
+        assert_eq!(a.secret_access_key.len(), 40);
+        assert!(!format!("{a:?}").contains(&a.secret_access_key));
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The s3_bucket gateway against the same upstream reached directly: 32 MiB
+# objects at 8 concurrent streams (PUT and GET), the median of small HEAD
+# requests, and the gateway's peak resident memory.
+#
+# Upstream: s3s-fs when it is on PATH (`cargo install s3s-fs@0.14.1 --features
+# binary`), else moto from the LMCache virtual environment. Both listen on a
+# free port on 127.0.0.1. Extra variables: GATEWAY_BENCH_OBJECTS,
+# GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see adapters/benches/s3_gateway.rs).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+export AWS_ACCESS_KEY_ID=benchkeyid AWS_SECRET_ACCESS_KEY=benchsecretbenchsecretbenchsecret1234
+export GATEWAY_BENCH_UPSTREAM="127.0.0.1:$port" GATEWAY_BENCH_BUCKET=bench
+if command -v s3s-fs >/dev/null; then
+  upstream="s3s-fs $(s3s-fs --version 2>/dev/null | awk '{print $2}')"
+  mkdir -p "$work/root/bench"
+  s3s-fs --host 127.0.0.1 --port "$port" --access-key "$AWS_ACCESS_KEY_ID" \
+    --secret-key "$AWS_SECRET_ACCESS_KEY" "$work/root" >"$work/upstream.log" 2>&1 &
+  server_pid=$!
+else
+  venv="$("$root/scripts/setup-lmcache.sh")"
+  upstream="moto_server (s3s-fs not installed)"
+  "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$work/upstream.log" 2>&1 &
+  server_pid=$!
+fi
+for _ in $(seq 100); do
+  curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+  sleep 0.2
+done
+if ! command -v s3s-fs >/dev/null; then
+  curl -sf -X PUT "http://127.0.0.1:$port/bench" >/dev/null
+fi
+echo "upstream: $upstream on 127.0.0.1:$port"
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
+cd "$root"
+cargo bench -p lmcache-adapters --bench s3_gateway
