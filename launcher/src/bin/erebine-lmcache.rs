@@ -80,14 +80,6 @@ fn main() -> ExitCode {
         eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
         return ExitCode::from(126);
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     // Stopped (last status written) when dropped, after the server exits.
     let _guards = match start_guards(&args) {
         Ok(guards) => guards,
