@@ -134,6 +134,24 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = killpg(Pid::from_raw(self.pid()), Signal::SIGKILL);
         let _ = self.child.wait();
+        remove_bench_shm(self.pid());
+    }
+}
+
+/// Removes the POSIX shared-memory segments a CPU bench worker with process
+/// id `pid` leaves in `/dev/shm` when it does not end cleanly
+/// (`lmcache_kv_<pid>_<n>`, 64 MiB each, 2 GiB a worker: a test that kills
+/// the worker would otherwise fill `/dev/shm` over a few runs).
+fn remove_bench_shm(pid: i32) {
+    let prefix = format!("lmcache_kv_{pid}_");
+    for entry in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
