@@ -262,11 +262,16 @@ impl BenchRun {
     }
 }
 
-/// Runs `lmcache bench server --mode cpu --transfer-mode lmcache_driven` for
-/// sequences `start..end` (1024 tokens each) against the server on the
-/// given ports, watching `/status` while it runs (at most 600 s: a loaded
-/// 2-core machine takes over a minute just to start the bench).
-pub fn run_bench(dir: &Path, mp_port: u16, http_port: u16, start: u32, end: u32) -> BenchRun {
+/// `lmcache bench server --mode cpu --transfer-mode lmcache_driven` for
+/// sequences `start..end` of 1024 tokens, one every `interval` seconds,
+/// against the server on the given loopback ports.
+pub fn bench_command(
+    mp_port: u16,
+    http_port: u16,
+    start: u32,
+    end: u32,
+    interval: &str,
+) -> Command {
     let mut cmd = Command::new(lmcache_venv().join("bin/lmcache"));
     cmd.args([
         "bench",
@@ -279,9 +284,17 @@ pub fn run_bench(dir: &Path, mp_port: u16, http_port: u16, start: u32, end: u32)
     .args(["--rpc-url", &format!("tcp://127.0.0.1:{mp_port}")])
     .args(["--url", &format!("http://127.0.0.1:{http_port}")])
     .args(["--start", &start.to_string(), "--end", &end.to_string()])
-    .args(["--interval", "0.1", "--num-tokens", "1024"])
+    .args(["--interval", interval, "--num-tokens", "1024"])
     .env("LMCACHE_TRACK_USAGE", "false")
     .env("LMCACHE_DISABLE_BANNER", "1");
+    cmd
+}
+
+/// Runs [`bench_command`] for sequences `start..end` (0.1 s apart), watching
+/// `/status` while it runs (at most 600 s: a loaded 2-core machine takes over
+/// a minute just to start the bench).
+pub fn run_bench(dir: &Path, mp_port: u16, http_port: u16, start: u32, end: u32) -> BenchRun {
+    let cmd = bench_command(mp_port, http_port, start, end, "0.1");
     let log = dir.join(format!("bench-{start}-{end}.log"));
     let mut bench = Proc::spawn(cmd, &log);
     let url = format!("http://127.0.0.1:{http_port}/status");

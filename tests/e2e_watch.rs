@@ -9,8 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    binary, free_port, get_json, launch_command, lmcache_venv, processes_mentioning, stop_launch,
-    wait_for_status, Proc,
+    bench_command, binary, free_port, get_json, launch_command, lmcache_venv, processes_mentioning,
+    stop_launch, wait_for_status, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -99,30 +99,7 @@ fn launch_reports_lost_workers_and_restarts_a_killed_server() {
     );
 
     // Attach one CPU bench worker that keeps running (a long --end).
-    let mut bench_cmd = Command::new(lmcache_venv().join("bin/lmcache"));
-    bench_cmd
-        .args([
-            "bench",
-            "server",
-            "--mode",
-            "cpu",
-            "--transfer-mode",
-            "lmcache_driven",
-        ])
-        .args(["--rpc-url", &format!("tcp://127.0.0.1:{mp_port}")])
-        .args(["--url", &format!("http://127.0.0.1:{http_port}")])
-        .args([
-            "--start",
-            "0",
-            "--end",
-            "100000",
-            "--interval",
-            "2",
-            "--num-tokens",
-            "1024",
-        ])
-        .env("LMCACHE_TRACK_USAGE", "false")
-        .env("LMCACHE_DISABLE_BANNER", "1");
+    let bench_cmd = bench_command(mp_port, http_port, 0, 100_000, "2");
     let mut bench = Proc::spawn(bench_cmd, &dir.join("bench.log"));
     assert!(
         wait_until(Duration::from_secs(120), || tracked(&url) == Some(1)),
