@@ -230,10 +230,12 @@ fn main() -> ExitCode {
             drop(inventory);
             let started = Instant::now();
             let inventory = scan(&tier).unwrap();
+            let order_started = Instant::now();
             let tracker = Tracker::from_inventory(&inventory);
+            let order_s = order_started.elapsed().as_secs_f64();
             let count_s = started.elapsed().as_secs_f64();
             println!(
-                "count objects={objects} housekeeping_scan_s={scan_s:.2} guard_start_count_s={count_s:.2} tracked={}",
+                "count objects={objects} housekeeping_scan_s={scan_s:.2} guard_start_count_s={count_s:.2} of_which_lru_order_s={order_s:.2} tracked={}",
                 tracker.len()
             );
         }

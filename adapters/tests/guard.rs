@@ -18,9 +18,20 @@ fn object_name(i: u32) -> String {
 }
 
 /// Writes object `i` as LMCache does: a `.tmp` file renamed into place.
+/// Its times are `i` seconds after a fixed instant, so a scan orders the
+/// objects as they were written (a burst of real writes shares one coarse
+/// timestamp, and a scan cannot tell their order).
 fn store(dir: &Path, i: u32) {
     let tmp = dir.join(object_name(i).replace(".data", ".tmp"));
     fs::write(&tmp, vec![7u8; OBJECT]).unwrap();
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000 + u64::from(i));
+    let times = fs::FileTimes::new().set_accessed(at).set_modified(at);
+    fs::File::options()
+        .write(true)
+        .open(&tmp)
+        .unwrap()
+        .set_times(times)
+        .unwrap();
     fs::rename(&tmp, dir.join(object_name(i))).unwrap();
 }
 
