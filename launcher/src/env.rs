@@ -174,7 +174,9 @@ pub struct NodeEnv {
     /// `EREBINE_AGENT_LMCACHE_L2_ADAPTER`: replaces the built-in tier.
     pub l2_adapter: Option<Cascade>,
     /// `LMCACHE_LOG_LEVEL` for the server: `EREBINE_AGENT_LMCACHE_LOG_LEVEL`,
-    /// else `EREBINE_AGENT_LOG_LEVEL`, else unset (LMCache's default).
+    /// else `EREBINE_AGENT_LOG_LEVEL`, else unset (LMCache's default), as
+    /// the upper-case Python level name LMCache looks up (see
+    /// [`lmcache_level`]).
     pub lmcache_log_level: Option<String>,
     /// `EREBINE_AGENT_KV_CACHE_BACKEND`, default `native`.
     pub kv_cache_backend: KvCacheBackend,
@@ -228,7 +230,11 @@ impl NodeEnv {
             l2_adapter: get(L2_ADAPTER)
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
                 .transpose()?,
-            lmcache_log_level: get(LMCACHE_LOG_LEVEL).or_else(|| get(AGENT_LOG_LEVEL)),
+            lmcache_log_level: match (get(LMCACHE_LOG_LEVEL), get(AGENT_LOG_LEVEL)) {
+                (Some(level), _) => Some(lmcache_level(LMCACHE_LOG_LEVEL, &level)?),
+                (None, Some(level)) => Some(lmcache_level(AGENT_LOG_LEVEL, &level)?),
+                (None, None) => None,
+            },
             kv_cache_backend: get(KV_CACHE_BACKEND)
                 .map(|v| KvCacheBackend::parse(KV_CACHE_BACKEND, &v))
                 .transpose()?
@@ -346,6 +352,30 @@ fn expand_home(path: &str, vars: &BTreeMap<String, String>) -> PathBuf {
     }
 }
 
+/// The Python logging level name LMCache 0.5.6 reads from
+/// `LMCACHE_LOG_LEVEL` for a level written in any case: `DEBUG`, `INFO`,
+/// `WARNING`, `ERROR`, `CRITICAL`, with the agent's `trace` as `DEBUG` and
+/// `warn`/`fatal` as `WARNING`/`CRITICAL`. LMCache itself (`lmcache/logging.py`)
+/// falls back to `INFO` without a word for a name it does not know, so a typo
+/// is an error here instead.
+pub fn lmcache_level(variable: &str, value: &str) -> Result<String, ConfigError> {
+    let level = match value.trim().to_ascii_lowercase().as_str() {
+        "trace" | "debug" => "DEBUG",
+        "info" => "INFO",
+        "warn" | "warning" => "WARNING",
+        "error" => "ERROR",
+        "fatal" | "critical" => "CRITICAL",
+        _ => {
+            return Err(ConfigError::Invalid {
+                variable: variable.to_string(),
+                value: value.to_string(),
+                expected: "write one of debug, info, warning, error, critical".to_string(),
+            })
+        }
+    };
+    Ok(level.to_string())
+}
+
 /// Parses a size in GiB (`"16"`, `"0.5"`, `"0"`) into bytes. `variable`
 /// names the variable or flag in the error.
 pub fn parse_gib(variable: &str, value: &str) -> Result<u64, ConfigError> {
@@ -446,14 +476,25 @@ mod tests {
 
     #[test]
     fn log_level_falls_back_to_the_agent_level() {
-        let env = NodeEnv::from_vars(&vars(&[(AGENT_LOG_LEVEL, "debug")])).unwrap();
-        assert_eq!(env.lmcache_log_level.as_deref(), Some("debug"));
+        let env = NodeEnv::from_vars(&vars(&[(AGENT_LOG_LEVEL, "trace")])).unwrap();
+        assert_eq!(env.lmcache_log_level.as_deref(), Some("DEBUG"));
         let env = NodeEnv::from_vars(&vars(&[
             (AGENT_LOG_LEVEL, "debug"),
-            (LMCACHE_LOG_LEVEL, "info"),
+            (LMCACHE_LOG_LEVEL, "Info"),
         ]))
         .unwrap();
-        assert_eq!(env.lmcache_log_level.as_deref(), Some("info"));
+        assert_eq!(env.lmcache_log_level.as_deref(), Some("INFO"));
+    }
+
+    #[test]
+    fn an_unknown_log_level_names_the_variable_it_came_from() {
+        for var in [LMCACHE_LOG_LEVEL, AGENT_LOG_LEVEL] {
+            let err = NodeEnv::from_vars(&vars(&[(var, "verbose")]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(var) && err.contains("verbose"), "{err}");
+            assert!(err.contains("debug, info, warning"), "{err}");
+        }
     }
 
     #[test]
@@ -502,10 +543,10 @@ mod tests {
                 e.l2_adapter.as_ref().map(|c| c.tiers().len()) == Some(1)
             }),
             (LMCACHE_LOG_LEVEL, "warning", |e| {
-                e.lmcache_log_level.as_deref() == Some("warning")
+                e.lmcache_log_level.as_deref() == Some("WARNING")
             }),
             (AGENT_LOG_LEVEL, "debug", |e| {
-                e.lmcache_log_level.as_deref() == Some("debug")
+                e.lmcache_log_level.as_deref() == Some("DEBUG")
             }),
             (LMCACHE_EXTRA_ARGS, "--chunk-size 512 --foo", |e| {
                 e.extra_args.value("--chunk-size") == Some("512") && e.extra_args.args().len() == 3

@@ -186,7 +186,12 @@ fn check_value(flag: &'static str, value: &str) -> Result<(), ConfigError> {
             Ok(n) if n > 0 => Ok(()),
             _ => Err(bad("write a whole number of at least 1")),
         },
-        "--l1-size-gb" => env::parse_gib(&format!("{VARIABLE} ({flag})"), value).map(|_| ()),
+        "--l1-size-gb" => match env::parse_gib(&format!("{VARIABLE} ({flag})"), value)? {
+            0 => Err(bad(
+                "more than 0: LMCache stages every chunk in L1 on its way to the L2 tiers and cannot run without one; for a write-buffer-only L1 set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=0 and drop the flag (the node then gives L1 1 GiB)",
+            )),
+            _ => Ok(()),
+        },
         _ if value.is_empty() => Err(bad("give the flag a value")),
         _ => Ok(()),
     }
@@ -281,6 +286,7 @@ mod tests {
             ("--port 70000", "TCP port"),
             ("--http-port=0", "TCP port"),
             ("--l1-size-gb lots", "GiB"),
+            ("--l1-size-gb=0", "write-buffer-only"),
             ("--host 0.0.0.0", "127.0.0.1"),
             ("--http-host=0.0.0.0", "127.0.0.1"),
             ("--chunk 512", "--chunk-size"),

@@ -130,7 +130,11 @@ impl Supervised {
 /// Server lines that every `/status` poll produces (LMCache 0.5.6 logs the
 /// HTTP access and an allocator check for each request): at one poll every
 /// 2 s they would be 150 lines a minute of the launcher's log, so they are
-/// neither echoed nor kept in the tail.
+/// neither echoed nor kept in the tail. They cannot be turned off at the
+/// source: the MP server builds its uvicorn server with `access_log=True`
+/// and `log_level="info"` fixed (`lmcache/v1/multiprocess/http_server.py`),
+/// and the allocator check logs at info level, the level the rest of the
+/// server's useful lines need.
 const POLL_NOISE: &[&str] = &[
     "\"GET /status HTTP/1.1\"",
     "Checking memory allocator consistency",
