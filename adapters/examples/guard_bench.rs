@@ -11,7 +11,8 @@
 //! - `guard-bench memory N`: heap bytes of a tracker of N objects (named like
 //!   `make_tier.py`'s), from a counting allocator.
 //! - `guard-bench count DIR`: housekeeping's scan alone, then the guard's
-//!   start-up count (scan + tracker), on the same directory.
+//!   start-up count (scan + tracker), on the same directory; the tracker's
+//!   share (ordering the objects into the LRU) in wall and CPU time.
 //! - `guard-bench evict DIR`: a guard with the capacity just under the usage,
 //!   trigger 1.0 and ratio 0.2, so its first cycle evicts a fifth of the
 //!   objects; prints that cycle from the status file.
@@ -230,12 +231,13 @@ fn main() -> ExitCode {
             drop(inventory);
             let started = Instant::now();
             let inventory = scan(&tier).unwrap();
-            let order_started = Instant::now();
+            let (order_started, order_cpu) = (Instant::now(), thread_cpu_ns("guard-bench"));
             let tracker = Tracker::from_inventory(&inventory);
+            let order_cpu_s = (thread_cpu_ns("guard-bench") - order_cpu) as f64 / 1e9;
             let order_s = order_started.elapsed().as_secs_f64();
             let count_s = started.elapsed().as_secs_f64();
             println!(
-                "count objects={objects} housekeeping_scan_s={scan_s:.2} guard_start_count_s={count_s:.2} of_which_lru_order_s={order_s:.2} tracked={}",
+                "count objects={objects} housekeeping_scan_s={scan_s:.2} guard_start_count_s={count_s:.2} of_which_lru_order_s={order_s:.2} lru_order_cpu_s={order_cpu_s:.2} tracked={}",
                 tracker.len()
             );
         }

@@ -127,10 +127,24 @@ impl Tracker {
         let objects = inventory.objects();
         tracker.entries.reserve_exact(objects.len());
         tracker.index.reserve(objects.len(), |_| 0);
-        for i in use_order(inventory, 0..objects.len() as u32) {
-            let object = &objects[i as usize];
-            tracker.upsert_key(&object.key, object.stats.allocated_bytes);
+        // Each object's tick is its rank in the use order; the objects are
+        // then added in the inventory's order, reading it front to back.
+        // One scan's keys are distinct (names decode exactly, and a
+        // directory holds a name once), so none is looked up first.
+        let mut ticks = vec![0u32; objects.len()];
+        for (tick, i) in use_order(inventory, 0..objects.len() as u32)
+            .into_iter()
+            .enumerate()
+        {
+            ticks[i as usize] = tick as u32;
         }
+        for (object, tick) in objects.iter().zip(ticks) {
+            let family = tracker.family_id(&object.key);
+            let hash = inline_hash(&object.key.chunk_hash);
+            let h = tracker.hash_entry(family, &hash);
+            tracker.push(h, family, hash, object.stats.allocated_bytes, tick);
+        }
+        tracker.clock = objects.len() as u32;
         tracker
     }
 
@@ -216,8 +230,34 @@ impl Tracker {
 
     /// [`Tracker::upsert`] of a key made from this tracker's name table.
     fn upsert_key(&mut self, key: &ObjectKey, bytes: u64) {
+        let family = self.family_id(key);
+        let hash = inline_hash(&key.chunk_hash);
+        let h = self.hash_entry(family, &hash);
+        let entries = &self.entries;
+        let found = self.index.find(h, |&s| {
+            let e = &entries[s as usize];
+            e.family == family && e.hash == hash
+        });
+        match found.copied() {
+            Some(slot) => {
+                let tick = self.next_tick();
+                let blocks = blocks_of(bytes);
+                let entry = &mut self.entries[slot as usize];
+                self.usage = self.usage - entry.bytes() + u64::from(blocks) * 512;
+                entry.blocks = blocks;
+                entry.tick = tick;
+            }
+            None => {
+                let tick = self.next_tick();
+                self.push(h, family, hash, bytes, tick);
+            }
+        }
+    }
+
+    /// The id of a key's family, added if new.
+    fn family_id(&mut self, key: &ObjectKey) -> u32 {
         let family = Family::of(key);
-        let family = match self.family_ids.get(&family) {
+        match self.family_ids.get(&family) {
             Some(&id) => id,
             None => {
                 let id = self.families.len() as u32;
@@ -225,17 +265,13 @@ impl Tracker {
                 self.family_ids.insert(family, id);
                 id
             }
-        };
-        let hash = inline_hash(&key.chunk_hash);
-        let tick = self.next_tick();
-        let blocks = blocks_of(bytes);
-        if let Some(slot) = self.slot(family, &hash) {
-            let entry = &mut self.entries[slot];
-            self.usage = self.usage - entry.bytes() + u64::from(blocks) * 512;
-            entry.blocks = blocks;
-            entry.tick = tick;
-            return;
         }
+    }
+
+    /// Adds an object that is not tracked yet, last used at `tick`; `h` is
+    /// [`Tracker::hash_entry`] of `family` and `hash`.
+    fn push(&mut self, h: u64, family: u32, hash: [u8; MAX_HASH_BYTES], bytes: u64, tick: u32) {
+        let blocks = blocks_of(bytes);
         let slot = self.entries.len() as u32;
         self.entries.push(Entry {
             hash,
@@ -244,7 +280,6 @@ impl Tracker {
             tick,
         });
         self.usage += u64::from(blocks) * 512;
-        let h = self.hash_entry(family, &hash);
         let (entries, hasher) = (&self.entries, &self.hasher);
         self.index.insert_unique(h, slot, |&s| {
             let e = &entries[s as usize];
