@@ -129,12 +129,24 @@ async fn compare() -> Result<(), Error> {
         "{objects} objects of 32 MiB, {streams} concurrent streams; {small} small requests per side"
     );
     // Interleaved twice so neither side always meets a warmer upstream.
+    let gib = (objects * OBJECT) as f64 / (1u64 << 30) as f64;
     for round in 1..=2 {
         for side in [&direct, &gateway] {
+            let cpu = cpu_seconds(child.id())?;
             let put = transfer(&client, side, &data, objects, streams, true, round).await?;
+            let put_cpu = cpu_seconds(child.id())? - cpu;
             let get = transfer(&client, side, &data, objects, streams, false, round).await?;
+            let get_cpu = cpu_seconds(child.id())? - cpu - put_cpu;
+            let gateway_cpu = match side.name {
+                "gateway" => format!(
+                    "  gateway CPU {:.2} s/GiB PUT, {:.2} s/GiB GET",
+                    put_cpu / gib,
+                    get_cpu / gib
+                ),
+                _ => String::new(),
+            };
             println!(
-                "round {round} {:<8} PUT {put:>7.1} MiB/s  GET {get:>7.1} MiB/s",
+                "round {round} {:<8} PUT {put:>7.1} MiB/s  GET {get:>7.1} MiB/s{gateway_cpu}",
                 side.name
             );
         }
@@ -267,6 +279,16 @@ fn signed(
         );
     }
     Ok(headers)
+}
+
+/// User + system CPU seconds `pid` has used (`/proc/<pid>/stat` fields 14
+/// and 15, in clock ticks of 1/100 s).
+fn cpu_seconds(pid: u32) -> Result<f64, Error> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_name = stat.rsplit_once(") ").ok_or("no ) in /proc stat")?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(ticks as f64 / 100.0)
 }
 
 /// Peak resident set size of `pid` in KiB (`VmHWM` in /proc/<pid>/status).
