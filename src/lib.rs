@@ -352,29 +352,63 @@ pub fn data_objects(dir: &Path) -> Vec<String> {
 
 /// A real S3 server on loopback for the gateway tests: moto in server mode
 /// from the LMCache virtual environment (`scripts/setup-lmcache.sh` installs
-/// `moto[server]`), path-style, accepting any credentials. Killed with its
-/// process group when dropped.
+/// `moto[server]`), path-style, accepting any credentials. The same server
+/// answers STS (`AssumeRoleWithWebIdentity`) and EC2 instance metadata
+/// (`/latest/api/token`, `/latest/meta-data/iam/security-credentials/`).
+/// Killed with its process group when dropped.
 pub struct S3Server {
     proc: Proc,
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// `http://127.0.0.1:<port>`, or `https://` with [`S3Server::start_tls`].
+    pub url: String,
+    client: reqwest::blocking::Client,
+}
+
+/// The TLS files of an https [`S3Server`] (PEM).
+pub struct TlsFiles<'a> {
+    /// The server's certificate.
+    pub cert: &'a Path,
+    /// The server's private key.
+    pub key: &'a Path,
+    /// The CA that signed the certificate, which the harness's client trusts.
+    pub ca: &'a Path,
 }
 
 impl S3Server {
     /// Starts `moto_server` on `port` (log in `dir`) and waits until it
     /// answers (at most 60 s).
     pub fn start(dir: &Path, port: u16) -> S3Server {
+        S3Server::spawn(dir, port, None)
+    }
+
+    /// As [`S3Server::start`], serving https only with `tls`.
+    pub fn start_tls(dir: &Path, port: u16, tls: &TlsFiles<'_>) -> S3Server {
+        S3Server::spawn(dir, port, Some(tls))
+    }
+
+    fn spawn(dir: &Path, port: u16, tls: Option<&TlsFiles<'_>>) -> S3Server {
         let mut cmd = Command::new(lmcache_venv().join("bin/moto_server"));
         cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+        let mut client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .no_proxy();
+        let scheme = match tls {
+            Some(tls) => {
+                cmd.arg("-c").arg(tls.cert).arg("-k").arg(tls.key);
+                let pem = std::fs::read(tls.ca).expect("CA file");
+                let ca = reqwest::Certificate::from_pem(&pem).expect("a PEM CA certificate");
+                client = client.add_root_certificate(ca);
+                "https"
+            }
+            None => "http",
+        };
+        let client = client.build().expect("http client");
+        let url = format!("{scheme}://127.0.0.1:{port}");
         let log = dir.join(format!("moto-{port}-{}.log", std::process::id()));
         let mut proc = Proc::spawn(cmd, &log);
         let start = Instant::now();
-        let client = loopback_client();
-        while client
-            .get(format!("http://127.0.0.1:{port}/"))
-            .send()
-            .is_err()
-        {
+        while client.get(format!("{url}/")).send().is_err() {
             if let Some(status) = proc.try_status() {
                 panic!("moto_server exited ({status}):\n{}", proc.output());
             }
@@ -385,13 +419,19 @@ impl S3Server {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        S3Server { proc, port }
+        S3Server {
+            proc,
+            port,
+            url,
+            client,
+        }
     }
 
     /// Creates `bucket` (path-style `PUT /<bucket>`).
     pub fn create_bucket(&self, bucket: &str) {
-        let resp = loopback_client()
-            .put(format!("http://127.0.0.1:{}/{bucket}", self.port))
+        let resp = self
+            .client
+            .put(format!("{}/{bucket}", self.url))
             .send()
             .expect("moto answers");
         assert!(resp.status().is_success(), "create bucket: {resp:?}");
@@ -400,11 +440,9 @@ impl S3Server {
     /// The object keys in `bucket`, listed path-style
     /// (`GET /<bucket>?list-type=2`) by a client that is not LMCache.
     pub fn list_keys(&self, bucket: &str) -> Vec<String> {
-        let xml = loopback_client()
-            .get(format!(
-                "http://127.0.0.1:{}/{bucket}?list-type=2&max-keys=1000",
-                self.port
-            ))
+        let xml = self
+            .client
+            .get(format!("{}/{bucket}?list-type=2&max-keys=1000", self.url))
             .send()
             .and_then(|r| r.text())
             .expect("moto answers a listing");
@@ -419,14 +457,6 @@ impl S3Server {
         let _ = killpg(Pid::from_raw(self.proc.pid()), Signal::SIGKILL);
         let _ = self.proc.wait_timeout(Duration::from_secs(10));
     }
-}
-
-fn loopback_client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .expect("http client")
 }
 
 /// Pids of the live children of `pid`.

@@ -2,12 +2,16 @@
 //! on loopback) through the gateway, from LMCache's own S3 adapter, and the
 //! operator's real keys never reach the LMCache process.
 
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
     binary, children_of, cmdline_and_environ, data_objects, free_port, launch_command,
-    lmcache_venv, run_bench, stop_launch, wait_for_status, Proc, S3Server,
+    lmcache_venv, run_bench, stop_launch, wait_for_status, Proc, S3Server, TlsFiles,
 };
 
 const REAL_KEY_ID: &str = "AKIAOPERATORREALKEY1";
@@ -395,5 +399,381 @@ fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503(
         start.elapsed() < Duration::from_secs(10),
         "503 took {:?}",
         start.elapsed()
+    );
+}
+
+/// `erebine-lmcache bench l2` with one `s3` tier `spec` (2 keys of 256 KiB)
+/// and only the environment given here (plus PATH, HOME = `dir`, the
+/// LMCache environment): no AWS variable of the test process reaches it.
+fn small_bench_l2(dir: &Path, spec: &serde_json::Value, env: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(binary("erebine-lmcache"));
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir)
+        .env("VIRTUAL_ENV", lmcache_venv())
+        .env("LMCACHE_TRACK_USAGE", "false")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .args(["bench", "l2", "--l2-adapter", &spec.to_string()])
+        .args(["--num-keys", "2", "--rounds", "1", "--warmup-rounds", "0"])
+        .args(["--data-size-kb", "256"]);
+    cmd
+}
+
+/// Runs `cmd` (a [`small_bench_l2`]) to the end and checks that every store
+/// and load went through the gateway that signed with credentials from
+/// `source` (the start of the log's `credentials=` field), that `secrets`
+/// appear neither in its output nor in the LMCache process, which gets no
+/// variable of the credential chain, and that the objects are in bucket
+/// `kv-cache` on `s3`. `during` runs once LMCache has started, with the
+/// gateway's port and LMCache's command line and environment.
+fn assert_bench_through_gateway(
+    cmd: Command,
+    log: &Path,
+    source: &str,
+    secrets: &[&str],
+    s3: &S3Server,
+    during: &dyn Fn(u16, &str),
+) {
+    let mut bench = Proc::spawn(cmd, log);
+    let (lmcache, gateway) = child_and_gateway(&mut bench);
+    let seen = cmdline_and_environ(lmcache);
+    for secret in secrets {
+        assert!(!seen.contains(secret), "{secret} reached LMCache: {seen}");
+    }
+    for variable in lmcache_adapters::s3::credentials::CREDENTIAL_ENV {
+        assert!(
+            !seen.contains(&format!("{variable}=")),
+            "{variable} reached LMCache: {seen}"
+        );
+    }
+    during(gateway, &seen);
+    let status = bench
+        .wait_timeout(Duration::from_secs(300))
+        .unwrap_or_else(|| panic!("bench l2 still running:\n{}", bench.output()));
+    let output = bench.output();
+    assert!(status.success(), "{output}");
+    assert!(output.contains("success_keys=2/2"), "{output}");
+    assert!(output.contains("loaded=2/2"), "{output}");
+    assert!(
+        output.contains(&format!("credentials={source}")),
+        "not signed with {source}:\n{output}"
+    );
+    for secret in secrets {
+        assert!(!output.contains(secret), "{secret} in the log:\n{output}");
+    }
+    let mut keys = s3.list_keys("kv-cache");
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "bench-model@00000000@0@00000000000000000000000000000000",
+            "bench-model@00000001@0@00000000000000000000000000000001"
+        ]
+    );
+}
+
+fn bucket_spec(s3: &S3Server) -> serde_json::Value {
+    serde_json::json!({
+        "type": "s3",
+        "s3_endpoint": format!("127.0.0.1:{}", s3.port),
+        "s3_bucket": "kv-cache",
+        "s3_region": "us-east-1",
+        "disable_tls": true,
+    })
+}
+
+#[test]
+fn bench_l2_signs_with_the_profile_named_by_aws_profile_in_aws_shared_credentials_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s3 = S3Server::start(dir, free_port());
+    s3.create_bucket("kv-cache");
+    let credentials = dir.join("aws-credentials");
+    std::fs::write(
+        &credentials,
+        "[default]\naws_access_key_id = AKIADEFAULTPROFILE01\naws_secret_access_key = default-profile-secret-0123456789\n\n\
+         [kv-node]\naws_access_key_id = AKIAKVNODEPROFILE001\naws_secret_access_key = kv-node-profile-secret-0123456789\n",
+    )
+    .unwrap();
+    let cmd = small_bench_l2(
+        dir,
+        &bucket_spec(&s3),
+        &[
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                credentials.display().to_string(),
+            ),
+            ("AWS_PROFILE", "kv-node".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ],
+    );
+    assert_bench_through_gateway(
+        cmd,
+        &dir.join("bench-profile.log"),
+        &format!("profile \"kv-node\" in {}", credentials.display()),
+        &["kv-node-profile-secret-0123456789", "AKIAKVNODEPROFILE001"],
+        &s3,
+        &|_, _| {},
+    );
+}
+
+#[test]
+fn bench_l2_signs_with_web_identity_credentials_from_sts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s3 = S3Server::start(dir, free_port());
+    s3.create_bucket("kv-cache");
+    let token = dir.join("web-identity-token");
+    // moto's STS takes any token and role; the gateway's HEAD and every
+    // request after it are signed with the credentials it hands out.
+    std::fs::write(&token, "eyJhbGciOiJSUzI1NiJ9.e30.test-token").unwrap();
+    let role = "arn:aws:iam::123456789012:role/kv-cache-writer";
+    let cmd = small_bench_l2(
+        dir,
+        &bucket_spec(&s3),
+        &[
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()),
+            ("AWS_ROLE_ARN", role.into()),
+            ("AWS_ENDPOINT_URL_STS", s3.url.clone()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ],
+    );
+    assert_bench_through_gateway(
+        cmd,
+        &dir.join("bench-web-identity.log"),
+        &format!("web identity (role {role}"),
+        &["test-token"],
+        &s3,
+        &|_, _| {},
+    );
+}
+
+/// A fake EC2 instance metadata service on 127.0.0.1, IMDSv2 only: `PUT
+/// /latest/api/token`, then the role `kv-role` and its credentials, which
+/// expire `lifetime` after each fetch and carry the fetch's number in their
+/// key id (`AKIAFAKEIMDS000<n>`). It is a fake because moto's instance
+/// metadata answers the token request without the
+/// `x-aws-ec2-metadata-token-ttl-seconds` header, which `aws-config`
+/// requires. Returns its URL and the number of credential fetches so far.
+fn fake_imds(lifetime: Duration) -> (String, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counter = fetches.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let request = String::from_utf8_lossy(&request).to_ascii_lowercase();
+            let line = request.lines().next().unwrap_or("").to_string();
+            let has_token = request.contains("x-aws-ec2-metadata-token: fake-imdsv2-token");
+            let (status, headers, body) = if line.starts_with("put /latest/api/token ") {
+                (
+                    "200 OK",
+                    "x-aws-ec2-metadata-token-ttl-seconds: 21600\r\n",
+                    "fake-imdsv2-token".to_string(),
+                )
+            } else if !has_token {
+                ("401 Unauthorized", "", String::new())
+            } else if line.starts_with("get /latest/meta-data/iam/security-credentials/ ") {
+                ("200 OK", "", "kv-role".to_string())
+            } else if line.starts_with("get /latest/meta-data/iam/security-credentials/kv-role ") {
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                let expiry = Command::new("date")
+                    .args(["-u", "-d", &format!("+{} seconds", lifetime.as_secs())])
+                    .arg("+%Y-%m-%dT%H:%M:%SZ")
+                    .output()
+                    .unwrap();
+                let expiry = String::from_utf8(expiry.stdout).unwrap();
+                (
+                    "200 OK",
+                    "",
+                    serde_json::json!({"Code": "Success", "Type": "AWS-HMAC",
+                        "AccessKeyId": format!("AKIAFAKEIMDS000{n}"),
+                        "SecretAccessKey": "fake-imds-secret-0123456789", "Token": "fake-imds-token",
+                        "Expiration": expiry.trim()})
+                    .to_string(),
+                )
+            } else {
+                ("404 Not Found", "", String::new())
+            };
+            let _ = stream.write_all(
+                format!(
+                    "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    (url, fetches)
+}
+
+#[test]
+fn bench_l2_signs_with_instance_metadata_credentials_and_fetches_them_again_before_expiry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s3 = S3Server::start(dir, free_port());
+    s3.create_bucket("kv-cache");
+    // Credentials valid for 4 minutes: inside the gateway's 5-minute refresh
+    // window from the start, so a request 10 s after the last fetch (the
+    // gateway's shortest refetch interval) fetches them again.
+    let (imds, fetches) = fake_imds(Duration::from_secs(240));
+    let cmd = small_bench_l2(
+        dir,
+        &bucket_spec(&s3),
+        &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.clone())],
+    );
+    assert_bench_through_gateway(
+        cmd,
+        &dir.join("bench-imds.log"),
+        &format!("EC2 instance metadata at {imds}"),
+        &["fake-imds-secret-0123456789", "fake-imds-token"],
+        &s3,
+        &|gateway, seen| {
+            // The start-up check has fetched once; 11 s on, a request finds
+            // credentials fetched at least 10 s ago and inside the refresh
+            // window, so it (or one of LMCache's before it) fetches again.
+            assert_eq!(fetches.load(Ordering::SeqCst), 1);
+            std::thread::sleep(Duration::from_secs(11));
+            let spec: serde_json::Value = serde_json::from_str(
+                seen.split("--l2-adapter ")
+                    .nth(1)
+                    .unwrap()
+                    .split(" --")
+                    .next()
+                    .unwrap(),
+            )
+            .unwrap();
+            let host = format!("127.0.0.1:{gateway}");
+            let url = format!("http://{host}/?list-type=2");
+            let headers = sign_as_client(
+                "GET",
+                &url,
+                &host,
+                spec["aws_access_key_id"].as_str().unwrap(),
+                spec["aws_secret_access_key"].as_str().unwrap(),
+            );
+            let listing = reqwest::blocking::Client::builder()
+                .no_proxy()
+                .build()
+                .unwrap()
+                .get(url)
+                .headers(headers)
+                .send()
+                .unwrap();
+            assert_eq!(listing.status().as_u16(), 200);
+            assert!(
+                fetches.load(Ordering::SeqCst) >= 2,
+                "the gateway did not fetch credentials again"
+            );
+        },
+    );
+}
+
+#[test]
+fn without_credentials_bench_l2_stops_naming_the_tier_and_the_sources_tried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join(".aws")).unwrap();
+    std::fs::write(dir.join(".aws/config"), "[default]\nregion = us-east-1\n").unwrap();
+    let spec = serde_json::json!({"type": "s3", "s3_endpoint": "127.0.0.1:9", "s3_bucket": "kv-cache",
+        "s3_region": "us-east-1", "disable_tls": true});
+    let out = small_bench_l2(dir, &spec, &[("AWS_EC2_METADATA_DISABLED", "true".into())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "L2 tier 0 (s3): aws_access_key_id: no credentials: the tier has no aws_access_key_id, AWS_ACCESS_KEY_ID is not set, and the AWS default chain found none; tried: profile \"default\" in {}/.aws/config",
+            dir.display()
+        )),
+        "{err}"
+    );
+}
+
+/// A private CA and a certificate for 127.0.0.1 and localhost signed by
+/// it, written to `dir`: (CA certificate, server certificate, server key).
+fn private_ca_and_server_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "lmcache-tier test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &ca)
+        .unwrap();
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server-key.pem"),
+    );
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, server.pem()).unwrap();
+    std::fs::write(&paths.2, server_key.serialize_pem()).unwrap();
+    paths
+}
+
+#[test]
+fn an_https_upstream_with_a_private_ca_works_with_s3_ca_bundle_and_fails_clearly_without() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (ca, cert, key) = private_ca_and_server_cert(dir);
+    let s3 = S3Server::start_tls(
+        dir,
+        free_port(),
+        &TlsFiles {
+            cert: &cert,
+            key: &key,
+            ca: &ca,
+        },
+    );
+    s3.create_bucket("kv-cache");
+    let keys = [
+        ("AWS_ACCESS_KEY_ID", REAL_KEY_ID.to_string()),
+        ("AWS_SECRET_ACCESS_KEY", REAL_SECRET.to_string()),
+    ];
+    let mut spec = serde_json::json!({
+        "type": "s3",
+        "s3_endpoint": format!("127.0.0.1:{}", s3.port),
+        "s3_bucket": "kv-cache",
+        "s3_region": "us-east-1",
+    });
+
+    // Without the CA: the start-up HEAD fails on the certificate; LMCache
+    // never starts.
+    let out = small_bench_l2(dir, &spec, &keys).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "L2 tier 0 (s3): s3_ca_bundle: HEAD https://127.0.0.1:{}/kv-cache: the store's TLS certificate is not trusted: ",
+            s3.port
+        )),
+        "{err}"
+    );
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    assert!(out.stdout.is_empty(), "LMCache ran: {err}");
+
+    spec["s3_ca_bundle"] = ca.display().to_string().into();
+    assert_bench_through_gateway(
+        small_bench_l2(dir, &spec, &keys),
+        &dir.join("bench-tls.log"),
+        "AWS_ACCESS_KEY_ID",
+        &[REAL_SECRET],
+        &s3,
+        &|_, _| {},
     );
 }

@@ -90,6 +90,11 @@ pub mod supervise;
 pub mod watch;
 
 pub use env::{ConfigError, KvCacheBackend, NodeEnv};
+
+/// The log filter of both binaries when `RUST_LOG` is not set: `info`, with
+/// `aws-config` (the S3 gateways' credential chain) at `warn`, since its
+/// `info` lines describe every credential it loads, access key id included.
+pub const DEFAULT_LOG_FILTER: &str = "info,aws_config=warn";
 pub use plan::{DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, PlanError};
 
 /// What a node runs beside its engine.

@@ -33,6 +33,7 @@ use hyper_util::rt::TokioIo;
 use percent_encoding::percent_decode_str;
 use tokio::net::TcpListener;
 
+use super::credentials::RealCredentials;
 use super::sigv4::{self, encode_key, Signed, SIGV4_QUERY};
 use super::spec::{BucketSpecError, BucketTier, KeyPair};
 
@@ -83,21 +84,28 @@ const HOP_BY_HOP: &[&str] = &[
 pub(crate) struct Upstream {
     tier: BucketTier,
     client: reqwest::Client,
+    /// The real credentials, refreshed before they expire.
+    credentials: RealCredentials,
     /// The key LMCache signs with.
     local_key: KeyPair,
 }
 
 impl Upstream {
     /// Builds the upstream client (TLS with the built-in roots plus the
-    /// tier's `s3_ca_bundle`) and checks the bucket with a signed HEAD.
+    /// tier's `s3_ca_bundle`), gets the real credentials and checks the
+    /// bucket with a HEAD signed with them. Returns the gateway and the
+    /// name of the credentials' source.
     ///
-    /// Errors name the tier and the key: the endpoint cannot be reached
-    /// (`s3_endpoint`), the credentials are refused (`aws_access_key_id`),
-    /// the bucket does not exist (`s3_bucket`).
+    /// Errors name the tier and the key: no credentials from any source,
+    /// or a source that failed (`aws_access_key_id`, with the sources
+    /// tried), the store's certificate is not trusted (`s3_ca_bundle`), the
+    /// endpoint cannot be reached (`s3_endpoint`), the credentials are
+    /// refused (`aws_access_key_id`), the bucket does not exist
+    /// (`s3_bucket`).
     pub(crate) async fn connect(
         tier: BucketTier,
         local_key: KeyPair,
-    ) -> Result<Self, BucketSpecError> {
+    ) -> Result<(Self, String), BucketSpecError> {
         let position = tier.position;
         let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {
             position,
@@ -128,14 +136,30 @@ impl Upstream {
                 "Check the CA bundle.",
             )
         })?;
+        let no_credentials = |e: super::credentials::NoCredentials| {
+            err(
+                "aws_access_key_id",
+                e.to_string(),
+                "Set \"aws_access_key_id\" and \"aws_secret_access_key\" in the tier, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the launcher's environment, a profile (AWS_PROFILE, ~/.aws/credentials), web identity (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN), or run where instance metadata serves a role (docs/s3-gateway.md, \"Credentials\").",
+            )
+        };
+        let credentials = RealCredentials::new(&tier.credentials).map_err(no_credentials)?;
         let upstream = Upstream {
             tier,
             client,
+            credentials,
             local_key,
         };
+        let (current, source) = upstream
+            .credentials
+            .current()
+            .await
+            .map_err(no_credentials)?;
+        let source = source.to_string();
         let path = format!("/{}", upstream.tier.bucket);
         let request = upstream
             .signed(
+                &current,
                 Method::HEAD,
                 &path,
                 "",
@@ -154,14 +178,23 @@ impl Upstream {
             upstream.tier.scheme, upstream.tier.endpoint
         );
         let response = request.send().await.map_err(|e| {
-            err(
-                "s3_endpoint",
-                format!("HEAD {url} failed: {}", error_chain(&e)),
-                "Check that the object store is reachable from this node, and \"disable_tls\" (true for plain http).",
-            )
+            let detail = error_chain(&e);
+            if upstream.tier.scheme == "https" && detail.contains("certificate") {
+                err(
+                    "s3_ca_bundle",
+                    format!("HEAD {url}: the store's TLS certificate is not trusted: {detail}"),
+                    "Set \"s3_ca_bundle\" to a PEM file with the CA that signed the store's certificate (or check the certificate's host names).",
+                )
+            } else {
+                err(
+                    "s3_endpoint",
+                    format!("HEAD {url} failed: {detail}"),
+                    "Check that the object store is reachable from this node, and \"disable_tls\" (true for plain http).",
+                )
+            }
         })?;
         match response.status() {
-            s if s.is_success() => Ok(upstream),
+            s if s.is_success() => Ok((upstream, source)),
             StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Err(err(
                 "aws_access_key_id",
                 format!(
@@ -184,24 +217,17 @@ impl Upstream {
     }
 
     /// A request to the upstream for `path` (already encoded) and `query`,
-    /// with `headers` and SigV4 headers for the real credentials.
+    /// with `headers` and SigV4 headers for `credentials`.
     fn signed(
         &self,
+        credentials: &Credentials,
         method: Method,
         path: &str,
         query: &str,
         mut headers: HeaderMap,
         payload_hash: &str,
     ) -> Result<reqwest::RequestBuilder, BoxError> {
-        let creds = &self.tier.credentials;
-        let identity = Credentials::new(
-            &creds.access_key_id,
-            &creds.secret_access_key,
-            creds.session_token.clone(),
-            None,
-            "lmcache-tier",
-        )
-        .into();
+        let identity = credentials.clone().into();
         let mut settings = SigningSettings::default();
         settings.percent_encoding_mode = PercentEncodingMode::Single;
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
@@ -363,7 +389,18 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Bo
             headers.append(name.clone(), value.clone());
         }
     }
+    let credentials = match upstream.credentials.current().await {
+        Ok((credentials, _)) => credentials,
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                &format!("the gateway has no credentials for the upstream: {e}"),
+            )
+        }
+    };
     let builder = match upstream.signed(
+        &credentials,
         parts.method.clone(),
         &target_path,
         &target_query,

@@ -9,6 +9,7 @@
 //! and spec is returned unchanged. The gateways run on their own threads
 //! until the [`Gateways`] value is dropped.
 
+pub mod credentials;
 mod gateway;
 pub mod sigv4;
 pub mod spec;
@@ -54,8 +55,10 @@ impl Gateways {
     /// rewritten ([`BucketTier::rewrite`]) and the running gateways.
     ///
     /// `env` looks up the launcher's environment for the AWS credential
-    /// variables. Tiers are counted from 0 in the order of the
-    /// `--l2-adapter` flags. Errors name the tier and key at fault.
+    /// variables ([`credentials`] says which, and what `aws-config` reads
+    /// from the process environment itself). Tiers are counted from 0 in the
+    /// order of the `--l2-adapter` flags. Errors name the tier and key at
+    /// fault; a tier without credentials fails with the sources tried.
     pub async fn start(
         args: &[String],
         env: &(dyn Fn(&str) -> Option<String> + Sync),
@@ -110,13 +113,14 @@ impl Gateways {
         for (index, flag, spec, tier) in tiers {
             let position = tier.position;
             let key = KeyPair::random()?;
-            let addr = handle
+            let (addr, source) = handle
                 .spawn(start_one(tier, key.clone()))
                 .await
                 .map_err(std::io::Error::other)??;
             out[index] = format!("{flag}{}", BucketTier::rewrite(&spec, addr, &key).to_arg());
             tracing::info!(
                 tier = position,
+                credentials = %source,
                 "S3 gateway for {} listening on {addr}",
                 spec.as_object()
                     .get("s3_bucket")
@@ -134,13 +138,13 @@ impl Gateways {
     }
 
     /// The environment variables to remove from the LMCache process: the
-    /// AWS credential variables ([`spec::CREDENTIAL_ENV`]) when every `s3`
+    /// AWS credential variables ([`credentials::CREDENTIAL_ENV`]) when every `s3`
     /// tier goes through a gateway (LMCache then signs only with the
     /// per-launch key in its spec); none otherwise, since an `s3` tier
     /// without `s3_bucket` may rely on them.
     pub fn env_to_remove(&self) -> &'static [&'static str] {
         if self.every_s3_tier_gatewayed && !self.addresses.is_empty() {
-            spec::CREDENTIAL_ENV
+            credentials::CREDENTIAL_ENV
         } else {
             &[]
         }
@@ -155,11 +159,13 @@ impl Drop for Gateways {
     }
 }
 
-async fn start_one(tier: BucketTier, key: KeyPair) -> Result<SocketAddr, GatewayError> {
-    let upstream = gateway::Upstream::connect(tier, key).await?;
+/// Checks the tier's bucket and starts its gateway; returns where it
+/// listens and the source of the credentials the start-up check used.
+async fn start_one(tier: BucketTier, key: KeyPair) -> Result<(SocketAddr, String), GatewayError> {
+    let (upstream, source) = gateway::Upstream::connect(tier, key).await?;
     let (listener, addr) = gateway::bind().await?;
     tokio::spawn(gateway::serve(listener, Arc::new(upstream)));
-    Ok(addr)
+    Ok((addr, source))
 }
 
 #[cfg(test)]
@@ -225,6 +231,35 @@ mod tests {
             .to_string();
         assert!(
             e.starts_with("L2 tier 0 (s3): s3_endpoint: HEAD http://127.0.0.1:"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_tier_without_credentials_fails_naming_the_sources_tried() {
+        let home = tempfile::tempdir().unwrap();
+        let home_path = home.path().display().to_string();
+        let env = |k: &str| match k {
+            "HOME" => Some(home_path.clone()),
+            "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+            "AWS_PROFILE" => Some("kv".to_string()),
+            _ => None,
+        };
+        std::fs::create_dir(home.path().join(".aws")).unwrap();
+        std::fs::write(
+            home.path().join(".aws/config"),
+            "[profile other]\nregion = r\n",
+        )
+        .unwrap();
+        let args = vec![
+            "--l2-adapter".to_string(),
+            r#"{"type":"s3","s3_endpoint":"127.0.0.1:1","s3_bucket":"kvc","s3_region":"r","disable_tls":true}"#.to_string(),
+        ];
+        let e = Gateways::start(&args, &env).await.unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "L2 tier 0 (s3): aws_access_key_id: no credentials: the tier has no aws_access_key_id, AWS_ACCESS_KEY_ID is not set, and the AWS default chain found none; tried: profile \"kv\" in {home_path}/.aws/config ("
+            )),
             "{e}"
         );
     }

@@ -12,6 +12,7 @@
 
 use serde_json::{Map, Value};
 
+use super::credentials::{ChainSettings, CredentialSource};
 use crate::TierSpec;
 
 /// Keys this project adds to the `s3` adapter; LMCache never sees them.
@@ -22,13 +23,6 @@ const CREDENTIAL_KEYS: &[&str] = &[
     "aws_access_key_id",
     "aws_secret_access_key",
     "aws_session_token",
-];
-
-/// Environment variables of the AWS default chain that carry a static key.
-pub const CREDENTIAL_ENV: &[&str] = &[
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
 ];
 
 /// A spec with `s3_bucket` that cannot work.
@@ -109,24 +103,26 @@ pub struct BucketTier {
     pub region: String,
     /// PEM text of a private CA for the upstream TLS (`s3_ca_bundle`).
     pub ca_bundle_pem: Option<Vec<u8>>,
-    /// The real credentials for the upstream.
-    pub credentials: KeyPair,
+    /// Where the real credentials for the upstream come from.
+    pub credentials: CredentialSource,
 }
 
 impl BucketTier {
     /// Reads the gateway settings of `spec`, the tier at `position`.
     ///
     /// Returns `Ok(None)` for a spec that is not `type: s3` or has no
-    /// `s3_bucket`: it passes through untouched. `env` looks up the AWS
-    /// default chain's environment variables (`AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`) when the spec carries no
-    /// static key.
+    /// `s3_bucket`: it passes through untouched. Without a static key in
+    /// the spec, `env` looks up `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+    /// and `AWS_SESSION_TOKEN`, and without those the settings of the rest
+    /// of the AWS default chain ([`ChainSettings::from_env`]); whether that
+    /// chain has credentials is only known when the gateway starts.
     ///
     /// Errors name the tier and the key: a missing `s3_region`, a bucket
     /// name outside the S3 rules (3-63 of `a-z 0-9 . -`, starting and ending
     /// with a letter or digit), an `s3_endpoint` with a scheme or a path, a
     /// key prefix with characters outside `A-Z a-z 0-9 ! - _ . * ( ) /`,
-    /// an unreadable CA bundle, no credentials.
+    /// an unreadable CA bundle, only one of `aws_access_key_id` and
+    /// `aws_secret_access_key`.
     pub fn from_spec(
         spec: &TierSpec,
         position: usize,
@@ -218,8 +214,8 @@ impl BucketTier {
                 Some(pem)
             }
         };
-        let credentials = credentials(&string, env).map_err(|(key, problem)| {
-            err(key, problem, "Set both \"aws_access_key_id\" and \"aws_secret_access_key\" in the tier, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the launcher's environment (profiles and instance metadata are not read, see docs/s3-gateway.md).")
+        let credentials = credentials(&string, env, &region).map_err(|(key, problem)| {
+            err(key, problem, "Set both \"aws_access_key_id\" and \"aws_secret_access_key\" in the tier, or neither (then the AWS default chain is used, see docs/s3-gateway.md).")
         })?;
         Ok(Some(BucketTier {
             position,
@@ -259,19 +255,24 @@ impl BucketTier {
 
 type StringKey<'a> = dyn Fn(&'static str) -> Result<Option<String>, BucketSpecError> + 'a;
 
+/// The tier's credential source: static keys in the spec, else
+/// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` from `env`, else the rest of
+/// the AWS default chain. Errors (key, problem) when the spec or the
+/// environment has only half a key pair, or a key is not a string.
 fn credentials(
     string: &StringKey<'_>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<KeyPair, (&'static str, String)> {
+    region: &str,
+) -> Result<CredentialSource, (&'static str, String)> {
     let id = string("aws_access_key_id").map_err(|e| (e.key, e.problem))?;
     let secret = string("aws_secret_access_key").map_err(|e| (e.key, e.problem))?;
     let token = string("aws_session_token").map_err(|e| (e.key, e.problem))?;
     match (id, secret) {
-        (Some(id), Some(secret)) => Ok(KeyPair {
+        (Some(id), Some(secret)) => Ok(CredentialSource::Spec(KeyPair {
             access_key_id: id,
             secret_access_key: secret,
             session_token: token,
-        }),
+        })),
         (Some(_), None) => Err((
             "aws_secret_access_key",
             "is missing while aws_access_key_id is set".into(),
@@ -281,15 +282,18 @@ fn credentials(
             "is missing while aws_secret_access_key is set".into(),
         )),
         (None, None) => match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-            (Some(id), Some(secret)) if !id.is_empty() && !secret.is_empty() => Ok(KeyPair {
-                access_key_id: id,
-                secret_access_key: secret,
-                session_token: env("AWS_SESSION_TOKEN").filter(|t| !t.is_empty()),
-            }),
-            _ => Err((
+            (Some(id), Some(secret)) if !id.is_empty() && !secret.is_empty() => {
+                Ok(CredentialSource::Environment(KeyPair {
+                    access_key_id: id,
+                    secret_access_key: secret,
+                    session_token: env("AWS_SESSION_TOKEN").filter(|t| !t.is_empty()),
+                }))
+            }
+            (Some(id), _) if !id.is_empty() => Err((
                 "aws_access_key_id",
-                "no credentials: the tier has none and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not both set".into(),
+                "is not in the tier, and AWS_ACCESS_KEY_ID is set in the environment without AWS_SECRET_ACCESS_KEY".into(),
             )),
+            _ => Ok(CredentialSource::Chain(ChainSettings::from_env(env, region))),
         },
     }
 }
@@ -381,7 +385,11 @@ mod tests {
             (t.scheme, t.bucket.as_str(), t.key_prefix.as_str()),
             ("https", "kv-cache", "node/")
         );
-        assert_eq!(t.credentials.secret_access_key, "REALSECRET");
+        assert!(
+            matches!(&t.credentials, CredentialSource::Spec(k) if k.secret_access_key == "REALSECRET"),
+            "{:?}",
+            t.credentials
+        );
         let key = KeyPair::random().unwrap();
         let out = BucketTier::rewrite(&spec, "127.0.0.1:4000".parse().unwrap(), &key).to_arg();
         assert!(
@@ -402,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn credentials_come_from_the_environment_when_the_spec_has_none() {
+    fn without_keys_in_the_spec_the_environment_then_the_default_chain_is_used() {
         let spec = tier(
             r#"{"type":"s3","s3_endpoint":"h:9000","s3_bucket":"bkt","s3_region":"r","disable_tls":true}"#,
         );
@@ -412,10 +420,22 @@ mod tests {
             _ => None,
         };
         let t = BucketTier::from_spec(&spec, 0, &env).unwrap().unwrap();
-        assert_eq!(t.credentials.access_key_id, "AKENV");
+        assert!(
+            matches!(&t.credentials, CredentialSource::Environment(k) if k.access_key_id == "AKENV"),
+            "{:?}",
+            t.credentials
+        );
         assert_eq!(t.scheme, "http");
-        let e = BucketTier::from_spec(&spec, 0, &no_env).unwrap_err();
+        let t = BucketTier::from_spec(&spec, 0, &no_env).unwrap().unwrap();
+        assert!(
+            matches!(&t.credentials, CredentialSource::Chain(c) if c.sts_region == "r"),
+            "{:?}",
+            t.credentials
+        );
+        let half = |k: &str| (k == "AWS_ACCESS_KEY_ID").then(|| "AKENV".to_string());
+        let e = BucketTier::from_spec(&spec, 3, &half).unwrap_err();
         assert_eq!(e.key, "aws_access_key_id");
+        assert!(e.problem.contains("without AWS_SECRET_ACCESS_KEY"), "{e}");
     }
 
     #[test]
