@@ -79,7 +79,11 @@ fn name(i: u64) -> String {
     let h = hash(i);
     match i % 20 {
         0..=15 => {
-            let salt = if i % 10 == 0 { "@tenant-3" } else { "" };
+            let salt = if i.is_multiple_of(10) {
+                "@tenant-3"
+            } else {
+                ""
+            };
             format!(
                 "meta-llama-SEP-Llama-3.1-8B-Instruct@0x0200020{}@0@{h}{salt}.data",
                 i & 1

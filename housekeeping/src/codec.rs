@@ -153,7 +153,8 @@ impl ChunkHash {
 
     fn from_hex(hex: &str) -> Result<Self, NameError> {
         let digits = hex.as_bytes();
-        if digits.is_empty() || digits.len() % 2 != 0 || digits.len() > 2 * MAX_HASH_BYTES {
+        if digits.is_empty() || !digits.len().is_multiple_of(2) || digits.len() > 2 * MAX_HASH_BYTES
+        {
             return Err(NameError::ChunkHash);
         }
         let mut stored = [0u8; MAX_HASH_BYTES];

@@ -559,7 +559,7 @@ fn effective_chunk_size(
     let tokens: u32 = text
         .parse()
         .map_err(|_| invalid("write a whole number of at least 1".into()))?;
-    if facts.hybrid_attention && tokens % facts.block_size != 0 {
+    if facts.hybrid_attention && !tokens.is_multiple_of(facts.block_size) {
         return Err(invalid(format!(
             "write a multiple of the hybrid-attention model's {} -token block size, e.g. {}, or drop it and let the node choose",
             facts.block_size,

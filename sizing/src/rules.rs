@@ -239,7 +239,7 @@ pub enum OdirectProbe {
 /// does not divide the alignment every O_DIRECT read and write of LMCache
 /// fails ("O_DIRECT buffer address is not aligned"), see lmcache-facts.md.
 pub fn use_odirect(block_size: u64, probe: &OdirectProbe) -> Decision<bool> {
-    if block_size == 0 || ODIRECT_ALIGN_BYTES % block_size != 0 {
+    if block_size == 0 || !ODIRECT_ALIGN_BYTES.is_multiple_of(block_size) {
         return Decision::new(
             false,
             "block-size-misaligned",

@@ -440,8 +440,8 @@ mod tests {
 
     fn name(i: u32) -> String {
         let model = ["org-SEP-a", "b", "org-SEP-a"][i as usize % 3];
-        let salt = if i % 4 == 0 { "@s" } else { "" };
-        let hash = if i % 5 == 0 {
+        let salt = if i.is_multiple_of(4) { "@s" } else { "" };
+        let hash = if i.is_multiple_of(5) {
             format!("{i:032x}")
         } else {
             format!("{i:064x}")
