@@ -16,8 +16,14 @@ pub mod spec;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::Cascade;
+use crate::{L2AdapterArgs, TierSpec};
 use spec::{BucketSpecError, BucketTier, KeyPair};
+
+/// Whether `spec` is served through a gateway: `type` `s3` with an
+/// `s3_bucket` key (any value: a bad one is reported by [`Gateways::start`]).
+pub fn needs_gateway(spec: &TierSpec) -> bool {
+    spec.adapter_type() == "s3" && spec.as_object().contains_key("s3_bucket")
+}
 
 /// Why the gateways could not start; no server may start then.
 #[derive(Debug, thiserror::Error)]
@@ -60,26 +66,25 @@ impl Gateways {
         args: &[String],
         env: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<(Vec<String>, Gateways), GatewayError> {
-        let mut specs = Vec::new();
+        Self::start_parsed(args, &L2AdapterArgs::parse(args), env).await
+    }
+
+    /// [`Gateways::start`] for a caller that has already parsed the
+    /// `--l2-adapter` values of `args` into `specs`
+    /// ([`L2AdapterArgs::parse`] of the same `args`).
+    pub async fn start_parsed(
+        args: &[String],
+        specs: &L2AdapterArgs,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<(Vec<String>, Gateways), GatewayError> {
         let mut out = args.to_vec();
-        let mut next_is_spec = false;
-        for (i, arg) in args.iter().enumerate() {
-            if next_is_spec {
-                specs.push((i, arg.as_str(), ""));
-            } else if let Some(json) = arg.strip_prefix("--l2-adapter=") {
-                specs.push((i, json, "--l2-adapter="));
-            }
-            next_is_spec = arg == "--l2-adapter";
-        }
         let mut tiers = Vec::new();
         let mut every_s3_tier_gatewayed = true;
-        for (position, (index, json, flag)) in specs.into_iter().enumerate() {
-            let Ok(cascade) = Cascade::parse(json, "--l2-adapter") else {
-                continue;
-            };
-            let [spec] = cascade.tiers() else { continue };
+        for (position, arg) in specs.0.iter().enumerate() {
+            let Some(spec) = &arg.spec else { continue };
+            let flag = if arg.inline { "--l2-adapter=" } else { "" };
             match BucketTier::from_spec(spec, position, env)? {
-                Some(tier) => tiers.push((index, flag, spec.clone(), tier)),
+                Some(tier) => tiers.push((arg.index, flag, spec.clone(), tier)),
                 None if spec.adapter_type() == "s3" => every_s3_tier_gatewayed = false,
                 None => {}
             }
@@ -244,6 +249,18 @@ mod tests {
             }
         });
         port
+    }
+
+    #[test]
+    fn only_s3_specs_with_s3_bucket_need_a_gateway() {
+        let spec = |json: &str| crate::Cascade::parse(json, "t").unwrap().0.remove(0);
+        assert!(needs_gateway(&spec(r#"{"type":"s3","s3_bucket":"kvc"}"#)));
+        assert!(!needs_gateway(&spec(
+            r#"{"type":"s3","s3_endpoint":"kvc.h"}"#
+        )));
+        assert!(!needs_gateway(&spec(
+            r#"{"type":"fs","base_path":"/data/s3_bucket","s3_bucket":"kvc"}"#
+        )));
     }
 
     #[tokio::test(flavor = "current_thread")]
