@@ -12,17 +12,30 @@
 mod gateway;
 pub mod sigv4;
 pub mod spec;
+pub mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::{L2AdapterArgs, TierSpec};
 use spec::{BucketSpecError, BucketTier, KeyPair};
+use state::Stats;
 
 /// Whether `spec` is served through a gateway: `type` `s3` with an
 /// `s3_bucket` key (any value: a bad one is reported by [`Gateways::start`]).
 pub fn needs_gateway(spec: &TierSpec) -> bool {
     spec.adapter_type() == "s3" && spec.as_object().contains_key("s3_bucket")
+}
+
+/// Where a tier's real credentials come from, as [`state::GatewayState`]
+/// reports it: `spec` when the tier carries `aws_access_key_id`, else
+/// `aws_default_chain` (the launcher's environment, see `docs/s3-gateway.md`).
+fn credential_source(spec: &TierSpec) -> &'static str {
+    if spec.as_object().contains_key("aws_access_key_id") {
+        "spec"
+    } else {
+        "aws_default_chain"
+    }
 }
 
 /// Why the gateways could not start; no server may start then.
@@ -115,8 +128,9 @@ impl Gateways {
         for (index, flag, spec, tier) in tiers {
             let position = tier.position;
             let key = KeyPair::random()?;
+            let stats = Stats::new(&tier, credential_source(&spec));
             let addr = handle
-                .spawn(start_one(tier, key.clone()))
+                .spawn(start_one(tier, key.clone(), stats))
                 .await
                 .map_err(std::io::Error::other)??;
             out[index] = format!("{flag}{}", BucketTier::rewrite(&spec, addr, &key).to_arg());
@@ -160,10 +174,18 @@ impl Drop for Gateways {
     }
 }
 
-async fn start_one(tier: BucketTier, key: KeyPair) -> Result<SocketAddr, GatewayError> {
+async fn start_one(
+    tier: BucketTier,
+    key: KeyPair,
+    stats: Stats,
+) -> Result<SocketAddr, GatewayError> {
     let upstream = gateway::Upstream::connect(tier, key).await?;
     let (listener, addr) = gateway::bind().await?;
-    tokio::spawn(gateway::serve(listener, Arc::new(upstream)));
+    tokio::spawn(gateway::serve(
+        listener,
+        Arc::new(upstream),
+        Arc::new(stats),
+    ));
     Ok(addr)
 }
 
@@ -249,6 +271,52 @@ mod tests {
             }
         });
         port
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_state_route_answers_unsigned_counts_requests_and_holds_no_secret() {
+        let port = answering("200 OK").await;
+        let args = vec![
+            "--l2-adapter".to_string(),
+            format!(
+                r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_key_prefix":"p/","s3_region":"r","disable_tls":true,"aws_access_key_id":"AKIATOPSECRETID","aws_secret_access_key":"TOPSECRET"}}"#
+            ),
+        ];
+        let (_, gateways) = Gateways::start(&args, &|_| None).await.unwrap();
+        let (_, addr) = gateways.addresses()[0];
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let refused = client
+            .put(format!("http://{addr}/m%40x"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status().as_u16(), 403);
+        let timeout = std::time::Duration::from_secs(10);
+        let state = state::fetch(addr, timeout).await.expect("the state");
+        assert_eq!(
+            (state.tier, state.bucket.as_str(), state.key_prefix.as_str()),
+            (0, "kvc", "p/")
+        );
+        assert_eq!(state.upstream, format!("http://127.0.0.1:{port}"));
+        assert_eq!(state.credential_source, "spec");
+        assert_eq!((state.requests.put, state.rejected), (1, 1));
+        assert_eq!(state.upstream_unreachable + state.upstream_errors, 0);
+        let raw = client
+            .get(format!("http://{addr}{}", state::STATE_PATH))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !raw.contains("TOPSECRET") && !raw.contains("AKIATOPSECRETID"),
+            "{raw}"
+        );
+        let elsewhere = answering("404 Not Found").await;
+        let not_ours = SocketAddr::from(([127, 0, 0, 1], elsewhere));
+        assert_eq!(state::fetch(not_ours, timeout).await, None);
     }
 
     #[test]

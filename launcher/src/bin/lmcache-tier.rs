@@ -33,6 +33,10 @@ Exit status:
   8  inspect: the server does not answer (what the disk tier holds is still printed)
   9  inspect: the server answers but is not healthy (the parts at fault are named)";
 
+/// How long `inspect` waits for one S3 gateway's state (it answers from
+/// memory on loopback, so this only bounds a port that does not answer).
+const GATEWAY_TIMEOUT: Duration = Duration::from_secs(1);
+
 #[derive(Parser)]
 #[command(
     name = "lmcache-tier",
@@ -66,8 +70,9 @@ enum Command {
     Housekeep(HousekeepArgs),
     /// Show what the node's tiers hold and do: each L2 tier in cascade order
     /// (type, path or endpoint, health, workers, O_DIRECT, capacity, usage),
-    /// L1, the store controller, worker liveness, and the disk tier's
-    /// identity manifest and on-disk usage (read from disk, so it works with
+    /// L1, the store controller, worker liveness, the state of the S3
+    /// gateways of `s3_bucket` tiers, and the disk tier's identity manifest,
+    /// on-disk usage and capacity guard (read from disk, so it works with
     /// the server down). Secrets are never printed.
     #[command(after_help = EXIT_CODES)]
     Inspect(InspectArgs),
@@ -435,8 +440,10 @@ fn inspect_cmd(args: InspectArgs, vars: BTreeMap<String, String>) -> Result<(), 
         ),
     };
     let client = StatusClient::new(url.clone());
-    let poll = runtime()?.block_on(client.poll());
-    let report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+    let runtime = runtime()?;
+    let poll = runtime.block_on(client.poll());
+    let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+    runtime.block_on(report.read_gateways(GATEWAY_TIMEOUT));
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| Failure {
             code: 1,
