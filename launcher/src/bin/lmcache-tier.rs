@@ -13,7 +13,7 @@ use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, T
 use lmcache_launcher::env::{self, NodeEnv};
 use lmcache_launcher::housekeep::with_progress;
 use lmcache_launcher::inspect::Inspection;
-use lmcache_launcher::launch::{self, LaunchError, RunOptions};
+use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::locate;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::status::StatusClient;
@@ -176,6 +176,15 @@ struct LaunchArgs {
     /// Seconds a stop waits after SIGTERM before SIGKILL.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     stop_grace: u64,
+    /// Seconds before restarting a server that exited after it was ready
+    /// once; doubled after each restart, up to 30 s (or this value if
+    /// larger). 0 restarts at once.
+    #[arg(long, default_value_t = 1, value_name = "SECONDS")]
+    restart_backoff: u64,
+    /// A server run shorter than this many seconds is a fast failure; 3 in
+    /// a row end the launch with exit 5.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    fast_failure_window: u64,
     /// Test hook: one more argument appended verbatim to the server's command
     /// line (repeat it for several). Not for production nodes.
     #[arg(long, hide = true, value_name = "ARG", allow_hyphen_values = true)]
@@ -388,9 +397,17 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
         return Ok(());
     }
     tracing::info!("{}", plan.log_line());
+    let first_backoff = Duration::from_secs(args.restart_backoff);
+    let default_restart = RestartPolicy::default();
     let options = RunOptions {
         ready_timeout: Duration::from_secs(args.ready_timeout),
         stop_grace: Duration::from_secs(args.stop_grace),
+        restart: RestartPolicy {
+            first_backoff,
+            max_backoff: default_restart.max_backoff.max(first_backoff),
+            fast_failure: Duration::from_secs(args.fast_failure_window),
+            ..default_restart
+        },
         ..RunOptions::default()
     };
     runtime()?.block_on(launch::run(plan, &options))?;
