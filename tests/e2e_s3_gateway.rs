@@ -213,6 +213,25 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
         "{in_bucket:?}"
     );
 
+    // `inspect` shows the gateway's state under the S3 tier, without secrets.
+    let (code, text) = inspect_json(dir, &url);
+    assert_eq!(code, Some(0), "{text}");
+    for secret in [REAL_SECRET, REAL_KEY_ID] {
+        assert!(!text.contains(secret), "{secret} in inspect: {text}");
+    }
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(report["tiers"][0]["gateway"].is_null(), "{report:#}");
+    let gateway = &report["tiers"][1]["gateway"];
+    assert_eq!(gateway["bucket"], "kv-cache", "{report:#}");
+    assert_eq!(gateway["tier"], 1);
+    assert_eq!(gateway["upstream"], format!("http://127.0.0.1:{s3_port}"));
+    assert_eq!(gateway["credential_source"], "the tier's aws_access_key_id");
+    let requests = &gateway["requests"];
+    let stores = requests["put"].as_u64().unwrap() + requests["post"].as_u64().unwrap();
+    assert!(stores >= 1, "no store counted: {gateway:#}");
+    assert!(gateway["bytes_up"].as_u64().unwrap() > 0, "{gateway:#}");
+    assert_eq!(gateway["upstream_unreachable"], 0, "{gateway:#}");
+
     // Outage: the bucket goes away mid-run; the node keeps serving from the
     // fs tier and the S3 errors do not hang it.
     s3.kill();
@@ -227,6 +246,17 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
             .as_bool()
             .is_some(),
         "/status stopped answering"
+    );
+    let report: serde_json::Value = serde_json::from_str(&inspect_json(dir, &url).1).unwrap();
+    let gateway = &report["tiers"][1]["gateway"];
+    assert!(
+        gateway["upstream_unreachable"].as_u64().unwrap() >= 1,
+        "the outage was not counted: {gateway:#}"
+    );
+    let last = gateway["last_upstream_error"]["message"].as_str().unwrap();
+    assert!(
+        last.contains(&format!("http://127.0.0.1:{s3_port}")),
+        "{last}"
     );
 
     // The upstream returns (empty, as moto keeps nothing): new chunks reach it.
@@ -250,6 +280,22 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
         log.contains("S3 gateway for kv-cache listening on"),
         "{log}"
     );
+}
+
+/// `lmcache-tier inspect --json --url <url>` for the node in `dir`: its exit
+/// status and standard output.
+fn inspect_json(dir: &std::path::Path, url: &str) -> (Option<i32>, String) {
+    let out = Command::new(binary("lmcache-tier"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
+        .args(["inspect", "--json", "--url", url])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 /// Waits up to 60 s for at least `n` objects in the bucket.

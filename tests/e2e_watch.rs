@@ -3,6 +3,8 @@
 //! SIGKILLed and, once LMCache reaps it, the watcher reports it lost; the
 //! server is SIGKILLed (what the OOM killer does) and `launch` reports the
 //! exit with the OOM hint and starts it again; SIGTERM leaves nothing behind.
+//! A server that fails at every restart makes `launch` give up after three
+//! fast failures (exit 5), quoting its last lines.
 
 use std::path::Path;
 use std::process::Command;
@@ -194,4 +196,70 @@ fn launch_reports_lost_workers_and_restarts_a_killed_server() {
         text.contains("UNREACHABLE") && text.contains("model test-model"),
         "{text}"
     );
+}
+
+/// A server that keeps failing right after each restart: the first start
+/// becomes ready; then its `fs` tier directory is replaced by a file and the
+/// server is SIGKILLed, and every restart of the real server dies at start
+/// (`FileExistsError` creating `base_path`, exit 3). `launch` gives up after
+/// the third fast failure in a row with exit 5, quoting the server's last
+/// lines, and leaves nothing running.
+#[test]
+fn launch_gives_up_after_three_fast_failures_quoting_the_servers_last_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let dir_text = dir.display().to_string();
+    let tier = dir.join("fs-tier");
+    let (mp_port, http_port) = (free_port(), free_port());
+    // A window far above any start-up time here, so every run counts as
+    // fast however loaded the machine is; restarts at once.
+    let flags = ["--restart-backoff", "0", "--fast-failure-window", "1800"];
+    let mut cmd = launch_command(dir, mp_port, http_port, &flags);
+    cmd.env(
+        "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+        serde_json::json!({"type": "fs", "base_path": tier}).to_string(),
+    );
+    let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
+    let url = format!("http://127.0.0.1:{http_port}/status");
+    wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    // Only a server `launch` itself saw ready is restarted.
+    assert!(
+        wait_until(Duration::from_secs(30), || launch
+            .output()
+            .contains("LMCache server ready in")),
+        "{}",
+        launch.output()
+    );
+
+    std::fs::remove_dir_all(&tier).unwrap();
+    std::fs::write(&tier, "not a directory").unwrap();
+    let servers = real_servers(&dir_text);
+    assert!(!servers.is_empty(), "{:?}", processes_mentioning(&dir_text));
+    for pid in &servers {
+        kill(Pid::from_raw(*pid), Signal::SIGKILL).unwrap();
+    }
+
+    let status = launch
+        .wait_timeout(Duration::from_secs(600))
+        .unwrap_or_else(|| panic!("launch still running:\n{}", launch.output()));
+    let log = launch.output();
+    assert_eq!(status.code(), Some(5), "{log}");
+    assert_eq!(
+        log.matches("LMCache server started; waiting for").count(),
+        3,
+        "{log}"
+    );
+    let error = log
+        .split("the LMCache server failed 3 times in a row")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no give-up error:\n{log}"));
+    for line in [
+        "FileExistsError: [Errno 17] File exists",
+        "Application startup failed",
+    ] {
+        assert!(error.contains(line), "{line:?} not quoted:\n{error}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let left = processes_mentioning(&dir_text);
+    assert!(left.is_empty(), "processes left after giving up: {left:?}");
 }

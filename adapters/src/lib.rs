@@ -224,6 +224,70 @@ impl Cascade {
     }
 }
 
+/// The flag that adds one L2 tier (LMCache's argparse `append`).
+const L2_ADAPTER_FLAG: &str = "--l2-adapter";
+
+/// One `--l2-adapter` value among the arguments of an `lmcache` command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L2AdapterArg {
+    /// Index, in the arguments, of the argument that holds the JSON.
+    pub index: usize,
+    /// Written `--l2-adapter=JSON` (the JSON shares its argument with the
+    /// flag) rather than `--l2-adapter JSON`.
+    pub inline: bool,
+    /// The spec; `None` when the value is not one JSON object with a `type`
+    /// (LMCache rejects it itself, with its own message).
+    pub spec: Option<TierSpec>,
+}
+
+/// The `--l2-adapter` values of one command line, parsed once, in the order
+/// of the flags (the cascade order); the launcher's guards and gateways both
+/// decide from it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct L2AdapterArgs(pub Vec<L2AdapterArg>);
+
+impl L2AdapterArgs {
+    /// Finds every `--l2-adapter JSON` and `--l2-adapter=JSON` in `args`. A
+    /// trailing `--l2-adapter` without a value is ignored.
+    pub fn parse(args: &[String]) -> Self {
+        let mut found = Vec::new();
+        let mut index = 0;
+        while index < args.len() {
+            let arg = &args[index];
+            let (value_index, value, inline) = if arg == L2_ADAPTER_FLAG {
+                index += 1;
+                match args.get(index) {
+                    Some(value) => (index, value.as_str(), false),
+                    None => break,
+                }
+            } else if let Some(json) = arg.strip_prefix("--l2-adapter=") {
+                (index, json, true)
+            } else {
+                index += 1;
+                continue;
+            };
+            let spec = match serde_json::from_str::<Value>(value) {
+                Ok(Value::Object(object)) => {
+                    TierSpec::from_object(object, L2_ADAPTER_FLAG, found.len()).ok()
+                }
+                _ => None,
+            };
+            found.push(L2AdapterArg {
+                index: value_index,
+                inline,
+                spec,
+            });
+            index += 1;
+        }
+        L2AdapterArgs(found)
+    }
+
+    /// The usable specs as a cascade, in order.
+    pub fn cascade(&self) -> Cascade {
+        Cascade(self.0.iter().filter_map(|a| a.spec.clone()).collect())
+    }
+}
+
 fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -268,6 +332,44 @@ pub fn fs_native_tier(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_every_l2_adapter_value_in_order_with_its_index() {
+        let args: Vec<String> = [
+            "--l1-size-gb",
+            "1",
+            "--l2-adapter",
+            r#"{"type":"fs_native","base_path":"/a"}"#,
+            "--l2-adapter=not json",
+            r#"--l2-adapter={"type":"fs","base_path":"/b","max_capacity_gb":2}"#,
+            "--l2-adapter",
+        ]
+        .map(String::from)
+        .to_vec();
+        let found = L2AdapterArgs::parse(&args);
+        let seen: Vec<_> = found
+            .0
+            .iter()
+            .map(|a| {
+                (
+                    a.index,
+                    a.inline,
+                    a.spec.as_ref().and_then(|s| s.base_path()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (3, false, Some("/a")),
+                (4, true, None),
+                (5, true, Some("/b"))
+            ]
+        );
+        let cascade = found.cascade();
+        let paths: Vec<_> = cascade.tiers().iter().map(|t| t.base_path()).collect();
+        assert_eq!(paths, [Some("/a"), Some("/b")]);
+    }
 
     #[test]
     fn builtin_tier_has_the_documented_shape() {

@@ -10,7 +10,10 @@
 
 use lmcache_adapters::guard::status::{read_status, GuardStatus};
 use lmcache_adapters::redact_endpoint;
+use lmcache_adapters::s3::state::{self as gateway_state, GatewayState};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use lmcache_housekeeping::{
     read_manifest, scan, Access, InventoryTotals, LaunchIdentity, ManifestRead, TierDir,
@@ -82,6 +85,28 @@ pub struct TierRow {
     pub used_bytes: Option<u64>,
     /// Eviction policy, when LMCache evicts the tier.
     pub eviction_policy: Option<String>,
+    /// The state of the launcher's S3 gateway behind this tier (an
+    /// `S3L2Adapter` whose endpoint is on 127.0.0.1 and answers
+    /// [`gateway_state::STATE_PATH`]); `None` for every other tier, and
+    /// until [`Inspection::read_gateways`] ran.
+    pub gateway: Option<GatewayState>,
+}
+
+impl TierRow {
+    /// The loopback address an `S3L2Adapter` talks to, when it is
+    /// `127.0.0.1:<port>` (where the launcher's gateways listen).
+    fn loopback_endpoint(&self) -> Option<SocketAddr> {
+        if self.adapter_type.as_deref() != Some("S3L2Adapter") {
+            return None;
+        }
+        let location = self.location.as_deref()?;
+        let addr: SocketAddr = location
+            .strip_prefix("http://")
+            .unwrap_or(location)
+            .parse()
+            .ok()?;
+        (addr.ip() == Ipv4Addr::LOCALHOST).then_some(addr)
+    }
 }
 
 /// The L1 tier.
@@ -170,6 +195,7 @@ impl Inspection {
                         .and_then(|e| e.total_bytes_used)
                         .or(a.current_size_bytes),
                     eviction_policy: e.and_then(|e| e.eviction_policy),
+                    gateway: None,
                 }
             })
             .collect();
@@ -201,6 +227,18 @@ impl Inspection {
             store_controller: status.and_then(|s| s.store_controller().cloned()),
             worker_liveness: status.and_then(|s| s.worker_liveness.clone()),
             disk: dirs.iter().map(|d| read_disk(d)).collect(),
+        }
+    }
+
+    /// Asks every `S3L2Adapter` tier whose endpoint is `127.0.0.1:<port>`
+    /// for the gateway state ([`gateway_state::fetch`], waiting at most
+    /// `timeout` each) and keeps it in [`TierRow::gateway`]; an endpoint that
+    /// does not answer as a gateway leaves the tier as it was.
+    pub async fn read_gateways(&mut self, timeout: Duration) {
+        for tier in &mut self.tiers {
+            if let Some(addr) = tier.loopback_endpoint() {
+                tier.gateway = gateway_state::fetch(addr, timeout).await;
+            }
         }
     }
 
@@ -297,6 +335,11 @@ impl Inspection {
             }
             out.push_str(&table(&rows));
         }
+        for t in &self.tiers {
+            if let Some(g) = &t.gateway {
+                out.push_str(&gateway_text(t, g));
+            }
+        }
         for d in &self.disk {
             out.push_str(&format!("\ndisk tier {}\n", d.path.display()));
             let mut rows = Vec::new();
@@ -351,6 +394,53 @@ impl Inspection {
         }
         out
     }
+}
+
+/// The text section of one tier's gateway.
+fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
+    let r = &g.requests;
+    let prefix = match g.key_prefix.as_str() {
+        "" => String::new(),
+        p => format!(", key prefix {p}"),
+    };
+    let last = match &g.last_upstream_error {
+        Some(e) => format!("; last at {}: {}", e.at, e.message),
+        None => String::new(),
+    };
+    let rows = [
+        row([
+            "  upstream",
+            &format!(
+                "{}, bucket {}{prefix}, region {}, credentials from {}",
+                g.upstream, g.bucket, g.region, g.credential_source
+            ),
+        ]),
+        row([
+            "  requests",
+            &format!(
+                "HEAD {}, GET {}, PUT {}, POST {}, DELETE {}, other {}; {} refused (403)",
+                r.head, r.get, r.put, r.post, r.delete, r.other, g.rejected
+            ),
+        ]),
+        row([
+            "  traffic",
+            &format!("{} bytes up, {} bytes down", g.bytes_up, g.bytes_down),
+        ]),
+        row([
+            "  upstream errors",
+            &format!(
+                "{} (5xx or broken off), {} unreachable{last}",
+                g.upstream_errors, g.upstream_unreachable
+            ),
+        ]),
+    ];
+    format!(
+        "\nS3 gateway of tier {} on {} (started {})\n{}",
+        tier.position,
+        tier.location.as_deref().unwrap_or("-"),
+        g.started_at,
+        table(&rows)
+    )
 }
 
 fn read_disk(path: &Path) -> DiskRow {
@@ -580,6 +670,68 @@ mod tests {
         assert!(
             serde_json::to_value(&report).unwrap()["disk"][0]["guard"]["capacity_bytes"] == 1 << 20
         );
+    }
+
+    /// A loopback object store that answers every request with `status`.
+    async fn answering(status: &'static str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let reply =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = stream.write_all(reply.as_bytes()).await;
+            }
+        });
+        port
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_s3_tier_behind_a_gateway_shows_the_gateway_state_and_others_show_none() {
+        let store = answering("200 OK").await;
+        let args = vec![
+            "--l2-adapter".to_string(),
+            format!(
+                r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{store}","s3_bucket":"kv-cache","s3_region":"us-east-1","disable_tls":true,"aws_access_key_id":"AKIAINSPECTKEY","aws_secret_access_key":"INSPECT-SECRET"}}"#
+            ),
+        ];
+        let (_, gateways) = lmcache_adapters::s3::Gateways::start(&args, &|_| None)
+            .await
+            .unwrap();
+        let (_, gateway) = gateways.addresses()[0];
+        let not_a_gateway = answering("404 Not Found").await;
+        let body = serde_json::json!({"is_healthy": true, "storage_manager": {"l2_adapters": [
+            {"type": "S3L2Adapter", "endpoint": gateway.to_string(), "is_healthy": true},
+            {"type": "S3L2Adapter", "endpoint": format!("127.0.0.1:{not_a_gateway}")},
+            {"type": "S3L2Adapter", "endpoint": "kvcache.localtest:5055"},
+            {"type": "FSL2Adapter", "base_path": format!("127.0.0.1:{}", gateway.port())}
+        ]}});
+        let poll = Poll::Up(Box::new(
+            ServerStatus::parse(body.to_string().as_bytes()).unwrap(),
+        ));
+        let mut report = Inspection::build("u", &poll, &[], None);
+        report.read_gateways(Duration::from_secs(10)).await;
+        let shown: Vec<bool> = report.tiers.iter().map(|t| t.gateway.is_some()).collect();
+        assert_eq!(shown, [true, false, false, false]);
+        let json = serde_json::to_value(&report).unwrap();
+        let state = &json["tiers"][0]["gateway"];
+        assert_eq!(state["bucket"], "kv-cache");
+        assert_eq!(state["upstream"], format!("http://127.0.0.1:{store}"));
+        assert_eq!(state["credential_source"], "the tier's aws_access_key_id");
+        assert!(json["tiers"][1]["gateway"].is_null());
+        let text = report.to_text();
+        assert!(
+            text.contains(&format!("S3 gateway of tier 0 on {gateway}"))
+                && text.contains("bucket kv-cache"),
+            "{text}"
+        );
+        let everything = format!("{json}{text}");
+        for secret in ["AKIAINSPECTKEY", "INSPECT-SECRET"] {
+            assert!(!everything.contains(secret), "{everything}");
+        }
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! requests LMCache never sends (bucket operations other than ListObjectsV2,
 //! aws-chunked payloads), 503 when the upstream cannot be reached or stops
 //! answering, so the adapter's circuit breaker sees an outage.
+//!
+//! An unsigned `GET` on [`STATE_PATH`] answers the gateway's own state as
+//! JSON ([`super::state`]); every other request is counted in [`Stats`].
 
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -36,6 +39,7 @@ use tokio::net::TcpListener;
 use super::credentials::RealCredentials;
 use super::sigv4::{self, encode_key, Signed, SIGV4_QUERY};
 use super::spec::{BucketSpecError, BucketTier, KeyPair};
+use super::state::{Stats, STATE_PATH};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = UnsyncBoxBody<Bytes, BoxError>;
@@ -273,8 +277,9 @@ impl Upstream {
     }
 }
 
-/// Serves `upstream` on `listener` until the runtime shuts down.
-pub(crate) async fn serve(listener: TcpListener, upstream: Arc<Upstream>) {
+/// Serves `upstream` on `listener` until the runtime shuts down, counting
+/// in `stats`.
+pub(crate) async fn serve(listener: TcpListener, upstream: Arc<Upstream>, stats: Arc<Stats>) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -289,8 +294,10 @@ pub(crate) async fn serve(listener: TcpListener, upstream: Arc<Upstream>) {
         };
         let _ = stream.set_nodelay(true);
         let upstream = upstream.clone();
+        let stats = stats.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| handle(upstream.clone(), request));
+            let service =
+                service_fn(move |request| handle(upstream.clone(), stats.clone(), request));
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await
@@ -310,11 +317,16 @@ pub(crate) async fn bind() -> std::io::Result<(TcpListener, SocketAddr)> {
 
 async fn handle(
     upstream: Arc<Upstream>,
+    stats: Arc<Stats>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let response = forward(&upstream, request).await;
+    if method == Method::GET && path == STATE_PATH {
+        return Ok(state_response(&stats));
+    }
+    stats.request(&method);
+    let response = forward(&upstream, &stats, request).await;
     let status = response.status();
     if status.is_server_error() {
         tracing::warn!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request failed");
@@ -324,7 +336,11 @@ async fn handle(
     Ok(response)
 }
 
-async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
+async fn forward(
+    upstream: &Upstream,
+    stats: &Arc<Stats>,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
     let query = parts.uri.query().unwrap_or("");
@@ -347,6 +363,7 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Bo
                 sigv4::Rejection::Signature => "SignatureDoesNotMatch",
                 _ => "AccessDenied",
             };
+            stats.rejected();
             return error(StatusCode::FORBIDDEN, code, &e.to_string());
         }
     };
@@ -421,23 +438,34 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Bo
         .get(http::header::CONTENT_LENGTH)
         .is_some_and(|v| v.as_bytes() != b"0");
     let builder = if has_body {
-        builder.body(reqwest::Body::wrap_stream(coalesce(body)))
+        let counted = stats.clone();
+        let body = coalesce(body).inspect(move |chunk| {
+            if let Ok(chunk) = chunk {
+                counted.sent(chunk.len());
+            }
+        });
+        builder.body(reqwest::Body::wrap_stream(body))
     } else {
         builder
     };
     let response = match builder.send().await {
         Ok(r) => r,
         Err(e) => {
+            let message = format!(
+                "the upstream object store did not answer: {}",
+                error_chain(&e)
+            );
+            stats.unreachable(&parts.method, &error_chain(&e.without_url()));
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
-                &format!(
-                    "the upstream object store did not answer: {}",
-                    error_chain(&e)
-                ),
-            )
+                &message,
+            );
         }
     };
+    if response.status().is_server_error() {
+        stats.upstream_error(&parts.method, &format!("answered {}", response.status()));
+    }
     let rewrite_listing = listing && !tier.key_prefix.is_empty() && response.status().is_success();
     let mut out = Response::builder().status(response.status());
     for (name, value) in response.headers() {
@@ -450,18 +478,31 @@ async fn forward(upstream: &Upstream, request: Request<Incoming>) -> Response<Bo
     let body: Body = if rewrite_listing {
         match read_listing(response).await {
             Ok(text) => {
+                stats.received(text.len());
                 let stripped = strip_prefix(&text, &tier.key_prefix);
                 out = out.header(http::header::CONTENT_LENGTH, stripped.len());
                 full(stripped)
             }
-            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", &e),
+            Err(e) => {
+                stats.upstream_error(&parts.method, &e);
+                return error(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", &e);
+            }
         }
     } else {
-        StreamBody::new(
-            response
-                .bytes_stream()
-                .map(|chunk| chunk.map(Frame::data).map_err(|e| Box::new(e) as BoxError)),
-        )
+        let counted = stats.clone();
+        let method = parts.method.clone();
+        StreamBody::new(response.bytes_stream().map(move |chunk| match chunk {
+            Ok(data) => {
+                counted.received(data.len());
+                Ok(Frame::data(data))
+            }
+            Err(e) => {
+                let e = e.without_url();
+                let cause = format!("the answer broke off: {}", error_chain(&e));
+                counted.upstream_error(&method, &cause);
+                Err(Box::new(e) as BoxError)
+            }
+        }))
         .boxed_unsync()
     };
     out.body(body).unwrap_or_else(|e| {
@@ -547,7 +588,8 @@ async fn read_listing(response: reqwest::Response) -> Result<String, String> {
     let mut stream = response.bytes_stream();
     let mut body = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| format!("the listing broke off: {}", error_chain(&e)))?;
+        let chunk = chunk
+            .map_err(|e| format!("the listing broke off: {}", error_chain(&e.without_url())))?;
         if body.len() + chunk.len() > MAX_LISTING_BYTES {
             return Err("the listing page is larger than 16 MiB".into());
         }
@@ -560,6 +602,17 @@ fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into())
         .map_err(|never: Infallible| match never {})
         .boxed_unsync()
+}
+
+/// The answer of [`STATE_PATH`]: the gateway's state as JSON.
+fn state_response(stats: &Stats) -> Response<Body> {
+    let json = serde_json::to_vec(&stats.snapshot()).unwrap_or_default();
+    let mut response = Response::new(full(json));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// An S3 XML error response of the gateway's own.

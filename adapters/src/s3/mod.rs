@@ -13,12 +13,20 @@ pub mod credentials;
 mod gateway;
 pub mod sigv4;
 pub mod spec;
+pub mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::Cascade;
+use crate::{L2AdapterArgs, TierSpec};
 use spec::{BucketSpecError, BucketTier, KeyPair};
+use state::Stats;
+
+/// Whether `spec` is served through a gateway: `type` `s3` with an
+/// `s3_bucket` key (any value: a bad one is reported by [`Gateways::start`]).
+pub fn needs_gateway(spec: &TierSpec) -> bool {
+    spec.adapter_type() == "s3" && spec.as_object().contains_key("s3_bucket")
+}
 
 /// Why the gateways could not start; no server may start then.
 #[derive(Debug, thiserror::Error)]
@@ -63,26 +71,25 @@ impl Gateways {
         args: &[String],
         env: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<(Vec<String>, Gateways), GatewayError> {
-        let mut specs = Vec::new();
+        Self::start_parsed(args, &L2AdapterArgs::parse(args), env).await
+    }
+
+    /// [`Gateways::start`] for a caller that has already parsed the
+    /// `--l2-adapter` values of `args` into `specs`
+    /// ([`L2AdapterArgs::parse`] of the same `args`).
+    pub async fn start_parsed(
+        args: &[String],
+        specs: &L2AdapterArgs,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<(Vec<String>, Gateways), GatewayError> {
         let mut out = args.to_vec();
-        let mut next_is_spec = false;
-        for (i, arg) in args.iter().enumerate() {
-            if next_is_spec {
-                specs.push((i, arg.as_str(), ""));
-            } else if let Some(json) = arg.strip_prefix("--l2-adapter=") {
-                specs.push((i, json, "--l2-adapter="));
-            }
-            next_is_spec = arg == "--l2-adapter";
-        }
         let mut tiers = Vec::new();
         let mut every_s3_tier_gatewayed = true;
-        for (position, (index, json, flag)) in specs.into_iter().enumerate() {
-            let Ok(cascade) = Cascade::parse(json, "--l2-adapter") else {
-                continue;
-            };
-            let [spec] = cascade.tiers() else { continue };
+        for (position, arg) in specs.0.iter().enumerate() {
+            let Some(spec) = &arg.spec else { continue };
+            let flag = if arg.inline { "--l2-adapter=" } else { "" };
             match BucketTier::from_spec(spec, position, env)? {
-                Some(tier) => tiers.push((index, flag, spec.clone(), tier)),
+                Some(tier) => tiers.push((arg.index, flag, spec.clone(), tier)),
                 None if spec.adapter_type() == "s3" => every_s3_tier_gatewayed = false,
                 None => {}
             }
@@ -160,11 +167,18 @@ impl Drop for Gateways {
 }
 
 /// Checks the tier's bucket and starts its gateway; returns where it
-/// listens and the source of the credentials the start-up check used.
+/// listens and the source of the credentials the start-up check used (also
+/// in the gateway's state, [`state::GatewayState::credential_source`]).
 async fn start_one(tier: BucketTier, key: KeyPair) -> Result<(SocketAddr, String), GatewayError> {
+    let stats = Stats::new(&tier);
     let (upstream, source) = gateway::Upstream::connect(tier, key).await?;
+    let stats = stats.with_credential_source(&source);
     let (listener, addr) = gateway::bind().await?;
-    tokio::spawn(gateway::serve(listener, Arc::new(upstream)));
+    tokio::spawn(gateway::serve(
+        listener,
+        Arc::new(upstream),
+        Arc::new(stats),
+    ));
     Ok((addr, source))
 }
 
@@ -279,6 +293,64 @@ mod tests {
             }
         });
         port
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_state_route_answers_unsigned_counts_requests_and_holds_no_secret() {
+        let port = answering("200 OK").await;
+        let args = vec![
+            "--l2-adapter".to_string(),
+            format!(
+                r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_key_prefix":"p/","s3_region":"r","disable_tls":true,"aws_access_key_id":"AKIATOPSECRETID","aws_secret_access_key":"TOPSECRET"}}"#
+            ),
+        ];
+        let (_, gateways) = Gateways::start(&args, &|_| None).await.unwrap();
+        let (_, addr) = gateways.addresses()[0];
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let refused = client
+            .put(format!("http://{addr}/m%40x"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status().as_u16(), 403);
+        let timeout = std::time::Duration::from_secs(10);
+        let state = state::fetch(addr, timeout).await.expect("the state");
+        assert_eq!(
+            (state.tier, state.bucket.as_str(), state.key_prefix.as_str()),
+            (0, "kvc", "p/")
+        );
+        assert_eq!(state.upstream, format!("http://127.0.0.1:{port}"));
+        assert_eq!(state.credential_source, "the tier's aws_access_key_id");
+        assert_eq!((state.requests.put, state.rejected), (1, 1));
+        assert_eq!(state.upstream_unreachable + state.upstream_errors, 0);
+        let raw = client
+            .get(format!("http://{addr}{}", state::STATE_PATH))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !raw.contains("TOPSECRET") && !raw.contains("AKIATOPSECRETID"),
+            "{raw}"
+        );
+        let elsewhere = answering("404 Not Found").await;
+        let not_ours = SocketAddr::from(([127, 0, 0, 1], elsewhere));
+        assert_eq!(state::fetch(not_ours, timeout).await, None);
+    }
+
+    #[test]
+    fn only_s3_specs_with_s3_bucket_need_a_gateway() {
+        let spec = |json: &str| crate::Cascade::parse(json, "t").unwrap().0.remove(0);
+        assert!(needs_gateway(&spec(r#"{"type":"s3","s3_bucket":"kvc"}"#)));
+        assert!(!needs_gateway(&spec(
+            r#"{"type":"s3","s3_endpoint":"kvc.h"}"#
+        )));
+        assert!(!needs_gateway(&spec(
+            r#"{"type":"fs","base_path":"/data/s3_bucket","s3_bucket":"kvc"}"#
+        )));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -129,7 +129,7 @@ impl BucketTier {
         env: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<Option<Self>, BucketSpecError> {
         let object = spec.as_object();
-        if spec.adapter_type() != "s3" || !object.contains_key("s3_bucket") {
+        if !super::needs_gateway(spec) {
             return Ok(None);
         }
         let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {

@@ -13,7 +13,8 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use lmcache_adapters::s3::Gateways;
+use lmcache_adapters::s3::{needs_gateway, Gateways};
+use lmcache_adapters::L2AdapterArgs;
 use lmcache_launcher::guards::start_guards;
 use lmcache_launcher::locate::find_stock_lmcache;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised};
@@ -73,16 +74,18 @@ fn main() -> ExitCode {
             return ExitCode::from(127);
         }
     };
-    let bucket_tier = args
+    let text_args: Vec<String> = args
         .iter()
-        .any(|a| a.to_string_lossy().contains("s3_bucket"));
-    if first != Some("server") && !bucket_tier {
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let specs = L2AdapterArgs::parse(&text_args);
+    if !runs_here(first, &specs) {
         let err = std::process::Command::new(&stock).args(&args).exec();
         eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
         return ExitCode::from(126);
     }
     // Stopped (last status written) when dropped, after the server exits.
-    let _guards = match start_guards(&args) {
+    let _guards = match start_guards(&specs) {
         Ok(guards) => guards,
         Err(e) => {
             eprintln!("erebine-lmcache: {e}");
@@ -99,18 +102,33 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(serve(stock, args, vars));
+    let code = runtime.block_on(serve(stock, text_args, specs, vars));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
-/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need, and
-/// forwards signals until it exits.
-async fn serve(stock: PathBuf, args: Vec<OsString>, vars: BTreeMap<String, String>) -> i32 {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let (args, gateways) = match Gateways::start(&args, &|k| vars.get(k).cloned()).await {
+/// Whether the command runs under this process (`server`, or any command
+/// with an `--l2-adapter` spec that needs a gateway, decided from the parsed
+/// specs) rather than being handed to the stock `lmcache` with `exec`.
+fn runs_here(first: Option<&str>, specs: &L2AdapterArgs) -> bool {
+    first == Some("server")
+        || specs
+            .0
+            .iter()
+            .filter_map(|a| a.spec.as_ref())
+            .any(needs_gateway)
+}
+
+/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need
+/// (`specs`: the parsed `--l2-adapter` values of `args`), and forwards
+/// signals until it exits.
+async fn serve(
+    stock: PathBuf,
+    args: Vec<String>,
+    specs: L2AdapterArgs,
+    vars: BTreeMap<String, String>,
+) -> i32 {
+    let env = |k: &str| vars.get(k).cloned();
+    let (args, gateways) = match Gateways::start_parsed(&args, &specs, &env).await {
         Ok(started) => started,
         Err(e) => {
             eprintln!("erebine-lmcache: {e}");
@@ -168,5 +186,32 @@ async fn serve(stock: PathBuf, args: Vec<OsString>, vars: BTreeMap<String, Strin
             }
             Some(sig) = forward_rx.recv() => server.signal(sig),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(args: &[&str]) -> L2AdapterArgs {
+        L2AdapterArgs::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn only_a_parsed_s3_spec_with_s3_bucket_keeps_a_non_server_command_here() {
+        let bench = |spec: &str| specs(&["bench", "l2", "--l2-adapter", spec]);
+        let fs = bench(r#"{"type":"fs","base_path":"/data/s3_bucket/tier"}"#);
+        assert!(!runs_here(Some("bench"), &fs));
+        let fs_with_key = bench(r#"{"type":"fs","base_path":"/x","s3_bucket":"kvc"}"#);
+        assert!(!runs_here(Some("bench"), &fs_with_key));
+        let not_json = specs(&["bench", "l2", "--l2-adapter=s3_bucket"]);
+        assert!(!runs_here(Some("bench"), &not_json));
+        let bucket = specs(&[
+            "bench",
+            "l2",
+            r#"--l2-adapter={"type":"s3","s3_bucket":"kvc"}"#,
+        ]);
+        assert!(runs_here(Some("bench"), &bucket));
+        assert!(runs_here(Some("server"), &specs(&["server"])));
     }
 }

@@ -13,7 +13,7 @@ use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, T
 use lmcache_launcher::env::{self, NodeEnv};
 use lmcache_launcher::housekeep::with_progress;
 use lmcache_launcher::inspect::Inspection;
-use lmcache_launcher::launch::{self, LaunchError, RunOptions};
+use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::locate;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::status::StatusClient;
@@ -32,6 +32,10 @@ Exit status:
   7  housekeeping failed part-way (what failed is listed; run it again once fixed)
   8  inspect: the server does not answer (what the disk tier holds is still printed)
   9  inspect: the server answers but is not healthy (the parts at fault are named)";
+
+/// How long `inspect` waits for one S3 gateway's state (it answers from
+/// memory on loopback, so this only bounds a port that does not answer).
+const GATEWAY_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Parser)]
 #[command(
@@ -66,8 +70,9 @@ enum Command {
     Housekeep(HousekeepArgs),
     /// Show what the node's tiers hold and do: each L2 tier in cascade order
     /// (type, path or endpoint, health, workers, O_DIRECT, capacity, usage),
-    /// L1, the store controller, worker liveness, and the disk tier's
-    /// identity manifest and on-disk usage (read from disk, so it works with
+    /// L1, the store controller, worker liveness, the state of the S3
+    /// gateways of `s3_bucket` tiers, and the disk tier's identity manifest,
+    /// on-disk usage and capacity guard (read from disk, so it works with
     /// the server down). Secrets are never printed.
     #[command(after_help = EXIT_CODES)]
     Inspect(InspectArgs),
@@ -171,6 +176,15 @@ struct LaunchArgs {
     /// Seconds a stop waits after SIGTERM before SIGKILL.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     stop_grace: u64,
+    /// Seconds before restarting a server that exited after it was ready
+    /// once; doubled after each restart, up to 30 s (or this value if
+    /// larger). 0 restarts at once.
+    #[arg(long, default_value_t = 1, value_name = "SECONDS")]
+    restart_backoff: u64,
+    /// A server run shorter than this many seconds is a fast failure; 3 in
+    /// a row end the launch with exit 5.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    fast_failure_window: u64,
     /// Test hook: one more argument appended verbatim to the server's command
     /// line (repeat it for several). Not for production nodes.
     #[arg(long, hide = true, value_name = "ARG", allow_hyphen_values = true)]
@@ -384,9 +398,17 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
         return Ok(());
     }
     tracing::info!("{}", plan.log_line());
+    let first_backoff = Duration::from_secs(args.restart_backoff);
+    let default_restart = RestartPolicy::default();
     let options = RunOptions {
         ready_timeout: Duration::from_secs(args.ready_timeout),
         stop_grace: Duration::from_secs(args.stop_grace),
+        restart: RestartPolicy {
+            first_backoff,
+            max_backoff: default_restart.max_backoff.max(first_backoff),
+            fast_failure: Duration::from_secs(args.fast_failure_window),
+            ..default_restart
+        },
         ..RunOptions::default()
     };
     runtime()?.block_on(launch::run(plan, &options))?;
@@ -436,8 +458,10 @@ fn inspect_cmd(args: InspectArgs, vars: BTreeMap<String, String>) -> Result<(), 
         ),
     };
     let client = StatusClient::new(url.clone());
-    let poll = runtime()?.block_on(client.poll());
-    let report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+    let runtime = runtime()?;
+    let poll = runtime.block_on(client.poll());
+    let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+    runtime.block_on(report.read_gateways(GATEWAY_TIMEOUT));
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| Failure {
             code: 1,

@@ -1,0 +1,308 @@
+//! What a gateway says about itself: counters kept while it serves, and the
+//! JSON it answers on [`STATE_PATH`] for `lmcache-tier inspect`.
+//!
+//! The route takes an unsigned `GET`: `inspect` holds no key, and the state
+//! carries nothing secret (no credential, no header, no query string), only
+//! what the operator's spec names: bucket, key prefix, upstream host, region.
+//! The gateway listens on 127.0.0.1 only, so only local processes can ask.
+//!
+//! [`STATE_PATH`] never collides with an object: every key LMCache's S3
+//! adapter writes has the form `<model>@<kv_rank>@<group>@<hash>[@<salt>]`
+//! (`shared/lmcache-facts.md`, "Object names"), so its path holds a `@`
+//! (`%40`), and this one holds none.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use http::Method;
+use serde::{Deserialize, Serialize};
+
+use super::spec::BucketTier;
+use crate::redact_endpoint;
+
+/// The path on which a gateway answers `GET` with its [`GatewayState`].
+pub const STATE_PATH: &str = "/.well-known/erebine-s3-gateway";
+
+/// One gateway's identity and counters since it started (the JSON of
+/// [`STATE_PATH`]; fields are added, never renamed or removed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayState {
+    /// The tier's 0-based position in the cascade.
+    pub tier: usize,
+    /// The bucket (`s3_bucket`).
+    pub bucket: String,
+    /// The key prefix inside the bucket (`s3_key_prefix`), `""` for none.
+    pub key_prefix: String,
+    /// The upstream as `<scheme>://<host>[:port]`, without user info or query.
+    pub upstream: String,
+    /// The SigV4 region (`s3_region`).
+    pub region: String,
+    /// Where the real credentials came from: `spec` (the tier's own
+    /// `aws_access_key_id`) or `aws_default_chain` (the launcher's AWS
+    /// default credential chain). Never the key itself.
+    pub credential_source: String,
+    /// When the gateway started, RFC 3339 UTC.
+    pub started_at: String,
+    /// Requests LMCache sent, by method (the state route not counted).
+    pub requests: RequestCounts,
+    /// Requests refused with 403 (bad or missing signature, unknown key).
+    pub rejected: u64,
+    /// Upstream answers with a 5xx status, and answers that broke off.
+    pub upstream_errors: u64,
+    /// Requests the upstream did not answer at all (the gateway said 503).
+    pub upstream_unreachable: u64,
+    /// Request body bytes forwarded to the upstream.
+    pub bytes_up: u64,
+    /// Response body bytes received from the upstream.
+    pub bytes_down: u64,
+    /// The last upstream error or unreachable request, if any.
+    pub last_upstream_error: Option<UpstreamError>,
+}
+
+/// Requests by method.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestCounts {
+    /// `HEAD` (lookups).
+    pub head: u64,
+    /// `GET` (loads and listings).
+    pub get: u64,
+    /// `PUT` (stores and multipart parts).
+    pub put: u64,
+    /// `POST` (multipart create and complete).
+    pub post: u64,
+    /// `DELETE`.
+    pub delete: u64,
+    /// Any other method.
+    pub other: u64,
+}
+
+/// One upstream failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamError {
+    /// When, RFC 3339 UTC.
+    pub at: String,
+    /// Method, upstream host and cause, e.g. `PUT http://10.0.0.5:9000:
+    /// error sending request: connection refused`; no path or query.
+    pub message: String,
+}
+
+/// Asks the gateway that may listen on `addr` for its state: `None` when
+/// nothing answers within `timeout`, or the answer is not a 200 with a
+/// [`GatewayState`] (it is then not a gateway of ours).
+pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Option<GatewayState> {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .no_proxy()
+        .build()
+        .ok()?;
+    let response = client
+        .get(format!("http://{addr}{STATE_PATH}"))
+        .send()
+        .await
+        .ok()?;
+    if response.status() != reqwest::StatusCode::OK {
+        return None;
+    }
+    response.json().await.ok()
+}
+
+/// The live counters of one gateway.
+pub(crate) struct Stats {
+    identity: GatewayState,
+    requests: [AtomicU64; 6],
+    rejected: AtomicU64,
+    upstream_errors: AtomicU64,
+    upstream_unreachable: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    last_upstream_error: Mutex<Option<UpstreamError>>,
+}
+
+impl Stats {
+    /// Zeroed counters for `tier`, started now; the credential source is
+    /// set by [`Stats::with_credential_source`] once it is known.
+    pub(crate) fn new(tier: &BucketTier) -> Self {
+        Stats {
+            identity: GatewayState {
+                tier: tier.position,
+                bucket: tier.bucket.clone(),
+                key_prefix: tier.key_prefix.clone(),
+                upstream: redact_endpoint(&format!("{}://{}", tier.scheme, tier.endpoint)),
+                region: tier.region.clone(),
+                credential_source: String::new(),
+                started_at: now(),
+                requests: RequestCounts::default(),
+                rejected: 0,
+                upstream_errors: 0,
+                upstream_unreachable: 0,
+                bytes_up: 0,
+                bytes_down: 0,
+                last_upstream_error: None,
+            },
+            requests: Default::default(),
+            rejected: AtomicU64::new(0),
+            upstream_errors: AtomicU64::new(0),
+            upstream_unreachable: AtomicU64::new(0),
+            bytes_up: AtomicU64::new(0),
+            bytes_down: AtomicU64::new(0),
+            last_upstream_error: Mutex::new(None),
+        }
+    }
+
+    /// The same counters, reporting `source` (where the start-up check got
+    /// the real credentials, e.g. `the tier's aws_access_key_id` or
+    /// `profile`; never a key) as the credential source.
+    pub(crate) fn with_credential_source(mut self, source: &str) -> Self {
+        self.identity.credential_source = source.to_string();
+        self
+    }
+
+    /// Counts a request from LMCache.
+    pub(crate) fn request(&self, method: &Method) {
+        let slot = match *method {
+            Method::HEAD => 0,
+            Method::GET => 1,
+            Method::PUT => 2,
+            Method::POST => 3,
+            Method::DELETE => 4,
+            _ => 5,
+        };
+        self.requests[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request refused with 403.
+    pub(crate) fn rejected(&self) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a 5xx answer or a broken-off answer of the upstream; `cause`
+    /// must not hold a path or query.
+    pub(crate) fn upstream_error(&self, method: &Method, cause: &str) {
+        self.upstream_errors.fetch_add(1, Ordering::Relaxed);
+        self.remember(method, cause);
+    }
+
+    /// Counts a request the upstream did not answer; `cause` must not hold
+    /// a path or query.
+    pub(crate) fn unreachable(&self, method: &Method, cause: &str) {
+        self.upstream_unreachable.fetch_add(1, Ordering::Relaxed);
+        self.remember(method, cause);
+    }
+
+    /// Counts request body bytes sent upstream.
+    pub(crate) fn sent(&self, bytes: usize) {
+        self.bytes_up.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts response body bytes received from upstream.
+    pub(crate) fn received(&self, bytes: usize) {
+        self.bytes_down.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    fn remember(&self, method: &Method, cause: &str) {
+        let error = UpstreamError {
+            at: now(),
+            message: format!("{method} {}: {cause}", self.identity.upstream),
+        };
+        if let Ok(mut last) = self.last_upstream_error.lock() {
+            *last = Some(error);
+        }
+    }
+
+    /// The state as of now.
+    pub(crate) fn snapshot(&self) -> GatewayState {
+        let count = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let [head, get, put, post, delete, other] = self.requests.each_ref().map(count);
+        GatewayState {
+            requests: RequestCounts {
+                head,
+                get,
+                put,
+                post,
+                delete,
+                other,
+            },
+            rejected: count(&self.rejected),
+            upstream_errors: count(&self.upstream_errors),
+            upstream_unreachable: count(&self.upstream_unreachable),
+            bytes_up: count(&self.bytes_up),
+            bytes_down: count(&self.bytes_down),
+            last_upstream_error: self
+                .last_upstream_error
+                .lock()
+                .ok()
+                .and_then(|last| last.clone()),
+            ..self.identity.clone()
+        }
+    }
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::s3::credentials::CredentialSource;
+    use crate::s3::spec::KeyPair;
+
+    fn tier() -> BucketTier {
+        BucketTier {
+            position: 1,
+            endpoint: "10.0.0.5:9000".into(),
+            scheme: "http",
+            bucket: "kv-cache".into(),
+            key_prefix: "node-a/".into(),
+            region: "us-east-1".into(),
+            ca_bundle_pem: None,
+            credentials: CredentialSource::Spec(KeyPair {
+                access_key_id: "AKIAREALKEYID".into(),
+                secret_access_key: "REAL-SECRET".into(),
+                session_token: Some("REAL-TOKEN".into()),
+            }),
+        }
+    }
+
+    #[test]
+    fn counters_add_up_and_the_state_holds_no_secret() {
+        let stats = Stats::new(&tier()).with_credential_source("the tier's aws_access_key_id");
+        for method in [Method::HEAD, Method::HEAD, Method::PUT, Method::OPTIONS] {
+            stats.request(&method);
+        }
+        stats.rejected();
+        stats.sent(100);
+        stats.sent(28);
+        stats.received(7);
+        stats.upstream_error(&Method::PUT, "answered 500 Internal Server Error");
+        stats.unreachable(&Method::GET, "error sending request: connection refused");
+        let state = stats.snapshot();
+        assert_eq!(
+            state.requests,
+            RequestCounts {
+                head: 2,
+                put: 1,
+                other: 1,
+                ..RequestCounts::default()
+            }
+        );
+        assert_eq!(
+            (state.rejected, state.bytes_up, state.bytes_down),
+            (1, 128, 7)
+        );
+        assert_eq!((state.upstream_errors, state.upstream_unreachable), (1, 1));
+        assert_eq!(
+            state.last_upstream_error.as_ref().unwrap().message,
+            "GET http://10.0.0.5:9000: error sending request: connection refused"
+        );
+        assert_eq!(state.upstream, "http://10.0.0.5:9000");
+        assert_eq!((state.tier, state.bucket.as_str()), (1, "kv-cache"));
+        let json = serde_json::to_string(&state).unwrap();
+        for secret in ["AKIAREALKEYID", "REAL-SECRET", "REAL-TOKEN"] {
+            assert!(!json.contains(secret), "{json}");
+        }
+        assert_eq!(serde_json::from_str::<GatewayState>(&json).unwrap(), state);
+    }
+}
