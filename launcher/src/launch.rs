@@ -19,6 +19,10 @@ use crate::status::{Poll, StatusClient};
 use crate::supervise::{describe, listener_owned_by_tree, Output, Supervised};
 use crate::watch::{Event, WatchConfig, Watcher};
 
+/// How long a server whose tree holds no `/status` listener is given to
+/// show that it has exited rather than lost its port to another process.
+const OWNER_CHECK_GRACE: Duration = Duration::from_millis(500);
+
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -470,6 +474,12 @@ async fn supervise(
             // Two launches on one port both pass the port check; the loser's
             // server fails to bind, and the winner's answers its polls.
             if listener_owned_by_tree(plan.http_port, server.pid()) == Some(false) {
+                // A server that dies right after its answer leaves no
+                // listener in its tree either: that is an exit, not a port
+                // taken by someone else.
+                if let Ok(status) = tokio::time::timeout(OWNER_CHECK_GRACE, server.wait()).await {
+                    return Ok(Ended::Exited(status?));
+                }
                 server.stop(options.stop_grace).await?;
                 return Err(LaunchError::PortInUse {
                     variable: env::HTTP_PORT,
