@@ -230,10 +230,14 @@ impl NodeEnv {
             l2_adapter: get(L2_ADAPTER)
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
                 .transpose()?,
-            lmcache_log_level: match (get(LMCACHE_LOG_LEVEL), get(AGENT_LOG_LEVEL)) {
-                (Some(level), _) => Some(lmcache_level(LMCACHE_LOG_LEVEL, &level)?),
-                (None, Some(level)) => Some(lmcache_level(AGENT_LOG_LEVEL, &level)?),
-                (None, None) => None,
+            lmcache_log_level: {
+                let agent = get(AGENT_LOG_LEVEL)
+                    .map(|level| lmcache_level(AGENT_LOG_LEVEL, &level))
+                    .transpose()?;
+                match get(LMCACHE_LOG_LEVEL) {
+                    Some(level) => Some(lmcache_level(LMCACHE_LOG_LEVEL, &level)?),
+                    None => agent,
+                }
             },
             kv_cache_backend: get(KV_CACHE_BACKEND)
                 .map(|v| KvCacheBackend::parse(KV_CACHE_BACKEND, &v))
@@ -488,8 +492,11 @@ mod tests {
 
     #[test]
     fn an_unknown_log_level_names_the_variable_it_came_from() {
-        for var in [LMCACHE_LOG_LEVEL, AGENT_LOG_LEVEL] {
-            let err = NodeEnv::from_vars(&vars(&[(var, "verbose")]))
+        for (var, other) in [
+            (LMCACHE_LOG_LEVEL, AGENT_LOG_LEVEL),
+            (AGENT_LOG_LEVEL, LMCACHE_LOG_LEVEL),
+        ] {
+            let err = NodeEnv::from_vars(&vars(&[(var, "verbose"), (other, "info")]))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(var) && err.contains("verbose"), "{err}");

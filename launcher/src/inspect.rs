@@ -216,7 +216,7 @@ impl Inspection {
             fresh
         });
         Inspection {
-            url: url.to_string(),
+            url: lmcache_adapters::redact_endpoint(url),
             server,
             tiers,
             l1: status.and_then(ServerStatus::l1).map(|l1| L1Row {
@@ -437,8 +437,8 @@ fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
     format!(
         "\nS3 gateway of tier {} on {} (started {})\n{}",
         tier.position,
-        tier.location.as_deref().unwrap_or("-"),
-        g.started_at,
+        printable(tier.location.as_deref().unwrap_or("-")),
+        printable(&g.started_at),
         table(&rows)
     )
 }
@@ -484,8 +484,17 @@ fn read_disk(path: &Path) -> DiskRow {
     disk
 }
 
+/// A table row. Control characters in a cell (the values come from the
+/// server and the gateways, which any local process can impersonate) are
+/// shown as `?`, so no answer can draw rows or move the terminal's cursor.
 fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
-    cells.iter().map(|c| c.to_string()).collect()
+    cells.iter().map(|c| printable(c)).collect()
+}
+
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -687,6 +696,29 @@ mod tests {
             }
         });
         port
+    }
+
+    #[test]
+    fn text_cells_show_control_characters_as_question_marks() {
+        assert_eq!(
+            row(["a\u{1b}[2Jb\nserver  healthy", "ok"]),
+            ["a?[2Jb?server  healthy", "ok"]
+        );
+    }
+
+    #[test]
+    fn the_url_is_shown_without_credentials() {
+        let report = Inspection::build(
+            "http://u:PASS@127.0.0.1:1/status?token=SECRET",
+            &Poll::NoAnswer("refused".into()),
+            &[],
+            None,
+        );
+        assert!(
+            !report.url.contains("PASS") && !report.url.contains("SECRET"),
+            "{}",
+            report.url
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -123,6 +123,15 @@ fn negative_flags_are_refused_by_name() {
     assert_fails(&out, 2, &["--l1-gb"]);
     let out = case.run(&["launch", "--tensor-parallel-size", "0"]);
     assert_fails(&out, 2, &["--tensor-parallel-size"]);
+    for flag in [
+        "--ready-timeout",
+        "--stop-grace",
+        "--restart-backoff",
+        "--fast-failure-window",
+    ] {
+        let out = case.run(&["launch", flag, "18446744073709551615", "--dry-run"]);
+        assert_fails(&out, 2, &[flag, "0..=604800"]);
+    }
 }
 
 #[test]

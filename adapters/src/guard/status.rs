@@ -8,8 +8,9 @@
 //! one. `updated_unix_ms` says how fresh it is and `pid` which process wrote
 //! it; a file whose writer is gone is the last state of a stopped guard.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::BorrowedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{openat, renameat, OFlag};
@@ -132,18 +133,72 @@ pub(crate) fn write_status(dir: BorrowedFd<'_>, status: &GuardStatus) -> io::Res
     Ok(())
 }
 
+/// The largest status file read: a guard writes well under 4 KiB.
+const STATUS_MAX_BYTES: u64 = 1 << 20;
+
 /// Reads the status file of the tier at `base_path`: `Ok(None)` when no
-/// guard ever wrote one there.
+/// guard ever wrote one there. Only a regular file is read, never through a
+/// symlink, without blocking (a FIFO put there) and at most
+/// [`STATUS_MAX_BYTES`]: anything that can write the tier directory could
+/// have put something else there.
 ///
 /// # Errors
-/// The read error, or invalid JSON, with the file's path.
+/// The read error, or what makes the file unusable, with the file's path.
 pub fn read_status(base_path: &Path) -> Result<Option<GuardStatus>, String> {
     let path = base_path.join(GUARD_STATUS_FILE_NAME);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| format!("{} is not a guard status: {e}", path.display())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    let unusable = |problem: String| Err(format!("{}: {problem}", path.display()));
+    let mut file = match std::fs::File::options()
+        .read(true)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+        .open(&path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return unusable(format!("cannot open it (a symlink is not followed): {e}")),
+    };
+    match file.metadata() {
+        Ok(meta) if !meta.is_file() => return unusable("it is not a regular file".into()),
+        Ok(_) => {}
+        Err(e) => return unusable(format!("cannot stat it: {e}")),
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = (&mut file)
+        .take(STATUS_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+    {
+        return unusable(format!("cannot read it: {e}"));
+    }
+    if bytes.len() as u64 > STATUS_MAX_BYTES {
+        return unusable(format!("it is larger than {STATUS_MAX_BYTES} bytes"));
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .or_else(|e| unusable(format!("it is not a guard status: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(dir: &Path) -> String {
+        read_status(dir).expect_err("an unusable status file")
+    }
+
+    #[test]
+    fn only_a_small_regular_file_is_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let path = dir.join(GUARD_STATUS_FILE_NAME);
+        assert_eq!(read_status(dir), Ok(None));
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        assert!(problem(dir).contains("symlink is not followed"));
+        std::fs::remove_file(&path).unwrap();
+        nix::unistd::mkfifo(&path, Mode::S_IRUSR | Mode::S_IWUSR).unwrap();
+        assert!(problem(dir).contains("not a regular file"));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, vec![b' '; STATUS_MAX_BYTES as usize + 1]).unwrap();
+        assert!(problem(dir).contains("larger than"));
+        std::fs::write(&path, "{}").unwrap();
+        assert!(problem(dir).contains("not a guard status"));
     }
 }

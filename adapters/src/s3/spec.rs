@@ -168,7 +168,7 @@ impl BucketTier {
         check_endpoint(&endpoint).map_err(|problem| {
             err(
                 "s3_endpoint",
-                format!("{endpoint:?} {problem}"),
+                format!("{:?} {problem}", crate::redact_endpoint(&endpoint)),
                 "Give the plain endpoint host, optionally with a port (e.g. \"swift.example.net\" or \"10.0.0.5:9000\"); use \"disable_tls\": true for plain http.",
             )
         })?;
@@ -436,6 +436,22 @@ mod tests {
         let e = BucketTier::from_spec(&spec, 3, &half).unwrap_err();
         assert_eq!(e.key, "aws_access_key_id");
         assert!(e.problem.contains("without AWS_SECRET_ACCESS_KEY"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_endpoint_is_quoted_without_its_secrets() {
+        for endpoint in [
+            "https://AKID:EPSECRETPW@127.0.0.1:9000",
+            "AKID:EPSECRETPW@127.0.0.1:9000",
+            "h:9000/?X-Amz-Security-Token=EPSECRETPW",
+        ] {
+            let json = format!(
+                r#"{{"type":"s3","s3_bucket":"kvc","s3_region":"r","s3_endpoint":{endpoint:?}}}"#
+            );
+            let e = BucketTier::from_spec(&tier(&json), 0, &no_env).unwrap_err();
+            assert_eq!(e.key, "s3_endpoint");
+            assert!(!e.to_string().contains("EPSECRETPW"), "{e}");
+        }
     }
 
     #[test]

@@ -171,19 +171,19 @@ struct LaunchArgs {
     #[arg(long, requires = "dry_run")]
     json: bool,
     /// Seconds the server may take to answer /status.
-    #[arg(long, default_value_t = 180, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 180, value_name = "SECONDS", value_parser = seconds())]
     ready_timeout: u64,
     /// Seconds a stop waits after SIGTERM before SIGKILL.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = seconds())]
     stop_grace: u64,
     /// Seconds before restarting a server that exited after it was ready
     /// once; doubled after each restart, up to 30 s (or this value if
     /// larger). 0 restarts at once.
-    #[arg(long, default_value_t = 1, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 1, value_name = "SECONDS", value_parser = seconds())]
     restart_backoff: u64,
     /// A server run shorter than this many seconds is a fast failure; 3 in
     /// a row end the launch with exit 5.
-    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 120, value_name = "SECONDS", value_parser = seconds())]
     fast_failure_window: u64,
     /// Test hook: one more argument appended verbatim to the server's command
     /// line (repeat it for several). Not for production nodes.
@@ -209,6 +209,15 @@ struct SizeArgs {
 
 fn backend(s: &str) -> Result<KvCacheBackend, String> {
     KvCacheBackend::parse("--kv-cache-backend", s).map_err(|e| e.to_string())
+}
+
+/// The longest time a launch flag takes: 7 days in seconds. Longer ones
+/// are typing mistakes, and would overflow the clock arithmetic.
+const MAX_SECONDS: u64 = 7 * 24 * 3600;
+
+/// Parses a launch flag's seconds, 0 to [`MAX_SECONDS`].
+fn seconds() -> clap::builder::RangedU64ValueParser {
+    clap::value_parser!(u64).range(..=MAX_SECONDS)
 }
 
 fn non_negative_gib(s: &str) -> Result<f64, String> {
