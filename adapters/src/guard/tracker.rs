@@ -127,22 +127,32 @@ impl Tracker {
         let objects = inventory.objects();
         tracker.entries.reserve_exact(objects.len());
         tracker.index.reserve(objects.len(), |_| 0);
-        // Each object's tick is its rank in the use order; the objects are
-        // then added in the inventory's order, reading it front to back.
-        // One scan's keys are distinct (names decode exactly, and a
-        // directory holds a name once), so none is looked up first.
-        let mut ticks = vec![0u32; objects.len()];
-        for (tick, i) in use_order(inventory, 0..objects.len() as u32)
-            .into_iter()
-            .enumerate()
-        {
-            ticks[i as usize] = tick as u32;
-        }
-        for (object, tick) in objects.iter().zip(ticks) {
-            let family = tracker.family_id(&object.key);
-            let hash = inline_hash(&object.key.chunk_hash);
-            let h = tracker.hash_entry(family, &hash);
-            tracker.push(h, family, hash, object.stats.allocated_bytes, tick);
+        // The use order is sorted on a second thread while this one adds
+        // the objects in the inventory's order (entry i is object i); each
+        // entry's tick is then its object's rank in that order. One scan's
+        // keys are distinct (names decode exactly, and a directory holds a
+        // name once), so none is looked up first.
+        let ranks = std::thread::scope(|scope| {
+            let ranks = scope.spawn(|| {
+                let mut ranks = vec![0u32; objects.len()];
+                for (rank, i) in use_order(inventory, 0..objects.len() as u32)
+                    .into_iter()
+                    .enumerate()
+                {
+                    ranks[i as usize] = rank as u32;
+                }
+                ranks
+            });
+            for object in objects {
+                let family = tracker.family_id(&object.key);
+                let hash = inline_hash(&object.key.chunk_hash);
+                let h = tracker.hash_entry(family, &hash);
+                tracker.push(h, family, hash, object.stats.allocated_bytes, 0);
+            }
+            ranks.join().expect("sorting the use order does not panic")
+        });
+        for (entry, rank) in tracker.entries.iter_mut().zip(ranks) {
+            entry.tick = rank;
         }
         tracker.clock = objects.len() as u32;
         tracker
