@@ -79,10 +79,20 @@ impl ExtraArgs {
                 .chain([&L2_ADAPTER_FLAG])
                 .find(|f| **f == flag);
             let Some(&known) = known else {
-                if let Some(full) = abbreviated(flag) {
+                let candidates = abbreviated(flag);
+                if let [full] = candidates[..] {
                     return Err(invalid(
                         token,
                         format!("write the flag in full ({full}): the node replaces its own {full} only when it sees the whole name"),
+                    ));
+                }
+                if !candidates.is_empty() {
+                    return Err(invalid(
+                        token,
+                        format!(
+                            "write the flag in full: it abbreviates {}",
+                            candidates.join(", ")
+                        ),
                     ));
                 }
                 out.args.push(token.to_string());
@@ -147,17 +157,19 @@ impl ExtraArgs {
     }
 }
 
-/// The node flag `flag` abbreviates, when it is a strict prefix of exactly
-/// the flags argparse would expand it to among the node's.
-fn abbreviated(flag: &str) -> Option<&'static str> {
+/// The node flags (and `--l2-adapter`) that `flag` is a strict prefix of,
+/// as argparse would expand it: one is an abbreviation the node could not
+/// see through, several an ambiguous one.
+fn abbreviated(flag: &str) -> Vec<&'static str> {
     if !flag.starts_with("--") || flag.len() < 3 {
-        return None;
+        return Vec::new();
     }
     NODE_FLAGS
         .iter()
         .chain([&L2_ADAPTER_FLAG])
-        .find(|f| f.len() > flag.len() && f.starts_with(flag))
+        .filter(|f| f.len() > flag.len() && f.starts_with(flag))
         .copied()
+        .collect()
 }
 
 fn invalid(token: &str, expected: String) -> ConfigError {
@@ -188,7 +200,7 @@ fn check_value(flag: &'static str, value: &str) -> Result<(), ConfigError> {
         },
         "--l1-size-gb" => match env::parse_gib(&format!("{VARIABLE} ({flag})"), value)? {
             0 => Err(bad(
-                "more than 0: LMCache stages every chunk in L1 on its way to the L2 tiers and cannot run without one; for a write-buffer-only L1 set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=0 and drop the flag (the node then gives L1 1 GiB)",
+                "a size above 0 bytes (this one is 0, or rounds to 0): LMCache stages every chunk in L1 on its way to the L2 tiers and cannot run without one; for a write-buffer-only L1 set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=0 and drop the flag (the node then gives L1 1 GiB)",
             )),
             _ => Ok(()),
         },
@@ -291,6 +303,7 @@ mod tests {
             ("--http-host=0.0.0.0", "127.0.0.1"),
             ("--chunk 512", "--chunk-size"),
             ("--l2-adapt {}", "--l2-adapter"),
+            ("--l2=x", "abbreviates --l2-store-policy, --l2-adapter"),
             ("--l2-adapter {not-json}", "not valid JSON"),
             ("--l2-adapter [{\"type\":\"fs\"}]", "one JSON object"),
             ("--l2-adapter {\"base_path\":\"/x\"}", "no \"type\""),
