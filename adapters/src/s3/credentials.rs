@@ -12,9 +12,12 @@
 //! (`AWS_ENDPOINT_URL_STS`, `AWS_ENDPOINT_URL`).
 //!
 //! Temporary credentials are cached and fetched again [`REFRESH_BEFORE`]
-//! their expiry, so every request is signed with current ones.
+//! their expiry, so every request is signed with current ones. The refresh
+//! runs in the background while the cached ones last, and every source
+//! answers within [`FETCH_TIMEOUT`] or fails.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_config::imds::credentials::ImdsCredentialsProvider;
@@ -22,6 +25,7 @@ use aws_config::profile::ProfileFileCredentialsProvider;
 use aws_config::provider_config::ProviderConfig;
 use aws_config::web_identity_token::{StaticConfiguration, WebIdentityTokenCredentialsProvider};
 use aws_config::Region;
+use aws_credential_types::credential_fn::provide_credentials_fn;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_credential_types::Credentials;
@@ -39,6 +43,11 @@ pub const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
 /// hands out credentials already inside [`REFRESH_BEFORE`], or one that
 /// fails, is not asked again for every request.
 const MIN_REFETCH: Duration = Duration::from_secs(10);
+
+/// The time limit of one source's answer: a source that hangs (an STS that
+/// never answers) fails with its name instead of holding up the start or
+/// the refresh.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a tier's real credentials come from, in the order they are looked
 /// for. `Debug` never prints a secret.
@@ -61,11 +70,14 @@ pub enum CredentialSource {
 pub struct ChainSettings {
     /// The profile: `AWS_PROFILE`, else `default`.
     pub profile: String,
+    /// Whether `AWS_PROFILE` names the profile: then it must have
+    /// credentials (as in the AWS CLI), instead of passing to the next source.
+    pub profile_required: bool,
     /// The shared config file: `AWS_CONFIG_FILE`, else `$HOME/.aws/config`;
-    /// `None` when that file does not exist.
+    /// `None` when the default file does not exist.
     pub config_file: Option<PathBuf>,
     /// The shared credentials file: `AWS_SHARED_CREDENTIALS_FILE`, else
-    /// `$HOME/.aws/credentials`; `None` when that file does not exist.
+    /// `$HOME/.aws/credentials`; `None` when the default file does not exist.
     pub credentials_file: Option<PathBuf>,
     /// Web identity: `AWS_WEB_IDENTITY_TOKEN_FILE` and `AWS_ROLE_ARN` (both
     /// needed), `AWS_ROLE_SESSION_NAME` (else `lmcache-tier`).
@@ -82,6 +94,10 @@ pub struct ChainSettings {
     /// The region of the STS calls (web identity, roles in profiles):
     /// `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the tier's `s3_region`.
     pub sts_region: String,
+    /// Why the environment cannot be used as it is (a variable naming a
+    /// missing file, half of the web identity variables, an endpoint that is
+    /// not a URL), with what to do; the chain is not set up then.
+    pub problem: Option<String>,
 }
 
 /// A web identity role to assume.
@@ -119,38 +135,83 @@ impl ChainSettings {
     pub fn from_env(env: &(dyn Fn(&str) -> Option<String> + Sync), s3_region: &str) -> Self {
         let var = |name: &str| env(name).filter(|v| !v.is_empty());
         let home = var("HOME").map(PathBuf::from);
-        let file = |override_var: &str, default: &str| {
-            var(override_var)
-                .map(PathBuf::from)
-                .or_else(|| home.as_ref().map(|h| h.join(default)))
-                .filter(|p| p.is_file())
+        let mut problems = Vec::new();
+        let mut file = |override_var: &str, default: &str| match var(override_var) {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                if let Err(why) = regular_file(&path) {
+                    problems.push(format!(
+                        "{override_var} is {path:?}, which {why}. Point it at the file, or unset {override_var}."
+                    ));
+                    return None;
+                }
+                Some(path)
+            }
+            None => home
+                .as_ref()
+                .map(|h| h.join(default))
+                .filter(|p| p.is_file()),
         };
+        let config_file = file("AWS_CONFIG_FILE", ".aws/config");
+        let credentials_file = file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+        let profile = var("AWS_PROFILE");
+        if let (Some(profile), None, None, true) = (
+            &profile,
+            &config_file,
+            &credentials_file,
+            problems.is_empty(),
+        ) {
+            problems.push(format!(
+                "AWS_PROFILE is {profile:?}, but there is no profile file (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE, ~/.aws/config, ~/.aws/credentials). Define the profile in one, or unset AWS_PROFILE."
+            ));
+        }
         let web_identity = match (var("AWS_WEB_IDENTITY_TOKEN_FILE"), var("AWS_ROLE_ARN")) {
             (Some(token_file), Some(role_arn)) => Some(WebIdentity {
                 token_file: token_file.into(),
                 role_arn,
                 session_name: var("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| "lmcache-tier".into()),
             }),
-            _ => None,
+            (Some(_), None) => {
+                problems.push("AWS_WEB_IDENTITY_TOKEN_FILE is set without AWS_ROLE_ARN. Set AWS_ROLE_ARN to the role to assume, or unset AWS_WEB_IDENTITY_TOKEN_FILE.".into());
+                None
+            }
+            (None, Some(_)) => {
+                problems.push("AWS_ROLE_ARN is set without AWS_WEB_IDENTITY_TOKEN_FILE. Set AWS_WEB_IDENTITY_TOKEN_FILE to the web identity token file, or unset AWS_ROLE_ARN.".into());
+                None
+            }
+            (None, None) => None,
         };
         let imds_disabled =
             var("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let imds_endpoint = var("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+        if let (false, Some(endpoint)) = (imds_disabled, &imds_endpoint) {
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                problems.push(format!(
+                    "AWS_EC2_METADATA_SERVICE_ENDPOINT {endpoint:?} is not a URL (no http:// or https://). Set it to e.g. http://169.254.169.254, or unset it."
+                ));
+            }
+        }
         ChainSettings {
-            profile: var("AWS_PROFILE").unwrap_or_else(|| "default".into()),
-            config_file: file("AWS_CONFIG_FILE", ".aws/config"),
-            credentials_file: file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"),
+            profile_required: profile.is_some(),
+            profile: profile.unwrap_or_else(|| "default".into()),
+            config_file,
+            credentials_file,
             web_identity,
             ecs: var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
                 || var("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_some(),
-            imds: (!imds_disabled).then(|| var("AWS_EC2_METADATA_SERVICE_ENDPOINT")),
+            imds: (!imds_disabled).then_some(imds_endpoint),
             sts_region: var("AWS_REGION")
                 .or_else(|| var("AWS_DEFAULT_REGION"))
                 .unwrap_or_else(|| s3_region.to_string()),
+            problem: (!problems.is_empty()).then(|| problems.join(" ")),
         }
     }
 
     /// The sources this chain tries, in order, each with what it reads.
-    fn sources(&self) -> Result<Vec<(String, SharedCredentialsProvider)>, String> {
+    fn sources(&self) -> Result<Vec<Source>, String> {
+        if let Some(problem) = &self.problem {
+            return Err(problem.clone());
+        }
         let http_client = aws_smithy_http_client::Builder::new()
             .tls_provider(tls::Provider::Rustls(
                 tls::rustls_provider::CryptoMode::Ring,
@@ -179,37 +240,57 @@ impl ChainSettings {
                 .profile_files(files.build())
                 .profile_name(&self.profile)
                 .build();
-            sources.push((
-                format!("profile {:?} in {}", self.profile, names.join(" and ")),
-                SharedCredentialsProvider::new(provider),
-            ));
+            sources.push(Source {
+                name: format!("profile {:?} in {}", self.profile, names.join(" and ")),
+                provider: SharedCredentialsProvider::new(provider),
+                required_by: self.profile_required.then_some("AWS_PROFILE"),
+            });
         }
         if let Some(w) = &self.web_identity {
-            let provider = WebIdentityTokenCredentialsProvider::builder()
-                .configure(&conf)
-                .static_configuration(StaticConfiguration {
-                    web_identity_token_file: w.token_file.clone(),
-                    role_arn: w.role_arn.clone(),
-                    session_name: w.session_name.clone(),
-                })
-                .build();
-            sources.push((
-                format!(
+            let provider = SharedCredentialsProvider::new(
+                WebIdentityTokenCredentialsProvider::builder()
+                    .configure(&conf)
+                    .static_configuration(StaticConfiguration {
+                        web_identity_token_file: w.token_file.clone(),
+                        role_arn: w.role_arn.clone(),
+                        session_name: w.session_name.clone(),
+                    })
+                    .build(),
+            );
+            let token_file = w.token_file.clone();
+            // aws-config reads the token file without a time limit: a FIFO
+            // there would block the refresh for good.
+            let checked = provide_credentials_fn(move || {
+                let provider = provider.clone();
+                let token_file = token_file.clone();
+                async move {
+                    regular_file(&token_file).map_err(|why| {
+                        CredentialsError::invalid_configuration(format!(
+                            "AWS_WEB_IDENTITY_TOKEN_FILE is {token_file:?}, which {why}. Point it at the token file"
+                        ))
+                    })?;
+                    provider.provide_credentials().await
+                }
+            });
+            sources.push(Source {
+                name: format!(
                     "web identity (role {}, token {})",
                     w.role_arn,
                     w.token_file.display()
                 ),
-                SharedCredentialsProvider::new(provider),
-            ));
+                provider: SharedCredentialsProvider::new(checked),
+                required_by: None,
+            });
         }
         if self.ecs {
             let provider = aws_config::ecs::EcsCredentialsProvider::builder()
                 .configure(&conf)
                 .build();
-            sources.push((
-                "the ECS container endpoint".to_string(),
-                SharedCredentialsProvider::new(provider),
-            ));
+            sources.push(Source {
+                name: "the ECS container endpoint".to_string(),
+                provider: SharedCredentialsProvider::new(provider),
+                required_by: None,
+            });
         }
         if let Some(endpoint) = &self.imds {
             let mut client = aws_config::imds::Client::builder().configure(&conf);
@@ -222,16 +303,38 @@ impl ChainSettings {
                 .configure(&conf)
                 .imds_client(client.build())
                 .build();
-            sources.push((
-                format!(
+            sources.push(Source {
+                name: format!(
                     "EC2 instance metadata at {}",
                     endpoint.as_deref().unwrap_or("the default endpoint")
                 ),
-                SharedCredentialsProvider::new(provider),
-            ));
+                provider: SharedCredentialsProvider::new(provider),
+                required_by: None,
+            });
         }
         Ok(sources)
     }
+}
+
+/// Whether `path` is a regular file (after symbolic links); else why not.
+fn regular_file(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err("is not a regular file".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("does not exist".into()),
+        Err(e) => Err(format!("cannot be read: {e}")),
+    }
+}
+
+/// One source of the chain.
+struct Source {
+    /// What it reads, e.g. `profile "kv" in /root/.aws/credentials`.
+    name: String,
+    provider: SharedCredentialsProvider,
+    /// The variable that selected it when it must have credentials: then a
+    /// source without credentials is an error naming the variable, not a
+    /// pass to the next source.
+    required_by: Option<&'static str>,
 }
 
 /// Why no credentials could be had.
@@ -241,7 +344,7 @@ pub enum NoCredentials {
     #[error("no credentials: the tier has no aws_access_key_id, AWS_ACCESS_KEY_ID is not set, and the AWS default chain found none; tried: {0}")]
     NotFound(String),
     /// A source that is set up failed (a bad profile, a refused role, an
-    /// unreachable STS).
+    /// unreachable STS, no answer within [`FETCH_TIMEOUT`]).
     #[error("{source_name} failed: {detail}")]
     Failed {
         /// The source, e.g. `web identity (role ...)`.
@@ -257,8 +360,17 @@ pub enum NoCredentials {
 /// A tier's credentials, fetched from its [`CredentialSource`] and cached
 /// until [`REFRESH_BEFORE`] their expiry.
 pub(crate) struct RealCredentials {
-    sources: Vec<(String, SharedCredentialsProvider)>,
-    cached: tokio::sync::Mutex<Cached>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sources: Vec<Source>,
+    /// The time limit of one source's answer ([`FETCH_TIMEOUT`]).
+    fetch_timeout: Duration,
+    /// Never held across an await.
+    cached: Mutex<Cached>,
+    /// Held while fetching: one fetch at a time.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -269,6 +381,17 @@ struct Cached {
     next_fetch: Option<Instant>,
     /// Why the last fetch failed, if it did.
     last_error: Option<NoCredentials>,
+    /// Whether a refresh runs in the background.
+    refreshing: bool,
+}
+
+/// What the cache holds for a request.
+enum Lookup {
+    /// Credentials to use (and the index of their source), or the error of
+    /// the last fetch.
+    Ready(Result<(Credentials, usize), NoCredentials>),
+    /// Nothing usable: the request has to wait for a fetch.
+    Fetch,
 }
 
 impl RealCredentials {
@@ -282,10 +405,11 @@ impl RealCredentials {
                 None,
                 "lmcache-tier",
             );
-            vec![(
-                name.to_string(),
-                SharedCredentialsProvider::new(credentials),
-            )]
+            vec![Source {
+                name: name.to_string(),
+                provider: SharedCredentialsProvider::new(credentials),
+                required_by: None,
+            }]
         };
         let sources = match source {
             CredentialSource::Spec(key) => fixed("the tier's aws_access_key_id", key),
@@ -294,80 +418,152 @@ impl RealCredentials {
                 settings.sources().map_err(NoCredentials::Setup)?
             }
         };
-        Ok(RealCredentials {
-            sources,
-            cached: tokio::sync::Mutex::new(Cached::default()),
-        })
+        Ok(Self::with_sources(sources, FETCH_TIMEOUT))
+    }
+
+    fn with_sources(sources: Vec<Source>, fetch_timeout: Duration) -> Self {
+        RealCredentials {
+            inner: Arc::new(Inner {
+                sources,
+                fetch_timeout,
+                cached: Mutex::new(Cached::default()),
+                fetching: tokio::sync::Mutex::new(()),
+            }),
+        }
     }
 
     /// Current credentials and the name of the source they came from.
     ///
     /// Fetches from the sources in order (the first that has credentials
     /// wins) when none are cached or the cached ones expire within
-    /// [`REFRESH_BEFORE`], at most every [`MIN_REFETCH`]. When a refresh
-    /// fails, credentials that have not expired yet are used (and the
-    /// failure is logged); otherwise the error says which sources were
+    /// [`REFRESH_BEFORE`], at most every [`MIN_REFETCH`], each source
+    /// within [`FETCH_TIMEOUT`]. While the cached credentials have not
+    /// expired, they are returned at once and the refresh runs in the
+    /// background (one at a time); when it fails, they are used until they
+    /// expire (and the failure is logged). Without usable credentials, the
+    /// request waits for a fetch, and the error says which sources were
     /// tried or which one failed (until the next fetch, the same error is
     /// returned at once).
     pub(crate) async fn current(&self) -> Result<(Credentials, &str), NoCredentials> {
-        let mut cached = self.cached.lock().await;
-        let now = SystemTime::now();
-        let fresh = |c: &Credentials| {
-            c.expiry()
-                .is_none_or(|expiry| now + REFRESH_BEFORE < expiry)
+        let inner = &self.inner;
+        let found = match inner.lookup() {
+            Lookup::Ready(found) => found,
+            Lookup::Fetch => {
+                let _fetching = inner.fetching.lock().await;
+                match inner.lookup() {
+                    Lookup::Ready(found) => found,
+                    Lookup::Fetch => inner.fetch_and_cache().await,
+                }
+            }
         };
-        let usable = |c: &Credentials| c.expiry().is_none_or(|expiry| now < expiry);
+        found.map(|(credentials, source)| (credentials, inner.sources[source].name.as_str()))
+    }
+}
+
+impl Inner {
+    fn cached(&self) -> std::sync::MutexGuard<'_, Cached> {
+        self.cached.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the cache holds; starts a background refresh when the cached
+    /// credentials are usable but due for one.
+    fn lookup(self: &Arc<Self>) -> Lookup {
+        let mut cached = self.cached();
+        let now = SystemTime::now();
         let may_fetch = cached.next_fetch.is_none_or(|t| Instant::now() >= t);
         if let Some((credentials, source)) = &cached.current {
-            if fresh(credentials) || (!may_fetch && usable(credentials)) {
-                return Ok((credentials.clone(), &self.sources[*source].0));
+            let ready = Lookup::Ready(Ok((credentials.clone(), *source)));
+            match credentials.expiry() {
+                None => return ready,
+                Some(expiry) if now + REFRESH_BEFORE < expiry => return ready,
+                Some(expiry) if now < expiry => {
+                    if may_fetch && !cached.refreshing {
+                        cached.refreshing = true;
+                        let inner = self.clone();
+                        tokio::spawn(async move {
+                            let fetching = inner.fetching.lock().await;
+                            inner.fetch_and_cache().await.ok();
+                            drop(fetching);
+                            inner.cached().refreshing = false;
+                        });
+                    }
+                    return ready;
+                }
+                Some(_) => {}
             }
         }
-        if let (false, Some(e)) = (may_fetch, &cached.last_error) {
-            return Err(e.clone());
+        match (may_fetch, &cached.last_error) {
+            (false, Some(e)) => Lookup::Ready(Err(e.clone())),
+            _ => Lookup::Fetch,
         }
-        cached.next_fetch = Some(Instant::now() + MIN_REFETCH);
+    }
+
+    /// Fetches (the caller holds `fetching`) and caches the outcome; a
+    /// failure returns the cached credentials while they have not expired.
+    async fn fetch_and_cache(&self) -> Result<(Credentials, usize), NoCredentials> {
+        self.cached().next_fetch = Some(Instant::now() + MIN_REFETCH);
         let fetched = self.fetch().await;
+        let mut cached = self.cached();
         cached.last_error = fetched.as_ref().err().cloned();
         match fetched {
             Ok((credentials, source)) => {
                 cached.current = Some((credentials.clone(), source));
-                Ok((credentials, &self.sources[source].0))
+                Ok((credentials, source))
             }
             Err(e) => match &cached.current {
-                Some((credentials, source)) if usable(credentials) => {
+                Some((credentials, source))
+                    if credentials
+                        .expiry()
+                        .is_none_or(|expiry| SystemTime::now() < expiry) =>
+                {
                     tracing::warn!(
                         "cannot refresh the S3 credentials from {}, using the current ones until they expire: {e}",
-                        self.sources[*source].0
+                        self.sources[*source].name
                     );
-                    Ok((credentials.clone(), &self.sources[*source].0))
+                    Ok((credentials.clone(), *source))
                 }
                 _ => Err(e),
             },
         }
     }
 
-    /// Asks each source in order. A source without credentials
-    /// (`CredentialsNotLoaded`) passes to the next, as in `aws-config`'s
-    /// default chain; any other error stops the search. Returns the
-    /// credentials and the index of the source.
+    /// Asks each source in order, each within `fetch_timeout`. A source
+    /// without credentials (`CredentialsNotLoaded`) passes to the next, as
+    /// in `aws-config`'s default chain, unless it is required; any other
+    /// error stops the search. Returns the credentials and the index of the
+    /// source.
     async fn fetch(&self) -> Result<(Credentials, usize), NoCredentials> {
         let mut tried = Vec::new();
-        for (index, (name, provider)) in self.sources.iter().enumerate() {
-            match provider.provide_credentials().await {
+        for (index, source) in self.sources.iter().enumerate() {
+            let failed = |detail: String| NoCredentials::Failed {
+                source_name: source.name.clone(),
+                detail,
+            };
+            let answer =
+                tokio::time::timeout(self.fetch_timeout, source.provider.provide_credentials())
+                    .await
+                    .map_err(|_| {
+                        failed(format!(
+                            "no answer within {}; check that it is reachable",
+                            humantime::format_duration(self.fetch_timeout)
+                        ))
+                    })?;
+            match answer {
                 Ok(credentials) => return Ok((credentials, index)),
                 Err(e @ CredentialsError::CredentialsNotLoaded(_)) => {
-                    tried.push(match std::error::Error::source(&e) {
-                        Some(reason) => format!("{name} ({})", error_chain(reason)),
-                        None => name.clone(),
+                    let reason = std::error::Error::source(&e).map(detail);
+                    if let Some(variable) = source.required_by {
+                        return Err(failed(format!(
+                            "{variable} names it, but it has no credentials{}. Define it, or unset {variable}",
+                            reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                        )));
+                    }
+                    tried.push(match reason {
+                        Some(reason) => format!("{} ({reason})", source.name),
+                        None => source.name.clone(),
                     });
                 }
-                Err(e) => {
-                    return Err(NoCredentials::Failed {
-                        source_name: name.clone(),
-                        detail: error_chain(&e),
-                    })
-                }
+                Err(e) => return Err(failed(detail(&e))),
             }
         }
         if tried.is_empty() {
@@ -377,6 +573,23 @@ impl RealCredentials {
             );
         }
         Err(NoCredentials::NotFound(tried.join("; ")))
+    }
+}
+
+/// What an error of a source says, without what may carry a secret: the
+/// stderr of a failing `credential_process` is left out; an SSO profile
+/// gets what to use instead.
+fn detail(e: &dyn std::error::Error) -> String {
+    let text = error_chain(e);
+    if text.contains("cargo feature(s) enabled: sso") {
+        return "SSO profiles are not supported; use static keys, a role, credential_process or web identity".into();
+    }
+    match text.find(". Stderr: ") {
+        Some(at) => format!(
+            "{}; its stderr is not shown (it may hold a secret)",
+            text[..at].replace("external process", "the profile's credential_process")
+        ),
+        None => text,
     }
 }
 
@@ -396,9 +609,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    use aws_credential_types::credential_fn::provide_credentials_fn;
 
     use super::*;
     use crate::s3::spec::BucketTier;
@@ -515,6 +725,7 @@ mod tests {
             settings,
             ChainSettings {
                 profile: "tier".into(),
+                profile_required: true,
                 config_file: Some(dir.path().join("config")),
                 credentials_file: Some(dir.path().join(".aws/credentials")),
                 web_identity: Some(WebIdentity {
@@ -525,6 +736,7 @@ mod tests {
                 ecs: false,
                 imds: Some(Some("http://127.0.0.1:1".into())),
                 sts_region: "us-west-2".into(),
+                problem: None,
             }
         );
         let bare = ChainSettings::from_env(
@@ -538,13 +750,20 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn without_any_source_the_error_says_what_was_tried() {
         let dir = tempfile::tempdir().unwrap();
-        let mut env = profile_env(dir.path());
-        env.insert("AWS_PROFILE".into(), "absent".into());
+        std::fs::create_dir(dir.path().join(".aws")).unwrap();
+        std::fs::write(dir.path().join(".aws/config"), "[profile other]\n").unwrap();
+        let env: HashMap<String, String> = [
+            ("HOME", dir.path().display().to_string()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
         let e = resolve(&source(NO_KEYS, &env)).await.unwrap_err();
         let text = e.to_string();
         assert!(matches!(e, NoCredentials::NotFound(_)), "{text}");
         assert!(
-            text.contains("found none; tried: profile \"absent\" in "),
+            text.contains("found none; tried: profile \"default\" in "),
             "{text}"
         );
         let nothing = ChainSettings::from_env(
@@ -583,11 +802,29 @@ mod tests {
                 ))
             }
         });
-        let real = RealCredentials {
-            sources: vec![("test".into(), SharedCredentialsProvider::new(provider))],
-            cached: tokio::sync::Mutex::new(Cached::default()),
-        };
-        (real, calls)
+        (test_credentials(provider, FETCH_TIMEOUT), calls)
+    }
+
+    /// Credentials from the one source `provider`, named `test`.
+    fn test_credentials(
+        provider: impl ProvideCredentials + 'static,
+        fetch_timeout: Duration,
+    ) -> RealCredentials {
+        RealCredentials::with_sources(
+            vec![Source {
+                name: "test".into(),
+                provider: SharedCredentialsProvider::new(provider),
+                required_by: None,
+            }],
+            fetch_timeout,
+        )
+    }
+
+    /// Lets a background refresh of `real` finish.
+    async fn settle(real: &RealCredentials) {
+        while real.inner.cached().refreshing {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -602,7 +839,10 @@ mod tests {
         let (real, calls) = counting(REFRESH_BEFORE - Duration::from_secs(60), usize::MAX);
         assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
         assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
-        real.cached.lock().await.next_fetch = None;
+        real.inner.cached().next_fetch = None;
+        // Refreshed in the background: the current ones until it is done.
+        assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
+        settle(&real).await;
         assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP2");
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
@@ -611,7 +851,9 @@ mod tests {
     async fn a_failed_refresh_keeps_unexpired_credentials_and_fails_without_them() {
         let (real, _) = counting(REFRESH_BEFORE - Duration::from_secs(60), 2);
         assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
-        real.cached.lock().await.next_fetch = None;
+        real.inner.cached().next_fetch = None;
+        assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
+        settle(&real).await;
         assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
 
         let (real, calls) = counting(Duration::from_secs(3600), 1);
@@ -623,8 +865,205 @@ mod tests {
         // Not asked again before MIN_REFETCH has passed.
         assert_eq!(real.current().await.unwrap_err(), failed);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        real.cached.lock().await.next_fetch = None;
+        real.inner.cached().next_fetch = None;
         assert_eq!(real.current().await.unwrap_err(), failed);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// A source that never answers (a hung STS; the real aws-config STS
+    /// client reads its endpoint override from the process environment
+    /// only, so a test cannot point it at a silent loopback server).
+    fn hanging() -> impl ProvideCredentials {
+        provide_credentials_fn(std::future::pending)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_hung_refresh_does_not_hold_up_requests_while_the_credentials_last() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let provider = provide_credentials_fn(move || {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if !first {
+                    std::future::pending::<()>().await;
+                }
+                Ok(Credentials::new(
+                    "AKTEMP1",
+                    "TEMPSECRET",
+                    Some("TOKEN".into()),
+                    Some(SystemTime::now() + REFRESH_BEFORE - Duration::from_secs(60)),
+                    "test",
+                ))
+            }
+        });
+        let real = test_credentials(provider, Duration::from_millis(200));
+        assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
+        real.inner.cached().next_fetch = None;
+        for _ in 0..3 {
+            let (credentials, _) = tokio::time::timeout(Duration::from_millis(100), real.current())
+                .await
+                .expect("a request waited on the refresh")
+                .unwrap();
+            assert_eq!(credentials.access_key_id(), "AKTEMP1");
+        }
+        // One refresh at a time; it gives up after the time limit and the
+        // current credentials stay in use.
+        settle(&real).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let last_error = real.inner.cached().last_error.clone().unwrap().to_string();
+        assert_eq!(
+            last_error,
+            "test failed: no answer within 200ms; check that it is reachable"
+        );
+        assert_eq!(real.current().await.unwrap().0.access_key_id(), "AKTEMP1");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_source_that_never_answers_fails_within_the_time_limit_naming_it() {
+        let real = test_credentials(hanging(), Duration::from_millis(50));
+        let e = tokio::time::timeout(Duration::from_secs(5), real.current())
+            .await
+            .expect("the fetch has no time limit")
+            .unwrap_err();
+        assert_eq!(
+            e,
+            NoCredentials::Failed {
+                source_name: "test".into(),
+                detail: "no answer within 50ms; check that it is reachable".into(),
+            }
+        );
+    }
+
+    /// The chain of `env` (no keys, IMDS off unless `env` says otherwise).
+    async fn chain_error(env: &[(&str, String)]) -> String {
+        let env: HashMap<String, String> = [("AWS_EC2_METADATA_DISABLED", "true".to_string())]
+            .into_iter()
+            .chain(env.iter().cloned())
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let settings = ChainSettings::from_env(&|k| env.get(k).cloned(), "r");
+        let found = tokio::time::timeout(
+            Duration::from_secs(10),
+            resolve(&CredentialSource::Chain(settings)),
+        )
+        .await
+        .expect("the chain hung");
+        found.unwrap_err().to_string()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_web_identity_token_file_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("token");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = chain_error(&[
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", fifo.display().to_string()),
+            ("AWS_ROLE_ARN", "arn:aws:iam::1:role/r".into()),
+        ])
+        .await;
+        assert!(
+            e.starts_with(&format!(
+                "web identity (role arn:aws:iam::1:role/r, token {}) failed: ",
+                fifo.display()
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!(
+                "AWS_WEB_IDENTITY_TOKEN_FILE is {fifo:?}, which is not a regular file"
+            )),
+            "{e}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_profile_or_file_named_in_the_environment_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = profile_env(dir.path());
+        env.insert("AWS_PROFILE".into(), "absent".into());
+        let e = resolve(&source(NO_KEYS, &env))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("profile \"absent\" in ")
+                && e.contains(" failed: AWS_PROFILE names it, but it has no credentials (")
+                && e.ends_with("Define it, or unset AWS_PROFILE"),
+            "{e}"
+        );
+
+        let missing = dir.path().join("missing").display().to_string();
+        for variable in ["AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"] {
+            let e = chain_error(&[(variable, missing.clone())]).await;
+            assert_eq!(
+                e,
+                format!("{variable} is {missing:?}, which does not exist. Point it at the file, or unset {variable}.")
+            );
+        }
+        let e = chain_error(&[
+            ("AWS_PROFILE", "kv".into()),
+            ("HOME", dir.path().join("empty").display().to_string()),
+        ])
+        .await;
+        assert!(
+            e.starts_with("AWS_PROFILE is \"kv\", but there is no profile file"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn half_a_web_identity_and_an_endpoint_without_scheme_name_the_variable() {
+        let e = chain_error(&[("AWS_ROLE_ARN", "arn:aws:iam::1:role/r".into())]).await;
+        assert!(
+            e.starts_with("AWS_ROLE_ARN is set without AWS_WEB_IDENTITY_TOKEN_FILE."),
+            "{e}"
+        );
+        let e = chain_error(&[("AWS_WEB_IDENTITY_TOKEN_FILE", "/run/token".into())]).await;
+        assert!(
+            e.starts_with("AWS_WEB_IDENTITY_TOKEN_FILE is set without AWS_ROLE_ARN."),
+            "{e}"
+        );
+        let e = chain_error(&[
+            ("AWS_EC2_METADATA_DISABLED", "false".into()),
+            ("AWS_EC2_METADATA_SERVICE_ENDPOINT", "127.0.0.1:1234".into()),
+        ])
+        .await;
+        assert!(
+            e.starts_with(
+                "AWS_EC2_METADATA_SERVICE_ENDPOINT \"127.0.0.1:1234\" is not a URL (no http:// or https://)."
+            ),
+            "{e}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sso_profiles_and_failing_credential_processes_say_what_to_do_without_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        std::fs::write(
+            &config,
+            "[profile sso]\nsso_start_url = https://example.awsapps.com/start\nsso_region = us-east-1\nsso_account_id = 111122223333\nsso_role_name = r\n\n[profile process]\ncredential_process = sh -c 'echo STDERRSECRET >&2; exit 3'\n",
+        )
+        .unwrap();
+        let config = config.display().to_string();
+        let e = chain_error(&[
+            ("AWS_CONFIG_FILE", config.clone()),
+            ("AWS_PROFILE", "sso".into()),
+        ])
+        .await;
+        assert!(
+            e.ends_with("failed: SSO profiles are not supported; use static keys, a role, credential_process or web identity"),
+            "{e}"
+        );
+        let e = chain_error(&[
+            ("AWS_CONFIG_FILE", config),
+            ("AWS_PROFILE", "process".into()),
+        ])
+        .await;
+        assert!(!e.contains("STDERRSECRET"), "{e}");
+        assert!(
+            e.contains("the profile's credential_process exited with code exit status: 3; its stderr is not shown"),
+            "{e}"
+        );
     }
 }

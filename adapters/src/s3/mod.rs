@@ -184,6 +184,8 @@ async fn start_one(tier: BucketTier, key: KeyPair) -> Result<(SocketAddr, String
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test(flavor = "current_thread")]
@@ -256,7 +258,6 @@ mod tests {
         let env = |k: &str| match k {
             "HOME" => Some(home_path.clone()),
             "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
-            "AWS_PROFILE" => Some("kv".to_string()),
             _ => None,
         };
         std::fs::create_dir(home.path().join(".aws")).unwrap();
@@ -272,8 +273,38 @@ mod tests {
         let e = Gateways::start(&args, &env).await.unwrap_err().to_string();
         assert!(
             e.starts_with(&format!(
-                "L2 tier 0 (s3): aws_access_key_id: no credentials: the tier has no aws_access_key_id, AWS_ACCESS_KEY_ID is not set, and the AWS default chain found none; tried: profile \"kv\" in {home_path}/.aws/config ("
+                "L2 tier 0 (s3): aws_access_key_id: no credentials: the tier has no aws_access_key_id, AWS_ACCESS_KEY_ID is not set, and the AWS default chain found none; tried: profile \"default\" in {home_path}/.aws/config. Set "
             )),
+            "{e}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_fifo_as_web_identity_token_stops_the_start_naming_the_tier_and_the_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("token");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let token = fifo.display().to_string();
+        let env = |k: &str| match k {
+            "HOME" => Some(dir.path().display().to_string()),
+            "AWS_EC2_METADATA_DISABLED" => Some("true".to_string()),
+            "AWS_WEB_IDENTITY_TOKEN_FILE" => Some(token.clone()),
+            "AWS_ROLE_ARN" => Some("arn:aws:iam::1:role/r".to_string()),
+            _ => None,
+        };
+        let args = vec![
+            "--l2-adapter".to_string(),
+            r#"{"type":"s3","s3_endpoint":"127.0.0.1:1","s3_bucket":"kvc","s3_region":"r","disable_tls":true}"#.to_string(),
+        ];
+        let e = tokio::time::timeout(Duration::from_secs(10), Gateways::start(&args, &env))
+            .await
+            .expect("the start-up hung on the FIFO")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "L2 tier 0 (s3): aws_access_key_id: web identity (role arn:aws:iam::1:role/r, token {token}) failed: "
+            )) && e.contains(&format!("AWS_WEB_IDENTITY_TOKEN_FILE is {fifo:?}, which is not a regular file")),
             "{e}"
         );
     }

@@ -293,6 +293,10 @@ fn credentials(
                 "aws_access_key_id",
                 "is not in the tier, and AWS_ACCESS_KEY_ID is set in the environment without AWS_SECRET_ACCESS_KEY".into(),
             )),
+            (_, Some(secret)) if !secret.is_empty() => Err((
+                "aws_access_key_id",
+                "is not in the tier, and AWS_SECRET_ACCESS_KEY is set in the environment without AWS_ACCESS_KEY_ID".into(),
+            )),
             _ => Ok(CredentialSource::Chain(ChainSettings::from_env(env, region))),
         },
     }
@@ -436,6 +440,16 @@ mod tests {
         let e = BucketTier::from_spec(&spec, 3, &half).unwrap_err();
         assert_eq!(e.key, "aws_access_key_id");
         assert!(e.problem.contains("without AWS_SECRET_ACCESS_KEY"), "{e}");
+        let other_half = |k: &str| (k == "AWS_SECRET_ACCESS_KEY").then(|| "ENVSECRET".to_string());
+        let e = BucketTier::from_spec(&spec, 0, &other_half).unwrap_err();
+        assert_eq!(e.key, "aws_access_key_id");
+        assert!(
+            e.problem.contains(
+                "AWS_SECRET_ACCESS_KEY is set in the environment without AWS_ACCESS_KEY_ID"
+            ),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("ENVSECRET"), "{e}");
     }
 
     #[test]
