@@ -93,8 +93,11 @@ pub use env::{ConfigError, KvCacheBackend, NodeEnv};
 
 /// The log filter of both binaries when `RUST_LOG` is not set: `info`, with
 /// `aws-config` (the S3 gateways' credential chain) at `warn`, since its
-/// `info` lines describe every credential it loads, access key id included.
-pub const DEFAULT_LOG_FILTER: &str = "info,aws_config=warn";
+/// `info` lines describe every credential it loads, access key id included,
+/// and its profile provider at `error`, since its warning about a failed
+/// `credential_process` quotes the process's stderr, which may hold a secret
+/// (our own error names the process and its exit status instead).
+pub const DEFAULT_LOG_FILTER: &str = "info,aws_config=warn,aws_config::profile::credentials=error";
 pub use plan::{DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, PlanError};
 
 /// What a node runs beside its engine.
