@@ -55,8 +55,11 @@ pub struct GuardSpec {
     pub adapter_type: String,
     /// The tier directory (`base_path`).
     pub base_path: PathBuf,
-    /// `max_capacity_gb` in bytes (GiB x 1024^3, rounded down).
+    /// `max_capacity_gb` in bytes (GiB x 1024^3, rounded down; `u64::MAX`
+    /// for more than that, which no volume holds).
     pub capacity_bytes: u64,
+    /// `max_capacity_gb` as written (JSON), for messages.
+    pub max_capacity_gb: String,
     /// `eviction.trigger_watermark` of the spec (0.8 when absent), in (0, 1].
     pub trigger_watermark: f64,
     /// `eviction.eviction_ratio` of the spec (0.2 when absent), in (0, 1].
@@ -108,7 +111,7 @@ impl GuardSpec {
             return Err(CapacityError::LargerThanVolume {
                 position: self.position,
                 base_path: self.base_path.display().to_string(),
-                capacity_gib: self.capacity_bytes as f64 / GIB,
+                max_capacity_gb: self.max_capacity_gb.clone(),
                 volume_gib: volume as f64 / GIB,
             });
         }
@@ -148,14 +151,14 @@ pub enum CapacityError {
         expected: &'static str,
     },
     /// A capacity the volume cannot hold.
-    #[error("L2 tier {position} (base_path {base_path}): max_capacity_gb = {capacity_gib} is larger than the volume holding the directory ({volume_gib:.2} GiB): give a capacity the volume can hold, or move base_path to a larger volume")]
+    #[error("L2 tier {position} (base_path {base_path}): max_capacity_gb = {max_capacity_gb} is larger than the volume holding the directory ({volume_gib:.2} GiB): give a capacity the volume can hold, or move base_path to a larger volume")]
     LargerThanVolume {
         /// Position of the tier in the cascade (0-based).
         position: usize,
         /// Its `base_path`.
         base_path: String,
-        /// The capacity asked for, in GiB.
-        capacity_gib: f64,
+        /// The capacity asked for, in GiB, as written.
+        max_capacity_gb: String,
         /// The volume's size, in GiB.
         volume_gib: f64,
     },
@@ -166,6 +169,19 @@ pub enum CapacityError {
         position: usize,
         /// Its adapter type.
         adapter_type: String,
+    },
+    /// Two guarded tiers in one directory: their guards would evict from
+    /// it against two capacities and race on one state file.
+    #[error("L2 tiers {first} (base_path {first_base_path}) and {second} (base_path {second_base_path}) are the same directory and both have a max_capacity_gb: give each guarded tier its own base_path, or one of them no max_capacity_gb")]
+    SameDirectory {
+        /// Position of the first of the two tiers (0-based).
+        first: usize,
+        /// Its `base_path` as written.
+        first_base_path: String,
+        /// Position of the second.
+        second: usize,
+        /// Its `base_path` as written.
+        second_base_path: String,
     },
     /// The directory cannot be created or measured.
     #[error(
@@ -183,20 +199,57 @@ pub enum CapacityError {
 
 /// The guard's settings for every tier of `cascade` it bounds: `fs` and
 /// `fs_native` tiers with `max_capacity_gb` > 0, in cascade order. Checks the
-/// values only; [`GuardSpec::check_volume`] checks them against the disk.
+/// values, and that no two of the tiers share a directory;
+/// [`GuardSpec::check_volume`] checks them against the disk.
 ///
 /// # Errors
 /// [`CapacityError::Invalid`] for a `max_capacity_gb` that is negative, not a
-/// finite number, or an `eviction` block whose `trigger_watermark` or
-/// `eviction_ratio` is not a number in (0, 1]; [`CapacityError::NoBasePath`].
+/// finite number, or above 0 but less than one byte, or an `eviction` block
+/// whose `trigger_watermark` or `eviction_ratio` is not a number in (0, 1];
+/// [`CapacityError::NoBasePath`]; [`CapacityError::SameDirectory`] for two
+/// guarded tiers whose `base_path`s name one directory (compared
+/// canonicalized, `/d` and `/d/` or a symlink to `/d` included).
 pub fn guard_specs(cascade: &Cascade) -> Result<Vec<GuardSpec>, CapacityError> {
-    let mut specs = Vec::new();
+    let mut specs: Vec<(PathBuf, GuardSpec)> = Vec::new();
     for (position, tier) in cascade.tiers().iter().enumerate() {
         if let Some(spec) = guard_spec(position, tier)? {
-            specs.push(spec);
+            let directory = same_directory_key(&spec.base_path);
+            if let Some((_, first)) = specs.iter().find(|(other, _)| *other == directory) {
+                return Err(CapacityError::SameDirectory {
+                    first: first.position,
+                    first_base_path: first.base_path.display().to_string(),
+                    second: spec.position,
+                    second_base_path: spec.base_path.display().to_string(),
+                });
+            }
+            specs.push((directory, spec));
         }
     }
-    Ok(specs)
+    Ok(specs.into_iter().map(|(_, spec)| spec).collect())
+}
+
+/// `path` canonicalized as far as it exists (symlinks resolved), the rest
+/// appended without `.` components or repeated and trailing slashes: two
+/// paths with equal keys name one directory.
+fn same_directory_key(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(canonical) = existing.canonicalize() {
+            return rest
+                .iter()
+                .rev()
+                .fold(canonical, |key, part| key.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return absolute.components().collect(),
+        }
+    }
 }
 
 fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>, CapacityError> {
@@ -227,6 +280,13 @@ fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>, Cap
             )
         })?;
     let capacity_bytes = (gib * GIB) as u64;
+    if capacity_bytes == 0 && gib > 0.0 {
+        return Err(invalid(
+            "max_capacity_gb",
+            value,
+            "at least one byte (1e-9 GiB is about 1 byte; 0 means no capacity): give the capacity in GiB, e.g. 150",
+        ));
+    }
     if capacity_bytes == 0 {
         return Ok(None);
     }
@@ -276,6 +336,7 @@ fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>, Cap
         adapter_type: adapter_type.to_string(),
         base_path: PathBuf::from(path),
         capacity_bytes,
+        max_capacity_gb: value.to_string(),
         trigger_watermark,
         eviction_ratio,
         shared: object.get("shared").and_then(Value::as_bool) == Some(true),
@@ -390,6 +451,61 @@ mod tests {
     }
 
     #[test]
+    fn a_capacity_below_one_byte_is_refused_and_minus_zero_is_zero() {
+        let e = specs(r#"[{"type":"s3"},{"type":"fs","base_path":"/x","max_capacity_gb":1e-12}]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "L2 tier 1 (base_path /x): max_capacity_gb = 1e-12 is not valid: at least one byte"
+            ),
+            "{e}"
+        );
+        let none = specs(r#"{"type":"fs","base_path":"/x","max_capacity_gb":-0}"#).unwrap();
+        assert!(none.is_empty(), "-0 is 0: no capacity, no guard");
+        let none = specs(r#"{"type":"fs","base_path":"/x","max_capacity_gb":-0.0}"#).unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn two_guarded_tiers_in_one_directory_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tier");
+        std::fs::create_dir(&dir).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let missing = tmp.path().join("new");
+        for (a, b) in [
+            (dir.display().to_string(), format!("{}/", dir.display())),
+            (dir.display().to_string(), format!("{}/./", link.display())),
+            (
+                missing.display().to_string(),
+                format!("{}//new/", tmp.path().display()),
+            ),
+        ] {
+            let json = format!(
+                r#"[{{"type":"fs","base_path":"{a}","max_capacity_gb":0.01}},{{"type":"s3"}},
+                    {{"type":"fs","base_path":"{b}"}},
+                    {{"type":"fs_native","base_path":"{b}","max_capacity_gb":0.5}}]"#
+            );
+            let e = specs(&json).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "L2 tiers 0 (base_path {a}) and 3 (base_path {b}) are the same directory"
+                )),
+                "{e}"
+            );
+        }
+        let json = format!(
+            r#"[{{"type":"fs","base_path":"{}","max_capacity_gb":1}},
+                {{"type":"fs","base_path":"{}","max_capacity_gb":1}}]"#,
+            dir.display(),
+            missing.display()
+        );
+        assert_eq!(specs(&json).unwrap().len(), 2);
+    }
+
+    #[test]
     fn a_capacity_larger_than_the_volume_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("new-tier");
@@ -403,6 +519,18 @@ mod tests {
         assert!(
             e.contains("max_capacity_gb = 1000000000 is larger than the volume"),
             "{e}"
+        );
+        let json = format!(
+            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1e300}}"#,
+            path.display()
+        );
+        let e = specs(&json).unwrap()[0]
+            .check_volume()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("max_capacity_gb = 1e+300 is larger than the volume"),
+            "the value as written, not the saturated bytes: {e}"
         );
         assert!(path.is_dir(), "the tier directory is created");
         let json = format!(

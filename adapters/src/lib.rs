@@ -99,7 +99,7 @@ pub fn redact_endpoint(endpoint: &str) -> String {
 }
 
 /// What is wrong with an adapter spec or cascade.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
     /// The text is not JSON; the message carries serde_json's line and column.
     #[error("{source_name} is not valid JSON: {detail}. Write one JSON object (one tier) or an array of objects (a cascade), on one line without surrounding quotes")]
@@ -115,6 +115,17 @@ pub enum SpecError {
         /// Where the text came from.
         source_name: String,
         /// What is wrong and where (tier position).
+        detail: String,
+    },
+    /// An `--l2-adapter` value that is not one JSON object with a `type`.
+    #[error("--l2-adapter #{number} (L2 tier {position}) {detail}: give each --l2-adapter one JSON object with a \"type\" string (one tier), e.g. {{\"type\":\"fs\",\"base_path\":\"/data/kv\",\"max_capacity_gb\":100}}; NaN, Infinity and numbers out of range such as 1e400 are not JSON")]
+    L2AdapterValue {
+        /// Position of the flag among the `--l2-adapter` flags (0-based),
+        /// the tier's position in the cascade.
+        position: usize,
+        /// `position` + 1, as LMCache numbers the flags.
+        number: usize,
+        /// What is wrong, e.g. `is not valid JSON (expected value at line 1 column 9)`.
         detail: String,
     },
 }
@@ -235,9 +246,9 @@ pub struct L2AdapterArg {
     /// Written `--l2-adapter=JSON` (the JSON shares its argument with the
     /// flag) rather than `--l2-adapter JSON`.
     pub inline: bool,
-    /// The spec; `None` when the value is not one JSON object with a `type`
-    /// (LMCache rejects it itself, with its own message).
-    pub spec: Option<TierSpec>,
+    /// The spec, or why the value is not one JSON object with a `type`
+    /// ([`SpecError::L2AdapterValue`]).
+    pub spec: Result<TierSpec, SpecError>,
 }
 
 /// The `--l2-adapter` values of one command line, parsed once, in the order
@@ -266,11 +277,22 @@ impl L2AdapterArgs {
                 index += 1;
                 continue;
             };
+            let position = found.len();
+            let invalid = |detail: String| SpecError::L2AdapterValue {
+                position,
+                number: position + 1,
+                detail,
+            };
             let spec = match serde_json::from_str::<Value>(value) {
                 Ok(Value::Object(object)) => {
-                    TierSpec::from_object(object, L2_ADAPTER_FLAG, found.len()).ok()
+                    TierSpec::from_object(object, L2_ADAPTER_FLAG, position)
+                        .map_err(|_| invalid("has no \"type\" string".into()))
                 }
-                _ => None,
+                Ok(other) => Err(invalid(format!(
+                    "is {}, not a JSON object",
+                    json_kind(&other)
+                ))),
+                Err(e) => Err(invalid(format!("is not valid JSON ({e})"))),
             };
             found.push(L2AdapterArg {
                 index: value_index,
@@ -284,7 +306,20 @@ impl L2AdapterArgs {
 
     /// The usable specs as a cascade, in order.
     pub fn cascade(&self) -> Cascade {
-        Cascade(self.0.iter().filter_map(|a| a.spec.clone()).collect())
+        Cascade(self.0.iter().filter_map(|a| a.spec.clone().ok()).collect())
+    }
+
+    /// Checks that every value is one JSON object with a `type`: a value
+    /// serde_json cannot read (`NaN`, `Infinity`, `1e400`, which Python's
+    /// `json.loads` accepts) would otherwise reach LMCache without the
+    /// capacity guard or gateway its spec asks for.
+    ///
+    /// # Errors
+    /// The first value that is not, as [`SpecError::L2AdapterValue`].
+    pub fn check(&self) -> Result<(), SpecError> {
+        self.0
+            .iter()
+            .try_for_each(|a| a.spec.as_ref().map(|_| ()).map_err(Clone::clone))
     }
 }
 
@@ -354,7 +389,7 @@ mod tests {
                 (
                     a.index,
                     a.inline,
-                    a.spec.as_ref().and_then(|s| s.base_path()),
+                    a.spec.as_ref().ok().and_then(|s| s.base_path()),
                 )
             })
             .collect();
@@ -369,6 +404,43 @@ mod tests {
         let cascade = found.cascade();
         let paths: Vec<_> = cascade.tiers().iter().map(|t| t.base_path()).collect();
         assert_eq!(paths, [Some("/a"), Some("/b")]);
+    }
+
+    #[test]
+    fn a_value_that_is_not_one_json_object_with_a_type_is_an_error() {
+        for (value, detail) in [
+            (
+                r#"{"type":"fs","base_path":"/tmp/x","max_capacity_gb":NaN}"#,
+                "is not valid JSON (expected value at line 1 column 53)",
+            ),
+            (
+                r#"{"type":"fs","max_capacity_gb":Infinity}"#,
+                "is not valid JSON",
+            ),
+            (
+                r#"{"type":"fs","max_capacity_gb":-Infinity}"#,
+                "is not valid JSON",
+            ),
+            (
+                r#"{"type":"fs","max_capacity_gb":1e400}"#,
+                "number out of range",
+            ),
+            (r#"[{"type":"fs"}]"#, "is an array, not a JSON object"),
+            (r#"{"base_path":"/x"}"#, "has no \"type\" string"),
+        ] {
+            let args = [
+                "--l2-adapter".to_string(),
+                r#"{"type":"s3"}"#.to_string(),
+                format!("--l2-adapter={value}"),
+            ];
+            let found = L2AdapterArgs::parse(&args);
+            let e = found.check().unwrap_err().to_string();
+            assert!(e.starts_with("--l2-adapter #2 (L2 tier 1) "), "{e}");
+            assert!(e.contains(detail), "{e}");
+            assert_eq!(found.cascade().tiers().len(), 1);
+        }
+        let fine = ["--l2-adapter", r#"{"type":"fs","max_capacity_gb":1e300}"#].map(String::from);
+        assert_eq!(L2AdapterArgs::parse(&fine).check(), Ok(()));
     }
 
     #[test]

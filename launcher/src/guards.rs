@@ -14,13 +14,14 @@ use lmcache_adapters::guard::{Guard, GuardOptions};
 use lmcache_adapters::L2AdapterArgs;
 
 /// Starts a guard for every guarded tier among the command's parsed
-/// `--l2-adapter` specs (a value that is not one JSON object with a `type`
-/// is skipped: LMCache rejects it itself, with its own message).
+/// `--l2-adapter` specs (checked with [`L2AdapterArgs::check`] first: a value
+/// that is not one JSON object with a `type` would be skipped here).
 ///
 /// # Errors
-/// The first tier whose capacity is unusable (negative, not a number, larger
-/// than the volume) or whose directory cannot be used, named by position and
-/// `base_path`; guards already started are stopped.
+/// The first tier whose capacity is unusable (negative, not a number, above
+/// 0 but under one byte, larger than the volume) or whose directory cannot be
+/// used or is another guarded tier's, named by position and `base_path`;
+/// guards already started are stopped.
 pub fn start_guards(specs: &L2AdapterArgs) -> Result<Vec<Guard>, String> {
     let specs = guard_specs(&specs.cascade()).map_err(|e| e.to_string())?;
     specs

@@ -86,7 +86,7 @@ impl Gateways {
         let mut tiers = Vec::new();
         let mut every_s3_tier_gatewayed = true;
         for (position, arg) in specs.0.iter().enumerate() {
-            let Some(spec) = &arg.spec else { continue };
+            let Ok(spec) = &arg.spec else { continue };
             let flag = if arg.inline { "--l2-adapter=" } else { "" };
             match BucketTier::from_spec(spec, position, env)? {
                 Some(tier) => tiers.push((arg.index, flag, spec.clone(), tier)),

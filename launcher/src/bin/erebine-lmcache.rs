@@ -5,7 +5,9 @@
 //! ([`lmcache_launcher::guards`]); a command whose `--l2-adapter` specs name
 //! an `s3_bucket` (`server`, `bench l2`) gets them rewritten to a path-style
 //! gateway that runs here for the life of the child; every other subcommand
-//! is handed to the stock `lmcache` unchanged.
+//! is handed to the stock `lmcache` unchanged. Every `--l2-adapter` value
+//! must be one JSON object with a `type`, and the flag must be written in
+//! full: what this process cannot read would reach LMCache unguarded.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -39,7 +41,13 @@ it orphaned, and exits with its status (128+N when signal N ended it).
 An `fs` or `fs_native` --l2-adapter with max_capacity_gb gets a capacity
 guard: LRU eviction at the spec's eviction watermark, usage counted from disk
 at start, state in <base_path>/.lmcache-tier-guard.json.
-Exit 127: the stock lmcache was not found; 2: a max_capacity_gb is unusable.
+Every --l2-adapter value must be one JSON object with a \"type\" (NaN,
+Infinity and 1e400 are not JSON), and the flag must be written in full
+(argparse would take an abbreviation such as --l2-adapt, which this process
+does not read).
+Exit 127: the stock lmcache was not found; 2: an --l2-adapter value or
+abbreviation as above, a max_capacity_gb that is unusable, or two guarded
+tiers in one directory.
 The stock help follows.
 ";
 
@@ -66,6 +74,15 @@ fn main() -> ExitCode {
     if matches!(first, None | Some("-h" | "--help")) {
         println!("{ABOUT}");
     }
+    let text_args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let specs = L2AdapterArgs::parse(&text_args);
+    if let Err(e) = check_args(&text_args, &specs) {
+        eprintln!("erebine-lmcache: {e}");
+        return ExitCode::from(2);
+    }
     let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
     let stock = match find_stock_lmcache(&vars, &own) {
         Ok(path) => path,
@@ -74,11 +91,6 @@ fn main() -> ExitCode {
             return ExitCode::from(127);
         }
     };
-    let text_args: Vec<String> = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let specs = L2AdapterArgs::parse(&text_args);
     if !runs_here(first, &specs) {
         let err = std::process::Command::new(&stock).args(&args).exec();
         eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
@@ -106,6 +118,40 @@ fn main() -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
+/// The flag whose values this process reads.
+const L2_ADAPTER_FLAG: &str = "--l2-adapter";
+
+/// Refuses what would reach LMCache without the guard or gateway its spec
+/// asks for: an abbreviation of `--l2-adapter` that LMCache 0.5.6's argparse
+/// resolves to it (any strict prefix from `--l2-a` on: `server` also has
+/// `--l2-store-policy`, `--l2-prefetch-policy` and
+/// `--l2-prefetch-max-in-flight`, so `--l2` and `--l2-` are ambiguous there
+/// and argparse refuses them itself; `bench l2` has no other `--l2` flag, so
+/// there from `--l2` on), alone or with `=value`; and an `--l2-adapter` value
+/// that is not one JSON object with a `type` ([`L2AdapterArgs::check`]).
+/// The messages name the argument, never a value (it may hold keys).
+fn check_args(args: &[String], specs: &L2AdapterArgs) -> Result<(), String> {
+    let shortest = match (args.first(), args.get(1)) {
+        (Some(bench), Some(l2)) if bench == "bench" && l2 == "l2" => "--l2",
+        _ => "--l2-a",
+    };
+    for (i, arg) in args.iter().enumerate() {
+        let flag = arg.split_once('=').map_or(arg.as_str(), |(flag, _)| flag);
+        if flag.len() >= shortest.len()
+            && flag.len() < L2_ADAPTER_FLAG.len()
+            && L2_ADAPTER_FLAG.starts_with(flag)
+        {
+            return Err(format!(
+                "argument {} ({flag}) abbreviates --l2-adapter: LMCache would take it, but \
+                 this process reads only the full flag, so the tier would run without its \
+                 capacity guard or S3 gateway: write --l2-adapter in full",
+                i + 1
+            ));
+        }
+    }
+    specs.check().map_err(|e| e.to_string())
+}
+
 /// Whether the command runs under this process (`server`, or any command
 /// with an `--l2-adapter` spec that needs a gateway, decided from the parsed
 /// specs) rather than being handed to the stock `lmcache` with `exec`.
@@ -114,7 +160,7 @@ fn runs_here(first: Option<&str>, specs: &L2AdapterArgs) -> bool {
         || specs
             .0
             .iter()
-            .filter_map(|a| a.spec.as_ref())
+            .filter_map(|a| a.spec.as_ref().ok())
             .any(needs_gateway)
 }
 
@@ -204,8 +250,6 @@ mod tests {
         assert!(!runs_here(Some("bench"), &fs));
         let fs_with_key = bench(r#"{"type":"fs","base_path":"/x","s3_bucket":"kvc"}"#);
         assert!(!runs_here(Some("bench"), &fs_with_key));
-        let not_json = specs(&["bench", "l2", "--l2-adapter=s3_bucket"]);
-        assert!(!runs_here(Some("bench"), &not_json));
         let bucket = specs(&[
             "bench",
             "l2",
@@ -213,5 +257,73 @@ mod tests {
         ]);
         assert!(runs_here(Some("bench"), &bucket));
         assert!(runs_here(Some("server"), &specs(&["server"])));
+    }
+
+    fn check(args: &[&str]) -> Result<(), String> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        check_args(&args, &L2AdapterArgs::parse(&args))
+    }
+
+    #[test]
+    fn an_abbreviated_l2_adapter_is_refused_where_argparse_would_take_it() {
+        let spec = r#"{"type":"s3","s3_bucket":"kvc","aws_secret_access_key":"SK"}"#;
+        for (command, flag) in [
+            (&["server"][..], "--l2-adapt"),
+            (&["server"], "--l2-a"),
+            (&["server"], "--l2-adapte"),
+            (&["bench", "l2"], "--l2"),
+            (&["bench", "l2"], "--l2-"),
+            (&["bench", "l2"], "--l2-ad"),
+        ] {
+            for inline in [false, true] {
+                let mut args = command.to_vec();
+                let joined = format!("{flag}={spec}");
+                if inline {
+                    args.push(&joined);
+                } else {
+                    args.extend([flag, spec]);
+                }
+                let e = check(&args).unwrap_err();
+                let position = command.len() + 1;
+                assert!(
+                    e.starts_with(&format!(
+                        "argument {position} ({flag}) abbreviates --l2-adapter"
+                    )),
+                    "{e}"
+                );
+                assert!(e.contains("write --l2-adapter in full"), "{e}");
+                assert!(!e.contains("SK"), "{e}");
+            }
+        }
+        let inline = format!("--l2-adapter={spec}");
+        for args in [
+            &["server", "--l2", "x"][..],
+            &["server", "--l2-", "x"],
+            &["server", "--l2-store-policy", "skip_l1"],
+            &["bench", "l2", "--l"],
+            &["server", "--l2-adapter", spec],
+            &["server", &inline],
+        ] {
+            assert_eq!(check(args), Ok(()), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn an_l2_adapter_value_that_is_not_one_json_object_is_refused() {
+        let e = check(&[
+            "server",
+            "--l2-adapter",
+            r#"{"type":"fs","base_path":"/tmp/x","max_capacity_gb":NaN}"#,
+        ])
+        .unwrap_err();
+        assert!(
+            e.starts_with("--l2-adapter #1 (L2 tier 0) is not valid JSON"),
+            "{e}"
+        );
+        let e = check(&["bench", "l2", "--l2-adapter=s3_bucket"]).unwrap_err();
+        assert!(
+            e.contains("--l2-adapter #1 (L2 tier 0) is not valid JSON"),
+            "{e}"
+        );
     }
 }
