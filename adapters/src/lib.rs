@@ -73,6 +73,21 @@ fn redact_value(value: &Value) -> Value {
     }
 }
 
+/// An error and its causes as one line, `error: cause: cause`, innermost
+/// last. reqwest's and aws-config's own messages name only the operation
+/// ("error sending request for url ..."); the cause says what happened
+/// ("connection refused", "timed out").
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// An endpoint or URL without its `user:password@` or query string (both
 /// may carry credentials, e.g. a presigned `X-Amz-Signature`), each replaced
 /// by `<redacted>`.

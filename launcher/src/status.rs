@@ -14,6 +14,8 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
+use lmcache_adapters::error_chain;
+
 /// Default per-request timeout of a `/status` poll.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -442,19 +444,6 @@ impl StatusClient {
             Err(e) => Poll::NoAnswer(error_chain(&e)),
         }
     }
-}
-
-/// `error: cause: cause`, innermost cause last (reqwest's own message names
-/// only the URL; the cause says "Connection refused" or "timed out").
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

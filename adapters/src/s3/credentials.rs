@@ -33,6 +33,7 @@ use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_smithy_http_client::tls;
 
 use super::spec::KeyPair;
+use crate::error_chain;
 
 /// How long before their expiry temporary credentials are fetched again
 /// (web identity credentials last an hour by default, instance metadata ones
@@ -591,18 +592,6 @@ fn detail(e: &dyn std::error::Error) -> String {
         ),
         None => text,
     }
-}
-
-/// An error with its sources, e.g. "the credential provider was not enabled: ...".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

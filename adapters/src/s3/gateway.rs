@@ -40,6 +40,7 @@ use super::credentials::RealCredentials;
 use super::sigv4::{self, encode_key, Signed, SIGV4_QUERY};
 use super::spec::{BucketSpecError, BucketTier, KeyPair};
 use super::state::{Stats, STATE_PATH};
+use crate::error_chain;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = UnsyncBoxBody<Bytes, BoxError>;
@@ -631,18 +632,6 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
         HeaderValue::from_static("application/xml"),
     );
     response
-}
-
-/// An error with its sources, e.g. "error sending request: connection refused".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]
