@@ -125,14 +125,10 @@ impl Tracker {
         let mut tracker = Self::new();
         tracker.names = inventory.names().clone();
         let objects = inventory.objects();
-        tracker.entries.reserve_exact(objects.len());
-        tracker.index.reserve(objects.len(), |_| 0);
-        // The use order is sorted on a second thread while this one adds
-        // the objects in the inventory's order (entry i is object i); each
-        // entry's tick is then its object's rank in that order. One scan's
-        // keys are distinct (names decode exactly, and a directory holds a
-        // name once), so none is looked up first.
-        let ranks = std::thread::scope(|scope| {
+        // The use order is sorted on a second thread while this one builds
+        // the entries and the index; each entry's tick is then its
+        // object's rank in that order.
+        std::thread::scope(|scope| {
             let ranks = scope.spawn(|| {
                 let mut ranks = vec![0u32; objects.len()];
                 for (rank, i) in use_order(inventory, 0..objects.len() as u32)
@@ -143,19 +139,70 @@ impl Tracker {
                 }
                 ranks
             });
-            for object in objects {
-                let family = tracker.family_id(&object.key);
-                let hash = inline_hash(&object.key.chunk_hash);
-                let h = tracker.hash_entry(family, &hash);
-                tracker.push(h, family, hash, object.stats.allocated_bytes, 0);
+            tracker.fill(objects);
+            let ranks = ranks.join().expect("sorting the use order does not panic");
+            for (entry, rank) in tracker.entries.iter_mut().zip(ranks) {
+                entry.tick = rank;
             }
-            ranks.join().expect("sorting the use order does not panic")
         });
-        for (entry, rank) in tracker.entries.iter_mut().zip(ranks) {
-            entry.tick = rank;
-        }
         tracker.clock = objects.len() as u32;
         tracker
+    }
+
+    /// Adds a scan's objects to an empty tracker, in the scan's order
+    /// (entry i is object i), tick 0.
+    ///
+    /// The index is filled grouped by where each hash lands in it
+    /// (hashbrown starts probing at `hash & (buckets - 1)`), so it is
+    /// written front to back: inserting a million objects in scan order
+    /// costs a cache miss or two each (200-450 ns an object here), grouped
+    /// about a tenth of that. Only speed depends on the grouping; any order
+    /// is correct. One scan's keys are distinct (names decode exactly and a
+    /// directory holds a name once), so none is looked up before it is
+    /// inserted.
+    fn fill(&mut self, objects: &[lmcache_housekeeping::scan::ObjectEntry]) {
+        const REGION_BITS: u32 = 8;
+        let n = objects.len();
+        self.entries.reserve_exact(n);
+        self.index.reserve(n, |_| 0);
+        let bucket_bits = (self.index.capacity() / 7 * 8)
+            .next_power_of_two()
+            .trailing_zeros();
+        let shift = bucket_bits.saturating_sub(REGION_BITS);
+        let region = |h: u64| ((h & ((1u64 << bucket_bits) - 1)) >> shift) as usize;
+        let mut hashes = Vec::with_capacity(n);
+        let mut starts = vec![0usize; (1 << REGION_BITS) + 1];
+        for object in objects {
+            let family = self.family_id(&object.key);
+            let hash = inline_hash(&object.key.chunk_hash);
+            let h = self.hash_entry(family, &hash);
+            let blocks = blocks_of(object.stats.allocated_bytes);
+            self.usage += u64::from(blocks) * 512;
+            self.entries.push(Entry {
+                hash,
+                family,
+                blocks,
+                tick: 0,
+            });
+            starts[region(h) + 1] += 1;
+            hashes.push(h);
+        }
+        for r in 1..starts.len() {
+            starts[r] += starts[r - 1];
+        }
+        let mut grouped = vec![(0u64, 0u32); n];
+        for (slot, h) in hashes.into_iter().enumerate() {
+            let next = &mut starts[region(h)];
+            grouped[*next] = (h, slot as u32);
+            *next += 1;
+        }
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        for (h, slot) in grouped {
+            self.index.insert_unique(h, slot, |&s| {
+                let e = &entries[s as usize];
+                hasher.hash_one((e.family, &e.hash))
+            });
+        }
     }
 
     /// Objects tracked.
@@ -575,6 +622,39 @@ mod tests {
             victims(t, u64::MAX),
             [hashed("0a"), hashed("ff"), name(6), name(7)]
         );
+    }
+
+    proptest! {
+        /// A start-up count of thousands of objects (the index is filled in
+        /// groups, see `Tracker::fill`): every object is found by name, the
+        /// usage is the sum, and eviction takes them in time order.
+        #[test]
+        fn a_large_start_up_count_finds_every_object(
+            times in proptest::collection::vec(0..1_000i64, 1..3_000)
+        ) {
+            let entries: Vec<(u32, i64, u64)> = times
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (i as u32, t, 512 * (1 + i as u64 % 3)))
+                .collect();
+            let mut t = Tracker::from_inventory(&inventory(&entries));
+            prop_assert_eq!(t.len(), entries.len());
+            let total: u64 = entries.iter().map(|e| e.2).sum();
+            prop_assert_eq!(t.usage(), total);
+            for &(i, _, _) in &entries {
+                let file = name(i);
+                let parsed = parse_object_name(&file).unwrap();
+                let slot = t.locate(&parsed).and_then(|(f, h)| t.slot(f, &h));
+                prop_assert!(slot.is_some(), "object {} not found", i);
+            }
+            let time_of: std::collections::HashMap<String, i64> =
+                entries.iter().map(|&(i, time, _)| (name(i), time)).collect();
+            let taken: Vec<i64> = victims(&mut t, u64::MAX).iter().map(|v| time_of[v]).collect();
+            let mut sorted = times.clone();
+            sorted.sort_unstable();
+            prop_assert_eq!(taken, sorted);
+            prop_assert!(t.is_empty());
+        }
     }
 
     #[test]
