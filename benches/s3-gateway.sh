@@ -6,7 +6,10 @@
 # Upstream: s3s-fs when it is on PATH (`cargo install s3s-fs@0.14.1 --features
 # binary`), else moto from the LMCache virtual environment. Both listen on a
 # free port on 127.0.0.1. Extra variables: GATEWAY_BENCH_OBJECTS,
-# GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see adapters/benches/s3_gateway.rs).
+# GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see adapters/benches/s3_gateway.rs);
+# PIN=1 gives the upstream the last core to itself and runs the client, the
+# gateway and the relay on the others (taskset), as when the object store is
+# another machine.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
@@ -19,16 +22,21 @@ trap cleanup EXIT
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 export AWS_ACCESS_KEY_ID=benchkeyid AWS_SECRET_ACCESS_KEY=benchsecretbenchsecretbenchsecret1234
 export GATEWAY_BENCH_UPSTREAM="127.0.0.1:$port" GATEWAY_BENCH_BUCKET=bench
+upstream_cpus="" node_cpus=""
+if [ "${PIN:-0}" = 1 ]; then
+  last=$(($(nproc) - 1))
+  upstream_cpus="taskset -c $last" node_cpus="taskset -c 0-$((last - 1))"
+fi
 if command -v s3s-fs >/dev/null; then
   upstream="s3s-fs $(s3s-fs --version 2>/dev/null | awk '{print $2}')"
   mkdir -p "$work/root/bench"
-  s3s-fs --host 127.0.0.1 --port "$port" --access-key "$AWS_ACCESS_KEY_ID" \
+  $upstream_cpus s3s-fs --host 127.0.0.1 --port "$port" --access-key "$AWS_ACCESS_KEY_ID" \
     --secret-key "$AWS_SECRET_ACCESS_KEY" "$work/root" >"$work/upstream.log" 2>&1 &
   server_pid=$!
 else
   venv="$("$root/scripts/setup-lmcache.sh")"
   upstream="moto_server (s3s-fs not installed)"
-  "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$work/upstream.log" 2>&1 &
+  $upstream_cpus "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$work/upstream.log" 2>&1 &
   server_pid=$!
 fi
 for _ in $(seq 100); do
@@ -38,7 +46,10 @@ done
 if ! command -v s3s-fs >/dev/null; then
   curl -sf -X PUT "http://127.0.0.1:$port/bench" >/dev/null
 fi
+export GATEWAY_BENCH_UPSTREAM_PID="$server_pid"
 echo "upstream: $upstream on 127.0.0.1:$port"
+echo "pinned: ${PIN:-0}${upstream_cpus:+ (upstream: $upstream_cpus; client, gateway, relay: $node_cpus)}"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
 cd "$root"
-cargo bench -p lmcache-adapters --bench s3_gateway
+cargo build --quiet --release -p lmcache-adapters --benches
+$node_cpus cargo bench -p lmcache-adapters --bench s3_gateway

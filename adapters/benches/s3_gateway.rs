@@ -11,7 +11,15 @@
 //! requests per side, default 300).
 //!
 //! The gateway runs in a child process (this program started with
-//! `--serve-gateway`) so that its resident memory is its own.
+//! `--serve-gateway`) so that its resident memory is its own. The child
+//! also serves a third side, `tcp relay`: a plain TCP relay to the upstream
+//! (tokio's `copy_bidirectional` with 256 KiB buffers, the gateway's
+//! forward chunk; no HTTP, no signing, the real key), the floor of what any
+//! gateway that adds a loopback hop can reach.
+//!
+//! Each phase prints the CPU seconds per GiB moved of the client (this
+//! process), the child (`hop`: gateway or relay), the upstream (when
+//! `GATEWAY_BENCH_UPSTREAM_PID` is set) and the machine's idle time.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -83,7 +91,28 @@ async fn serve_gateway() -> Result<(), Error> {
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (rewritten, _gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
+    let relay = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     println!("{}", rewritten[1]);
+    println!("{}", relay.local_addr()?);
+    let upstream = env("GATEWAY_BENCH_UPSTREAM")?;
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = relay.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                    let buffer = 256 << 10;
+                    let _ = tokio::io::copy_bidirectional_with_sizes(
+                        &mut client,
+                        &mut server,
+                        buffer,
+                        buffer,
+                    )
+                    .await;
+                }
+            });
+        }
+    });
     std::io::stdout().flush()?;
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();
@@ -105,10 +134,19 @@ async fn compare() -> Result<(), Error> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+    let (mut line, mut relay) = (String::new(), String::new());
+    let mut out = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    out.read_line(&mut line)?;
+    out.read_line(&mut relay)?;
     let spec: serde_json::Value = serde_json::from_str(&line)?;
     let field = |k: &str| spec[k].as_str().unwrap_or_default().to_string();
+    let relay = Side {
+        name: "tcp relay",
+        endpoint: relay.trim().to_string(),
+        base: format!("/{bucket}/"),
+        key_id: env("AWS_ACCESS_KEY_ID")?,
+        secret: env("AWS_SECRET_ACCESS_KEY")?,
+    };
     let direct = Side {
         name: "direct",
         endpoint: upstream,
@@ -128,34 +166,38 @@ async fn compare() -> Result<(), Error> {
     println!(
         "{objects} objects of 32 MiB, {streams} concurrent streams; {small} small requests per side"
     );
-    // Interleaved twice so neither side always meets a warmer upstream.
+    // Interleaved twice so no side always meets a warmer upstream.
     let gib = (objects * OBJECT) as f64 / (1u64 << 30) as f64;
+    let upstream_pid: Option<u32> = std::env::var("GATEWAY_BENCH_UPSTREAM_PID")
+        .ok()
+        .and_then(|p| p.parse().ok());
+    let me = std::process::id();
     for round in 1..=2 {
-        for side in [&direct, &gateway] {
-            let cpu = cpu_seconds(child.id())?;
+        for side in [&direct, &relay, &gateway] {
+            let before = Budget::take(me, child.id(), upstream_pid)?;
             let put = transfer(&client, side, &data, objects, streams, true, round).await?;
-            let put_cpu = cpu_seconds(child.id())? - cpu;
+            let middle = Budget::take(me, child.id(), upstream_pid)?;
             let get = transfer(&client, side, &data, objects, streams, false, round).await?;
-            let get_cpu = cpu_seconds(child.id())? - cpu - put_cpu;
-            let gateway_cpu = match side.name {
-                "gateway" => format!(
-                    "  gateway CPU {:.2} s/GiB PUT, {:.2} s/GiB GET",
-                    put_cpu / gib,
-                    get_cpu / gib
-                ),
-                _ => String::new(),
-            };
+            let after = Budget::take(me, child.id(), upstream_pid)?;
             println!(
-                "round {round} {:<8} PUT {put:>7.1} MiB/s  GET {get:>7.1} MiB/s{gateway_cpu}",
+                "round {round} {:<9} PUT {put:>7.1} MiB/s  GET {get:>7.1} MiB/s",
                 side.name
+            );
+            println!(
+                "  CPU s/GiB PUT: {}",
+                middle.since(&before, gib, side.name != "direct")
+            );
+            println!(
+                "  CPU s/GiB GET: {}",
+                after.since(&middle, gib, side.name != "direct")
             );
         }
     }
     let rss = peak_rss_kib(child.id())?;
-    for side in [&direct, &gateway] {
+    for side in [&direct, &relay, &gateway] {
         let median = small_requests(&client, side, small).await?;
         println!(
-            "{:<8} small HEAD median {:.3} ms",
+            "{:<9} small HEAD median {:.3} ms",
             side.name,
             median.as_secs_f64() * 1e3
         );
@@ -279,6 +321,48 @@ fn signed(
         );
     }
     Ok(headers)
+}
+
+/// CPU seconds used so far by the client (this process), the child, the
+/// upstream (when its pid is known) and the whole machine's idle time.
+struct Budget {
+    client: f64,
+    hop: f64,
+    upstream: Option<f64>,
+    idle: f64,
+}
+
+impl Budget {
+    fn take(me: u32, hop: u32, upstream: Option<u32>) -> Result<Self, Error> {
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        let idle: f64 = stat
+            .lines()
+            .next()
+            .and_then(|l| l.split_whitespace().nth(4))
+            .ok_or("no cpu line in /proc/stat")?
+            .parse::<u64>()? as f64
+            / 100.0;
+        Ok(Self {
+            client: cpu_seconds(me)?,
+            hop: cpu_seconds(hop)?,
+            upstream: upstream.map(cpu_seconds).transpose()?,
+            idle,
+        })
+    }
+
+    /// Seconds per GiB moved since `before`, per part; `hop` when the
+    /// child (gateway or relay) carried the traffic.
+    fn since(&self, before: &Self, gib: f64, hop: bool) -> String {
+        let per = |now: f64, then: f64| (now - then) / gib;
+        let mut out = format!("client {:.2}", per(self.client, before.client));
+        if hop {
+            out += &format!(", hop {:.2}", per(self.hop, before.hop));
+        }
+        if let (Some(now), Some(then)) = (self.upstream, before.upstream) {
+            out += &format!(", upstream {:.2}", per(now, then));
+        }
+        out + &format!(", machine idle {:.2}", per(self.idle, before.idle))
+    }
 }
 
 /// User + system CPU seconds `pid` has used (`/proc/<pid>/stat` fields 14
