@@ -248,6 +248,31 @@ impl Cascade {
     pub fn redacted(&self) -> Value {
         Value::Array(self.0.iter().map(TierSpec::redacted).collect())
     }
+
+    /// Checks the keys this project adds, as far as that is possible without
+    /// the disk or the network, so that a plan (and `--dry-run`) refuses a
+    /// cascade that `erebine-lmcache server` would refuse at start:
+    /// [`capacity::guard_specs`] (`max_capacity_gb`, the `eviction` block,
+    /// two guarded tiers in one directory) and, for each `s3` tier with
+    /// `s3_bucket`, [`s3::spec::BucketTier::from_spec`] (region, bucket name,
+    /// endpoint, key prefix, CA bundle readable, credential keys paired;
+    /// `env` looks up the `AWS_*` variables the server will get). The
+    /// volume's size and the object store are checked when the server
+    /// starts.
+    ///
+    /// # Errors
+    /// The first problem, as the guard or the gateway words it: the tier by
+    /// position (and `base_path`), the key, the value, what to write.
+    pub fn check_extensions(
+        &self,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<(), String> {
+        capacity::guard_specs(self).map_err(|e| e.to_string())?;
+        for (position, tier) in self.0.iter().enumerate() {
+            s3::spec::BucketTier::from_spec(tier, position, env).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
 }
 
 /// The flag that adds one L2 tier (LMCache's argparse `append`).

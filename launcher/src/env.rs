@@ -90,6 +90,16 @@ pub enum ConfigError {
     /// The adapter JSON is unusable.
     #[error(transparent)]
     Adapter(#[from] SpecError),
+    /// A tier the server would refuse at start: a bad `max_capacity_gb` or
+    /// `eviction` block, two guarded tiers in one directory, or unusable
+    /// `s3_bucket` settings ([`Cascade::check_extensions`]).
+    #[error("{variable}: {problem}")]
+    Tier {
+        /// The variable whose cascade holds the tier.
+        variable: &'static str,
+        /// The problem, naming the tier, the key and what to write.
+        problem: String,
+    },
 }
 
 /// The node's KV cache backend (seed, "KV Cache Backend"): only
@@ -204,7 +214,7 @@ impl NodeEnv {
             Some(p) => expand_home(&p, vars),
             None => expand_home("~/.cache/erebine/lmcache", vars),
         };
-        Ok(NodeEnv {
+        let env = NodeEnv {
             kv_offload_bytes: get(KV_OFFLOAD_SIZE_GB)
                 .map(|v| parse_gib(KV_OFFLOAD_SIZE_GB, &v))
                 .transpose()?,
@@ -253,7 +263,18 @@ impl NodeEnv {
                 .unwrap_or_default(),
             lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
             disk_path,
-        })
+        };
+        let custom = match (env.extra_args.l2_adapters(), &env.l2_adapter) {
+            (Some(tiers), _) => Some((LMCACHE_EXTRA_ARGS, tiers)),
+            (None, Some(tiers)) => Some((L2_ADAPTER, tiers)),
+            (None, None) => None,
+        };
+        if let Some((variable, tiers)) = custom {
+            tiers
+                .check_extensions(&get)
+                .map_err(|problem| ConfigError::Tier { variable, problem })?;
+        }
+        Ok(env)
     }
 }
 
@@ -640,6 +661,31 @@ mod tests {
             (LOOKUP_HASH_LOG_MAX_FILES, "-1", "files kept"),
             (L2_ADAPTER, "[{\"type\":\"fs\",}]", "column"),
             (L2_ADAPTER, "[3]", "not a JSON object"),
+            (
+                L2_ADAPTER,
+                r#"{"type":"fs","base_path":"/t","max_capacity_gb":-5}"#,
+                "L2 tier 0 (base_path /t): max_capacity_gb = -5",
+            ),
+            (
+                L2_ADAPTER,
+                r#"[{"type":"fs","base_path":"/t","max_capacity_gb":1},{"type":"fs","base_path":"/t/","max_capacity_gb":2}]"#,
+                "L2 tiers 0 (base_path /t) and 1 (base_path /t/) are the same directory",
+            ),
+            (
+                L2_ADAPTER,
+                r#"[{"type":"s3","s3_endpoint":"s.example","s3_bucket":"Bad_Name","s3_region":"r"}]"#,
+                "L2 tier 0 (s3): s3_bucket",
+            ),
+            (
+                L2_ADAPTER,
+                r#"{"type":"s3","s3_endpoint":"s.example","s3_bucket":"b1b"}"#,
+                "s3_region: is missing",
+            ),
+            (
+                LMCACHE_EXTRA_ARGS,
+                r#"--l2-adapter {"type":"fs","base_path":"/t","max_capacity_gb":"x"}"#,
+                "max_capacity_gb",
+            ),
         ];
         for (var, val, needle) in cases {
             let err = NodeEnv::from_vars(&vars(&[(var, val)]))
