@@ -21,18 +21,17 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::fsync;
 use serde::{Deserialize, Serialize};
 
-use crate::tier_dir::{TierDir, TierDirError};
+use crate::tier_dir::{read_control_file, TierDir, TierDirError};
 
 /// File name of the identity manifest in a tier directory.
 pub const MANIFEST_FILE_NAME: &str = ".lmcache-tier-identity.json";
@@ -282,32 +281,14 @@ pub fn read_manifest(dir: &TierDir) -> ManifestRead {
             problem,
         })
     };
-    let fd = match openat(
-        dir.fd(),
-        MANIFEST_FILE_NAME,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::ENOENT) => return ManifestRead::Missing,
-        Err(e) => return unusable(format!("cannot open it: {}", e.desc())),
+    let bytes = match read_control_file(dir.fd(), MANIFEST_FILE_NAME, MANIFEST_MAX_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return ManifestRead::Missing,
+        Err(problem) => return unusable(problem),
     };
-    let mut file = File::from(fd);
-    match file.metadata() {
-        Ok(meta) if !meta.is_file() => return unusable("it is not a regular file".into()),
-        Ok(_) => {}
-        Err(e) => return unusable(format!("cannot stat it: {e}")),
-    }
-    let mut text = String::new();
-    if let Err(e) = (&mut file)
-        .take(MANIFEST_MAX_BYTES + 1)
-        .read_to_string(&mut text)
-    {
-        return unusable(format!("cannot read it as UTF-8 text: {e}"));
-    }
-    if text.len() as u64 > MANIFEST_MAX_BYTES {
-        return unusable(format!("it is larger than {MANIFEST_MAX_BYTES} bytes"));
-    }
+    let Ok(text) = String::from_utf8(bytes) else {
+        return unusable("it is not UTF-8 text".into());
+    };
     let manifest: Manifest = match serde_json::from_str(&text) {
         Ok(m) => m,
         Err(e) => return unusable(format!("it is not a valid manifest: {e}")),

@@ -2,12 +2,12 @@
 //! works relative to its descriptor, so they all act on the same directory
 //! even if its path is renamed or replaced meanwhile.
 
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{open, OFlag};
+use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::{fstat, Mode};
 use nix::sys::statvfs::{fstatvfs, FsFlags};
 use nix::unistd::{faccessat, AccessFlags};
@@ -186,4 +186,53 @@ impl TierDir {
             }),
         }
     }
+}
+
+/// Reads the control file `name` (the identity manifest, a capacity guard's
+/// status) in the directory `dir`: only a regular file, never through a
+/// symlink (`O_NOFOLLOW`), without blocking on a FIFO put there
+/// (`O_NONBLOCK`), and at most `max_bytes`. Anything that can write a tier
+/// directory could have put something else under the name.
+///
+/// Returns `Ok(None)` when there is no such entry.
+///
+/// # Errors
+/// What makes the file unusable, worded for the operator: "cannot open it
+/// (a symlink is not followed): ...", "it is not a regular file", "cannot
+/// read it: ...", "it is larger than N bytes".
+pub fn read_control_file(
+    dir: impl AsFd,
+    name: &str,
+    max_bytes: u64,
+) -> Result<Option<Vec<u8>>, String> {
+    let fd = match openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "cannot open it (a symlink is not followed): {}",
+                e.desc()
+            ))
+        }
+    };
+    let mut file = std::fs::File::from(fd);
+    match file.metadata() {
+        Ok(meta) if !meta.is_file() => return Err("it is not a regular file".into()),
+        Ok(_) => {}
+        Err(e) => return Err(format!("cannot stat it: {e}")),
+    }
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(format!("it is larger than {max_bytes} bytes"));
+    }
+    Ok(Some(bytes))
 }

@@ -8,9 +8,8 @@
 //! one. `updated_unix_ms` says how fresh it is and `pid` which process wrote
 //! it; a file whose writer is gone is the last state of a stopped guard.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{openat, renameat, OFlag};
@@ -20,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use lmcache_housekeeping::scan::{GUARD_STATUS_FILE_NAME, GUARD_STATUS_TEMP_FILE_NAME};
 
 use crate::capacity::GuardRole;
+use lmcache_housekeeping::tier_dir::read_control_file;
 
 /// Version of the status file's shape; bumped when a field changes meaning.
 pub const STATUS_VERSION: u32 = 1;
@@ -147,30 +147,16 @@ const STATUS_MAX_BYTES: u64 = 1 << 20;
 pub fn read_status(base_path: &Path) -> Result<Option<GuardStatus>, String> {
     let path = base_path.join(GUARD_STATUS_FILE_NAME);
     let unusable = |problem: String| Err(format!("{}: {problem}", path.display()));
-    let mut file = match std::fs::File::options()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-        .open(&path)
-    {
-        Ok(file) => file,
+    let dir = match std::fs::File::open(base_path) {
+        Ok(dir) => dir,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return unusable(format!("cannot open it (a symlink is not followed): {e}")),
+        Err(e) => return unusable(format!("cannot open its directory: {e}")),
     };
-    match file.metadata() {
-        Ok(meta) if !meta.is_file() => return unusable("it is not a regular file".into()),
-        Ok(_) => {}
-        Err(e) => return unusable(format!("cannot stat it: {e}")),
-    }
-    let mut bytes = Vec::new();
-    if let Err(e) = (&mut file)
-        .take(STATUS_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-    {
-        return unusable(format!("cannot read it: {e}"));
-    }
-    if bytes.len() as u64 > STATUS_MAX_BYTES {
-        return unusable(format!("it is larger than {STATUS_MAX_BYTES} bytes"));
-    }
+    let bytes = match read_control_file(&dir, GUARD_STATUS_FILE_NAME, STATUS_MAX_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(problem) => return unusable(problem),
+    };
     serde_json::from_slice(&bytes)
         .map(Some)
         .or_else(|e| unusable(format!("it is not a guard status: {e}")))
