@@ -90,6 +90,11 @@ pub struct TierRow {
     /// [`gateway_state::STATE_PATH`]); `None` for every other tier, and
     /// until [`Inspection::read_gateways`] ran.
     pub gateway: Option<GatewayState>,
+    /// Why nothing answered on this tier's loopback endpoint (refused,
+    /// silent): its gateway, or whatever should listen there, is down and
+    /// LMCache's writes to the tier fail. `None` when something answered,
+    /// and for every other tier.
+    pub endpoint_down: Option<String>,
 }
 
 impl TierRow {
@@ -196,6 +201,7 @@ impl Inspection {
                         .or(a.current_size_bytes),
                     eviction_policy: e.and_then(|e| e.eviction_policy),
                     gateway: None,
+                    endpoint_down: None,
                 }
             })
             .collect();
@@ -233,11 +239,15 @@ impl Inspection {
     /// Asks every `S3L2Adapter` tier whose endpoint is `127.0.0.1:<port>`
     /// for the gateway state ([`gateway_state::fetch`], waiting at most
     /// `timeout` each) and keeps it in [`TierRow::gateway`]; an endpoint that
-    /// does not answer as a gateway leaves the tier as it was.
+    /// answers as something else leaves the tier as it was, one where
+    /// nothing answers is noted in [`TierRow::endpoint_down`].
     pub async fn read_gateways(&mut self, timeout: Duration) {
         for tier in &mut self.tiers {
             if let Some(addr) = tier.loopback_endpoint() {
-                tier.gateway = gateway_state::fetch(addr, timeout).await;
+                match gateway_state::fetch(addr, timeout).await {
+                    Ok(state) => tier.gateway = state,
+                    Err(cause) => tier.endpoint_down = Some(cause),
+                }
             }
         }
     }
@@ -338,6 +348,14 @@ impl Inspection {
         for t in &self.tiers {
             if let Some(g) = &t.gateway {
                 out.push_str(&gateway_text(t, g));
+            }
+            if let (Some(cause), Some(endpoint)) = (&t.endpoint_down, &t.location) {
+                out.push_str(&format!(
+                    "\nS3 tier {} on {}: nothing answers ({}): its gateway (or whatever should listen there) is down; writes to this tier fail until the server is restarted\n",
+                    t.position,
+                    printable(endpoint),
+                    printable(cause)
+                ));
             }
         }
         for d in &self.disk {
@@ -735,11 +753,16 @@ mod tests {
             .unwrap();
         let (_, gateway) = gateways.addresses()[0];
         let not_a_gateway = answering("404 Not Found").await;
+        let nothing = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let body = serde_json::json!({"is_healthy": true, "storage_manager": {"l2_adapters": [
             {"type": "S3L2Adapter", "endpoint": gateway.to_string(), "is_healthy": true},
             {"type": "S3L2Adapter", "endpoint": format!("127.0.0.1:{not_a_gateway}")},
             {"type": "S3L2Adapter", "endpoint": "kvcache.localtest:5055"},
-            {"type": "FSL2Adapter", "base_path": format!("127.0.0.1:{}", gateway.port())}
+            {"type": "FSL2Adapter", "base_path": format!("127.0.0.1:{}", gateway.port())},
+            {"type": "S3L2Adapter", "endpoint": nothing.to_string()}
         ]}});
         let poll = Poll::Up(Box::new(
             ServerStatus::parse(body.to_string().as_bytes()).unwrap(),
@@ -747,7 +770,13 @@ mod tests {
         let mut report = Inspection::build("u", &poll, &[], None);
         report.read_gateways(Duration::from_secs(10)).await;
         let shown: Vec<bool> = report.tiers.iter().map(|t| t.gateway.is_some()).collect();
-        assert_eq!(shown, [true, false, false, false]);
+        assert_eq!(shown, [true, false, false, false, false]);
+        let down: Vec<bool> = report
+            .tiers
+            .iter()
+            .map(|t| t.endpoint_down.is_some())
+            .collect();
+        assert_eq!(down, [false, false, false, false, true]);
         let json = serde_json::to_value(&report).unwrap();
         let state = &json["tiers"][0]["gateway"];
         assert_eq!(state["bucket"], "kv-cache");
@@ -757,7 +786,8 @@ mod tests {
         let text = report.to_text();
         assert!(
             text.contains(&format!("S3 gateway of tier 0 on {gateway}"))
-                && text.contains("bucket kv-cache"),
+                && text.contains("bucket kv-cache")
+                && text.contains(&format!("S3 tier 4 on {nothing}: nothing answers")),
             "{text}"
         );
         let everything = format!("{json}{text}");

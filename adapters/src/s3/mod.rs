@@ -346,7 +346,10 @@ mod tests {
             .unwrap();
         assert_eq!(refused.status().as_u16(), 403);
         let timeout = std::time::Duration::from_secs(10);
-        let state = state::fetch(addr, timeout).await.expect("the state");
+        let state = state::fetch(addr, timeout)
+            .await
+            .unwrap()
+            .expect("the state");
         assert_eq!(
             (state.tier, state.bucket.as_str(), state.key_prefix.as_str()),
             (0, "kvc", "p/")
@@ -369,7 +372,10 @@ mod tests {
         );
         let elsewhere = answering("404 Not Found").await;
         let not_ours = SocketAddr::from(([127, 0, 0, 1], elsewhere));
-        assert_eq!(state::fetch(not_ours, timeout).await, None);
+        assert_eq!(state::fetch(not_ours, timeout).await, Ok(None));
+        drop(gateways);
+        let stopped = state::fetch(addr, timeout).await.unwrap_err();
+        assert!(stopped.contains("onnect"), "{stopped}");
     }
 
     #[test]

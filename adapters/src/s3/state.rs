@@ -88,27 +88,39 @@ pub struct UpstreamError {
     pub message: String,
 }
 
-/// Asks the gateway that may listen on `addr` for its state: `None` when
-/// nothing answers within `timeout`, or the answer is not a 200 with a
-/// [`GatewayState`] (it is then not a gateway of ours).
-pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Option<GatewayState> {
+/// Asks the gateway that may listen on `addr` for its state: `Ok(Some)`
+/// from a gateway of ours; `Ok(None)` when something else answers (not a
+/// 200 with a [`GatewayState`]).
+///
+/// # Errors
+/// Nothing answers within `timeout` (refused, reset, silent): the cause, for
+/// the operator (the gateway, or whatever should listen there, is down).
+pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Result<Option<GatewayState>, String> {
     let client = reqwest::Client::builder()
         .timeout(timeout)
         .no_proxy()
         .build()
-        .ok()?;
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
     let response = client
         .get(format!("http://{addr}{STATE_PATH}"))
         .send()
         .await
-        .ok()?;
+        .map_err(|e| {
+            if e.is_timeout() {
+                format!("no answer within {} ms", timeout.as_millis())
+            } else {
+                crate::error_chain(&e.without_url())
+            }
+        })?;
     if response.status() != reqwest::StatusCode::OK {
-        return None;
+        return Ok(None);
     }
-    let mut state: GatewayState = response.json().await.ok()?;
+    let Ok(mut state) = response.json::<GatewayState>().await else {
+        return Ok(None);
+    };
     // Whatever answers on that port is not trusted to have redacted it.
     state.upstream = redact_endpoint(&state.upstream);
-    Some(state)
+    Ok(Some(state))
 }
 
 /// The live counters of one gateway.
