@@ -275,7 +275,9 @@ async fn run_launch(
     let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
     let emit = |event: Event| {
         match &event {
-            Event::Ready | Event::WorkersAttached { .. } | Event::Recovered => {
+            // The "LMCache server ready in ..." line right after says it.
+            Event::Ready => tracing::debug!(event = ?event, "{event}"),
+            Event::WorkersAttached { .. } | Event::Recovered => {
                 tracing::info!(event = ?event, "{event}")
             }
             _ => tracing::warn!(event = ?event, "{event}"),
