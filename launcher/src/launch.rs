@@ -524,6 +524,19 @@ async fn stop(
         server.pid()
     );
     let status = server.stop(options.stop_grace).await?;
-    tracing::info!("LMCache server stopped ({})", describe(status));
+    // 143 is how LMCache's Python process reports the SIGTERM it was sent.
+    let sigterm = Signal::SIGTERM as i32;
+    if status.success() || status.code() == Some(128 + sigterm) || status.signal() == Some(sigterm)
+    {
+        tracing::info!(
+            "LMCache server stopped cleanly on SIGTERM ({})",
+            describe(status)
+        );
+    } else {
+        tracing::warn!(
+            "LMCache server ended with {} after SIGTERM",
+            describe(status)
+        );
+    }
     Ok(status)
 }

@@ -74,7 +74,11 @@ pub fn find_stock_lmcache(
         }
     }
     let mut looked = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for (place, candidate) in candidates {
+        if !candidate.as_os_str().is_empty() && !seen.insert(candidate.clone()) {
+            continue;
+        }
         if candidate.as_os_str().is_empty() {
             looked.push(place);
             continue;
@@ -95,7 +99,7 @@ pub fn find_stock_lmcache(
     Err(NotFound {
         what: "the stock `lmcache` command (pip package lmcache==0.5.6)".into(),
         looked,
-        fix: "Install it in a Python virtual environment and activate it (or set VIRTUAL_ENV), e.g. `python3 -m venv V && V/bin/pip install lmcache==0.5.6`; scripts/setup-lmcache.sh in this project's clone installs it in ~/.cache/erebine/lmcache-0.5.6 (then `export VIRTUAL_ENV=~/.cache/erebine/lmcache-0.5.6`)".into(),
+        fix: "Install it in a Python virtual environment and activate it (or set VIRTUAL_ENV), e.g. `python3 -m venv V && V/bin/pip install lmcache==0.5.6`; scripts/setup-lmcache.sh in this project's clone installs it in $EREBINE_LMCACHE_VENV, default ~/.cache/erebine/lmcache-0.5.6, and prints that path (then `export VIRTUAL_ENV=<that path>`)".into(),
     })
 }
 
@@ -195,6 +199,14 @@ mod tests {
         assert!(err.contains("VIRTUAL_ENV"), "{err}");
         assert!(err.contains("vllm"), "{err}");
         assert!(err.contains("pip install lmcache==0.5.6"), "{err}");
+        let bin = t.path().join("bin").display().to_string();
+        let twice = vars(&[("PATH", format!("{bin}:{bin}/:{bin}"))]);
+        let err = find_stock_lmcache(&twice, &own).unwrap_err().to_string();
+        assert_eq!(
+            err.matches("is erebine-lmcache itself").count(),
+            1,
+            "a directory on PATH more than once is listed once: {err}"
+        );
     }
 
     #[test]

@@ -397,10 +397,15 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
             println!("{:#}", planned.to_json());
         } else {
             println!("{}", plan.log_line());
+            // Quoted for a shell, so the line can be pasted (secrets stay
+            // redacted).
+            let command: Vec<String> = std::iter::once(plan.executable.display().to_string())
+                .chain(plan.redacted_args())
+                .collect();
             println!(
-                "{} {}",
-                plan.executable.display(),
-                plan.redacted_args().join(" ")
+                "{}",
+                shlex::try_join(command.iter().map(String::as_str))
+                    .unwrap_or_else(|_| command.join(" "))
             );
             println!("vLLM --kv-transfer-config {}", plan.kv_transfer_config());
         }
