@@ -457,11 +457,19 @@ fn an_s3_bucket_tier_that_cannot_work_stops_the_launch_naming_tier_and_key() {
             .port()
     };
     let closed = free();
-    for (s3_keys, key) in [
-        (r#""s3_endpoint":"127.0.0.1:9""#.to_string(), "s3_region"),
+    // A missing region is refused by the plan (nothing started, as under
+    // --dry-run); an endpoint that does not answer, by the gateway's
+    // start-up check in erebine-lmcache.
+    for (s3_keys, key, when) in [
+        (
+            r#""s3_endpoint":"127.0.0.1:9""#.to_string(),
+            "s3_region",
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER: ",
+        ),
         (
             format!(r#""s3_endpoint":"127.0.0.1:{closed}","s3_region":"r""#),
             "s3_endpoint",
+            "the server was not started",
         ),
     ] {
         let mut case = Case::new();
@@ -472,14 +480,7 @@ fn an_s3_bucket_tier_that_cannot_work_stops_the_launch_naming_tier_and_key() {
             .set("EREBINE_AGENT_LMCACHE_MP_PORT", &free().to_string())
             .set("EREBINE_AGENT_LMCACHE_HTTP_PORT", &free().to_string());
         let out = case.run(&["launch"]);
-        assert_fails(
-            &out,
-            2,
-            &[
-                &format!("L2 tier 1 (s3): {key}:"),
-                "the server was not started",
-            ],
-        );
+        assert_fails(&out, 2, &[&format!("L2 tier 1 (s3): {key}:"), when]);
         assert!(
             !stderr(&out).contains("REAL-SECRET-VALUE"),
             "{}",
