@@ -129,8 +129,9 @@ fn guard(dir: &Path, capacity_gib: f64, eviction: &str, status_interval: Duratio
 }
 
 fn wait(dir: &Path, ok: impl Fn(&GuardStatus) -> bool) -> GuardStatus {
+    let dir = TierDir::open(dir, Access::ReadOnly).unwrap();
     loop {
-        if let Ok(Some(s)) = read_status(dir) {
+        if let Ok(Some(s)) = read_status(&dir) {
             if ok(&s) {
                 return s;
             }

@@ -10,6 +10,7 @@ use lmcache_adapters::capacity::guard_specs;
 use lmcache_adapters::guard::status::{read_status, Following, GuardStatus};
 use lmcache_adapters::guard::{Guard, GuardOptions};
 use lmcache_adapters::Cascade;
+use lmcache_housekeeping::{Access, TierDir};
 
 const OBJECT: usize = 64 * 1024;
 
@@ -69,8 +70,9 @@ fn start(dir: &Path, options: GuardOptions) -> Guard {
 
 fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> GuardStatus {
     let started = Instant::now();
+    let tier = TierDir::open(dir, Access::ReadOnly).unwrap();
     loop {
-        if let Some(status) = read_status(dir).unwrap() {
+        if let Some(status) = read_status(&tier).unwrap() {
             if ok(&status) {
                 return status;
             }

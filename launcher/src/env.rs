@@ -202,7 +202,11 @@ pub struct NodeEnv {
 
 impl NodeEnv {
     /// Reads every variable from `vars` (name -> value). Empty values count
-    /// as unset. `HOME` locates the default cache directory.
+    /// as unset. `HOME` locates the default cache directory. A custom
+    /// cascade (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) is checked with
+    /// [`Cascade::check_extensions`], which reads an `s3_ca_bundle` file and
+    /// resolves guarded `base_path`s but writes nothing.
     pub fn from_vars(vars: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let get = |name: &str| {
             vars.get(name)

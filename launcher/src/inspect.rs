@@ -495,7 +495,7 @@ fn read_disk(path: &Path) -> DiskRow {
         Ok(inventory) => disk.usage = Some(inventory.totals()),
         Err(e) => disk.problem = Some(e.to_string()),
     }
-    match read_status(path) {
+    match read_status(&dir) {
         Ok(guard) => disk.guard = guard,
         Err(e) => disk.problem = Some(e),
     }
@@ -673,7 +673,8 @@ mod tests {
             .remove(0);
         let guard = Guard::start(spec, GuardOptions::default()).unwrap();
         let started = std::time::Instant::now();
-        while read_status(tmp.path()).unwrap().is_none() {
+        let dir = TierDir::open(tmp.path(), Access::ReadOnly).unwrap();
+        while read_status(&dir).unwrap().is_none() {
             assert!(
                 started.elapsed() < std::time::Duration::from_secs(20),
                 "no guard status file"

@@ -10,7 +10,7 @@
 
 use std::io::{self, Write};
 use std::os::fd::BorrowedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::fcntl::{openat, renameat, OFlag};
 use nix::sys::stat::Mode;
@@ -20,6 +20,7 @@ pub use lmcache_housekeeping::scan::{GUARD_STATUS_FILE_NAME, GUARD_STATUS_TEMP_F
 
 use crate::capacity::GuardRole;
 use lmcache_housekeeping::tier_dir::read_control_file;
+use lmcache_housekeeping::TierDir;
 
 /// Version of the status file's shape; bumped when a field changes meaning.
 pub const STATUS_VERSION: u32 = 1;
@@ -136,23 +137,19 @@ pub(crate) fn write_status(dir: BorrowedFd<'_>, status: &GuardStatus) -> io::Res
 /// The largest status file read: a guard writes well under 4 KiB.
 const STATUS_MAX_BYTES: u64 = 1 << 20;
 
-/// Reads the status file of the tier at `base_path`: `Ok(None)` when no
-/// guard ever wrote one there. Only a regular file is read, never through a
-/// symlink, without blocking (a FIFO put there) and at most
-/// [`STATUS_MAX_BYTES`]: anything that can write the tier directory could
-/// have put something else there.
+/// Reads the status file of the tier directory `dir` (as
+/// [`lmcache_housekeeping::read_manifest`] reads the manifest): `Ok(None)`
+/// when no guard ever wrote one there. Only a regular file is read, never
+/// through a symlink, without blocking (a FIFO put there) and at most
+/// [`STATUS_MAX_BYTES`] ([`read_control_file`]): anything that can write the
+/// tier directory could have put something else there.
 ///
 /// # Errors
 /// The read error, or what makes the file unusable, with the file's path.
-pub fn read_status(base_path: &Path) -> Result<Option<GuardStatus>, String> {
-    let path = base_path.join(GUARD_STATUS_FILE_NAME);
+pub fn read_status(dir: &TierDir) -> Result<Option<GuardStatus>, String> {
+    let path = dir.entry_path(GUARD_STATUS_FILE_NAME);
     let unusable = |problem: String| Err(format!("{}: {problem}", path.display()));
-    let dir = match std::fs::File::open(base_path) {
-        Ok(dir) => dir,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return unusable(format!("cannot open its directory: {e}")),
-    };
-    let bytes = match read_control_file(&dir, GUARD_STATUS_FILE_NAME, STATUS_MAX_BYTES) {
+    let bytes = match read_control_file(dir.fd(), GUARD_STATUS_FILE_NAME, STATUS_MAX_BYTES) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(None),
         Err(problem) => return unusable(problem),
@@ -165,9 +162,15 @@ pub fn read_status(base_path: &Path) -> Result<Option<GuardStatus>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lmcache_housekeeping::Access;
+    use std::path::Path;
+
+    fn read(dir: &Path) -> Result<Option<GuardStatus>, String> {
+        read_status(&TierDir::open(dir, Access::ReadOnly).unwrap())
+    }
 
     fn problem(dir: &Path) -> String {
-        read_status(dir).expect_err("an unusable status file")
+        read(dir).expect_err("an unusable status file")
     }
 
     #[test]
@@ -175,7 +178,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         let path = dir.join(GUARD_STATUS_FILE_NAME);
-        assert_eq!(read_status(dir), Ok(None));
+        assert_eq!(read(dir), Ok(None));
         std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
         assert!(problem(dir).contains("symlink is not followed"));
         std::fs::remove_file(&path).unwrap();
