@@ -9,8 +9,10 @@
 //! and spec is returned unchanged. The gateways run on their own threads
 //! until the [`Gateways`] value is dropped.
 
+mod client;
 pub mod credentials;
 mod gateway;
+pub mod key;
 pub mod sigv4;
 pub mod spec;
 pub mod state;

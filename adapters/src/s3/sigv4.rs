@@ -14,7 +14,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::{percent_decode_str, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 
 use super::spec::KeyPair;
@@ -25,9 +25,6 @@ pub(crate) const SIGV4_QUERY: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'.')
     .remove(b'~');
-
-/// As [`SIGV4_QUERY`], and `/` kept: an S3 object key in a path.
-pub(crate) const SIGV4_PATH: &AsciiSet = &SIGV4_QUERY.remove(b'/');
 
 /// How far a request's `x-amz-date` may be from our clock (AWS allows 15 min).
 const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
@@ -42,8 +39,9 @@ pub enum Rejection {
     /// Signed with another access key id.
     #[error("the access key id is not this gateway's")]
     UnknownKey,
-    /// The scope names another region or service.
-    #[error("the credential scope is not <date>/{0}/s3/aws4_request")]
+    /// The scope names another region or service (`region/service`
+    /// expected).
+    #[error("the credential scope is not <date>/{0}/aws4_request")]
     Scope(String),
     /// `x-amz-date` missing, malformed, or too far from now.
     #[error("x-amz-date is missing or more than 15 minutes from the gateway's clock")]
@@ -65,44 +63,53 @@ pub struct Signed<'a> {
     pub headers: &'a HeaderMap,
 }
 
-/// Checks `request` against `key` and `region` at time `now`. Returns the
-/// payload hash it was signed with (`x-amz-content-sha256`), which the
-/// gateway forwards upstream.
+/// Checks an S3 request against `key` and `region` at time `now`. Returns
+/// the payload hash it was signed with (`x-amz-content-sha256`, which S3
+/// requires and the gateway forwards upstream).
 pub fn verify(
     request: &Signed<'_>,
     key: &KeyPair,
     region: &str,
     now: SystemTime,
 ) -> Result<String, Rejection> {
-    let header = |name: &str| {
-        request
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
+    let payload_hash = header(request, "x-amz-content-sha256").ok_or(Rejection::Malformed)?;
+    let scope = Scope {
+        region,
+        service: "s3",
     };
-    let auth = header("authorization").ok_or(Rejection::Malformed)?;
-    let fields = auth
-        .strip_prefix("AWS4-HMAC-SHA256 ")
+    check(request, key, &scope, payload_hash, now)?;
+    Ok(payload_hash.to_string())
+}
+
+/// Where a signature is valid: the region and service of its credential
+/// scope (`<date>/<region>/<service>/aws4_request`).
+pub struct Scope<'a> {
+    /// The region, e.g. `us-east-1`.
+    pub region: &'a str,
+    /// The service, `s3` for the gateway.
+    pub service: &'a str,
+}
+
+/// Checks the header-form SigV4 signature of `request` against `key` in
+/// `scope` at time `now`, for a body whose hash is `payload_hash` (hex
+/// SHA-256, or `UNSIGNED-PAYLOAD`). The canonical request is
+/// [`canonical_request`]'s: the path exactly as sent, never normalised.
+pub fn check(
+    request: &Signed<'_>,
+    key: &KeyPair,
+    scope: &Scope<'_>,
+    payload_hash: &str,
+    now: SystemTime,
+) -> Result<(), Rejection> {
+    let auth = Authorization::parse(request)?;
+    let (key_id, credential_scope) = auth
+        .credential
+        .split_once('/')
         .ok_or(Rejection::Malformed)?;
-    let (mut credential, mut signed_headers, mut signature) = (None, None, None);
-    for field in fields.split(',') {
-        match field.trim().split_once('=') {
-            Some(("Credential", v)) => credential = Some(v),
-            Some(("SignedHeaders", v)) => signed_headers = Some(v),
-            Some(("Signature", v)) => signature = Some(v),
-            _ => {}
-        }
-    }
-    let (credential, signed_headers, signature) = match (credential, signed_headers, signature) {
-        (Some(c), Some(h), Some(s)) => (c, h, s),
-        _ => return Err(Rejection::Malformed),
-    };
-    let (key_id, scope) = credential.split_once('/').ok_or(Rejection::Malformed)?;
     if !constant_time_eq(key_id.as_bytes(), key.access_key_id.as_bytes()) {
         return Err(Rejection::UnknownKey);
     }
-    let amz_date = header("x-amz-date").ok_or(Rejection::Time)?;
+    let amz_date = header(request, "x-amz-date").ok_or(Rejection::Time)?;
     let signed_at = parse_amz_date(amz_date).ok_or(Rejection::Time)?;
     let skew = now
         .duration_since(signed_at)
@@ -111,21 +118,52 @@ pub fn verify(
     if skew > MAX_SKEW {
         return Err(Rejection::Time);
     }
-    if scope != format!("{}/{region}/s3/aws4_request", &amz_date[..8]) {
-        return Err(Rejection::Scope(region.to_string()));
+    let (region, service) = (scope.region, scope.service);
+    if credential_scope != format!("{}/{region}/{service}/aws4_request", &amz_date[..8]) {
+        return Err(Rejection::Scope(format!("{region}/{service}")));
     }
-    let payload_hash = header("x-amz-content-sha256").ok_or(Rejection::Malformed)?;
+    let canonical = canonical_request(request, payload_hash)?;
+    let string_to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{credential_scope}\n{}",
+        hex(&Sha256::digest(canonical.as_bytes()))
+    );
+    let signing_key = aws_sigv4::sign::v4::generate_signing_key(
+        &key.secret_access_key,
+        signed_at,
+        region,
+        service,
+    );
+    let expected = aws_sigv4::sign::v4::calculate_signature(signing_key, string_to_sign.as_bytes());
+    if constant_time_eq(expected.as_bytes(), auth.signature.as_bytes()) {
+        Ok(())
+    } else {
+        Err(Rejection::Signature)
+    }
+}
+
+/// The SigV4 canonical request of `request` as S3 builds it: method; the
+/// URI path exactly as sent (no normalisation, no second encoding); the
+/// query with names and values URI-encoded and sorted; each header in the
+/// `Authorization` header's `SignedHeaders` as `name:value` (values
+/// trimmed, inner whitespace runs as one space, repeated headers joined by
+/// `,`); the `SignedHeaders` list; `payload_hash`.
+///
+/// Errors: no SigV4 `Authorization` header, `host` not signed
+/// ([`Rejection::Malformed`]), a signed header missing
+/// ([`Rejection::Signature`]).
+pub fn canonical_request(request: &Signed<'_>, payload_hash: &str) -> Result<String, Rejection> {
+    let signed_headers = Authorization::parse(request)?.signed_headers;
     if !signed_headers.split(';').any(|h| h == "host") {
         return Err(Rejection::Malformed);
     }
+    let path = if request.path.is_empty() {
+        "/"
+    } else {
+        request.path
+    };
     let mut canonical = format!(
-        "{}\n{}\n{}\n",
+        "{}\n{path}\n{}\n",
         request.method,
-        if request.path.is_empty() {
-            "/"
-        } else {
-            request.path
-        },
         canonical_query(request.query)
     );
     for name in signed_headers.split(';') {
@@ -143,27 +181,51 @@ pub fn verify(
         if values.is_empty() {
             return Err(Rejection::Signature);
         }
-        canonical.push_str(name);
-        canonical.push(':');
-        canonical.push_str(&values.join(","));
-        canonical.push('\n');
+        canonical.push_str(&format!("{name}:{}\n", values.join(",")));
     }
-    canonical.push('\n');
-    canonical.push_str(signed_headers);
-    canonical.push('\n');
-    canonical.push_str(payload_hash);
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical.as_bytes()))
-    );
-    let signing_key =
-        aws_sigv4::sign::v4::generate_signing_key(&key.secret_access_key, signed_at, region, "s3");
-    let expected = aws_sigv4::sign::v4::calculate_signature(signing_key, string_to_sign.as_bytes());
-    if constant_time_eq(expected.as_bytes(), signature.as_bytes()) {
-        Ok(payload_hash.to_string())
-    } else {
-        Err(Rejection::Signature)
+    canonical.push_str(&format!("\n{signed_headers}\n{payload_hash}"));
+    Ok(canonical)
+}
+
+/// The fields of a SigV4 `Authorization` header.
+struct Authorization<'a> {
+    credential: &'a str,
+    signed_headers: &'a str,
+    signature: &'a str,
+}
+
+impl<'a> Authorization<'a> {
+    fn parse(request: &Signed<'a>) -> Result<Self, Rejection> {
+        let fields = header(request, "authorization")
+            .and_then(|auth| auth.strip_prefix("AWS4-HMAC-SHA256 "))
+            .ok_or(Rejection::Malformed)?;
+        let (mut credential, mut signed_headers, mut signature) = (None, None, None);
+        for field in fields.split(',') {
+            match field.trim().split_once('=') {
+                Some(("Credential", v)) => credential = Some(v),
+                Some(("SignedHeaders", v)) => signed_headers = Some(v),
+                Some(("Signature", v)) => signature = Some(v),
+                _ => {}
+            }
+        }
+        match (credential, signed_headers, signature) {
+            (Some(credential), Some(signed_headers), Some(signature)) => Ok(Authorization {
+                credential,
+                signed_headers,
+                signature,
+            }),
+            _ => Err(Rejection::Malformed),
+        }
     }
+}
+
+/// The trimmed text of header `name` of `request`, if it has one.
+fn header<'a>(request: &Signed<'a>, name: &str) -> Option<&'a str> {
+    request
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
 }
 
 /// The SigV4 canonical query string of a raw query: each `name=value`
@@ -188,11 +250,6 @@ pub(crate) fn canonical_query(query: &str) -> String {
 fn reencode(part: &str) -> String {
     let decoded: Vec<u8> = percent_decode_str(part).collect();
     percent_encoding::percent_encode(&decoded, SIGV4_QUERY).to_string()
-}
-
-/// URI-encodes an S3 object key for a path (`/` kept).
-pub(crate) fn encode_key(key: &str) -> String {
-    utf8_percent_encode(key, SIGV4_PATH).to_string()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -381,6 +438,5 @@ mod tests {
             canonical_query("uploadId=a/b&partNumber=1&uploads"),
             "partNumber=1&uploadId=a%2Fb&uploads="
         );
-        assert_eq!(encode_key("p/m@0 x"), "p/m%400%20x");
     }
 }

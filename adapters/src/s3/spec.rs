@@ -120,7 +120,8 @@ impl BucketTier {
     /// Errors name the tier and the key: a missing `s3_region`, a bucket
     /// name outside the S3 rules (3-63 of `a-z 0-9 . -`, starting and ending
     /// with a letter or digit), an `s3_endpoint` with a scheme or a path, a
-    /// key prefix with characters outside `A-Z a-z 0-9 ! - _ . * ( ) /`,
+    /// key prefix that is not a stable key prefix
+    /// ([`super::key::check_key_prefix`]),
     /// an unreadable CA bundle, only one of `aws_access_key_id` and
     /// `aws_secret_access_key`.
     pub fn from_spec(
@@ -173,11 +174,11 @@ impl BucketTier {
             )
         })?;
         let key_prefix = string("s3_key_prefix")?.unwrap_or_default();
-        check_key_prefix(&key_prefix).map_err(|problem| {
+        super::key::check_key_prefix(&key_prefix).map_err(|problem| {
             err(
                 "s3_key_prefix",
                 format!("{key_prefix:?} {problem}"),
-                "Use letters, digits and ! - _ . * ( ) /, not starting with '/' (e.g. \"lmcache/\").",
+                "Use letters, digits and ! - _ . * ( ) /, not starting with '/', with no empty, '.' or '..' segment (e.g. \"lmcache/node-a/\"); docs/s3-gateway.md, \"Keys\".",
             )
         })?;
         let disable_tls = match object.get("disable_tls") {
@@ -201,13 +202,10 @@ impl BucketTier {
                         "Point it at a readable PEM file holding the CA certificates of the object store.",
                     )
                 })?;
-                if reqwest::Certificate::from_pem_bundle(&pem)
-                    .map(|c| c.is_empty())
-                    .unwrap_or(true)
-                {
+                if let Err(problem) = super::client::ca_certificates(&pem) {
                     return Err(err(
                         "s3_ca_bundle",
-                        format!("{path:?} holds no PEM certificate"),
+                        format!("{path:?} {problem}"),
                         "Point it at a PEM file with at least one \"BEGIN CERTIFICATE\" block.",
                     ));
                 }
@@ -338,22 +336,6 @@ fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
     let uri: http::uri::Authority = endpoint.parse().map_err(|_| "is not a valid host[:port]")?;
     if uri.host().is_empty() {
         return Err("has no host");
-    }
-    Ok(())
-}
-
-fn check_key_prefix(prefix: &str) -> Result<(), &'static str> {
-    if prefix.starts_with('/') {
-        return Err("starts with '/'");
-    }
-    if prefix.len() > 512 {
-        return Err("is longer than 512 characters");
-    }
-    if !prefix
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"!-_.*()/".contains(&b))
-    {
-        return Err("has characters outside the S3 safe set");
     }
     Ok(())
 }

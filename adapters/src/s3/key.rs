@@ -1,0 +1,306 @@
+//! S3 object keys through the gateway: the key LMCache sent, and the exact
+//! upstream path and query that carry it (`docs/s3-gateway.md`, "Keys").
+//!
+//! S3 keys are opaque byte strings: `.`, `..`, empty segments, a leading
+//! `/`, `+`, `%` and non-ASCII are bytes of the key, never path syntax.
+//! LMCache builds keys from the model name (`<model>@<rank>@<group>@<hash>`,
+//! `/` kept) and sends `"/" + quote(key)`. The gateway decodes that path
+//! once ([`request_key`]) and writes `/<bucket>/<prefix><key>` upstream
+//! ([`upstream_path`]) in the one form every S3 store reads the same way:
+//! each byte outside `A-Z a-z 0-9 - _ . ~ /` percent-encoded (`+` as
+//! `%2B`), `/` and dot segments as they are. That path is also its own
+//! SigV4 canonical URI, whether the store takes the path as sent (S3's
+//! rule) or decodes and re-encodes it, so the store sees the same key; one
+//! that removes dot segments before it checks the signature refuses it.
+//! Nothing between the gateway and the store may normalise the path, which
+//! is why the gateway's client sends an `http::Uri`, not a WHATWG URL.
+
+use percent_encoding::{percent_decode_str, percent_encode, utf8_percent_encode, AsciiSet};
+
+use super::sigv4::SIGV4_QUERY;
+
+/// What an S3 key keeps unencoded in a path: SigV4's unreserved
+/// characters and `/`.
+const KEY_IN_PATH: &AsciiSet = &SIGV4_QUERY.remove(b'/');
+
+/// S3's limit on the UTF-8 length of an object key, in bytes (the tier's
+/// prefix included).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Why a request's key cannot be forwarded exactly; the gateway answers
+/// with this S3 error (status 400) and forwards nothing.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    /// The percent-decoded path is not UTF-8 (S3: `InvalidURI`).
+    #[error("the object key is not UTF-8 after percent-decoding the path once")]
+    NotUtf8,
+    /// Prefix and key together exceed [`MAX_KEY_BYTES`] (S3:
+    /// `KeyTooLongError`).
+    #[error(
+        "the object key is {bytes} bytes with the tier's s3_key_prefix; S3 allows at most 1024"
+    )]
+    TooLong {
+        /// The UTF-8 length of prefix and key, in bytes.
+        bytes: usize,
+    },
+}
+
+impl KeyError {
+    /// The S3 error code the gateway answers with.
+    pub fn code(&self) -> &'static str {
+        match self {
+            KeyError::NotUtf8 => "InvalidURI",
+            KeyError::TooLong { .. } => "KeyTooLongError",
+        }
+    }
+}
+
+/// The object key of a request path as received (`/<key>`, percent-encoded):
+/// everything after the first `/`, percent-decoded once. `%2F` and `%2E`
+/// become `/` and `.` of the key; `+` stays `+`.
+pub fn request_key(path: &str) -> Result<String, KeyError> {
+    let encoded = path.strip_prefix('/').unwrap_or(path);
+    let bytes: Vec<u8> = percent_decode_str(encoded).collect();
+    String::from_utf8(bytes).map_err(|_| KeyError::NotUtf8)
+}
+
+/// The upstream path of `key` in `bucket` under `key_prefix`:
+/// `/<bucket>/<prefix + key>`, encoded as the module doc says. Decoding the
+/// part after `/<bucket>/` once gives back `key_prefix + key`.
+///
+/// Errors when prefix and key together exceed [`MAX_KEY_BYTES`].
+pub fn upstream_path(bucket: &str, key_prefix: &str, key: &str) -> Result<String, KeyError> {
+    let bytes = key_prefix.len() + key.len();
+    if bytes > MAX_KEY_BYTES {
+        return Err(KeyError::TooLong { bytes });
+    }
+    Ok(format!(
+        "/{bucket}/{}{}",
+        utf8_percent_encode(key_prefix, KEY_IN_PATH),
+        utf8_percent_encode(key, KEY_IN_PATH)
+    ))
+}
+
+/// One query parameter as the upstream gets it: name and value decoded
+/// once, re-encoded in SigV4's form (only `A-Z a-z 0-9 - _ . ~` unencoded),
+/// so no URL parser re-encodes it and the store decodes the same bytes.
+/// A parameter without `=` stays without one.
+fn encode_pair(name: &[u8], value: Option<&[u8]>) -> String {
+    let name = percent_encode(name, SIGV4_QUERY).to_string();
+    match value {
+        Some(value) => format!("{name}={}", percent_encode(value, SIGV4_QUERY)),
+        None => name,
+    }
+}
+
+/// The query parameters of a raw query, each `(name, value)` decoded once
+/// (`+` stays `+`); `None` for a parameter without `=`.
+pub fn decode_query(query: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (name, value) = match pair.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (pair, None),
+            };
+            (
+                percent_decode_str(name).collect(),
+                value.map(|v| percent_decode_str(v).collect()),
+            )
+        })
+        .collect()
+}
+
+/// The upstream query of an object request: every parameter kept, in
+/// order, with its bytes ([`decode_query`]) re-encoded in SigV4's form.
+pub fn object_query(query: &str) -> String {
+    decode_query(query)
+        .iter()
+        .map(|(n, v)| encode_pair(n, v.as_deref()))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Why a ListObjectsV2 query is not forwarded (the gateway answers 501).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListingError {
+    /// Not `list-type=2`: the gateway lists with ListObjectsV2 only.
+    #[error("the gateway serves object requests and ListObjectsV2 (list-type=2) only")]
+    NotListV2,
+    /// `encoding-type` would encode the keys in the answer, which the
+    /// gateway could then not move out of the tier's prefix.
+    #[error("the gateway does not support encoding-type in listings")]
+    EncodingType,
+}
+
+/// The upstream query of a ListObjectsV2 request (`GET /?list-type=2...`):
+/// every `prefix` and `start-after` moved under `key_prefix` (a `prefix`
+/// of `key_prefix` added when there is none), everything else
+/// (continuation tokens, max-keys, delimiter, ...) kept with its bytes.
+/// Parameter names are compared after decoding, as the store reads them.
+pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, ListingError> {
+    let pairs = decode_query(query);
+    let has = |name: &[u8], value: Option<&[u8]>| {
+        pairs
+            .iter()
+            .any(|(n, v)| n == name && value.is_none_or(|value| v.as_deref() == Some(value)))
+    };
+    if !has(b"list-type", Some(b"2")) {
+        return Err(ListingError::NotListV2);
+    }
+    if has(b"encoding-type", None) {
+        return Err(ListingError::EncodingType);
+    }
+    let mut out: Vec<String> = pairs
+        .iter()
+        .map(|(name, value)| {
+            if name == b"prefix" || name == b"start-after" {
+                let mut moved = key_prefix.as_bytes().to_vec();
+                moved.extend_from_slice(value.as_deref().unwrap_or_default());
+                encode_pair(name, Some(&moved))
+            } else {
+                encode_pair(name, value.as_deref())
+            }
+        })
+        .collect();
+    if !has(b"prefix", None) && !key_prefix.is_empty() {
+        out.push(encode_pair(b"prefix", Some(key_prefix.as_bytes())));
+    }
+    Ok(out.join("&"))
+}
+
+/// Why an `s3_key_prefix` cannot be a stable key prefix.
+///
+/// The rules: at most 512 bytes (half of [`MAX_KEY_BYTES`], leaving the
+/// rest to LMCache's keys), not starting with `/`, only
+/// `A-Z a-z 0-9 ! - _ . * ( ) /` (S3's safe characters), and no segment
+/// that is empty (`a//b`), `.` or `..`. Keys may hold those (they are
+/// LMCache's bytes), but a prefix with them names a place that tools and
+/// stores which normalise paths read as another one, so the tier's objects
+/// would seem to live elsewhere.
+pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.starts_with('/') {
+        return Err("starts with '/'".into());
+    }
+    if prefix.len() > MAX_KEY_BYTES / 2 {
+        return Err("is longer than 512 characters".into());
+    }
+    if !prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"!-_.*()/".contains(&b))
+    {
+        return Err("has characters outside the S3 safe set".into());
+    }
+    let segments: Vec<&str> = prefix.split('/').collect();
+    let last = segments.len() - 1;
+    for (i, segment) in segments.iter().enumerate() {
+        match *segment {
+            "." | ".." => return Err(format!("has the dot segment {segment:?}")),
+            "" if i < last => return Err("has an empty segment ('//')".into()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_keys_keep_their_slashes_and_lose_nothing() {
+        assert_eq!(
+            upstream_path("kvc", "node/", "Qwen/Qwen2.5-7B@00010001@0@ab").unwrap(),
+            "/kvc/node/Qwen/Qwen2.5-7B%4000010001%400%40ab"
+        );
+        assert_eq!(
+            upstream_path("kvc", "", "org/m+lora v2@1").unwrap(),
+            "/kvc/org/m%2Blora%20v2%401"
+        );
+        assert_eq!(upstream_path("kvc", "", "é~").unwrap(), "/kvc/%C3%A9~");
+    }
+
+    #[test]
+    fn dot_and_empty_segments_are_bytes_of_the_key() {
+        let cases = [
+            ("p/", "./m@k", "/kvc/p/./m%40k"),
+            ("p/", "../../other-bucket/x", "/kvc/p/../../other-bucket/x"),
+            ("", "/abs/m", "/kvc//abs/m"),
+            ("", "a//b/m", "/kvc/a//b/m"),
+            ("", "..", "/kvc/.."),
+            ("", "%2E%2E", "/kvc/%252E%252E"),
+        ];
+        for (prefix, key, path) in cases {
+            assert_eq!(upstream_path("kvc", prefix, key).unwrap(), path, "{key}");
+        }
+    }
+
+    #[test]
+    fn keys_longer_than_s3_allows_are_refused() {
+        let long = "k".repeat(1020);
+        assert!(upstream_path("kvc", "", &long).is_ok());
+        let e = upstream_path("kvc", "node/", &long).unwrap_err();
+        assert_eq!(e, KeyError::TooLong { bytes: 1025 });
+        assert_eq!(e.code(), "KeyTooLongError");
+        assert_eq!(request_key("/a%FFb").unwrap_err().code(), "InvalidURI");
+    }
+
+    #[test]
+    fn request_paths_are_decoded_once() {
+        assert_eq!(request_key("/./m%40k").unwrap(), "./m@k");
+        assert_eq!(request_key("//abs%2Fm+x%252F").unwrap(), "/abs/m+x%2F");
+        assert_eq!(request_key("/%2E%2E/x").unwrap(), "../x");
+    }
+
+    #[test]
+    fn listings_move_under_the_key_prefix_with_names_read_as_the_store_reads_them() {
+        assert_eq!(listing_query("list-type=2", "").unwrap(), "list-type=2");
+        assert_eq!(
+            listing_query(
+                "list-type=2&prefix=m%40x&continuation-token=abc%3D",
+                "node/"
+            )
+            .unwrap(),
+            "list-type=2&prefix=node%2Fm%40x&continuation-token=abc%3D"
+        );
+        assert_eq!(
+            listing_query("list-type=2&start-after=k", "p/").unwrap(),
+            "list-type=2&start-after=p%2Fk&prefix=p%2F"
+        );
+        assert_eq!(
+            listing_query("list-type=2&pre%66ix=..%2Fx", "p/").unwrap(),
+            "list-type=2&prefix=p%2F..%2Fx"
+        );
+        assert_eq!(
+            listing_query("list-type=2&prefix=a+b%20c", "").unwrap(),
+            "list-type=2&prefix=a%2Bb%20c"
+        );
+        assert_eq!(
+            listing_query("prefix=x", "p/"),
+            Err(ListingError::NotListV2)
+        );
+        assert_eq!(
+            listing_query("list-type=2&encoding-type=url", "p/"),
+            Err(ListingError::EncodingType)
+        );
+    }
+
+    #[test]
+    fn prefixes_with_path_syntax_are_refused() {
+        for good in [
+            "",
+            "lmcache/",
+            "lmcache/node-a/",
+            "run1-",
+            "a.b/c..d/",
+            "..a/",
+        ] {
+            assert_eq!(check_key_prefix(good), Ok(()), "{good}");
+        }
+        for bad in ["./", "a/./b/", "../", "a/..", "a//b/", "/a", "a b/", "é/"] {
+            assert!(check_key_prefix(bad).is_err(), "{bad}");
+        }
+        assert!(check_key_prefix(&"a".repeat(513)).is_err());
+    }
+}
