@@ -488,3 +488,63 @@ fn an_s3_bucket_tier_that_cannot_work_stops_the_launch_naming_tier_and_key() {
         );
     }
 }
+
+/// S3 key prefixes that are not stable key prefixes: empty or dot segments,
+/// a leading `/`, characters outside S3's safe set.
+const BAD_KEY_PREFIXES: &[&str] = &["./", "a/./b/", "../", "a/..", "a//b/", "/lead/", "a b/"];
+
+fn bucket_tier(prefix: &str) -> String {
+    serde_json::json!({"type": "s3", "s3_endpoint": "127.0.0.1:9", "s3_bucket": "kv-cache",
+        "s3_key_prefix": prefix, "s3_region": "us-east-1", "disable_tls": true,
+        "aws_access_key_id": "AK", "aws_secret_access_key": "REAL-SECRET-VALUE"})
+    .to_string()
+}
+
+#[test]
+fn a_dry_run_refuses_an_s3_key_prefix_with_path_syntax() {
+    for prefix in BAD_KEY_PREFIXES {
+        let mut case = Case::new();
+        let cascade = format!(
+            r#"[{{"type":"fs","base_path":"/tmp/x"}},{}]"#,
+            bucket_tier(prefix)
+        );
+        case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade);
+        let out = case.run(&["launch", "--dry-run"]);
+        assert_fails(
+            &out,
+            2,
+            &[
+                "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+                &format!("L2 tier 1 (s3): s3_key_prefix: {prefix:?}"),
+            ],
+        );
+        assert!(
+            !stderr(&out).contains("REAL-SECRET-VALUE"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn erebine_lmcache_server_refuses_an_s3_key_prefix_with_path_syntax_before_lmcache_starts() {
+    for prefix in BAD_KEY_PREFIXES {
+        let case = Case::new();
+        let out = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+            .env_clear()
+            .envs(&case.vars)
+            .args(["server", "--l1-size-gb", "1", "--eviction-policy", "LRU"])
+            .args(["--l2-adapter", &bucket_tier(prefix)])
+            .output()
+            .unwrap();
+        assert!(
+            !case.path().join("stand-in-ran").exists(),
+            "{prefix}: LMCache was started"
+        );
+        assert_fails(
+            &out,
+            2,
+            &[&format!("L2 tier 0 (s3): s3_key_prefix: {prefix:?}")],
+        );
+    }
+}

@@ -328,3 +328,28 @@ fn the_lookup_hash_log_dir_is_created_0700_at_launch_and_not_in_a_dry_run() {
         "{err}"
     );
 }
+
+/// S3 key prefixes that are not stable key prefixes: empty or dot segments,
+/// a leading `/`, characters outside S3's safe set.
+const BAD_KEY_PREFIXES: &[&str] = &["./", "a/./b/", "../", "a/..", "a//b/", "/lead/", "a b/"];
+
+#[test]
+fn the_plan_refuses_an_s3_key_prefix_with_path_syntax_naming_the_tier_and_the_key() {
+    for prefix in BAD_KEY_PREFIXES {
+        let cascade = serde_json::json!([
+            {"type": "fs", "base_path": "/tmp/x"},
+            {"type": "s3", "s3_endpoint": "127.0.0.1:9", "s3_bucket": "kv-cache",
+             "s3_key_prefix": prefix, "s3_region": "us-east-1", "disable_tls": true,
+             "aws_access_key_id": "AK", "aws_secret_access_key": "SK"}
+        ]);
+        let node = node(&[("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade.to_string())]);
+        let err = lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("EREBINE_AGENT_LMCACHE_L2_ADAPTER")
+                && err.contains(&format!("L2 tier 1 (s3): s3_key_prefix: {prefix:?}")),
+            "{prefix}: {err}"
+        );
+    }
+}

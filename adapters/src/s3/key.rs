@@ -17,7 +17,7 @@
 
 use percent_encoding::{percent_decode_str, percent_encode, utf8_percent_encode, AsciiSet};
 
-use super::sigv4::SIGV4_QUERY;
+use super::sigv4::{query_pairs, SIGV4_QUERY};
 
 /// What an S3 key keeps unencoded in a path: SigV4's unreserved
 /// characters and `/`.
@@ -93,29 +93,10 @@ fn encode_pair(name: &[u8], value: Option<&[u8]>) -> String {
     }
 }
 
-/// The query parameters of a raw query, each `(name, value)` decoded once
-/// (`+` stays `+`); `None` for a parameter without `=`.
-pub fn decode_query(query: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (name, value) = match pair.split_once('=') {
-                Some((n, v)) => (n, Some(v)),
-                None => (pair, None),
-            };
-            (
-                percent_decode_str(name).collect(),
-                value.map(|v| percent_decode_str(v).collect()),
-            )
-        })
-        .collect()
-}
-
 /// The upstream query of an object request: every parameter kept, in
-/// order, with its bytes ([`decode_query`]) re-encoded in SigV4's form.
+/// order, with its bytes ([`query_pairs`]) re-encoded in SigV4's form.
 pub fn object_query(query: &str) -> String {
-    decode_query(query)
+    query_pairs(query)
         .iter()
         .map(|(n, v)| encode_pair(n, v.as_deref()))
         .collect::<Vec<_>>()
@@ -140,7 +121,7 @@ pub enum ListingError {
 /// (continuation tokens, max-keys, delimiter, ...) kept with its bytes.
 /// Parameter names are compared after decoding, as the store reads them.
 pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, ListingError> {
-    let pairs = decode_query(query);
+    let pairs = query_pairs(query);
     let has = |name: &[u8], value: Option<&[u8]>| {
         pairs
             .iter()
@@ -273,8 +254,8 @@ mod tests {
             "list-type=2&prefix=p%2F..%2Fx"
         );
         assert_eq!(
-            listing_query("list-type=2&prefix=a+b%20c", "").unwrap(),
-            "list-type=2&prefix=a%2Bb%20c"
+            listing_query("list-type=2&prefix=a+b%2Bc", "").unwrap(),
+            "list-type=2&prefix=a%20b%2Bc"
         );
         assert_eq!(
             listing_query("prefix=x", "p/"),

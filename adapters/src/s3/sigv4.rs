@@ -228,16 +228,28 @@ fn header<'a>(request: &Signed<'a>, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// The SigV4 canonical query string of a raw query: each `name=value`
-/// decoded then URI-encoded, sorted by name, then value.
-pub(crate) fn canonical_query(query: &str) -> String {
-    let mut pairs: Vec<(String, String)> = query
+/// The parameters of a raw query, each `(name, value)` form-decoded once
+/// (`+` is a space, then `%XX` sequences), as AWS's signer and S3 read a
+/// query; `None` for a parameter without `=`.
+pub fn query_pairs(query: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let decode = |part: &str| -> Vec<u8> { percent_decode_str(&part.replace('+', " ")).collect() };
+    query
         .split('&')
         .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (reencode(name), reencode(value))
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value)) => (decode(name), Some(decode(value))),
+            None => (decode(pair), None),
         })
+        .collect()
+}
+
+/// The SigV4 canonical query string of a raw query: each `name=value`
+/// ([`query_pairs`]) URI-encoded, sorted by name, then value.
+pub(crate) fn canonical_query(query: &str) -> String {
+    let encode = |bytes: &[u8]| percent_encoding::percent_encode(bytes, SIGV4_QUERY).to_string();
+    let mut pairs: Vec<(String, String)> = query_pairs(query)
+        .iter()
+        .map(|(name, value)| (encode(name), encode(value.as_deref().unwrap_or_default())))
         .collect();
     pairs.sort();
     pairs
@@ -245,11 +257,6 @@ pub(crate) fn canonical_query(query: &str) -> String {
         .map(|(n, v)| format!("{n}={v}"))
         .collect::<Vec<_>>()
         .join("&")
-}
-
-fn reencode(part: &str) -> String {
-    let decoded: Vec<u8> = percent_decode_str(part).collect();
-    percent_encoding::percent_encode(&decoded, SIGV4_QUERY).to_string()
 }
 
 fn hex(bytes: &[u8]) -> String {

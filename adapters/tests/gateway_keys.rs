@@ -1,0 +1,400 @@
+//! Every key LMCache can send reaches the upstream exactly as
+//! `/<bucket>/<prefix><key>`, signed so that a strict SigV4 check (the path
+//! as sent, never normalised) accepts it, and nothing lands outside the
+//! tier's prefix (`docs/s3-gateway.md`, "Keys").
+//!
+//! The gateway runs in-process in front of a recording upstream: a loopback
+//! TCP server that keeps each request's method, raw request target and
+//! headers and answers `200` with no body. It checks nothing itself, so the
+//! test sees the bytes the gateway sent; the strict check is
+//! [`sigv4::verify`] with the real key, the check that AWS's signing suite
+//! drives in `sigv4_suite.rs`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode,
+};
+use aws_sigv4::sign::v4;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use lmcache_adapters::s3::sigv4::{self, Signed};
+use lmcache_adapters::s3::spec::KeyPair;
+use lmcache_adapters::s3::Gateways;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use proptest::prelude::*;
+
+const BUCKET: &str = "kv-cache";
+const REGION: &str = "us-east-1";
+const PREFIXES: &[&str] = &["", "lmcache/node-a/", "run1-", "a.b/c..d/"];
+
+/// What Python's `urllib.parse.quote` leaves unencoded (LMCache sends
+/// `"/" + quote(key)`): letters, digits, `_ . - ~` and `/`.
+const PYTHON_QUOTE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'-')
+    .remove(b'~')
+    .remove(b'/');
+
+/// One request as the upstream received it.
+#[derive(Debug, Clone)]
+struct Received {
+    method: String,
+    target: String,
+    headers: HeaderMap,
+}
+
+/// A loopback upstream that records every request and answers 200.
+fn recording_upstream() -> (SocketAddr, Arc<Mutex<Vec<Received>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let log = log.clone();
+            std::thread::spawn(move || serve_recording(stream, &log));
+        }
+    });
+    (addr, seen)
+}
+
+fn serve_recording(stream: TcpStream, log: &Mutex<Vec<Received>>) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some(received) = read_head(&mut reader) {
+        let length: usize = received
+            .headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        log.lock().unwrap().push(received);
+        let _ = writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+    }
+}
+
+fn read_head(reader: &mut impl BufRead) -> Option<Received> {
+    let mut line = String::new();
+    reader.read_line(&mut line).ok().filter(|n| *n > 0)?;
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let mut headers = HeaderMap::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let Some((name, value)) = line.trim_end().split_once(':') else {
+            break;
+        };
+        headers.append(
+            HeaderName::from_bytes(name.as_bytes()).ok()?,
+            HeaderValue::from_str(value.trim()).ok()?,
+        );
+    }
+    Some(Received {
+        method,
+        target,
+        headers,
+    })
+}
+
+/// A running gateway for one prefix, in front of a recording upstream.
+struct Tier {
+    prefix: &'static str,
+    gateway: SocketAddr,
+    local_key: KeyPair,
+    seen: Arc<Mutex<Vec<Received>>>,
+    _gateways: Gateways,
+}
+
+fn real_key() -> KeyPair {
+    KeyPair {
+        access_key_id: "AKIAREALOPERATORKEY1".into(),
+        secret_access_key: "real-secret-real-secret-real-secret-0123".into(),
+        session_token: None,
+    }
+}
+
+fn start_tier(runtime: &tokio::runtime::Runtime, prefix: &'static str) -> Tier {
+    let (upstream, seen) = recording_upstream();
+    let real = real_key();
+    let spec = serde_json::json!({
+        "type": "s3", "s3_endpoint": upstream.to_string(), "s3_bucket": BUCKET,
+        "s3_key_prefix": prefix, "s3_region": REGION, "disable_tls": true,
+        "aws_access_key_id": real.access_key_id, "aws_secret_access_key": real.secret_access_key,
+    });
+    let args = vec!["--l2-adapter".to_string(), spec.to_string()];
+    let (out, gateways) = runtime.block_on(Gateways::start(&args, &|_| None)).unwrap();
+    let rewritten: serde_json::Value = serde_json::from_str(&out[1]).unwrap();
+    let local_key = KeyPair {
+        access_key_id: rewritten["aws_access_key_id"].as_str().unwrap().into(),
+        secret_access_key: rewritten["aws_secret_access_key"].as_str().unwrap().into(),
+        session_token: None,
+    };
+    seen.lock().unwrap().clear();
+    Tier {
+        prefix,
+        gateway: gateways.addresses()[0].1,
+        local_key,
+        seen,
+        _gateways: gateways,
+    }
+}
+
+/// SigV4 headers for `method` on `target` (path and query as sent), as an
+/// S3 client signs them: no normalisation, no second encoding.
+fn sign_headers(method: &str, host: &str, target: &str, key: &KeyPair) -> Vec<(String, String)> {
+    let identity = Credentials::new(
+        &key.access_key_id,
+        &key.secret_access_key,
+        None,
+        None,
+        "test",
+    )
+    .into();
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(REGION)
+        .name("s3")
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()
+        .unwrap()
+        .into();
+    let uri = format!("http://{host}{target}");
+    let headers = [("host", host)];
+    let request = SignableRequest::new(
+        method,
+        &uri,
+        headers.iter().copied(),
+        SignableBody::UnsignedPayload,
+    )
+    .unwrap();
+    let (instructions, _) = sign(request, &params).unwrap().into_parts();
+    let mut out = vec![("host".to_string(), host.to_string())];
+    out.extend(
+        instructions
+            .headers()
+            .map(|(n, v)| (n.to_string(), v.to_string())),
+    );
+    out
+}
+
+/// Sends `method target` to the gateway, signed with its per-launch key,
+/// over a raw connection (no client-side URL type in between). Returns the
+/// status and body.
+fn send(tier: &Tier, method: &str, target: &str) -> (u16, String) {
+    let host = tier.gateway.to_string();
+    let mut request = format!("{method} {target} HTTP/1.1\r\n");
+    for (name, value) in sign_headers(method, &host, target, &tier.local_key) {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("connection: close\r\n\r\n");
+    let mut stream = TcpStream::connect(tier.gateway).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+/// The upstream's last request, checked strictly with the real key.
+fn last_forwarded(tier: &Tier) -> Received {
+    let received = tier
+        .seen
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("a forwarded request");
+    let (path, query) = received
+        .target
+        .split_once('?')
+        .unwrap_or((&received.target, ""));
+    let signed = Signed {
+        method: &received.method,
+        path,
+        query,
+        headers: &received.headers,
+    };
+    let verified = sigv4::verify(&signed, &real_key(), REGION, SystemTime::now());
+    assert!(verified.is_ok(), "{received:?}: {verified:?}");
+    received
+}
+
+/// The object key an upstream request names: its path after `/<bucket>/`,
+/// percent-decoded once.
+fn stored_key(target: &str) -> String {
+    let path = target.split('?').next().unwrap();
+    let rest = path
+        .strip_prefix(&format!("/{BUCKET}/"))
+        .unwrap_or_else(|| panic!("{path} is not in /{BUCKET}/"));
+    String::from_utf8(percent_decode_str(rest).collect()).unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A model-name segment: path syntax, reserved and non-ASCII characters,
+/// or anything but `@` (which LMCache never puts in a model name).
+fn segment() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "",
+            ".",
+            "..",
+            "m",
+            "org",
+            "Qwen2.5-7B",
+            "m+lora v2",
+            "模型",
+            "é",
+            "a%2Fb",
+            "%2E%2E",
+            "x~y",
+            "!*'()",
+            "a;b=c",
+            "#?&",
+            "./",
+        ])
+        .prop_map(String::from),
+        "[^@]{0,10}",
+    ]
+}
+
+/// An object key as LMCache builds it: `<model>@<kv_rank>@<group>@<hash>`
+/// and an optional `@<salt>`.
+fn lmcache_key() -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec(segment(), 1..5),
+        any::<u32>(),
+        0u8..4,
+        prop::collection::vec(any::<u8>(), 16..=32),
+        prop::option::of("[^@]{1,8}"),
+    )
+        .prop_map(|(model, rank, group, hash, salt)| {
+            let hash: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+            let mut key = format!("{}@{rank:08x}@{group:x}@{hash}", model.join("/"));
+            if let Some(salt) = salt {
+                key.push('@');
+                key.push_str(&salt);
+            }
+            key
+        })
+}
+
+#[test]
+fn every_key_lmcache_can_send_reaches_the_upstream_exactly_under_the_prefix() {
+    let runtime = runtime();
+    let tiers: Vec<Tier> = PREFIXES.iter().map(|p| start_tier(&runtime, p)).collect();
+    let config = ProptestConfig {
+        cases: 256,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(key in lmcache_key(), which in 0..PREFIXES.len(), method in prop::sample::select(vec!["GET", "HEAD", "PUT", "DELETE"]))| {
+        let tier = &tiers[which];
+        let target = format!("/{}", utf8_percent_encode(&key, PYTHON_QUOTE));
+        let (status, body) = send(tier, method, &target);
+        prop_assert_eq!(status, 200, "{} {}: {}", method, target, body);
+        let received = last_forwarded(tier);
+        prop_assert_eq!(&received.method, method);
+        prop_assert_eq!(stored_key(&received.target), format!("{}{key}", tier.prefix));
+    });
+}
+
+#[test]
+fn encoded_path_syntax_in_the_request_is_key_bytes_decoded_once() {
+    let runtime = runtime();
+    let tier = start_tier(&runtime, "lmcache/node-a/");
+    for (target, upstream) in [
+        (
+            "/./m%40k%400%40aa",
+            "/kv-cache/lmcache/node-a/./m%40k%400%40aa",
+        ),
+        (
+            "/../../other-bucket/x%40k%400%40aa",
+            "/kv-cache/lmcache/node-a/../../other-bucket/x%40k%400%40aa",
+        ),
+        ("//abs/m%40k", "/kv-cache/lmcache/node-a//abs/m%40k"),
+        ("/a%2F%2E%2E%2Fb%40k", "/kv-cache/lmcache/node-a/a/../b%40k"),
+        (
+            "/org/m+lora%20v2%40k",
+            "/kv-cache/lmcache/node-a/org/m%2Blora%20v2%40k",
+        ),
+        ("/%25%2B%40k", "/kv-cache/lmcache/node-a/%25%2B%40k"),
+        (
+            "/m%40k?partNumber=2&uploadId=a%2Fb+c",
+            "/kv-cache/lmcache/node-a/m%40k?partNumber=2&uploadId=a%2Fb%20c",
+        ),
+    ] {
+        let (status, body) = send(&tier, "PUT", target);
+        assert_eq!(status, 200, "{target}: {body}");
+        assert_eq!(last_forwarded(&tier).target, upstream, "{target}");
+    }
+}
+
+#[test]
+fn listings_stay_inside_the_prefix_with_their_bytes() {
+    let runtime = runtime();
+    let tier = start_tier(&runtime, "lmcache/node-a/");
+    for (target, upstream) in [
+        (
+            "/?list-type=2",
+            "/kv-cache?list-type=2&prefix=lmcache%2Fnode-a%2F",
+        ),
+        (
+            "/?list-type=2&prefix=..%2F..%2Fother&start-after=%2Fa+b&continuation-token=t%2Bk%3D",
+            "/kv-cache?list-type=2&prefix=lmcache%2Fnode-a%2F..%2F..%2Fother&start-after=lmcache%2Fnode-a%2F%2Fa%20b&continuation-token=t%2Bk%3D",
+        ),
+        (
+            "/?list-type=2&pre%66ix=x",
+            "/kv-cache?list-type=2&prefix=lmcache%2Fnode-a%2Fx",
+        ),
+    ] {
+        let (status, body) = send(&tier, "GET", target);
+        assert_eq!(status, 200, "{target}: {body}");
+        assert_eq!(last_forwarded(&tier).target, upstream, "{target}");
+    }
+    let (status, body) = send(&tier, "GET", "/?list-type=2&encoding-type=url");
+    assert_eq!(status, 501, "{body}");
+    assert!(tier.seen.lock().unwrap().is_empty(), "forwarded: {body}");
+}
+
+#[test]
+fn keys_that_cannot_be_forwarded_exactly_get_an_s3_error_and_nothing_is_forwarded() {
+    let runtime = runtime();
+    let tier = start_tier(&runtime, "lmcache/node-a/");
+    let at_limit = "k".repeat(1024 - tier.prefix.len());
+    let (status, body) = send(&tier, "PUT", &format!("/{at_limit}"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(stored_key(&last_forwarded(&tier).target).len(), 1024);
+    for (target, code) in [
+        (format!("/{at_limit}k"), "KeyTooLongError"),
+        ("/m%FF%40k".to_string(), "InvalidURI"),
+    ] {
+        let (status, body) = send(&tier, "PUT", &target);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
+        assert!(tier.seen.lock().unwrap().is_empty(), "{code}: forwarded");
+    }
+}
