@@ -488,3 +488,91 @@ pub fn cmdline_and_environ(pid: i32) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// The `s3s-fs` binary: `$EREBINE_TEST_S3S_FS`, else the default of
+/// `scripts/setup-s3s-fs.sh`. Panics with what to run when it is missing.
+pub fn s3s_fs_binary() -> PathBuf {
+    let bin = std::env::var_os("EREBINE_TEST_S3S_FS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            Path::new(&home).join(".cache/erebine/s3s-fs-0.14.1/bin/s3s-fs")
+        });
+    assert!(
+        bin.is_file(),
+        "no s3s-fs at {}: run scripts/test.sh (it installs s3s-fs 0.14.1), or set EREBINE_TEST_S3S_FS",
+        bin.display()
+    );
+    bin
+}
+
+/// A real S3 server that checks SigV4 signatures strictly (`s3s-fs`,
+/// path-style, one key pair) on 127.0.0.1, storing objects under a local
+/// directory in which each subdirectory is a bucket. Killed when dropped.
+pub struct S3sFs {
+    _proc: Proc,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl S3sFs {
+    /// Starts `s3s-fs` on `port` with `buckets` created, objects under
+    /// `dir/s3s-fs`, and waits until it accepts connections (at most 30 s).
+    pub fn start(dir: &Path, port: u16, key: (&str, &str), buckets: &[&str]) -> S3sFs {
+        let root = dir.join("s3s-fs");
+        for bucket in buckets {
+            std::fs::create_dir_all(root.join(bucket)).expect("bucket directory");
+        }
+        let mut cmd = Command::new(s3s_fs_binary());
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", key.0, "--secret-key", key.1])
+            .arg(&root);
+        let mut proc = Proc::spawn(cmd, &dir.join(format!("s3s-fs-{port}.log")));
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = proc.try_status() {
+                panic!("s3s-fs exited ({status}):\n{}", proc.output());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "s3s-fs did not listen within 30 s:\n{}",
+                proc.output()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        S3sFs { _proc: proc, port }
+    }
+}
+
+/// A virtual environment in `dir` whose `lmcache` runs the real LMCache of
+/// [`lmcache_venv`], with one change: `lmcache bench l2` names its keys
+/// after the model in `$BENCH_MODEL` instead of `bench-model`. LMCache 0.5.6
+/// has no flag for that model name; the wrapper sets the default of the
+/// bench's key generator and then runs LMCache's own command line, so every
+/// store and load still goes through LMCache's real adapter.
+pub fn venv_with_bench_model(dir: &Path) -> PathBuf {
+    let venv = dir.join("bench-model-venv");
+    std::fs::create_dir_all(venv.join("bin")).expect("venv directory");
+    let python = lmcache_venv().join("bin/python");
+    let script = format!(
+        r#"#!/bin/sh
+exec {python} -c '
+import sys
+import lmcache.cli.commands.bench.l2_adapter_bench.data as data
+data.make_object_keys.__defaults__ = (sys.argv.pop(1), 0)
+from lmcache.cli.main import main
+sys.argv[0] = "lmcache"
+sys.exit(main())
+' "$BENCH_MODEL" "$@"
+"#,
+        python = python.display()
+    );
+    let lmcache = venv.join("bin/lmcache");
+    std::fs::write(&lmcache, script).expect("the lmcache wrapper");
+    std::fs::set_permissions(
+        &lmcache,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    venv
+}
