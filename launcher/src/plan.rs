@@ -347,7 +347,7 @@ pub enum DiskAccess {
 /// Plans a launch of the LMCache server for `facts` with the node's
 /// configuration `node` on `host`. `executable` is what starts the server.
 ///
-/// The backend is not consulted here: [`crate::plan`] answers "nothing to
+/// The backend is not consulted here: [`crate::plan()`] answers "nothing to
 /// launch" for a node whose backend is not `lmcache`.
 ///
 /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` is applied last: a node flag it repeats

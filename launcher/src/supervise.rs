@@ -35,7 +35,7 @@ pub enum Output {
     Inherit,
     /// Each line of the child's stdout and stderr is copied to our stderr and
     /// the last [`TAIL_LINES`] are kept for [`Supervised::tail`], except the
-    /// lines LMCache writes for every `/status` poll ([`POLL_NOISE`]).
+    /// lines LMCache writes for every `/status` poll (`POLL_NOISE`).
     Tee,
 }
 

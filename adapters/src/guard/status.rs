@@ -141,7 +141,7 @@ const STATUS_MAX_BYTES: u64 = 1 << 20;
 /// [`lmcache_housekeeping::read_manifest`] reads the manifest): `Ok(None)`
 /// when no guard ever wrote one there. Only a regular file is read, never
 /// through a symlink, without blocking (a FIFO put there) and at most
-/// [`STATUS_MAX_BYTES`] ([`read_control_file`]): anything that can write the
+/// `STATUS_MAX_BYTES` ([`read_control_file`]): anything that can write the
 /// tier directory could have put something else there.
 ///
 /// # Errors

@@ -118,7 +118,7 @@ impl Tracker {
     }
 
     /// The objects of a scan, ordered by last use (atime or mtime, see
-    /// [`lmcache_housekeeping::plan`]'s trim order; ties by chunk hash),
+    /// [`lmcache_housekeeping::plan()`]'s trim order; ties by chunk hash),
     /// oldest first. The tracker takes over the scan's [`NameTable`], so the
     /// scan's keys are used as they are, without decoding names again.
     pub fn from_inventory(inventory: &Inventory) -> Self {

@@ -1,5 +1,5 @@
-//! The real credentials an `s3_bucket` gateway signs upstream requests with
-//! (issue 5): static keys from the tier's spec, else from the launcher's
+//! The real credentials an `s3_bucket` gateway signs upstream requests with:
+//! static keys from the tier's spec, else from the launcher's
 //! environment, else the rest of the AWS default chain as `aws-config`
 //! implements it: profile files, web identity, ECS container, EC2 instance
 //! metadata (`docs/s3-gateway.md`, "Credentials").

@@ -1,13 +1,16 @@
 //! The loopback gateway of one `s3` tier with `s3_bucket`: LMCache's S3
 //! adapter talks virtual-hosted style to `127.0.0.1:<port>` with the
 //! per-launch key; the gateway checks that signature, maps `/<key>` to
-//! `/<bucket>/<prefix><key>` (and `GET /?list-type=2` to the bucket listing)
-//! on the operator's endpoint, signs again with the real credentials, and
+//! `/<bucket>/<prefix><key>` with the key's bytes exact (and
+//! `GET /?list-type=2` to the bucket listing inside the prefix; [`key`]) on
+//! the operator's endpoint, signs again with the real credentials, and
 //! streams bodies both ways.
 //!
-//! Answers of its own (S3 XML error bodies): 403 for a bad signature, 501 for
-//! requests LMCache never sends (bucket operations other than ListObjectsV2,
-//! aws-chunked payloads), 503 when the upstream cannot be reached or stops
+//! Answers of its own (S3 XML error bodies): 400 for a key it cannot forward
+//! exactly, 403 for a bad signature, 501 for requests LMCache never sends
+//! (bucket operations other than ListObjectsV2, listings with
+//! `encoding-type`, aws-chunked payloads), 503 when the upstream cannot be
+//! reached or stops
 //! answering, so the adapter's circuit breaker sees an outage.
 //!
 //! An unsigned `GET` on [`STATE_PATH`] answers the gateway's own state as

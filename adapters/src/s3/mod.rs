@@ -1,6 +1,6 @@
 //! `s3_bucket` on `s3` tiers: path-style addressing through a loopback
 //! gateway, with the operator's credentials kept off LMCache's command line
-//! and environment (issue 5; `docs/s3-gateway.md`).
+//! and environment (`docs/s3-gateway.md`).
 //!
 //! [`Gateways::start`] takes the arguments of an `lmcache` command
 //! (`server ...` or `bench l2 ...`), starts one gateway per `--l2-adapter`

@@ -2,11 +2,10 @@
 //! the path-style gateway, what the gateway needs to know about the real
 //! upstream, and the spec LMCache gets instead.
 //!
-//! Keys (issue 5; seed `000_8f00d9f3f4ca4cb4.txt`, "Custom Tiers and the
-//! Launcher"): `s3_bucket` (the bucket, addressed as `/<bucket>/<key>` on the
-//! plain `s3_endpoint` host), `s3_key_prefix` (objects live under this prefix
-//! in the bucket), `s3_ca_bundle` (PEM file of a private CA for the upstream
-//! TLS). LMCache's own keys keep their meaning: `s3_endpoint` (`host[:port]`),
+//! Keys (`docs/s3-gateway.md`, "Keys"): `s3_bucket` (the bucket, addressed
+//! as `/<bucket>/<key>` on the plain `s3_endpoint` host), `s3_key_prefix`
+//! (objects live under this prefix in the bucket), `s3_ca_bundle` (PEM file
+//! of a private CA for the upstream TLS). LMCache's own keys keep their meaning: `s3_endpoint` (`host[:port]`),
 //! `s3_region`, `disable_tls`, `aws_access_key_id`, `aws_secret_access_key`,
 //! `aws_session_token`.
 
