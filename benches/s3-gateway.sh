@@ -9,7 +9,10 @@
 # GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see adapters/benches/s3_gateway.rs);
 # PIN=1 gives the upstream the last core to itself and runs the client, the
 # gateway and the relay on the others (taskset), as when the object store is
-# another machine.
+# another machine. GATEWAY_BASELINE=<another build of the s3_gateway bench
+# binary> runs it and this tree's bench alternately against the same upstream,
+# baseline first, two rounds each: a change is measured side by side with the
+# code before it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
@@ -52,4 +55,15 @@ echo "pinned: ${PIN:-0}${upstream_cpus:+ (upstream: $upstream_cpus; client, gate
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
 cd "$root"
 cargo build --quiet --release -p lmcache-adapters --benches
-$node_cpus cargo bench -p lmcache-adapters --bench s3_gateway
+if [ -z "${GATEWAY_BASELINE:-}" ]; then
+  $node_cpus cargo bench -p lmcache-adapters --bench s3_gateway
+else
+  current="$(cargo bench -p lmcache-adapters --bench s3_gateway --no-run 2>&1 |
+    sed -n 's/.*(\(.*deps\/s3_gateway-[0-9a-f]*\)).*/\1/p' | tail -n 1)"
+  for round in 1 2; do
+    echo "== baseline $GATEWAY_BASELINE, round $round"
+    $node_cpus "$GATEWAY_BASELINE" --bench
+    echo "== this tree $current, round $round"
+    $node_cpus "$current" --bench
+  done
+fi

@@ -17,8 +17,11 @@
 //! JSON ([`super::state`]); every other request is counted in [`Stats`].
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
@@ -32,7 +35,7 @@ use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyDataStream, BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::{Body as _, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -149,13 +152,16 @@ impl Upstream {
             .await
             .map_err(no_credentials)?;
         let source = source.to_string();
-        let path = format!("/{}", upstream.tier.bucket);
+        let bucket = Target {
+            path: format!("/{}", upstream.tier.bucket),
+            query: String::new(),
+        };
+        let path = &bucket.path;
         let request = upstream
             .signed(
                 &current,
                 Method::HEAD,
-                &path,
-                "",
+                &bucket,
                 HeaderMap::new(),
                 "UNSIGNED-PAYLOAD",
                 client::empty(),
@@ -210,17 +216,15 @@ impl Upstream {
         }
     }
 
-    /// A request to the upstream for `path` and `query` (both already
-    /// encoded, [`key`]) with `headers`, `body` and SigV4 headers for
-    /// `credentials`. The signature covers the path and query exactly as
-    /// they are sent: `http::Uri` neither normalises nor re-encodes them.
-    #[allow(clippy::too_many_arguments)]
+    /// A request to the upstream for `target` with `headers`, `body` and
+    /// SigV4 headers for `credentials`. The signature covers the path and
+    /// query exactly as they are sent: `http::Uri` neither normalises nor
+    /// re-encodes them.
     fn signed(
         &self,
         credentials: &Credentials,
         method: Method,
-        path: &str,
-        query: &str,
+        target: &Target,
         mut headers: HeaderMap,
         payload_hash: &str,
         body: Body,
@@ -239,6 +243,7 @@ impl Upstream {
             .build()?
             .into();
         let (scheme, endpoint) = (self.tier.scheme, &self.tier.endpoint);
+        let Target { path, query } = target;
         let uri = if query.is_empty() {
             format!("{scheme}://{endpoint}{path}")
         } else {
@@ -367,7 +372,7 @@ async fn forward(
     }
     let tier = &upstream.tier;
     let listing = path == "/";
-    let (target_path, target_query) = match target(&parts.method, path, query, tier) {
+    let target = match target(&parts.method, path, query, tier) {
         Ok(target) => target,
         Err(refusal) => {
             tracing::warn!(
@@ -408,8 +413,7 @@ async fn forward(
     let request = match upstream.signed(
         &credentials,
         parts.method.clone(),
-        &target_path,
-        &target_query,
+        &target,
         headers,
         &payload_hash,
         body,
@@ -531,24 +535,44 @@ fn finish(head: http::response::Builder, body: Body) -> Response<Body> {
 
 /// The data of a response body; an error (the cause, with no path or query)
 /// when it breaks off or stays silent for [`READ_TIMEOUT`], then the end.
+///
+/// One timer per body, armed at the last frame's time + [`READ_TIMEOUT`]
+/// and moved on only when it fires early: a frame costs a clock read, not
+/// a timer.
 fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, String>> {
-    futures_util::stream::unfold(Some(BodyDataStream::new(body)), |state| async move {
-        let mut stream = state?;
-        match tokio::time::timeout(READ_TIMEOUT, stream.next()).await {
-            Ok(Some(Ok(data))) => Some((Ok(data), Some(stream))),
-            Ok(Some(Err(e))) => Some((
-                Err(format!("the answer broke off: {}", error_chain(&e))),
-                None,
-            )),
-            Ok(None) => None,
-            Err(_) => Some((
-                Err(format!(
-                    "the answer stalled for {} s",
-                    READ_TIMEOUT.as_secs()
-                )),
-                None,
-            )),
-        }
+    let mut body = Some(body);
+    let mut last_frame = tokio::time::Instant::now();
+    let mut timer = Box::pin(tokio::time::sleep_until(last_frame + READ_TIMEOUT));
+    futures_util::stream::poll_fn(move |cx| {
+        let Some(incoming) = body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let outcome = 'frames: loop {
+            match Pin::new(&mut *incoming).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    last_frame = tokio::time::Instant::now();
+                    if let Ok(data) = frame.into_data() {
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    break Some(Err(format!("the answer broke off: {}", error_chain(&e))))
+                }
+                Poll::Ready(None) => break None,
+                Poll::Pending => {
+                    while timer.as_mut().poll(cx).is_ready() {
+                        if last_frame.elapsed() >= READ_TIMEOUT {
+                            let secs = READ_TIMEOUT.as_secs();
+                            break 'frames Some(Err(format!("the answer stalled for {secs} s")));
+                        }
+                        timer.as_mut().reset(last_frame + READ_TIMEOUT);
+                    }
+                    return Poll::Pending;
+                }
+            }
+        };
+        body = None;
+        Poll::Ready(outcome)
     })
 }
 
@@ -602,16 +626,18 @@ impl Refusal {
     }
 }
 
-/// Where a request goes upstream, as (path, query) ready to send and sign:
+/// Where a request goes upstream: its path and query, encoded, ready to
+/// send and sign ([`key`]).
+struct Target {
+    path: String,
+    query: String,
+}
+
+/// Where a request goes upstream, ready to send and sign:
 /// `/` with `GET ...list-type=2` is the bucket listing, any other path an
 /// object ([`key`] says how keys and queries are carried). Refused: 501 for
 /// what LMCache never sends, 400 for a key that cannot be forwarded exactly.
-fn target(
-    method: &Method,
-    path: &str,
-    query: &str,
-    tier: &BucketTier,
-) -> Result<(String, String), Refusal> {
+fn target(method: &Method, path: &str, query: &str, tier: &BucketTier) -> Result<Target, Refusal> {
     if path == "/" {
         if method != Method::GET {
             return Err(Refusal::not_implemented(
@@ -620,12 +646,18 @@ fn target(
         }
         let query =
             key::listing_query(query, &tier.key_prefix).map_err(Refusal::not_implemented)?;
-        return Ok((format!("/{}", tier.bucket), query));
+        return Ok(Target {
+            path: format!("/{}", tier.bucket),
+            query,
+        });
     }
     let object = key::request_key(path).map_err(Refusal::bad_key)?;
     let path =
         key::upstream_path(&tier.bucket, &tier.key_prefix, &object).map_err(Refusal::bad_key)?;
-    Ok((path, key::object_query(query)))
+    Ok(Target {
+        path,
+        query: key::object_query(query),
+    })
 }
 
 /// Removes `key_prefix` from the keys, prefixes and start-after of a
@@ -642,7 +674,7 @@ async fn read_listing(body: Incoming) -> Result<String, String> {
     let mut stream = std::pin::pin!(stalling(body));
     let mut text = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|cause| cause.replace("answer", "listing"))?;
+        let chunk = chunk.map_err(|cause| format!("the listing: {cause}"))?;
         if text.len() + chunk.len() > MAX_LISTING_BYTES {
             return Err("the listing page is larger than 16 MiB".into());
         }
