@@ -22,8 +22,7 @@ use aws_sigv4::http_request::{
 };
 use aws_sigv4::sign::v4;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use lmcache_adapters::s3::sigv4::{self, Signed};
-use lmcache_adapters::s3::spec::KeyPair;
+use lmcache_adapters::s3::sigv4::{self, KeyPair, Signed};
 use lmcache_adapters::s3::Gateways;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use proptest::prelude::*;

@@ -18,7 +18,10 @@ use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
-use super::gateway::Body;
+/// An error of a body stream.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body of requests and responses on both sides of the gateway.
+pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 
 /// How long a connection to the upstream may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -32,7 +32,7 @@ use aws_credential_types::Credentials;
 use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_smithy_http_client::tls;
 
-use super::spec::KeyPair;
+use super::sigv4::KeyPair;
 use crate::error_chain;
 
 /// How long before their expiry temporary credentials are fetched again

@@ -33,7 +33,6 @@ use aws_sigv4::sign::v4;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyDataStream, BodyExt, Full, StreamBody};
 use hyper::body::{Body as _, Frame, Incoming};
 use hyper::server::conn::http1;
@@ -41,17 +40,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::client::{self, UpstreamClient};
+use super::client::{self, Body, BoxError, UpstreamClient};
 use super::credentials::RealCredentials;
 use super::key::{self, KeyError};
-use super::sigv4::{self, Signed};
-use super::spec::{BucketSpecError, BucketTier, KeyPair};
+use super::sigv4::{self, KeyPair, Signed};
+use super::spec::{BucketSpecError, BucketTier};
 use super::state::{Stats, STATE_PATH};
 use crate::error_chain;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The body of requests and responses on both sides of the gateway.
-pub(crate) type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 /// How long the upstream may take to start its answer (the request body's
 /// upload included), and stay silent while a response body is read.

@@ -21,7 +21,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::{L2AdapterArgs, TierSpec};
-use spec::{BucketSpecError, BucketTier, KeyPair};
+use sigv4::KeyPair;
+use spec::{BucketSpecError, BucketTier};
 use state::Stats;
 
 /// Whether `spec` is served through a gateway: `type` `s3` with an

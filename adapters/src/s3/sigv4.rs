@@ -17,7 +17,52 @@ use http::HeaderMap;
 use percent_encoding::{percent_decode_str, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 
-use super::spec::KeyPair;
+/// A key pair for SigV4: the operator's real one, or the one made for a
+/// launch. `Debug` never prints the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyPair {
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret_access_key: String,
+    /// A session token of temporary credentials.
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for KeyPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyPair")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .finish()
+    }
+}
+
+impl KeyPair {
+    /// A fresh random pair for one launch: a 20-character id starting with
+    /// `EREBINE` and a 40-character secret, from the OS random source.
+    /// Errors only when the OS has no random source.
+    pub fn random() -> std::io::Result<Self> {
+        const ID_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+        const SECRET_CHARS: &[u8] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut bytes = [0u8; 53];
+        getrandom::getrandom(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let id: String = bytes[..13]
+            .iter()
+            .map(|b| ID_CHARS[usize::from(*b) % ID_CHARS.len()] as char)
+            .collect();
+        let secret: String = bytes[13..]
+            .iter()
+            .map(|b| SECRET_CHARS[usize::from(*b) % SECRET_CHARS.len()] as char)
+            .collect();
+        Ok(KeyPair {
+            access_key_id: format!("EREBINE{id}"),
+            secret_access_key: secret,
+            session_token: None,
+        })
+    }
+}
 
 /// Characters SigV4 leaves unencoded: `A-Z a-z 0-9 - _ . ~`.
 pub(crate) const SIGV4_QUERY: &AsciiSet = &NON_ALPHANUMERIC
@@ -445,5 +490,15 @@ mod tests {
             canonical_query("uploadId=a/b&partNumber=1&uploads"),
             "partNumber=1&uploadId=a%2Fb&uploads="
         );
+    }
+
+    #[test]
+    fn random_key_pairs_differ_and_debug_hides_the_secret() {
+        let a = KeyPair::random().unwrap();
+        let b = KeyPair::random().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.access_key_id.len(), 20);
+        assert_eq!(a.secret_access_key.len(), 40);
+        assert!(!format!("{a:?}").contains(&a.secret_access_key));
     }
 }

@@ -12,6 +12,7 @@
 use serde_json::{Map, Value};
 
 use super::credentials::{ChainSettings, CredentialSource};
+use super::sigv4::KeyPair;
 use crate::TierSpec;
 
 /// Keys this project adds to the `s3` adapter; LMCache never sees them.
@@ -36,53 +37,6 @@ pub struct BucketSpecError {
     pub problem: String,
     /// What to do.
     pub fix: String,
-}
-
-/// A key pair for SigV4: the operator's real one, or the one made for a
-/// launch. `Debug` never prints the secret.
-#[derive(Clone, PartialEq, Eq)]
-pub struct KeyPair {
-    /// The access key id.
-    pub access_key_id: String,
-    /// The secret access key.
-    pub secret_access_key: String,
-    /// A session token of temporary credentials.
-    pub session_token: Option<String>,
-}
-
-impl std::fmt::Debug for KeyPair {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyPair")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &"<redacted>")
-            .finish()
-    }
-}
-
-impl KeyPair {
-    /// A fresh random pair for one launch: a 20-character id starting with
-    /// `EREBINE` and a 40-character secret, from the OS random source.
-    /// Errors only when the OS has no random source.
-    pub fn random() -> std::io::Result<Self> {
-        const ID_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-        const SECRET_CHARS: &[u8] =
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut bytes = [0u8; 53];
-        getrandom::getrandom(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let id: String = bytes[..13]
-            .iter()
-            .map(|b| ID_CHARS[usize::from(*b) % ID_CHARS.len()] as char)
-            .collect();
-        let secret: String = bytes[13..]
-            .iter()
-            .map(|b| SECRET_CHARS[usize::from(*b) % SECRET_CHARS.len()] as char)
-            .collect();
-        Ok(KeyPair {
-            access_key_id: format!("EREBINE{id}"),
-            secret_access_key: secret,
-            session_token: None,
-        })
-    }
 }
 
 /// Everything the gateway needs about one `s3` tier with `s3_bucket`.
@@ -516,15 +470,5 @@ mod tests {
         std::fs::remove_file(&dir).unwrap();
         assert_eq!(e.key, "s3_ca_bundle");
         assert!(e.problem.contains("no PEM certificate"), "{e}");
-    }
-
-    #[test]
-    fn random_key_pairs_differ_and_debug_hides_the_secret() {
-        let a = KeyPair::random().unwrap();
-        let b = KeyPair::random().unwrap();
-        assert_ne!(a, b);
-        assert_eq!(a.access_key_id.len(), 20);
-        assert_eq!(a.secret_access_key.len(), 40);
-        assert!(!format!("{a:?}").contains(&a.secret_access_key));
     }
 }

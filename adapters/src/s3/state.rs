@@ -262,7 +262,7 @@ fn now() -> String {
 mod tests {
     use super::*;
     use crate::s3::credentials::CredentialSource;
-    use crate::s3::spec::KeyPair;
+    use crate::s3::sigv4::KeyPair;
 
     fn tier() -> BucketTier {
         BucketTier {
