@@ -46,6 +46,7 @@ struct Received {
     method: String,
     target: String,
     headers: HeaderMap,
+    body: Vec<u8>,
 }
 
 /// A loopback upstream that records every request and answers 200.
@@ -66,19 +67,39 @@ fn recording_upstream() -> (SocketAddr, Arc<Mutex<Vec<Received>>>) {
 fn serve_recording(stream: TcpStream, log: &Mutex<Vec<Received>>) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
-    while let Some(received) = read_head(&mut reader) {
-        let length: usize = received
-            .headers
-            .get("content-length")
-            .and_then(|v| v.to_str().ok()?.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
+    while let Some(mut received) = read_head(&mut reader) {
+        let Some(body) = read_body(&mut reader, &received.headers) else {
             return;
-        }
+        };
+        received.body = body;
         log.lock().unwrap().push(received);
         let _ = writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
     }
+}
+
+/// A request body framed by `content-length` or chunked.
+fn read_body(reader: &mut impl BufRead, headers: &HeaderMap) -> Option<Vec<u8>> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if header("transfer-encoding") == Some("chunked") {
+        let mut body = Vec::new();
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).ok()?;
+            let size = usize::from_str_radix(size.trim(), 16).ok()?;
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            if size == 0 {
+                return Some(body);
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    }
+    let length = header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(body)
 }
 
 fn read_head(reader: &mut impl BufRead) -> Option<Received> {
@@ -102,6 +123,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Received> {
         method,
         target,
         headers,
+        body: Vec::new(),
     })
 }
 
@@ -195,12 +217,24 @@ fn sign_headers(method: &str, host: &str, target: &str, key: &KeyPair) -> Vec<(S
 /// over a raw connection (no client-side URL type in between). Returns the
 /// status and body.
 fn send(tier: &Tier, method: &str, target: &str) -> (u16, String) {
+    send_raw(tier, method, target, target, "\r\n")
+}
+
+/// As [`send`], signed for `signed_target`, with `rest` after the signed
+/// headers (more header lines, the empty line, a body).
+fn send_raw(
+    tier: &Tier,
+    method: &str,
+    target: &str,
+    signed_target: &str,
+    rest: &str,
+) -> (u16, String) {
     let host = tier.gateway.to_string();
-    let mut request = format!("{method} {target} HTTP/1.1\r\n");
-    for (name, value) in sign_headers(method, &host, target, &tier.local_key) {
+    let mut request = format!("{method} {target} HTTP/1.1\r\nconnection: close\r\n");
+    for (name, value) in sign_headers(method, &host, signed_target, &tier.local_key) {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
-    request.push_str("connection: close\r\n\r\n");
+    request.push_str(rest);
     let mut stream = TcpStream::connect(tier.gateway).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -396,4 +430,58 @@ fn keys_that_cannot_be_forwarded_exactly_get_an_s3_error_and_nothing_is_forwarde
         assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
         assert!(tier.seen.lock().unwrap().is_empty(), "{code}: forwarded");
     }
+}
+
+#[test]
+fn requests_that_would_leave_the_prefix_or_change_access_are_refused_unforwarded() {
+    let runtime = runtime();
+    let tier = start_tier(&runtime, "");
+    for (method, target, signed, rest, code) in [
+        ("DELETE", "foo", "/", "\r\n", "InvalidURI"),
+        ("PUT", "/k%zz", "/k%zz", "\r\n", "InvalidURI"),
+        (
+            "PUT",
+            "/k",
+            "/k",
+            "x-amz-copy-source: /other-bucket/secret\r\n\r\n",
+            "NotImplemented",
+        ),
+        (
+            "PUT",
+            "/k",
+            "/k",
+            "x-amz-acl: public-read\r\n\r\n",
+            "NotImplemented",
+        ),
+        ("PUT", "/k?acl", "/k?acl", "\r\n", "NotImplemented"),
+        (
+            "GET",
+            "/?list-type=2&policy",
+            "/?list-type=2&policy",
+            "\r\n",
+            "NotImplemented",
+        ),
+    ] {
+        let (status, body) = send_raw(&tier, method, target, signed, rest);
+        assert!(
+            body.contains(&format!("<Code>{code}</Code>")),
+            "{method} {target} {rest:?}: {status} {body}"
+        );
+        assert!(
+            tier.seen.lock().unwrap().is_empty(),
+            "{method} {target}: forwarded"
+        );
+    }
+}
+
+#[test]
+fn a_chunked_upload_is_forwarded_with_its_bytes() {
+    let runtime = runtime();
+    let tier = start_tier(&runtime, "p/");
+    let chunked = "transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    let (status, body) = send_raw(&tier, "PUT", "/c%40k", "/c%40k", chunked);
+    assert_eq!(status, 200, "{body}");
+    let received = last_forwarded(&tier);
+    assert_eq!(stored_key(&received.target), "p/c@k");
+    assert_eq!(received.body, b"hello world");
 }

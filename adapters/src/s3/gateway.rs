@@ -37,12 +37,12 @@ use http_body_util::{BodyDataStream, BodyExt, Full, StreamBody};
 use hyper::body::{Body as _, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::client::{self, Body, BoxError, UpstreamClient};
 use super::credentials::RealCredentials;
-use super::key::{self, KeyError};
+use super::key::{self, Route};
 use super::sigv4::{self, KeyPair, Signed};
 use super::spec::{BucketSpecError, BucketTier};
 use super::state::{Stats, STATE_PATH};
@@ -51,6 +51,8 @@ use crate::error_chain;
 /// How long the upstream may take to start its answer (the request body's
 /// upload included), and stay silent while a response body is read.
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The smallest chunk of a request body written to the upstream (bar the last).
 const FORWARD_CHUNK: usize = 256 << 10;
 /// The largest listing page translated in memory (S3 pages hold 1000 keys).
@@ -147,9 +149,10 @@ impl Upstream {
             .await
             .map_err(no_credentials)?;
         let source = source.to_string();
-        let bucket = Target {
+        let bucket = Route {
             path: format!("/{}", upstream.tier.bucket),
             query: String::new(),
+            listing: false,
         };
         let path = &bucket.path;
         let request = upstream
@@ -211,7 +214,7 @@ impl Upstream {
         }
     }
 
-    /// A request to the upstream for `target` with `headers`, `body` and
+    /// A request to the upstream for `route` with `headers`, `body` and
     /// SigV4 headers for `credentials`. The signature covers the path and
     /// query exactly as they are sent: `http::Uri` neither normalises nor
     /// re-encodes them.
@@ -219,7 +222,7 @@ impl Upstream {
         &self,
         credentials: &Credentials,
         method: Method,
-        target: &Target,
+        route: &Route,
         mut headers: HeaderMap,
         payload_hash: &str,
         body: Body,
@@ -238,7 +241,7 @@ impl Upstream {
             .build()?
             .into();
         let (scheme, endpoint) = (self.tier.scheme, &self.tier.endpoint);
-        let Target { path, query } = target;
+        let Route { path, query, .. } = route;
         let uri = if query.is_empty() {
             format!("{scheme}://{endpoint}{path}")
         } else {
@@ -290,6 +293,8 @@ pub(crate) async fn serve(listener: TcpListener, upstream: Arc<Upstream>, stats:
             let service =
                 service_fn(move |request| handle(upstream.clone(), stats.clone(), request));
             if let Err(e) = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
@@ -366,18 +371,26 @@ async fn forward(
         );
     }
     let tier = &upstream.tier;
-    let listing = path == "/";
-    let target = match target(&parts.method, path, query, tier) {
-        Ok(target) => target,
+    let names = parts.headers.keys().map(|name| name.as_str());
+    let route = match key::route(
+        parts.method.as_str(),
+        path,
+        query,
+        names,
+        &tier.bucket,
+        &tier.key_prefix,
+    ) {
+        Ok(route) => route,
         Err(refusal) => {
+            let code = refusal.code();
             tracing::warn!(
                 tier = tier.position,
-                code = refusal.code,
-                "S3 gateway refused {} {path}: {}",
-                parts.method,
-                refusal.message
+                code,
+                "S3 gateway refused {} {path}: {refusal}",
+                parts.method
             );
-            return error(refusal.status, refusal.code, &refusal.message);
+            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            return error(status, code, &refusal.to_string());
         }
     };
     let mut headers = HeaderMap::new();
@@ -396,11 +409,7 @@ async fn forward(
             )
         }
     };
-    let has_body = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .is_some_and(|v| v.as_bytes() != b"0");
-    let body = if has_body {
+    let body = if !body.is_end_stream() {
         upstream_body(body, stats.clone())
     } else {
         client::empty()
@@ -408,7 +417,7 @@ async fn forward(
     let request = match upstream.signed(
         &credentials,
         parts.method.clone(),
-        &target,
+        &route,
         headers,
         &payload_hash,
         body,
@@ -437,7 +446,8 @@ async fn forward(
     if response.status().is_server_error() {
         stats.upstream_error(&parts.method, &format!("answered {}", response.status()));
     }
-    let rewrite_listing = listing && !tier.key_prefix.is_empty() && response.status().is_success();
+    let rewrite_listing =
+        route.listing && !tier.key_prefix.is_empty() && response.status().is_success();
     if rewrite_listing {
         listing_back(response, &tier.key_prefix, stats, &parts.method).await
     } else {
@@ -593,65 +603,6 @@ fn coalesce(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, hy
                 None => return Some((Ok(buffer.freeze()), None)),
             }
         }
-    })
-}
-
-/// An S3 error the gateway answers itself instead of forwarding.
-struct Refusal {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl Refusal {
-    fn not_implemented(message: impl ToString) -> Self {
-        Refusal {
-            status: StatusCode::NOT_IMPLEMENTED,
-            code: "NotImplemented",
-            message: message.to_string(),
-        }
-    }
-
-    fn bad_key(e: KeyError) -> Self {
-        Refusal {
-            status: StatusCode::BAD_REQUEST,
-            code: e.code(),
-            message: e.to_string(),
-        }
-    }
-}
-
-/// Where a request goes upstream: its path and query, encoded, ready to
-/// send and sign ([`key`]).
-struct Target {
-    path: String,
-    query: String,
-}
-
-/// Where a request goes upstream, ready to send and sign:
-/// `/` with `GET ...list-type=2` is the bucket listing, any other path an
-/// object ([`key`] says how keys and queries are carried). Refused: 501 for
-/// what LMCache never sends, 400 for a key that cannot be forwarded exactly.
-fn target(method: &Method, path: &str, query: &str, tier: &BucketTier) -> Result<Target, Refusal> {
-    if path == "/" {
-        if method != Method::GET {
-            return Err(Refusal::not_implemented(
-                "the gateway serves object requests and ListObjectsV2 only",
-            ));
-        }
-        let query =
-            key::listing_query(query, &tier.key_prefix).map_err(Refusal::not_implemented)?;
-        return Ok(Target {
-            path: format!("/{}", tier.bucket),
-            query,
-        });
-    }
-    let object = key::request_key(path).map_err(Refusal::bad_key)?;
-    let path =
-        key::upstream_path(&tier.bucket, &tier.key_prefix, &object).map_err(Refusal::bad_key)?;
-    Ok(Target {
-        path,
-        query: key::object_query(query),
     })
 }
 

@@ -27,14 +27,43 @@ const KEY_IN_PATH: &AsciiSet = &SIGV4_QUERY.remove(b'/');
 /// prefix included).
 pub const MAX_KEY_BYTES: usize = 1024;
 
-/// Why a request's key cannot be forwarded exactly; the gateway answers
-/// with this S3 error (status 400) and forwards nothing.
+/// The methods LMCache's S3 adapter sends (a listing is a `GET`).
+const METHODS: &[&str] = &["GET", "HEAD", "PUT", "POST", "DELETE"];
+
+/// The query parameters of the object requests LMCache sends: multipart
+/// uploads (create, upload part, complete, abort) and the SDK's operation
+/// id.
+const OBJECT_PARAMETERS: &[&str] = &["uploads", "uploadId", "partNumber", "x-id"];
+
+/// The query parameters of ListObjectsV2 the gateway forwards
+/// (`encoding-type` is not among them: the answer's keys would be encoded,
+/// and the tier's prefix could not be stripped from them).
+const LISTING_PARAMETERS: &[&str] = &[
+    "list-type",
+    "prefix",
+    "delimiter",
+    "max-keys",
+    "continuation-token",
+    "start-after",
+    "fetch-owner",
+];
+
+/// Why a request is not forwarded; the gateway answers with this S3 error
+/// ([`Refusal::status`], [`Refusal::code`], the text as message) and
+/// forwards nothing.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum KeyError {
-    /// The percent-decoded path is not UTF-8 (S3: `InvalidURI`).
+pub enum Refusal {
+    /// The request target does not start with `/` (S3: 400 `InvalidURI`).
+    #[error("the request target is not a path")]
+    NotAPath,
+    /// A `%` in the path or query is not followed by two hex digits (S3:
+    /// 400 `InvalidURI`).
+    #[error("the path or query has a '%' that is not followed by two hex digits")]
+    BadEscape,
+    /// The percent-decoded path is not UTF-8 (S3: 400 `InvalidURI`).
     #[error("the object key is not UTF-8 after percent-decoding the path once")]
     NotUtf8,
-    /// Prefix and key together exceed [`MAX_KEY_BYTES`] (S3:
+    /// Prefix and key together exceed [`MAX_KEY_BYTES`] (S3: 400
     /// `KeyTooLongError`).
     #[error(
         "the object key is {bytes} bytes with the tier's s3_key_prefix; S3 allows at most 1024"
@@ -43,25 +72,124 @@ pub enum KeyError {
         /// The UTF-8 length of prefix and key, in bytes.
         bytes: usize,
     },
+    /// A method LMCache does not send (501).
+    #[error("the gateway does not forward {0} requests")]
+    Method(String),
+    /// A bucket-level request other than ListObjectsV2 (501).
+    #[error("the gateway serves object requests and ListObjectsV2 (GET /?list-type=2) only")]
+    NotListV2,
+    /// A query parameter LMCache does not send: another subresource of the
+    /// object or bucket (501).
+    #[error("the gateway does not forward the query parameter {0:?}")]
+    Parameter(String),
+    /// A header that names another object or grants access (501).
+    #[error(
+        "the gateway does not forward the header {0} (it names another object or grants access)"
+    )]
+    Header(String),
 }
 
-impl KeyError {
+impl Refusal {
+    /// The HTTP status the gateway answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::Method(_)
+            | Refusal::NotListV2
+            | Refusal::Parameter(_)
+            | Refusal::Header(_) => 501,
+            _ => 400,
+        }
+    }
+
     /// The S3 error code the gateway answers with.
     pub fn code(&self) -> &'static str {
         match self {
-            KeyError::NotUtf8 => "InvalidURI",
-            KeyError::TooLong { .. } => "KeyTooLongError",
+            Refusal::NotAPath | Refusal::BadEscape | Refusal::NotUtf8 => "InvalidURI",
+            Refusal::TooLong { .. } => "KeyTooLongError",
+            _ => "NotImplemented",
         }
     }
+}
+
+/// Where a request goes upstream: its path and query, encoded, ready to
+/// send and sign.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Route {
+    /// `/<bucket>/<prefix + key>`, or `/<bucket>` for a listing.
+    pub path: String,
+    /// The query, re-encoded; `""` for none.
+    pub query: String,
+    /// Whether it is a ListObjectsV2 request, whose answer loses the prefix.
+    pub listing: bool,
+}
+
+/// The route of a request LMCache sent to the gateway: `method`, `path` and
+/// `query` as received, and the names of its headers. `/` with `GET
+/// ?list-type=2` is the bucket's listing inside `key_prefix`
+/// ([`listing_query`]); any other path an object ([`request_key`],
+/// [`upstream_path`], [`object_query`]). Errors with the [`Refusal`] to
+/// answer.
+pub fn route<'a>(
+    method: &str,
+    path: &str,
+    query: &str,
+    mut header_names: impl Iterator<Item = &'a str>,
+    bucket: &str,
+    key_prefix: &str,
+) -> Result<Route, Refusal> {
+    if !METHODS.contains(&method) {
+        return Err(Refusal::Method(method.to_string()));
+    }
+    if !path.starts_with('/') {
+        return Err(Refusal::NotAPath);
+    }
+    if !escapes_ok(path) || !escapes_ok(query) {
+        return Err(Refusal::BadEscape);
+    }
+    if let Some(name) = header_names.find(|name| refused_header(name)) {
+        return Err(Refusal::Header(name.to_string()));
+    }
+    if path == "/" {
+        if method != "GET" {
+            return Err(Refusal::NotListV2);
+        }
+        return Ok(Route {
+            path: format!("/{bucket}"),
+            query: listing_query(query, key_prefix)?,
+            listing: true,
+        });
+    }
+    let key = request_key(path)?;
+    Ok(Route {
+        path: upstream_path(bucket, key_prefix, &key)?,
+        query: object_query(query)?,
+        listing: false,
+    })
+}
+
+/// Whether every `%` in `text` starts a `%XX` escape.
+fn escapes_ok(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().all(|(i, b)| {
+        *b != b'%'
+            || bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    })
+}
+
+/// Headers that copy from another object or change who may read one.
+fn refused_header(name: &str) -> bool {
+    name.starts_with("x-amz-copy-source") || name == "x-amz-acl" || name.starts_with("x-amz-grant-")
 }
 
 /// The object key of a request path as received (`/<key>`, percent-encoded):
 /// everything after the first `/`, percent-decoded once. `%2F` and `%2E`
 /// become `/` and `.` of the key; `+` stays `+`.
-pub fn request_key(path: &str) -> Result<String, KeyError> {
+pub fn request_key(path: &str) -> Result<String, Refusal> {
     let encoded = path.strip_prefix('/').unwrap_or(path);
     let bytes: Vec<u8> = percent_decode_str(encoded).collect();
-    String::from_utf8(bytes).map_err(|_| KeyError::NotUtf8)
+    String::from_utf8(bytes).map_err(|_| Refusal::NotUtf8)
 }
 
 /// The upstream path of `key` in `bucket` under `key_prefix`:
@@ -69,10 +197,10 @@ pub fn request_key(path: &str) -> Result<String, KeyError> {
 /// part after `/<bucket>/` once gives back `key_prefix + key`.
 ///
 /// Errors when prefix and key together exceed [`MAX_KEY_BYTES`].
-pub fn upstream_path(bucket: &str, key_prefix: &str, key: &str) -> Result<String, KeyError> {
+pub fn upstream_path(bucket: &str, key_prefix: &str, key: &str) -> Result<String, Refusal> {
     let bytes = key_prefix.len() + key.len();
     if bytes > MAX_KEY_BYTES {
-        return Err(KeyError::TooLong { bytes });
+        return Err(Refusal::TooLong { bytes });
     }
     Ok(format!(
         "/{bucket}/{}{}",
@@ -93,46 +221,48 @@ fn encode_pair(name: &[u8], value: Option<&[u8]>) -> String {
     }
 }
 
-/// The upstream query of an object request: every parameter kept, in
-/// order, with its bytes ([`query_pairs`]) re-encoded in SigV4's form.
-pub fn object_query(query: &str) -> String {
-    query_pairs(query)
+/// The first parameter of `pairs` whose name is not in `allowed`.
+fn unknown_parameter(
+    pairs: &[(Vec<u8>, Option<Vec<u8>>)],
+    allowed: &[&str],
+) -> Result<(), Refusal> {
+    match pairs
+        .iter()
+        .find(|(name, _)| !allowed.iter().any(|a| a.as_bytes() == name.as_slice()))
+    {
+        Some((name, _)) => Err(Refusal::Parameter(
+            String::from_utf8_lossy(name).into_owned(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The upstream query of an object request: its parameters (only those of
+/// [`OBJECT_PARAMETERS`]), in order, with their bytes ([`query_pairs`])
+/// re-encoded in SigV4's form.
+pub fn object_query(query: &str) -> Result<String, Refusal> {
+    let pairs = query_pairs(query);
+    unknown_parameter(&pairs, OBJECT_PARAMETERS)?;
+    Ok(pairs
         .iter()
         .map(|(n, v)| encode_pair(n, v.as_deref()))
         .collect::<Vec<_>>()
-        .join("&")
+        .join("&"))
 }
 
-/// Why a ListObjectsV2 query is not forwarded (the gateway answers 501).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ListingError {
-    /// Not `list-type=2`: the gateway lists with ListObjectsV2 only.
-    #[error("the gateway serves object requests and ListObjectsV2 (list-type=2) only")]
-    NotListV2,
-    /// `encoding-type` would encode the keys in the answer, which the
-    /// gateway could then not move out of the tier's prefix.
-    #[error("the gateway does not support encoding-type in listings")]
-    EncodingType,
-}
-
-/// The upstream query of a ListObjectsV2 request (`GET /?list-type=2...`):
-/// every `prefix` and `start-after` moved under `key_prefix` (a `prefix`
-/// of `key_prefix` added when there is none), everything else
-/// (continuation tokens, max-keys, delimiter, ...) kept with its bytes.
-/// Parameter names are compared after decoding, as the store reads them.
-pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, ListingError> {
+/// The upstream query of a ListObjectsV2 request (`GET /?list-type=2...`,
+/// every `list-type` 2, only [`LISTING_PARAMETERS`]): every `prefix` and
+/// `start-after` moved under `key_prefix` (a `prefix` of `key_prefix` added
+/// when there is none), everything else (continuation tokens, max-keys,
+/// delimiter, ...) kept with its bytes. Parameter names are compared after
+/// decoding, as the store reads them.
+pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, Refusal> {
     let pairs = query_pairs(query);
-    let has = |name: &[u8], value: Option<&[u8]>| {
-        pairs
-            .iter()
-            .any(|(n, v)| n == name && value.is_none_or(|value| v.as_deref() == Some(value)))
-    };
-    if !has(b"list-type", Some(b"2")) {
-        return Err(ListingError::NotListV2);
+    let list_types: Vec<_> = pairs.iter().filter(|(n, _)| n == b"list-type").collect();
+    if list_types.is_empty() || list_types.iter().any(|(_, v)| v.as_deref() != Some(b"2")) {
+        return Err(Refusal::NotListV2);
     }
-    if has(b"encoding-type", None) {
-        return Err(ListingError::EncodingType);
-    }
+    unknown_parameter(&pairs, LISTING_PARAMETERS)?;
     let mut out: Vec<String> = pairs
         .iter()
         .map(|(name, value)| {
@@ -145,7 +275,7 @@ pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, ListingErr
             }
         })
         .collect();
-    if !has(b"prefix", None) && !key_prefix.is_empty() {
+    if !pairs.iter().any(|(n, _)| n == b"prefix") && !key_prefix.is_empty() {
         out.push(encode_pair(b"prefix", Some(key_prefix.as_bytes())));
     }
     Ok(out.join("&"))
@@ -155,7 +285,7 @@ pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, ListingErr
 ///
 /// The rules: at most 512 bytes (half of [`MAX_KEY_BYTES`], leaving the
 /// rest to LMCache's keys), not starting with `/`, only
-/// `A-Z a-z 0-9 ! - _ . * ( ) /` (S3's safe characters), and no segment
+/// `A-Z a-z 0-9 ! - _ . * ' ( ) /` (S3's safe characters), and no segment
 /// that is empty (`a//b`), `.` or `..`. Keys may hold those (they are
 /// LMCache's bytes), but a prefix with them names a place that tools and
 /// stores which normalise paths read as another one, so the tier's objects
@@ -169,7 +299,7 @@ pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
     }
     if !prefix
         .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"!-_.*()/".contains(&b))
+        .all(|b| b.is_ascii_alphanumeric() || b"!-_.*'()/".contains(&b))
     {
         return Err("has characters outside the S3 safe set".into());
     }
@@ -222,7 +352,7 @@ mod tests {
         let long = "k".repeat(1020);
         assert!(upstream_path("kvc", "", &long).is_ok());
         let e = upstream_path("kvc", "node/", &long).unwrap_err();
-        assert_eq!(e, KeyError::TooLong { bytes: 1025 });
+        assert_eq!(e, Refusal::TooLong { bytes: 1025 });
         assert_eq!(e.code(), "KeyTooLongError");
         assert_eq!(request_key("/a%FFb").unwrap_err().code(), "InvalidURI");
     }
@@ -257,14 +387,71 @@ mod tests {
             listing_query("list-type=2&prefix=a+b%2Bc", "").unwrap(),
             "list-type=2&prefix=a%20b%2Bc"
         );
+        assert_eq!(listing_query("prefix=x", "p/"), Err(Refusal::NotListV2));
         assert_eq!(
-            listing_query("prefix=x", "p/"),
-            Err(ListingError::NotListV2)
+            listing_query("list-type=2&list-type=1", "p/"),
+            Err(Refusal::NotListV2)
+        );
+        for other in ["encoding-type=url", "acl", "policy", "versions", "location"] {
+            let e = listing_query(&format!("list-type=2&{other}"), "p/").unwrap_err();
+            assert!(matches!(e, Refusal::Parameter(_)), "{other}: {e}");
+            assert_eq!((e.status(), e.code()), (501, "NotImplemented"));
+        }
+    }
+
+    fn route_of(method: &str, target: &str, headers: &[&str]) -> Result<Route, Refusal> {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        route(method, path, query, headers.iter().copied(), "kvc", "p/")
+    }
+
+    #[test]
+    fn routes_carry_objects_and_listings_and_nothing_else() {
+        let object = route_of(
+            "PUT",
+            "/m%40k?partNumber=1&uploadId=u%2B1",
+            &["content-length"],
         );
         assert_eq!(
-            listing_query("list-type=2&encoding-type=url", "p/"),
-            Err(ListingError::EncodingType)
+            object,
+            Ok(Route {
+                path: "/kvc/p/m%40k".into(),
+                query: "partNumber=1&uploadId=u%2B1".into(),
+                listing: false
+            })
         );
+        let listing = route_of("GET", "/?list-type=2", &[]).unwrap();
+        assert_eq!((listing.path.as_str(), listing.listing), ("/kvc", true));
+        let refused = [
+            ("DELETE", "foo", Refusal::NotAPath),
+            ("PUT", "", Refusal::NotAPath),
+            ("CONNECT", "/x", Refusal::Method("CONNECT".into())),
+            ("PATCH", "/x", Refusal::Method("PATCH".into())),
+            ("DELETE", "/", Refusal::NotListV2),
+            ("PUT", "/?list-type=2", Refusal::NotListV2),
+            ("GET", "/a%zz", Refusal::BadEscape),
+            ("GET", "/a%", Refusal::BadEscape),
+            ("GET", "/a?uploadId=%4", Refusal::BadEscape),
+            ("PUT", "/k?acl", Refusal::Parameter("acl".into())),
+            ("GET", "/k?tagging", Refusal::Parameter("tagging".into())),
+        ];
+        for (method, target, refusal) in refused {
+            assert_eq!(
+                route_of(method, target, &[]),
+                Err(refusal),
+                "{method} {target}"
+            );
+        }
+        for header in [
+            "x-amz-copy-source",
+            "x-amz-copy-source-range",
+            "x-amz-acl",
+            "x-amz-grant-read",
+        ] {
+            let e = route_of("PUT", "/k", &["content-length", header]).unwrap_err();
+            assert_eq!(e, Refusal::Header(header.into()));
+            assert_eq!(e.status(), 501);
+        }
+        assert_eq!(route_of("GET", "/a%2Fb", &[]).unwrap().path, "/kvc/p/a/b");
     }
 
     #[test]
@@ -276,6 +463,7 @@ mod tests {
             "run1-",
             "a.b/c..d/",
             "..a/",
+            "it's(1)!/",
         ] {
             assert_eq!(check_key_prefix(good), Ok(()), "{good}");
         }

@@ -76,22 +76,33 @@ impl BucketTier {
     /// key prefix that is not a stable key prefix
     /// ([`super::key::check_key_prefix`]),
     /// an unreadable CA bundle, only one of `aws_access_key_id` and
-    /// `aws_secret_access_key`.
+    /// `aws_secret_access_key`; an `s3` spec with `s3_key_prefix` or
+    /// `s3_ca_bundle` but no `s3_bucket` (LMCache would ignore them).
     pub fn from_spec(
         spec: &TierSpec,
         position: usize,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<Option<Self>, BucketSpecError> {
         let object = spec.as_object();
-        if !super::needs_gateway(spec) {
-            return Ok(None);
-        }
         let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {
             position,
             key,
             problem,
             fix: fix.to_string(),
         };
+        if !super::needs_gateway(spec) {
+            let orphan = ["s3_key_prefix", "s3_ca_bundle"]
+                .into_iter()
+                .find(|key| spec.adapter_type() == "s3" && object.contains_key(*key));
+            return match orphan {
+                Some(key) => Err(err(
+                    key,
+                    "is set without s3_bucket, and LMCache itself would ignore it".into(),
+                    "Add \"s3_bucket\" (then the tier goes through the path-style gateway, docs/s3-gateway.md), or remove it.",
+                )),
+                None => Ok(None),
+            };
+        }
         let string = |key: &'static str| -> Result<Option<String>, BucketSpecError> {
             match object.get(key) {
                 None | Some(Value::Null) => Ok(None),
@@ -307,6 +318,18 @@ mod tests {
     }
 
     const GOOD: &str = r#"{"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_key_prefix":"node/","s3_region":"r1","s3_num_io_threads":8,"aws_access_key_id":"AKREAL","aws_secret_access_key":"REALSECRET","max_capacity_gb":2000}"#;
+
+    #[test]
+    fn our_keys_without_s3_bucket_are_refused_naming_the_key() {
+        for key in ["s3_key_prefix", "s3_ca_bundle"] {
+            let spec = tier(&format!(
+                r#"{{"type":"s3","s3_endpoint":"b.example.net","s3_region":"r","{key}":"x/"}}"#
+            ));
+            let e = BucketTier::from_spec(&spec, 1, &no_env).unwrap_err();
+            assert_eq!(e.key, key);
+            assert!(e.to_string().contains("without s3_bucket"), "{e}");
+        }
+    }
 
     #[test]
     fn a_spec_without_s3_bucket_passes_through() {
