@@ -238,7 +238,7 @@ fn unknown_parameter(
 }
 
 /// The upstream query of an object request: its parameters (only those of
-/// [`OBJECT_PARAMETERS`]), in order, with their bytes ([`query_pairs`])
+/// `OBJECT_PARAMETERS`: `uploads`, `uploadId`, `partNumber`, `x-id`), in order, with their bytes ([`query_pairs`])
 /// re-encoded in SigV4's form.
 pub fn object_query(query: &str) -> Result<String, Refusal> {
     let pairs = query_pairs(query);
@@ -251,7 +251,7 @@ pub fn object_query(query: &str) -> Result<String, Refusal> {
 }
 
 /// The upstream query of a ListObjectsV2 request (`GET /?list-type=2...`,
-/// every `list-type` 2, only [`LISTING_PARAMETERS`]): every `prefix` and
+/// every `list-type` 2, only `LISTING_PARAMETERS`): every `prefix` and
 /// `start-after` moved under `key_prefix` (a `prefix` of `key_prefix` added
 /// when there is none), everything else (continuation tokens, max-keys,
 /// delimiter, ...) kept with its bytes. Parameter names are compared after
