@@ -237,9 +237,9 @@ fn unknown_parameter(
     }
 }
 
-/// The upstream query of an object request: its parameters (only those of
-/// `OBJECT_PARAMETERS`: `uploads`, `uploadId`, `partNumber`, `x-id`), in order, with their bytes ([`query_pairs`])
-/// re-encoded in SigV4's form.
+/// The upstream query of an object request: its parameters (only
+/// `uploads`, `uploadId`, `partNumber`, `x-id`), in order, with their bytes
+/// ([`query_pairs`]) re-encoded in SigV4's form.
 pub fn object_query(query: &str) -> Result<String, Refusal> {
     let pairs = query_pairs(query);
     unknown_parameter(&pairs, OBJECT_PARAMETERS)?;
