@@ -2,7 +2,7 @@
 //! verified) stores and loads objects whose model names carry path syntax
 //! (`.`, `..`, a leading `/`, `//`, `+` and a space) through the gateway, to
 //! moto (keys checked exactly in a listing) and to s3s-fs, which checks
-//! every SigV4 signature strictly (`docs/s3-gateway.md`, "Keys").
+//! every SigV4 signature strictly (`docs/s3-gateway.md`, "Object keys").
 
 use std::path::Path;
 use std::process::Command;

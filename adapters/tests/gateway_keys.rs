@@ -1,7 +1,7 @@
 //! Every key LMCache can send reaches the upstream exactly as
 //! `/<bucket>/<prefix><key>`, signed so that a strict SigV4 check (the path
 //! as sent, never normalised) accepts it, and nothing lands outside the
-//! tier's prefix (`docs/s3-gateway.md`, "Keys").
+//! tier's prefix (`docs/s3-gateway.md`, "Object keys").
 //!
 //! The gateway runs in-process in front of a recording upstream: a loopback
 //! TCP server that keeps each request's method, raw request target and
@@ -472,6 +472,33 @@ fn requests_that_would_leave_the_prefix_or_change_access_are_refused_unforwarded
             "{method} {target}: forwarded"
         );
     }
+}
+
+#[test]
+fn headers_that_would_set_more_than_the_objects_bytes_are_not_forwarded() {
+    let runtime = runtime();
+    let tier = start_tier(&runtime, "p/");
+    let extra = "content-type: application/octet-stream\r\nx-amz-object-lock-mode: COMPLIANCE\r\n\
+                 x-amz-tagging: a=b\r\nx-amz-storage-class: DEEP_ARCHIVE\r\n\
+                 x-amz-website-redirect-location: https://elsewhere.example/\r\n\
+                 x-amz-meta-owner: me\r\ncontent-length: 2\r\n\r\nhi";
+    let (status, body) = send_raw(&tier, "PUT", "/h%40k", "/h%40k", extra);
+    assert_eq!(status, 200, "{body}");
+    let received = last_forwarded(&tier);
+    let mut names: Vec<&str> = received.headers.keys().map(|n| n.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "authorization",
+            "content-length",
+            "content-type",
+            "host",
+            "x-amz-content-sha256",
+            "x-amz-date"
+        ]
+    );
+    assert_eq!(received.body, b"hi");
 }
 
 #[test]

@@ -58,26 +58,6 @@ const FORWARD_CHUNK: usize = 256 << 10;
 /// The largest listing page translated in memory (S3 pages hold 1000 keys).
 const MAX_LISTING_BYTES: usize = 16 << 20;
 
-/// Request headers not forwarded: hop-by-hop ones, the client's signature,
-/// and the ones the gateway sets itself.
-const DROPPED_HEADERS: &[&str] = &[
-    "authorization",
-    "connection",
-    "expect",
-    "host",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "user-agent",
-    "x-amz-content-sha256",
-    "x-amz-date",
-    "x-amz-security-token",
-];
-
 /// Response headers not passed back: hop-by-hop ones.
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -395,7 +375,7 @@ async fn forward(
     };
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
-        if !DROPPED_HEADERS.contains(&name.as_str()) {
+        if key::forwarded_header(name.as_str()) {
             headers.append(name.clone(), value.clone());
         }
     }

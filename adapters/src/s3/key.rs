@@ -1,5 +1,5 @@
 //! S3 object keys through the gateway: the key LMCache sent, and the exact
-//! upstream path and query that carry it (`docs/s3-gateway.md`, "Keys").
+//! upstream path and query that carry it (`docs/s3-gateway.md`, "Object keys").
 //!
 //! S3 keys are opaque byte strings: `.`, `..`, empty segments, a leading
 //! `/`, `+`, `%` and non-ASCII are bytes of the key, never path syntax.
@@ -35,9 +35,10 @@ const METHODS: &[&str] = &["GET", "HEAD", "PUT", "POST", "DELETE"];
 /// id.
 const OBJECT_PARAMETERS: &[&str] = &["uploads", "uploadId", "partNumber", "x-id"];
 
-/// The query parameters of ListObjectsV2 the gateway forwards
-/// (`encoding-type` is not among them: the answer's keys would be encoded,
-/// and the tier's prefix could not be stripped from them).
+/// The query parameters of ListObjectsV2 the gateway forwards. Not
+/// `encoding-type` (the answer's keys would be encoded, and the tier's
+/// prefix could not be stripped from them), nor `fetch-owner` (the answer
+/// would name the real credentials' account).
 const LISTING_PARAMETERS: &[&str] = &[
     "list-type",
     "prefix",
@@ -45,7 +46,6 @@ const LISTING_PARAMETERS: &[&str] = &[
     "max-keys",
     "continuation-token",
     "start-after",
-    "fetch-owner",
 ];
 
 /// Why a request is not forwarded; the gateway answers with this S3 error
@@ -178,9 +178,37 @@ fn escapes_ok(text: &str) -> bool {
     })
 }
 
-/// Headers that copy from another object or change who may read one.
+/// Headers that copy from another object or change who may read one, in
+/// either spelling (`-` or `_`: some servers read both as the same name).
 fn refused_header(name: &str) -> bool {
+    let name = name.replace('_', "-");
     name.starts_with("x-amz-copy-source") || name == "x-amz-acl" || name.starts_with("x-amz-grant-")
+}
+
+/// The request headers of LMCache's S3 adapter that reach the upstream:
+/// framing and content (`content-length`, `content-type`, `content-md5`),
+/// conditions (`range`, `if-*`), and multipart sizes and checksums
+/// (`x-amz-mp-object-size`, `x-amz-checksum-*`, `x-amz-sdk-checksum-algorithm`).
+/// Every other header is dropped: the client's signature, date and token
+/// (the gateway signs again), hop-by-hop headers, and whatever would set
+/// more than the object's bytes (object lock, tagging, storage class,
+/// encryption keys, redirects, user metadata).
+pub fn forwarded_header(name: &str) -> bool {
+    matches!(
+        name,
+        "content-length"
+            | "content-type"
+            | "content-md5"
+            | "range"
+            | "if-match"
+            | "if-none-match"
+            | "if-modified-since"
+            | "if-unmodified-since"
+            | "x-amz-mp-object-size"
+            | "x-amz-sdk-checksum-algorithm"
+            | "x-amz-checksum-algorithm"
+            | "x-amz-checksum-type"
+    ) || name.starts_with("x-amz-checksum-")
 }
 
 /// The object key of a request path as received (`/<key>`, percent-encoded):
@@ -285,7 +313,9 @@ pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, Refusal> {
 ///
 /// The rules: at most 512 bytes (half of [`MAX_KEY_BYTES`], leaving the
 /// rest to LMCache's keys), not starting with `/`, only
-/// `A-Z a-z 0-9 ! - _ . * ' ( ) /` (S3's safe characters), and no segment
+/// `A-Z a-z 0-9 ! - _ . * ( ) /` (S3's safe characters but `'`, which a
+/// listing answer XML-escapes, so the prefix could not be stripped from
+/// its keys), and no segment
 /// that is empty (`a//b`), `.` or `..`. Keys may hold those (they are
 /// LMCache's bytes), but a prefix with them names a place that tools and
 /// stores which normalise paths read as another one, so the tier's objects
@@ -299,7 +329,7 @@ pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
     }
     if !prefix
         .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"!-_.*'()/".contains(&b))
+        .all(|b| b.is_ascii_alphanumeric() || b"!-_.*()/".contains(&b))
     {
         return Err("has characters outside the S3 safe set".into());
     }
@@ -455,6 +485,36 @@ mod tests {
     }
 
     #[test]
+    fn only_the_headers_of_lmcaches_requests_are_forwarded() {
+        for kept in [
+            "content-length",
+            "range",
+            "if-match",
+            "x-amz-mp-object-size",
+            "x-amz-checksum-crc32c",
+        ] {
+            assert!(forwarded_header(kept), "{kept}");
+        }
+        for dropped in [
+            "authorization",
+            "x-amz-date",
+            "x-amz-security-token",
+            "host",
+            "transfer-encoding",
+            "x-amz-object-lock-mode",
+            "x-amz-object-lock-legal-hold",
+            "x-amz-tagging",
+            "x-amz-storage-class",
+            "x-amz-website-redirect-location",
+            "x-amz-server-side-encryption",
+            "x-amz-meta-owner",
+            "x_amz_acl",
+        ] {
+            assert!(!forwarded_header(dropped), "{dropped}");
+        }
+    }
+
+    #[test]
     fn prefixes_with_path_syntax_are_refused() {
         for good in [
             "",
@@ -463,11 +523,13 @@ mod tests {
             "run1-",
             "a.b/c..d/",
             "..a/",
-            "it's(1)!/",
+            "run(1)!/",
         ] {
             assert_eq!(check_key_prefix(good), Ok(()), "{good}");
         }
-        for bad in ["./", "a/./b/", "../", "a/..", "a//b/", "/a", "a b/", "é/"] {
+        for bad in [
+            "./", "a/./b/", "../", "a/..", "a//b/", "/a", "a b/", "é/", "it's/",
+        ] {
             assert!(check_key_prefix(bad).is_err(), "{bad}");
         }
         assert!(check_key_prefix(&"a".repeat(513)).is_err());

@@ -2,7 +2,7 @@
 //! the path-style gateway, what the gateway needs to know about the real
 //! upstream, and the spec LMCache gets instead.
 //!
-//! Keys (`docs/s3-gateway.md`, "Keys"): `s3_bucket` (the bucket, addressed
+//! Keys (`docs/s3-gateway.md`, "Object keys"): `s3_bucket` (the bucket, addressed
 //! as `/<bucket>/<key>` on the plain `s3_endpoint` host), `s3_key_prefix`
 //! (objects live under this prefix in the bucket), `s3_ca_bundle` (PEM file
 //! of a private CA for the upstream TLS). LMCache's own keys keep their meaning: `s3_endpoint` (`host[:port]`),
@@ -91,17 +91,7 @@ impl BucketTier {
             fix: fix.to_string(),
         };
         if !super::needs_gateway(spec) {
-            let orphan = ["s3_key_prefix", "s3_ca_bundle"]
-                .into_iter()
-                .find(|key| spec.adapter_type() == "s3" && object.contains_key(*key));
-            return match orphan {
-                Some(key) => Err(err(
-                    key,
-                    "is set without s3_bucket, and LMCache itself would ignore it".into(),
-                    "Add \"s3_bucket\" (then the tier goes through the path-style gateway, docs/s3-gateway.md), or remove it.",
-                )),
-                None => Ok(None),
-            };
+            return orphan_keys(spec, position).map(|()| None);
         }
         let string = |key: &'static str| -> Result<Option<String>, BucketSpecError> {
             match object.get(key) {
@@ -142,7 +132,7 @@ impl BucketTier {
             err(
                 "s3_key_prefix",
                 format!("{key_prefix:?} {problem}"),
-                "Use letters, digits and ! - _ . * ( ) /, not starting with '/', with no empty, '.' or '..' segment (e.g. \"lmcache/node-a/\"); docs/s3-gateway.md, \"Keys\".",
+                "Use letters, digits and ! - _ . * ( ) /, not starting with '/', with no empty, '.' or '..' segment (e.g. \"lmcache/node-a/\"); docs/s3-gateway.md, \"Object keys\".",
             )
         })?;
         let disable_tls = match object.get("disable_tls") {
@@ -212,6 +202,28 @@ impl BucketTier {
             key.secret_access_key.clone().into(),
         );
         TierSpec(out)
+    }
+}
+
+/// Checks that an `s3` spec without `s3_bucket` has none of the other
+/// [`EXTENSION_KEYS`]: LMCache would ignore them, and a tier meant to live
+/// under `s3_key_prefix` would write at the bucket's root. Errors name the
+/// tier at `position` and the key.
+pub fn orphan_keys(spec: &TierSpec, position: usize) -> Result<(), BucketSpecError> {
+    if spec.adapter_type() != "s3" || super::needs_gateway(spec) {
+        return Ok(());
+    }
+    match EXTENSION_KEYS
+        .iter()
+        .find(|key| spec.as_object().contains_key(**key))
+    {
+        Some(key) => Err(BucketSpecError {
+            position,
+            key,
+            problem: "is set without s3_bucket, and LMCache itself would ignore it".into(),
+            fix: "Add \"s3_bucket\" (then the tier goes through the path-style gateway, docs/s3-gateway.md), or remove it.".into(),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -15,6 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use lmcache_adapters::s3::spec::orphan_keys;
 use lmcache_adapters::s3::{needs_gateway, Gateways};
 use lmcache_adapters::L2AdapterArgs;
 use lmcache_launcher::guards::start_guards;
@@ -127,8 +128,10 @@ const L2_ADAPTER_FLAG: &str = "--l2-adapter";
 /// `--l2-store-policy`, `--l2-prefetch-policy` and
 /// `--l2-prefetch-max-in-flight`, so `--l2` and `--l2-` are ambiguous there
 /// and argparse refuses them itself; `bench l2` has no other `--l2` flag, so
-/// there from `--l2` on), alone or with `=value`; and an `--l2-adapter` value
-/// that is not one JSON object with a `type` ([`L2AdapterArgs::check`]).
+/// there from `--l2` on), alone or with `=value`; an `--l2-adapter` value
+/// that is not one JSON object with a `type` ([`L2AdapterArgs::check`]); and
+/// an `s3` spec with `s3_key_prefix` or `s3_ca_bundle` but no `s3_bucket`
+/// ([`orphan_keys`]), which LMCache would take and ignore.
 /// The messages name the argument, never a value (it may hold keys).
 fn check_args(args: &[String], specs: &L2AdapterArgs) -> Result<(), String> {
     let shortest = match (args.first(), args.get(1)) {
@@ -149,7 +152,13 @@ fn check_args(args: &[String], specs: &L2AdapterArgs) -> Result<(), String> {
             ));
         }
     }
-    specs.check().map_err(|e| e.to_string())
+    specs.check().map_err(|e| e.to_string())?;
+    for (position, arg) in specs.0.iter().enumerate() {
+        if let Ok(spec) = &arg.spec {
+            orphan_keys(spec, position).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the command runs under this process (`server`, or any command
@@ -325,5 +334,23 @@ mod tests {
             e.contains("--l2-adapter #1 (L2 tier 0) is not valid JSON"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn gateway_keys_without_s3_bucket_are_refused_for_every_command() {
+        for command in [&["server"][..], &["bench", "l2"]] {
+            for key in ["s3_key_prefix", "s3_ca_bundle"] {
+                let spec = format!(
+                    r#"{{"type":"s3","s3_endpoint":"b.example.net","s3_region":"r","{key}":"x/"}}"#
+                );
+                let mut args = command.to_vec();
+                args.extend(["--l2-adapter", &spec]);
+                let e = check(&args).unwrap_err();
+                assert!(
+                    e.starts_with(&format!("L2 tier 0 (s3): {key}: is set without s3_bucket")),
+                    "{command:?}: {e}"
+                );
+            }
+        }
     }
 }
