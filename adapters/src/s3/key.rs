@@ -1,5 +1,8 @@
-//! S3 object keys through the gateway: the key LMCache sent, and the exact
-//! upstream path and query that carry it (`docs/s3-gateway.md`, "Object keys").
+//! What the gateway forwards of a request LMCache sent (`docs/s3-gateway.md`,
+//! "Object keys"): its route ([`route`]: the object key, and the exact
+//! upstream path and query that carry it, or the [`Refusal`] to answer) and
+//! its headers ([`forwarded_header`]). Only what LMCache's S3 adapter sends
+//! is forwarded, since any local user can read the per-launch key.
 //!
 //! S3 keys are opaque byte strings: `.`, `..`, empty segments, a leading
 //! `/`, `+`, `%` and non-ASCII are bytes of the key, never path syntax.
