@@ -89,7 +89,7 @@ fn main() {
     // Parse + state machine alone on the recorded body (no HTTP).
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/status/status-worker-attached.json"
+        "/fixtures/lmcache-0.5.6/status/status-worker-attached.json"
     ))
     .expect("fixture");
     let n = 2000;

@@ -23,7 +23,7 @@ const PURGER_ENV: &str = "HOUSEKEEPING_TEST_PURGER_DIR";
 fn recorded_names() -> Vec<String> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/object-names.txt"
+        "/../fixtures/lmcache-0.5.6/object-names.txt"
     );
     let mut names: Vec<String> = fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read the recorded object names at {path}: {e}"))

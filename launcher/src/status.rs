@@ -450,10 +450,10 @@ impl StatusClient {
 pub(crate) mod tests {
     use super::*;
 
-    /// A recorded `/status` body of LMCache 0.5.6 (`shared/fixtures/status/`).
+    /// A recorded `/status` body of LMCache 0.5.6 (`fixtures/lmcache-0.5.6/status/`).
     pub(crate) fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
-            "{}/../../shared/fixtures/status/{name}",
+            "{}/../fixtures/lmcache-0.5.6/status/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
