@@ -328,7 +328,7 @@ pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
         return Err("starts with '/'".into());
     }
     if prefix.len() > MAX_KEY_BYTES / 2 {
-        return Err("is longer than 512 characters".into());
+        return Err("is longer than 512 bytes".into());
     }
     if !prefix
         .bytes()
