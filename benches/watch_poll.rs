@@ -1,4 +1,5 @@
-//! Issue 6 targets, against the real LMCache 0.5.6 server started by
+//! Watcher CPU per poll and `inspect` latency (targets in
+//! `docs/performance.md`), against the real LMCache 0.5.6 server started by
 //! `lmcache-tier launch` (release build) with a few real objects in its disk
 //! tier:
 //! - CPU per `/status` poll in the watcher (client + parse + state machine),

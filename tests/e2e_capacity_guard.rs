@@ -95,7 +95,7 @@ fn status(tier: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The bound of issue 4: 5% over the capacity, or one object, whichever is larger.
+/// The guard's bound: 5% over the capacity, or one object, whichever is larger.
 fn bound(capacity: u64) -> u64 {
     capacity + (capacity / 20).max(OBJECT)
 }

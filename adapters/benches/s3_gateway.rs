@@ -1,5 +1,5 @@
 //! Throughput and latency of the `s3_bucket` gateway against the same
-//! upstream reached directly (issue 5, "Performance"). Run by
+//! upstream reached directly. Run by
 //! `benches/s3-gateway.sh`, which starts the upstream; see
 //! `docs/performance.md` for results.
 //!

@@ -2,8 +2,8 @@
 //!
 //! LMCache 0.5.6's `fs` adapter has no `max_capacity_gb`: it never evicts,
 //! so the tier only grows. Its `fs_native` adapter counts usage from 0 at
-//! every start, so a restart lets a full tier grow past its capacity (issue 4;
-//! `shared/lmcache-facts.md`, "The three adapters we extend"). The guard
+//! every start, so a restart lets a full tier grow past its capacity (LMCache
+//! 0.5.6's adapters as read from the wheel; `docs/capacity-guard.md`). The guard
 //! ([`crate::guard`]) closes both gaps from outside the server:
 //!
 //! - an `fs` tier with `max_capacity_gb` > 0 is evicted by the guard alone

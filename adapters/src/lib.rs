@@ -4,8 +4,8 @@
 //! wrote it: keys in their order, unknown keys verbatim (LMCache ignores keys it
 //! does not know, and later LMCache versions add keys we must pass through). A
 //! [`Cascade`] is the ordered list of tiers: LMCache stores every chunk to
-//! every tier and loads from the first tier, by position, that holds it (seed
-//! `000_8f00d9f3f4ca4cb4.txt`, "Custom Tiers and the Launcher").
+//! every tier and loads from the first tier, by position, that holds it
+//! (LMCache's L2 cascade; `docs/configuration.md`).
 //!
 //! [`capacity`] says which tiers the fs capacity guard ([`guard`]) bounds and
 //! with which numbers; the guard runs beside the server and keeps them there.
@@ -375,8 +375,8 @@ fn json_kind(v: &Value) -> &'static str {
 }
 
 /// The node's built-in disk tier: LMCache's native filesystem adapter with
-/// LRU eviction at an 80% watermark reclaiming 20% per cycle (seed, "LMCache
-/// Disk Tier"; shape fixed by issue 2).
+/// LRU eviction at an 80% watermark reclaiming 20% per cycle
+/// (`docs/sizing.md`, `docs/configuration.md`).
 ///
 /// `capacity_bytes` becomes `max_capacity_gb` in GiB.
 pub fn fs_native_tier(

@@ -2,8 +2,8 @@
 //!
 //! An object file is named
 //! `<model>@0x<kv_rank>@<object_group_id>@<chunk_hash>[@<cache_salt>].data`
-//! (source: `shared/lmcache-facts.md`, "Object names", read from the 0.5.6
-//! wheel and seen on disk):
+//! (read from the LMCache 0.5.6 wheel and seen on disk, recorded in
+//! `fixtures/lmcache-0.5.6/object-names.txt`):
 //!
 //! - `model`: the served model name with every `/` written as `-SEP-`;
 //! - `kv_rank`: exactly 8 lowercase hex digits after `0x`, packing

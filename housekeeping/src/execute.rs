@@ -1,5 +1,5 @@
-//! Carrying out a [`Plan`] and reporting what happened (issue 3, "report:
-//! counts and bytes per reason; JSON").
+//! Carrying out a [`Plan`] and reporting what happened (counts and bytes
+//! per reason; JSON).
 //!
 //! Each deletion is `unlinkat` relative to the directory descriptor, never
 //! `AT_REMOVEDIR`, after an `fstatat(AT_SYMLINK_NOFOLLOW)` re-check that the

@@ -1,8 +1,8 @@
 //! The launch identity and the identity manifest kept in the tier directory.
 //!
 //! Nothing in an object name records the KV dtype, the block size or the
-//! chunk size (`shared/lmcache-facts.md`, "Object names"), so the directory
-//! remembers them in [`MANIFEST_FILE_NAME`] (issue 3, "Launch identity").
+//! chunk size (LMCache 0.5.6's object names), so the directory
+//! remembers them in [`MANIFEST_FILE_NAME`] (`docs/configuration.md`).
 //!
 //! The manifest is JSON:
 //! ```json

@@ -1,4 +1,4 @@
-//! Housekeeping of an LMCache disk tier before the server starts (issue 3):
+//! Housekeeping of an LMCache disk tier before the server starts:
 //! decode object names ([`codec`]), remember the launch identity in a
 //! manifest ([`identity`]), scan the directory ([`mod@scan`]), plan what to
 //! delete and why ([`mod@plan`], pure), delete it ([`mod@execute`]), all under a lock
@@ -57,7 +57,7 @@ pub struct Housekeeping {
     /// What the scan found before any deletion.
     pub scanned: InventoryTotals,
     /// The lock, held until dropped: keep it for the life of the launch
-    /// (issue 3, step 5). `None` for a dry run.
+    /// `None` for a dry run.
     pub lock: Option<TierLock>,
     /// The manifest written (`None` for a dry run or a shared tier, which
     /// holds other nodes' identities).
@@ -99,8 +99,8 @@ fn first_failure(report: &Report) -> String {
         .unwrap_or_default()
 }
 
-/// Runs a launch's housekeeping of the tier at `path` (issue 3, "What a
-/// launch does to the disk tier"): lock, scan, read the manifest, plan, and
+/// Runs a launch's housekeeping of the tier at `path` (what a launch does
+/// to the disk tier): lock, scan, read the manifest, plan, and
 /// for [`Mode::Apply`] delete and then write the manifest for `identity`
 /// (not on a shared tier). Killed at any point, the next run completes the
 /// job: the manifest is written only after every deletion succeeded.

@@ -1,4 +1,4 @@
-//! The lock that keeps two launches off one tier directory (issue 3, step 1):
+//! The lock that keeps two launches off one tier directory:
 //! an exclusive `flock` (through `fs2`) on [`LOCK_FILE_NAME`] in the
 //! directory, held for the life of the launch. The holder writes who it is
 //! into the file so a second launch can say who is in the way.

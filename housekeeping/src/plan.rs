@@ -1,5 +1,5 @@
 //! The pure planner: inventory + identity + manifest + policy -> what to
-//! delete and why (issue 3, steps 3 and 4). It touches no file.
+//! delete and why. It touches no file.
 //!
 //! Rules, in this order, each object getting the first reason that applies:
 //! 1. [`Reason::OtherModel`]: its decoded model is not the launch's model;

@@ -1,4 +1,4 @@
-//! Scanning a tier directory into an [`Inventory`] (issue 3, step 2).
+//! Scanning a tier directory into an [`Inventory`].
 //!
 //! The directory is flat, as LMCache writes it. One thread reads the
 //! directory (`getdents` through `readdir`) in batches of names; two to four

@@ -1,4 +1,4 @@
-//! Housekeeping on real directories (issue 3, "Tests"): mixed identities,
+//! Housekeeping on real directories: mixed identities,
 //! foreign entries left byte for byte, trim order, bad paths, a corrupt
 //! manifest, lock contention between two processes, a process killed
 //! mid-delete.

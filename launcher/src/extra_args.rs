@@ -1,11 +1,11 @@
 //! `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`: flags appended to the end of the
 //! `lmcache server` command line.
 //!
-//! Seed (`000_8f00d9f3f4ca4cb4.txt`, "LMCache Environment Variables"): the
+//! The node's contract (`docs/configuration.md`, `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`): the
 //! value is whitespace-separated with no quoting, and "a flag that repeats one
 //! the node emits wins". LMCache's `argparse` keeps the last value of a
 //! single-value flag but *appends* every `--l2-adapter` (see
-//! `shared/lmcache-facts.md`), so the node does the winning itself: the node's
+//! LMCache 0.5.6's `lmcache server --help`), so the node does the winning itself: the node's
 //! own occurrence of a repeated single-value flag is dropped, and
 //! `--l2-adapter` in the extra arguments replaces the node's whole cascade
 //! instead of adding tiers to it. The plan then describes what the server

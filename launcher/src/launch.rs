@@ -255,14 +255,14 @@ async fn run_launch(
 ) -> Result<ExitStatus, LaunchError> {
     check_ports(plan)?;
     // Path-style gateways for `s3_bucket` tiers, held until this function
-    // returns; the server gets specs with per-launch keys only (issue 5).
+    // returns; the server gets specs with per-launch keys only.
     let lookup = |k: &str| match plan.base_env.is_empty() {
         true => std::env::var(k).ok(),
         false => plan.base_env.get(k).cloned(),
     };
     let (args, gateways) = lmcache_adapters::s3::Gateways::start(&plan.args, &lookup).await?;
     // Held until this function returns: no other launch or housekeeping may
-    // touch the directory while the server runs (issue 3, step 5).
+    // touch the directory while the server runs.
     let _housekeeping = match &plan.housekeeping {
         Some(hk) => {
             let done = hk.run(Mode::Apply)?;

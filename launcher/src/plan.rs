@@ -2,10 +2,8 @@
 //! `lmcache server` command line, its environment, and every decision with its
 //! reason.
 //!
-//! Rules: seed `000_8f00d9f3f4ca4cb4.txt`, "LMCache", "LMCache Disk Tier",
-//! "LMCache Environment Variables" and "Custom Tiers and the Launcher"; the
-//! argv shape follows issue 2, the connector config and the extra arguments
-//! issue 7.
+//! Rules: `docs/configuration.md` (variables, the server command line, the
+//! connector config, extra arguments) and `docs/sizing.md`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -620,7 +618,8 @@ struct NodeValues {
     tiers: String,
 }
 
-/// The node's own `lmcache server` flags in the order of issue 2, each with
+/// The node's own `lmcache server` flags in the documented order
+/// (`docs/configuration.md`), each with
 /// its value (`--l2-adapter` once per tier).
 fn node_flags(
     facts: &EngineFacts,

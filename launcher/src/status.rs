@@ -2,7 +2,7 @@
 //! project reads, and a client that polls it.
 //!
 //! LMCache 0.5.6 answers 200 with a JSON body when the engine is up and 503
-//! while it is not (`shared/lmcache-facts.md`, "/status"). The model is
+//! while it is not (recorded bodies in `fixtures/lmcache-0.5.6/status/`). The model is
 //! tolerant: every field is optional, a field of an unexpected type reads as
 //! absent instead of failing the whole body, and unknown fields are ignored,
 //! so a newer LMCache that adds or moves fields still parses. The store
@@ -309,8 +309,7 @@ impl ServerStatus {
     /// The L2 tiers in cascade order, each with its eviction entry.
     ///
     /// `l2_eviction_controller.adapters[]` lists only the tiers that have a
-    /// capacity, in cascade order, without naming them (LMCache 0.5.6,
-    /// `shared/lmcache-facts.md`). `declares_capacity` says which tiers the
+    /// capacity, in cascade order, without naming them (LMCache 0.5.6). `declares_capacity` says which tiers the
     /// spec gave a `max_capacity_gb`, one flag per tier in cascade order; the
     /// entries are then mapped by position among those tiers. Without it (or
     /// when it does not fit the body), tiers are taken to declare a capacity

@@ -2,10 +2,9 @@
 //! into [`Event`]s the agent subscribes to.
 //!
 //! Why: the node "restarts the engine when a server that still answers HTTP
-//! has silently lost its workers" (seed `000_8f00d9f3f4ca4cb4.txt`,
-//! "Inspecting LMCache"); the watcher reports that as
+//! has silently lost its workers" (`docs/inspect.md`); the watcher reports that as
 //! [`Event::WorkersLost`]. How the server ended is [`Event::Exited`]; a death
-//! by SIGKILL carries the OOM hint of seed `004_659d769789dfb669.txt` ("an
+//! by SIGKILL carries the OOM hint of `docs/inspect.md` ("an
 //! out-of-memory death arrives as the host OOM killer taking the process: the
 //! log stops, there is no Python traceback, and the exit status is a signal").
 //!
@@ -29,7 +28,7 @@ use crate::status::{Poll, StatusClient};
 /// How the watcher polls and when it reports. Defaults: see each field.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchConfig {
-    /// Time between polls once the server is ready. Default 2 s (issue 6).
+    /// Time between polls once the server is ready. Default 2 s.
     pub interval: Duration,
     /// Time between polls until the first 200 answer. Default 0.5 s: start-up
     /// takes 20-25 s on a small host and readiness should be seen promptly.

@@ -10,8 +10,7 @@
 //! Units: sizes are bytes (`u64`) inside; "GiB" means 1024^3 bytes. Flags and
 //! variables that LMCache and the seed call "GB" are GiB.
 //!
-//! Source of the rules: seed `000_8f00d9f3f4ca4cb4.txt`, sections "LMCache
-//! Disk Tier" and "LMCache Environment Variables".
+//! Source of the rules: `docs/sizing.md` and `docs/configuration.md`.
 
 pub mod probe;
 pub mod rules;

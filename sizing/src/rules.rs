@@ -1,8 +1,7 @@
 //! The pure sizing rules. Inputs are host facts and operator overrides, all in
 //! bytes; outputs are [`Decision`]s.
 //!
-//! Source: seed `000_8f00d9f3f4ca4cb4.txt`, "LMCache Disk Tier" and "LMCache
-//! Environment Variables"; the worked examples are in `docs/sizing.md`.
+//! Source: `docs/sizing.md` (with worked examples) and `docs/configuration.md`.
 
 use crate::{fmt_gib, Decision, GIB};
 

@@ -1,4 +1,4 @@
-//! The capacity guard of a filesystem tier (issue 4): counts the objects a
+//! The capacity guard of a filesystem tier (`docs/capacity-guard.md`): counts the objects a
 //! tier directory holds at start, follows it live, and deletes the least
 //! recently used objects when the usage reaches the trigger (see
 //! [`crate::capacity`] for which tiers, and when).
@@ -26,7 +26,7 @@
 //! - State: [`status`], a file in the tier directory.
 //!
 //! LMCache's `fs` adapter checks the disk on every lookup and treats a vanished
-//! file as a miss (`shared/lmcache-facts.md`), so deleting under the running
+//! file as a miss (LMCache 0.5.6's `fs` adapter), so deleting under the running
 //! server is safe.
 
 pub mod status;

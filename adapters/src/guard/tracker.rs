@@ -5,7 +5,7 @@
 //! 4-byte id of the rest of the name, allocated bytes in 512-byte blocks, a
 //! 4-byte use tick) plus a `hashbrown` index of 4-byte slots (about 5 to 10
 //! bytes an object at its load factor): at most 64 bytes per tracked object
-//! (issue 4). The rest of a name (model, kv_rank, object group, salt, hash
+//! (`docs/performance.md`, "Capacity guard"). The rest of a name (model, kv_rank, object group, salt, hash
 //! length) is a "family" interned once, with the model and salt in the
 //! housekeeping codec's [`NameTable`]: a tier holds few families.
 //!

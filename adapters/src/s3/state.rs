@@ -8,7 +8,7 @@
 //!
 //! [`STATE_PATH`] never collides with an object: every key LMCache's S3
 //! adapter writes has the form `<model>@<kv_rank>@<group>@<hash>[@<salt>]`
-//! (`shared/lmcache-facts.md`, "Object names"), so its path holds a `@`
+//! (LMCache 0.5.6; `fixtures/lmcache-0.5.6/`), so its path holds a `@`
 //! (`%40`), and this one holds none.
 
 use std::net::SocketAddr;
