@@ -1,12 +1,11 @@
 //! The liveness watcher: polls the server's `/status` and turns what it sees
 //! into [`Event`]s the agent subscribes to.
 //!
-//! Why: the node "restarts the engine when a server that still answers HTTP
-//! has silently lost its workers" (`docs/inspect.md`); the watcher reports that as
-//! [`Event::WorkersLost`]. How the server ended is [`Event::Exited`]; a death
-//! by SIGKILL carries the OOM hint of `docs/inspect.md` ("an
-//! out-of-memory death arrives as the host OOM killer taking the process: the
-//! log stops, there is no Python traceback, and the exit status is a signal").
+//! Why: a server that still answers HTTP but has lost its engine workers
+//! needs the engine restarted (`docs/inspect.md`); the watcher reports that
+//! as [`Event::WorkersLost`]. How the server ended is [`Event::Exited`]; a
+//! death by SIGKILL carries an OOM hint, since the host's OOM killer ends a
+//! process that way: its log just stops, with no Python traceback.
 //!
 //! [`Watcher`] is the state machine, fed one [`Poll`] at a time (unit-tested
 //! on recorded bodies); [`spawn`] runs it on a tokio task and sends events on
