@@ -27,11 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{
-    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
-};
-use aws_sigv4::sign::v4;
 use bytes::Bytes;
+use lmcache_adapters::s3::sigv4::s3_signature;
 use lmcache_adapters::s3::Gateways;
 
 const MIB: usize = 1 << 20;
@@ -293,28 +290,20 @@ fn signed(
     key_id: &str,
     secret: &str,
 ) -> Result<reqwest::header::HeaderMap, Error> {
-    let identity = Credentials::new(key_id, secret, None, None, "bench").into();
-    let mut settings = SigningSettings::default();
-    settings.percent_encoding_mode = PercentEncodingMode::Single;
-    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-    let params = v4::SigningParams::builder()
-        .identity(&identity)
-        .region(REGION)
-        .name("s3")
-        .time(SystemTime::now())
-        .settings(settings)
-        .build()?
-        .into();
+    let credentials = Credentials::new(key_id, secret, None, None, "bench");
     let url = format!("http://{endpoint}{path}");
-    let request = SignableRequest::new(
+    let host = [("host", endpoint)];
+    let signature = s3_signature(
         method,
-        url.as_str(),
-        [("host", endpoint)].into_iter(),
-        SignableBody::UnsignedPayload,
+        &url,
+        &host,
+        "UNSIGNED-PAYLOAD",
+        &credentials,
+        REGION,
+        SystemTime::now(),
     )?;
-    let (instructions, _) = sign(request, &params)?.into_parts();
     let mut headers = reqwest::header::HeaderMap::new();
-    for (name, value) in instructions.headers() {
+    for (name, value) in signature {
         headers.insert(
             reqwest::header::HeaderName::from_bytes(name.as_bytes())?,
             value.parse()?,

@@ -15,12 +15,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{
-    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
-    UriPathNormalizationMode,
-};
-use aws_sigv4::sign::v4;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use lmcache_adapters::s3::sigv4::{self, KeyPair, Signed};
 use lmcache_adapters::s3::Gateways;
@@ -173,42 +167,20 @@ fn start_tier(runtime: &tokio::runtime::Runtime, prefix: &'static str) -> Tier {
 /// SigV4 headers for `method` on `target` (path and query as sent), as an
 /// S3 client signs them: no normalisation, no second encoding.
 fn sign_headers(method: &str, host: &str, target: &str, key: &KeyPair) -> Vec<(String, String)> {
-    let identity = Credentials::new(
-        &key.access_key_id,
-        &key.secret_access_key,
-        None,
-        None,
-        "test",
-    )
-    .into();
-    let mut settings = SigningSettings::default();
-    settings.percent_encoding_mode = PercentEncodingMode::Single;
-    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
-    let params = v4::SigningParams::builder()
-        .identity(&identity)
-        .region(REGION)
-        .name("s3")
-        .time(SystemTime::now())
-        .settings(settings)
-        .build()
-        .unwrap()
-        .into();
     let uri = format!("http://{host}{target}");
     let headers = [("host", host)];
-    let request = SignableRequest::new(
-        method,
-        &uri,
-        headers.iter().copied(),
-        SignableBody::UnsignedPayload,
-    )
-    .unwrap();
-    let (instructions, _) = sign(request, &params).unwrap().into_parts();
     let mut out = vec![("host".to_string(), host.to_string())];
     out.extend(
-        instructions
-            .headers()
-            .map(|(n, v)| (n.to_string(), v.to_string())),
+        sigv4::s3_signature(
+            method,
+            &uri,
+            &headers,
+            "UNSIGNED-PAYLOAD",
+            &key.credentials(),
+            REGION,
+            SystemTime::now(),
+        )
+        .unwrap(),
     );
     out
 }

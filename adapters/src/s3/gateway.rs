@@ -25,11 +25,6 @@ use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{
-    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
-    UriPathNormalizationMode,
-};
-use aws_sigv4::sign::v4;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
@@ -207,19 +202,6 @@ impl Upstream {
         payload_hash: &str,
         body: Body,
     ) -> Result<Request<Body>, BoxError> {
-        let identity = credentials.clone().into();
-        let mut settings = SigningSettings::default();
-        settings.percent_encoding_mode = PercentEncodingMode::Single;
-        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&self.tier.region)
-            .name("s3")
-            .time(SystemTime::now())
-            .settings(settings)
-            .build()?
-            .into();
         let (scheme, endpoint) = (self.tier.scheme, &self.tier.endpoint);
         let Route { path, query, .. } = route;
         let uri = if query.is_empty() {
@@ -232,17 +214,19 @@ impl Upstream {
             .iter()
             .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
             .collect();
-        let signable = SignableRequest::new(
+        let signature = sigv4::s3_signature(
             method.as_str(),
-            uri.as_str(),
-            pairs.into_iter(),
-            SignableBody::Precomputed(payload_hash.to_string()),
+            &uri,
+            &pairs,
+            payload_hash,
+            credentials,
+            &self.tier.region,
+            SystemTime::now(),
         )?;
-        let (instructions, _) = sign(signable, &params)?.into_parts();
-        for (name, value) in instructions.headers() {
+        for (name, value) in signature {
             headers.insert(
                 HeaderName::from_bytes(name.as_bytes())?,
-                HeaderValue::from_str(value)?,
+                HeaderValue::from_str(&value)?,
             );
         }
         let mut request = Request::builder().method(method).uri(uri).body(body)?;

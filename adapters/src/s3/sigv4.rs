@@ -13,6 +13,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode,
+};
+use aws_sigv4::sign::v4;
 use http::HeaderMap;
 use percent_encoding::{percent_decode_str, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
@@ -39,6 +45,17 @@ impl std::fmt::Debug for KeyPair {
 }
 
 impl KeyPair {
+    /// The pair as `aws-sigv4` signs with it.
+    pub fn credentials(&self) -> Credentials {
+        Credentials::new(
+            &self.access_key_id,
+            &self.secret_access_key,
+            self.session_token.clone(),
+            None,
+            "key pair",
+        )
+    }
+
     /// A fresh random pair for one launch: a 20-character id starting with
     /// `EREBINE` and a 40-character secret, from the OS random source.
     /// Errors only when the OS has no random source.
@@ -106,6 +123,59 @@ pub struct Signed<'a> {
     pub query: &'a str,
     /// The request headers.
     pub headers: &'a HeaderMap,
+}
+
+/// Why a request could not be signed (a header value or URI that SigV4
+/// cannot take).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot sign the request: {0}")]
+pub struct SigningFailed(String);
+
+/// The SigV4 headers an S3 client adds to a request: `x-amz-date`,
+/// `x-amz-content-sha256` (= `payload_hash`: the body's hex SHA-256, or
+/// `UNSIGNED-PAYLOAD`), `authorization`, and `x-amz-security-token` for
+/// temporary credentials. `headers` (`host` among them) are signed, and the
+/// path and query of `uri` are signed exactly as given: never normalised,
+/// never encoded a second time (S3's rule). Service `s3` in `region` at
+/// `time`.
+pub fn s3_signature(
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    payload_hash: &str,
+    credentials: &Credentials,
+    region: &str,
+    time: SystemTime,
+) -> Result<Vec<(String, String)>, SigningFailed> {
+    let failed = |e: &dyn std::fmt::Display| SigningFailed(e.to_string());
+    let identity = credentials.clone().into();
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name("s3")
+        .time(time)
+        .settings(settings)
+        .build()
+        .map_err(|e| failed(&e))?
+        .into();
+    let signable = SignableRequest::new(
+        method,
+        uri,
+        headers.iter().copied(),
+        SignableBody::Precomputed(payload_hash.to_string()),
+    )
+    .map_err(|e| failed(&e))?;
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| failed(&e))?
+        .into_parts();
+    Ok(instructions
+        .headers()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect())
 }
 
 /// Checks an S3 request against `key` and `region` at time `now`. Returns
@@ -343,9 +413,6 @@ fn parse_amz_date(text: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_credential_types::Credentials;
-    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
-    use aws_sigv4::sign::v4;
 
     fn key() -> KeyPair {
         KeyPair {
@@ -363,38 +430,23 @@ mod tests {
         region: &str,
         at: SystemTime,
     ) -> HeaderMap {
-        let identity = Credentials::new(
-            &key.access_key_id,
-            &key.secret_access_key,
-            None,
-            None,
-            "test",
-        )
-        .into();
-        let mut settings = SigningSettings::default();
-        settings.percent_encoding_mode = aws_sigv4::http_request::PercentEncodingMode::Single;
-        settings.payload_checksum_kind = aws_sigv4::http_request::PayloadChecksumKind::XAmzSha256;
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(region)
-            .name("s3")
-            .time(at)
-            .settings(settings)
-            .build()
-            .unwrap()
-            .into();
-        let headers = [("host", "127.0.0.1:9")];
-        let request = SignableRequest::new(
+        let host = [("host", "127.0.0.1:9")];
+        let signature = s3_signature(
             method,
             uri,
-            headers.iter().copied(),
-            SignableBody::UnsignedPayload,
+            &host,
+            "UNSIGNED-PAYLOAD",
+            &key.credentials(),
+            region,
+            at,
         )
         .unwrap();
-        let (instructions, _) = sign(request, &params).unwrap().into_parts();
         let mut map = HeaderMap::new();
-        map.insert("host", "127.0.0.1:9".parse().unwrap());
-        for (name, value) in instructions.headers() {
+        for (name, value) in host
+            .iter()
+            .copied()
+            .chain(signature.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+        {
             map.insert(
                 http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
                 value.parse().unwrap(),
