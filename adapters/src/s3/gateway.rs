@@ -6,12 +6,11 @@
 //! the operator's endpoint, signs again with the real credentials, and
 //! streams bodies both ways.
 //!
-//! Answers of its own (S3 XML error bodies): 400 for a key it cannot forward
-//! exactly, 403 for a bad signature, 501 for requests LMCache never sends
-//! (bucket operations other than ListObjectsV2, listings with
-//! `encoding-type`, aws-chunked payloads), 503 when the upstream cannot be
-//! reached or stops
-//! answering, so the adapter's circuit breaker sees an outage.
+//! Answers of its own (S3 XML error bodies): 403 for a bad signature; 400
+//! and 501 for what it does not forward ([`key::Refusal`]: keys it cannot
+//! carry exactly, and requests LMCache never sends); 501 for aws-chunked
+//! payloads; 503 when the upstream cannot be reached or stops answering, so
+//! the adapter's circuit breaker sees an outage.
 //!
 //! An unsigned `GET` on [`STATE_PATH`] answers the gateway's own state as
 //! JSON ([`super::state`]); every other request is counted in [`Stats`].
