@@ -2,12 +2,11 @@
 //! environment map, start the real server with `launch::start`, receive the
 //! liveness events, stop through the handle.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lmcache_launcher::launch::{self, RunOptions};
 use lmcache_launcher::watch::Event;
-use lmcache_launcher::{plan, DiskAccess, EngineFacts, HostFacts, Planned};
+use lmcache_launcher::{plan, DiskAccess, EngineFacts, HostFacts, Planned, Vars};
 use lmcache_tier_e2e::{binary, free_port, get_json, lmcache_venv, processes_mentioning};
 
 #[tokio::test(flavor = "current_thread")]
@@ -15,7 +14,7 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let http_port = free_port();
-    let vars: BTreeMap<String, String> = [
+    let vars: Vars = [
         ("PATH", "/usr/bin:/bin".to_string()),
         ("VIRTUAL_ENV", lmcache_venv().display().to_string()),
         ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache".into()),
@@ -33,7 +32,7 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
         ),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
+    .map(|(k, v)| (k.into(), v.into()))
     .collect();
     let facts = EngineFacts {
         model: "test-model".into(),

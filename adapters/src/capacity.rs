@@ -94,13 +94,14 @@ impl GuardSpec {
         ratio.max(usage_bytes.saturating_sub(floor))
     }
 
-    /// Checks the capacity against the size of the volume holding
-    /// `base_path`, creating the directory (mode 0700) when it is missing,
-    /// as LMCache would.
+    /// Checks the capacity against the size of the volume that holds
+    /// `base_path`, or would hold it: a missing directory is measured at its
+    /// nearest existing ancestor, and nothing is created (the guard creates
+    /// it once the server runs).
     ///
     /// # Errors
     /// [`CapacityError::LargerThanVolume`]; [`CapacityError::Directory`] when
-    /// the directory cannot be created or measured.
+    /// the volume cannot be measured.
     pub fn check_volume(&self) -> Result<(), CapacityError> {
         let volume = volume_bytes(&self.base_path).map_err(|detail| CapacityError::Directory {
             position: self.position,
@@ -120,13 +121,12 @@ impl GuardSpec {
 }
 
 fn volume_bytes(path: &Path) -> Result<u64, String> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(|e| format!("cannot create it: {e}"))?;
-    let vfs = nix::sys::statvfs::statvfs(path).map_err(|e| format!("statvfs failed: {e}"))?;
+    let existing = path
+        .ancestors()
+        .find(|dir| dir.exists())
+        .unwrap_or(Path::new("."));
+    let vfs = nix::sys::statvfs::statvfs(existing)
+        .map_err(|e| format!("statvfs of {} failed: {e}", existing.display()))?;
     Ok(vfs.blocks().saturating_mul(vfs.fragment_size()))
 }
 
@@ -532,7 +532,7 @@ mod tests {
             e.contains("max_capacity_gb = 1e+300 is larger than the volume"),
             "the value as written, not the saturated bytes: {e}"
         );
-        assert!(path.is_dir(), "the tier directory is created");
+        assert!(!path.exists(), "the check creates nothing");
         let json = format!(
             r#"{{"type":"fs","base_path":"{}","max_capacity_gb":0.001}}"#,
             path.display()

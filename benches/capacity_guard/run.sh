@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Capacity guard benchmark (issue 4, "Performance"), side by side in one run:
+# Capacity guard benchmark, side by side in one run:
 # event throughput against a generator thread, CPU at 1,000 events/s, heap
 # per tracked object, the start-up count of COUNT objects against
 # housekeeping's scan, and evicting a fifth of COUNT objects against

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Housekeeping benchmark (issue 3, "Performance"): scan + plan of a tier of
+# Housekeeping benchmark: scan + plan of a tier of
 # COUNT objects against `find -printf` and a plain-Python reference, side by
 # side in the same run, then deleting DELETE_COUNT objects against
 # `find -delete` on an identical set. Prints one line per run and a summary.

@@ -7,6 +7,7 @@
 //! to write instead. Defaults and seed sources are in `docs/configuration.md`.
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -74,6 +75,25 @@ pub const DEFAULT_MP_PORT: u16 = 6555;
 /// Default HTTP port of the server (seed, "LMCache Environment Variables").
 pub const DEFAULT_HTTP_PORT: u16 = 8090;
 
+/// An environment as the OS gives it: variable name -> value, bytes that
+/// need not be UTF-8. Variables the node forwards to the server keep their
+/// bytes; the `EREBINE_AGENT_*` values it reads must be text
+/// ([`ConfigError::NotText`]).
+pub type Vars = BTreeMap<OsString, OsString>;
+
+/// This process's environment as [`Vars`].
+pub fn process_vars() -> Vars {
+    std::env::vars_os().collect()
+}
+
+/// [`Vars`] from text pairs (tests, and callers that hold a text map).
+pub fn text_vars<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vars {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect()
+}
+
 /// A variable with a value the node cannot use.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -86,6 +106,15 @@ pub enum ConfigError {
         value: String,
         /// What to write instead.
         expected: String,
+    },
+    /// A value that is not UTF-8 text, for a variable whose meaning is text
+    /// (a number, JSON, a log level, a path LMCache takes inside JSON).
+    #[error("{variable} is not UTF-8 text: {why}; write it in UTF-8")]
+    NotText {
+        /// The variable at fault.
+        variable: String,
+        /// Why this variable must be text.
+        why: &'static str,
     },
     /// The adapter JSON is unusable.
     #[error(transparent)]
@@ -207,15 +236,30 @@ impl NodeEnv {
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) is checked with
     /// [`Cascade::check_extensions`], which reads an `s3_ca_bundle` file and
     /// resolves guarded `base_path`s but writes nothing.
-    pub fn from_vars(vars: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
-        let get = |name: &str| {
-            vars.get(name)
-                .map(|v| v.trim())
-                .filter(|v| !v.is_empty())
-                .map(str::to_string)
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let text = |name: &str| -> Result<Option<String>, ConfigError> {
+            match vars.get(OsStr::new(name)).map(|v| v.to_str()) {
+                None => Ok(None),
+                Some(Some(value)) => Ok(Some(value.trim())
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_string)),
+                Some(None) => Err(ConfigError::NotText {
+                    variable: name.to_string(),
+                    why: text_reason(name),
+                }),
+            }
+        };
+        for name in TEXT_VARIABLES {
+            text(name)?;
+        }
+        let get = |name: &str| text(name).ok().flatten();
+        let get_path = |name: &str| {
+            vars.get(OsStr::new(name))
+                .filter(|v| !v.as_encoded_bytes().trim_ascii().is_empty())
+                .map(PathBuf::from)
         };
         let disk_path = match get(DISK_PATH) {
-            Some(p) => expand_home(&p, vars),
+            Some(p) => absolute_disk_path(&p, vars)?,
             None => expand_home("~/.cache/erebine/lmcache", vars),
         };
         let env = NodeEnv {
@@ -240,7 +284,7 @@ impl NodeEnv {
                 .map(|v| parse_port(HTTP_PORT, &v))
                 .transpose()?
                 .unwrap_or(DEFAULT_HTTP_PORT),
-            lmcache_path: get(LMCACHE_PATH).map(PathBuf::from),
+            lmcache_path: get_path(LMCACHE_PATH),
             l2_adapter: get(L2_ADAPTER)
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
                 .transpose()?,
@@ -374,10 +418,58 @@ fn parse_positive_u64(variable: &str, value: &str, what: &str) -> Result<u64, Co
     }
 }
 
-fn expand_home(path: &str, vars: &BTreeMap<String, String>) -> PathBuf {
-    match (path.strip_prefix("~/"), vars.get("HOME")) {
+fn expand_home(path: &str, vars: &Vars) -> PathBuf {
+    match (path.strip_prefix("~/"), vars.get(OsStr::new("HOME"))) {
         (Some(rest), Some(home)) if !home.is_empty() => PathBuf::from(home).join(rest),
         _ => PathBuf::from(path),
+    }
+}
+
+/// `EREBINE_AGENT_LMCACHE_DISK_PATH` as given, `~/` expanded from `HOME`:
+/// it must then be absolute, whatever the backend, so that `launch`,
+/// `inspect` and `size` never read it against the current directory.
+fn absolute_disk_path(value: &str, vars: &Vars) -> Result<PathBuf, ConfigError> {
+    let path = expand_home(value, vars);
+    match path.is_absolute() {
+        true => Ok(path),
+        false => Err(ConfigError::Invalid {
+            variable: DISK_PATH.to_string(),
+            value: value.to_string(),
+            expected: "give an absolute path (a leading ~/ is expanded from HOME)".to_string(),
+        }),
+    }
+}
+
+/// The `EREBINE_AGENT_*` variables whose values must be UTF-8 text: every
+/// one but [`LMCACHE_PATH`], an executable the node runs by its bytes.
+const TEXT_VARIABLES: &[&str] = &[
+    KV_CACHE_BACKEND,
+    KV_OFFLOAD_SIZE_GB,
+    HOST_AGENT_COUNT,
+    DISK_PATH,
+    DISK_SIZE_GB,
+    CHUNK_SIZE,
+    MP_PORT,
+    HTTP_PORT,
+    L2_ADAPTER,
+    LMCACHE_LOG_LEVEL,
+    AGENT_LOG_LEVEL,
+    LMCACHE_EXTRA_ARGS,
+    LMCACHE_EXTRA_CONFIG,
+    LOOKUP_HASH_LOG_DIR,
+    LOOKUP_HASH_LOG_ROTATION_INTERVAL,
+    LOOKUP_HASH_LOG_ROTATION_MAX_SIZE,
+    LOOKUP_HASH_LOG_MAX_FILES,
+];
+
+/// Why variable `name` of [`TEXT_VARIABLES`] must be text.
+fn text_reason(name: &str) -> &'static str {
+    match name {
+        DISK_PATH => "LMCache takes the disk tier's directory inside a JSON spec",
+        LOOKUP_HASH_LOG_DIR => "it is read as a boolean or as an absolute path",
+        L2_ADAPTER | LMCACHE_EXTRA_CONFIG => "it is JSON",
+        LMCACHE_EXTRA_ARGS => "it is read as flags for LMCache's command line",
+        _ => "it is a number or a name",
     }
 }
 
@@ -448,11 +540,8 @@ mod tests {
     use lmcache_sizing::GIB;
     use std::path::Path;
 
-    fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn vars(pairs: &[(&str, &str)]) -> Vars {
+        text_vars(pairs.iter().copied())
     }
 
     #[test]
@@ -721,6 +810,45 @@ mod tests {
             assert!(err.contains("EREBINE_AGENT_X"), "{err}");
             assert!(err.contains("write 1, true or yes"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_relative_disk_path_is_refused_whatever_the_backend() {
+        for backend in ["native", "none", "lmcache"] {
+            for path in ["cache", "./cache", "~/c"] {
+                let err =
+                    NodeEnv::from_vars(&vars(&[(KV_CACHE_BACKEND, backend), (DISK_PATH, path)]))
+                        .unwrap_err()
+                        .to_string();
+                assert!(err.contains(DISK_PATH), "{err}");
+                assert!(err.contains("give an absolute path"), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn text_variables_that_are_not_utf8_are_refused_by_name() {
+        use std::os::unix::ffi::OsStringExt;
+        for name in TEXT_VARIABLES {
+            let mut given = vars(&[("HOME", "/home/n")]);
+            given.insert(name.into(), OsString::from_vec(b"/tmp/nu\xff".to_vec()));
+            let err = NodeEnv::from_vars(&given).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("{name} is not UTF-8 text")),
+                "{err}"
+            );
+        }
+        let mut given = vars(&[]);
+        let exe = OsString::from_vec(b"/opt/bin/erebine-lmcache\xff".to_vec());
+        given.insert(LMCACHE_PATH.into(), exe.clone());
+        given.insert("HOME".into(), OsString::from_vec(b"/home/\xff".to_vec()));
+        let env = NodeEnv::from_vars(&given).unwrap();
+        assert_eq!(env.lmcache_path, Some(PathBuf::from(exe)));
+        assert!(env
+            .disk_path
+            .as_os_str()
+            .as_encoded_bytes()
+            .starts_with(b"/home/\xff/"));
     }
 
     #[test]

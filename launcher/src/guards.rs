@@ -1,5 +1,5 @@
 //! The fs capacity guards `erebine-lmcache server` starts beside the real
-//! server: one for every `--l2-adapter` spec that
+//! server, once it has really started (a listener in its process tree): one for every `--l2-adapter` spec that
 //! [`lmcache_adapters::capacity::guard_specs`] selects (`fs` and `fs_native`
 //! tiers with `max_capacity_gb` > 0), numbered by the position of the flag.
 //!
@@ -9,21 +9,35 @@
 //! with an `eviction` block; on `fs_native` the key is LMCache's own. Stripping
 //! it would only make `/status` and the logs disagree with the operator's spec.
 
-use lmcache_adapters::capacity::guard_specs;
+use lmcache_adapters::capacity::{guard_specs, GuardSpec};
 use lmcache_adapters::guard::{Guard, GuardOptions};
 use lmcache_adapters::L2AdapterArgs;
 
-/// Starts a guard for every guarded tier among the command's parsed
+/// The guard of every guarded tier among the command's parsed
 /// `--l2-adapter` specs (checked with [`L2AdapterArgs::check`] first: a value
-/// that is not one JSON object with a `type` would be skipped here).
+/// that is not one JSON object with a `type` would be skipped here), each
+/// checked against its volume. Reads only: nothing is created or deleted
+/// until [`start_guards`] runs, once the server has really started.
 ///
 /// # Errors
 /// The first tier whose capacity is unusable (negative, not a number, above
-/// 0 but under one byte, larger than the volume) or whose directory cannot be
-/// used or is another guarded tier's, named by position and `base_path`;
-/// guards already started are stopped.
-pub fn start_guards(specs: &L2AdapterArgs) -> Result<Vec<Guard>, String> {
+/// 0 but under one byte, larger than the volume) or whose directory is
+/// another guarded tier's, named by position and `base_path`.
+pub fn check_guards(specs: &L2AdapterArgs) -> Result<Vec<GuardSpec>, String> {
     let specs = guard_specs(&specs.cascade()).map_err(|e| e.to_string())?;
+    for spec in &specs {
+        spec.check_volume().map_err(|e| e.to_string())?;
+    }
+    Ok(specs)
+}
+
+/// Starts the guards [`check_guards`] returned: each creates its directory
+/// if missing, counts it, and trims it to its watermark.
+///
+/// # Errors
+/// The first tier whose directory cannot be created, opened or watched;
+/// guards already started are stopped.
+pub fn start_guards(specs: Vec<GuardSpec>) -> Result<Vec<Guard>, String> {
     specs
         .into_iter()
         .map(|spec| Guard::start(spec, GuardOptions::default()).map_err(|e| e.to_string()))
@@ -43,7 +57,7 @@ mod tests {
             r#"{"type":"fs","base_path":"/nonexistent/tier","max_capacity_gb":-5}"#,
         ]
         .map(String::from);
-        let e = start_guards(&L2AdapterArgs::parse(&args)).unwrap_err();
+        let e = check_guards(&L2AdapterArgs::parse(&args)).unwrap_err();
         assert!(e.contains("L2 tier 1 (base_path /nonexistent/tier)"), "{e}");
         assert!(e.contains("max_capacity_gb = -5"), "{e}");
     }

@@ -1,5 +1,5 @@
 //! Running a [`LaunchPlan`]: check the ports, start the server through the
-//! planned executable, wait for `/status`, run until SIGTERM/SIGINT, stop.
+//! planned executable, wait for `/status`, run until a terminating signal, stop.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::ExitStatusExt;
@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tokio::process::Command;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 
 use lmcache_housekeeping::Mode;
@@ -16,7 +15,9 @@ use lmcache_housekeeping::Mode;
 use crate::env;
 use crate::plan::LaunchPlan;
 use crate::status::{Poll, StatusClient};
-use crate::supervise::{describe, listener_owned_by_tree, Output, Supervised};
+use crate::supervise::{
+    describe, listener_owned_by_tree, signal_name, Output, Supervised, TerminatingSignals,
+};
 use crate::watch::{Event, WatchConfig, Watcher};
 
 /// How long a server whose tree holds no `/status` listener is given to
@@ -173,7 +174,7 @@ pub fn check_ports(plan: &LaunchPlan) -> Result<(), LaunchError> {
 }
 
 /// Starts the planned server, waits until `/status` answers, and runs until
-/// SIGTERM or SIGINT, then stops it; a server that exits after it was ready
+/// a terminating signal ([`crate::supervise::terminating_signals`]), then stops it; a server that exits after it was ready
 /// is restarted (see [`RestartPolicy`]). Every [`Event`] is logged. Returns
 /// the server's status after a requested stop.
 ///
@@ -253,12 +254,19 @@ async fn run_launch(
     events: Option<mpsc::UnboundedSender<Event>>,
     stop: Stop,
 ) -> Result<ExitStatus, LaunchError> {
+    // Caught from here on: a signal during the gateways' start or the
+    // housekeeping waits for them and starts no server.
+    let mut signals = Signals::new(stop)?;
     check_ports(plan)?;
     // Path-style gateways for `s3_bucket` tiers, held until this function
     // returns; the server gets specs with per-launch keys only.
     let lookup = |k: &str| match plan.base_env.is_empty() {
         true => std::env::var(k).ok(),
-        false => plan.base_env.get(k).cloned(),
+        false => plan
+            .base_env
+            .get(std::ffi::OsStr::new(k))
+            .and_then(|v| v.to_str())
+            .map(str::to_string),
     };
     let (args, gateways) = lmcache_adapters::s3::Gateways::start(&plan.args, &lookup).await?;
     // Held until this function returns: no other launch or housekeeping may
@@ -271,7 +279,10 @@ async fn run_launch(
         }
         None => None,
     };
-    let mut signals = Signals::new(stop)?;
+    if let Some(why) = signals.already_received().await {
+        tracing::info!("{why} received before the LMCache server started: not starting it");
+        return Ok(ExitStatus::from_raw(0));
+    }
     let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
     let emit = |event: Event| {
         match &event {
@@ -397,7 +408,7 @@ async fn run_launch(
 
 /// How one start of the server ended.
 enum Ended {
-    /// Stopped on request (SIGTERM/SIGINT).
+    /// Stopped on request (a terminating signal, or the handle).
     Stopped(ExitStatus),
     /// Exited by itself.
     Exited(ExitStatus),
@@ -405,10 +416,10 @@ enum Ended {
     NotReady(String),
 }
 
-/// SIGTERM and SIGINT, the requests to stop.
 /// What ends a launch on request.
 enum Stop {
-    /// SIGTERM or SIGINT to this process (the command-line tools).
+    /// Any terminating signal to this process (the command-line tools; see
+    /// [`crate::supervise::terminating_signals`]).
     Signals,
     /// [`LaunchHandle::stop`], or the handle dropped (the library).
     Handle(watch::Receiver<bool>),
@@ -416,39 +427,35 @@ enum Stop {
 
 /// The stop requests of one launch.
 enum Signals {
-    Process {
-        terminate: tokio::signal::unix::Signal,
-        interrupt: tokio::signal::unix::Signal,
-    },
+    Process(TerminatingSignals),
     Handle(watch::Receiver<bool>),
 }
 
 impl Signals {
     fn new(stop: Stop) -> std::io::Result<Self> {
         Ok(match stop {
-            Stop::Signals => Signals::Process {
-                terminate: signal(SignalKind::terminate())?,
-                interrupt: signal(SignalKind::interrupt())?,
-            },
+            Stop::Signals => Signals::Process(TerminatingSignals::install()?),
             Stop::Handle(rx) => Signals::Handle(rx),
         })
     }
 
     /// Waits for the next stop request and names it.
-    async fn recv(&mut self) -> &'static str {
+    async fn recv(&mut self) -> String {
         match self {
-            Signals::Process {
-                terminate,
-                interrupt,
-            } => tokio::select! {
-                _ = terminate.recv() => "SIGTERM",
-                _ = interrupt.recv() => "SIGINT",
-            },
+            Signals::Process(signals) => signal_name(signals.recv().await),
             Signals::Handle(rx) => {
                 // A dropped handle (Err) is a stop request too.
                 let _ = rx.wait_for(|stop| *stop).await;
-                "a stop request"
+                "a stop request".to_string()
             }
+        }
+    }
+
+    /// A stop request that came while the launch was busy before a start.
+    async fn already_received(&mut self) -> Option<String> {
+        match self {
+            Signals::Process(signals) => signals.already_received().await.map(signal_name),
+            Signals::Handle(rx) => (*rx.borrow()).then(|| "a stop request".to_string()),
         }
     }
 }
@@ -516,7 +523,7 @@ async fn supervise(
 }
 async fn stop(
     server: &mut Supervised,
-    why: &str,
+    why: String,
     options: &RunOptions,
 ) -> Result<ExitStatus, LaunchError> {
     tracing::info!(

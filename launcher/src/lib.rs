@@ -22,7 +22,7 @@
 //! `docs/operations.md`.
 //!
 //! ```
-//! use std::collections::BTreeMap;
+//! use lmcache_launcher::env::text_vars;
 //! use lmcache_launcher::{plan, DiskAccess, DiskFacts, EngineFacts, HostFacts, Planned};
 //! use lmcache_sizing::{rules::{OdirectProbe, VolumeStats}, Decision, GIB};
 //! # let dir = tempfile::tempdir()?;
@@ -30,16 +30,13 @@
 //! # std::fs::write(&erebine_lmcache, "#!/bin/sh\n")?;
 //! # std::fs::set_permissions(&erebine_lmcache, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
 //!
-//! let vars: BTreeMap<String, String> = [
+//! let vars = text_vars([
 //!     ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache"),
 //!     ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "16"),
 //!     ("EREBINE_AGENT_LMCACHE_DISK_PATH", "/var/lib/inference/.cache/erebine/lmcache"),
 //!     ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "150"),
 //!     ("EREBINE_AGENT_LMCACHE_PATH", erebine_lmcache.to_str().unwrap()),
-//! ]
-//! .into_iter()
-//! .map(|(k, v)| (k.to_string(), v.to_string()))
-//! .collect();
+//! ]);
 //! let facts = EngineFacts {
 //!     model: "meta-llama/Llama-3.1-8B-Instruct".into(),
 //!     tensor_parallel_size: 4,
@@ -75,8 +72,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::BTreeMap;
-
 pub mod env;
 pub mod extra_args;
 pub mod guards;
@@ -84,20 +79,15 @@ pub mod housekeep;
 pub mod inspect;
 pub mod launch;
 pub mod locate;
+pub mod output;
 pub mod plan;
 pub mod status;
 pub mod supervise;
 pub mod watch;
 
-pub use env::{ConfigError, KvCacheBackend, NodeEnv};
+pub use env::{ConfigError, KvCacheBackend, NodeEnv, Vars};
 
-/// The log filter of both binaries when `RUST_LOG` is not set: `info`, with
-/// `aws-config` (the S3 gateways' credential chain) at `warn`, since its
-/// `info` lines describe every credential it loads, access key id included,
-/// and its profile provider at `error`, since its warning about a failed
-/// `credential_process` quotes the process's stderr, which may hold a secret
-/// (our own error names the process and its exit status instead).
-pub const DEFAULT_LOG_FILTER: &str = "info,aws_config=warn,aws_config::profile::credentials=error";
+pub use output::DEFAULT_LOG_FILTER;
 pub use plan::{DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, PlanError};
 
 /// What a node runs beside its engine.
@@ -158,7 +148,7 @@ impl Planned {
 /// typo is found before the node is switched over.
 ///
 /// ```
-/// use std::collections::BTreeMap;
+/// use lmcache_launcher::env::{text_vars, Vars};
 /// use lmcache_launcher::{plan, DiskAccess, EngineFacts, HostFacts, KvCacheBackend, Planned};
 ///
 /// let facts = EngineFacts {
@@ -172,12 +162,11 @@ impl Planned {
 ///     hybrid_attention: false,
 /// };
 /// // No EREBINE_AGENT_KV_CACHE_BACKEND: the seed's default, `native`.
-/// let planned = plan(&facts, &BTreeMap::new(), &HostFacts::probe()?, DiskAccess::Inspect)?;
+/// let planned = plan(&facts, &Vars::new(), &HostFacts::probe()?, DiskAccess::Inspect)?;
 /// let Planned::NothingToLaunch(why) = planned else { unreachable!() };
 /// assert_eq!(why.backend, KvCacheBackend::Native);
 ///
-/// let bad: BTreeMap<String, String> =
-///     [("EREBINE_AGENT_KV_CACHE_BACKEND".to_string(), "LMCache2".to_string())].into();
+/// let bad = text_vars([("EREBINE_AGENT_KV_CACHE_BACKEND", "LMCache2")]);
 /// let err = plan(&facts, &bad, &HostFacts::probe()?, DiskAccess::Inspect).unwrap_err();
 /// assert!(err.to_string().contains("EREBINE_AGENT_KV_CACHE_BACKEND"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -189,7 +178,7 @@ impl Planned {
 /// [`plan::plan_launch`].
 pub fn plan(
     facts: &EngineFacts,
-    vars: &BTreeMap<String, String>,
+    vars: &Vars,
     host: &HostFacts,
     access: DiskAccess,
 ) -> Result<Planned, PlanError> {

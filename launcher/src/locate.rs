@@ -5,10 +5,12 @@
 //! then beside the `vllm` executable, then `PATH`; never `erebine-lmcache`
 //! itself.
 
-use std::collections::BTreeMap;
 use std::env::split_paths;
+use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::env::Vars;
 
 /// No executable was found; `looked` lists every place tried, in order.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +31,8 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Searches `PATH` (as given in `vars`) for `name`.
-pub fn which(name: &str, vars: &BTreeMap<String, String>) -> Option<PathBuf> {
-    let path = vars.get("PATH")?;
+pub fn which(name: &str, vars: &Vars) -> Option<PathBuf> {
+    let path = vars.get(OsStr::new("PATH"))?;
     split_paths(path)
         .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate))
@@ -39,16 +41,13 @@ pub fn which(name: &str, vars: &BTreeMap<String, String>) -> Option<PathBuf> {
 /// Finds the stock `lmcache` command: `$VIRTUAL_ENV/bin`, `$CONDA_PREFIX/bin`,
 /// the directory of the `vllm` executable on `PATH` (and of its resolved
 /// target), then `PATH`. Candidates that resolve to `own_exe` are skipped.
-pub fn find_stock_lmcache(
-    vars: &BTreeMap<String, String>,
-    own_exe: &Path,
-) -> Result<PathBuf, NotFound> {
+pub fn find_stock_lmcache(vars: &Vars, own_exe: &Path) -> Result<PathBuf, NotFound> {
     let own = own_exe
         .canonicalize()
         .unwrap_or_else(|_| own_exe.to_path_buf());
     let mut candidates: Vec<(String, PathBuf)> = Vec::new();
     for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
-        match vars.get(var).filter(|v| !v.is_empty()) {
+        match vars.get(OsStr::new(var)).filter(|v| !v.is_empty()) {
             Some(prefix) => candidates.push((
                 format!("the active Python environment (${var})"),
                 Path::new(prefix).join("bin/lmcache"),
@@ -68,7 +67,7 @@ pub fn find_stock_lmcache(
         }
         None => candidates.push(("beside vllm (no vllm on PATH)".into(), PathBuf::new())),
     }
-    if let Some(path) = vars.get("PATH") {
+    if let Some(path) = vars.get(OsStr::new("PATH")) {
         for dir in split_paths(path) {
             candidates.push(("PATH".into(), dir.join("lmcache")));
         }
@@ -108,7 +107,7 @@ pub fn find_stock_lmcache(
 /// `own_exe`, else `erebine-lmcache` on `PATH`.
 pub fn server_executable(
     configured: Option<&Path>,
-    vars: &BTreeMap<String, String>,
+    vars: &Vars,
     own_exe: &Path,
 ) -> Result<PathBuf, NotFound> {
     if let Some(path) = configured {
@@ -157,11 +156,8 @@ mod tests {
         p
     }
 
-    fn vars(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect()
+    fn vars(pairs: &[(&str, String)]) -> Vars {
+        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
     }
 
     #[test]

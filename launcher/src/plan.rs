@@ -219,9 +219,9 @@ pub struct LaunchPlan {
     pub env: BTreeMap<String, String>,
     /// The environment the server starts from: the map the plan was made
     /// from ([`crate::plan()`] sets it), with [`LaunchPlan::env`] added on
-    /// top. Empty means this process's environment. Never printed: it may
-    /// hold credentials.
-    pub base_env: BTreeMap<String, String>,
+    /// top. Empty means this process's environment. Passed on byte for
+    /// byte. Never printed: it may hold credentials.
+    pub base_env: crate::env::Vars,
     /// The L2 tiers the server gets, in cascade order (one per
     /// `--l2-adapter` in `args`, extra arguments included).
     pub cascade: Cascade,

@@ -1,7 +1,7 @@
 //! Running a child server process so that it never outlives us: its own
 //! process group (so a stop reaches every process it started), a parent-death
 //! signal (so it dies with us even when we are SIGKILLed), forwarded
-//! SIGTERM/SIGINT, and a bounded graceful stop.
+//! signals, and a bounded graceful stop.
 //!
 //! Spawn from a current-thread tokio runtime: Linux delivers the parent-death
 //! signal when the *thread* that forked the child exits.
@@ -93,6 +93,19 @@ impl Supervised {
         let _ = killpg(self.pgid, signal);
     }
 
+    /// Sends signal `number` (any, real-time ones included) to the child's
+    /// whole process group, as a wrapper forwards what it receives.
+    pub fn forward(&self, number: i32) {
+        // SAFETY: killpg has no memory effects.
+        let _ = unsafe { libc::killpg(self.pgid.as_raw(), number) };
+    }
+
+    /// Whether a process of the child's tree listens on a TCP port: the
+    /// server got past its command line and runs.
+    pub fn listens(&self) -> bool {
+        tree_listens(self.pid())
+    }
+
     /// Waits for the child to exit.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         self.child.wait().await
@@ -149,7 +162,7 @@ async fn copy_lines(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<Str
         if POLL_NOISE.iter().any(|noise| line.contains(noise)) {
             continue;
         }
-        eprintln!("{line}");
+        crate::output::stderr_line(&line);
         if let Ok(mut t) = tail.lock() {
             if t.len() == TAIL_LINES {
                 t.pop_front();
@@ -159,38 +172,154 @@ async fn copy_lines(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<Str
     }
 }
 
+/// The signals that end a process by default, that it may catch, and that
+/// come from outside it (`kill`, a terminal, a service manager, a resource
+/// limit): SIGHUP, SIGINT, SIGQUIT, SIGABRT, SIGUSR1, SIGUSR2, SIGALRM,
+/// SIGTERM, SIGSTKFLT, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR
+/// and the real-time signals SIGRTMIN..=SIGRTMAX (signal(7)). A supervisor
+/// treats each as SIGTERM (`docs/operations.md`, "Stopping").
+///
+/// Not here: SIGKILL and SIGSTOP (no process can catch them; the server's
+/// parent-death signal covers SIGKILL), SIGILL, SIGFPE, SIGSEGV, SIGBUS,
+/// SIGSYS and SIGTRAP (a fault of this process itself, or a debugger),
+/// SIGPIPE (ignored, so that a closed output stream is a failed write, see
+/// [`crate::output`]), and the job-control and informational signals, whose
+/// default action does not end a process.
+pub fn terminating_signals() -> Vec<i32> {
+    let named = [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGABRT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGTERM,
+        libc::SIGSTKFLT,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGIO,
+        libc::SIGPWR,
+    ];
+    named
+        .into_iter()
+        .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+        .collect()
+}
+
+/// The name of signal `number`: `SIGHUP`, or `SIGRTMIN+3` for a real-time
+/// signal.
+pub fn signal_name(number: i32) -> String {
+    match Signal::try_from(number) {
+        Ok(signal) => signal.as_str().to_string(),
+        Err(_) if number >= libc::SIGRTMIN() => format!("SIGRTMIN+{}", number - libc::SIGRTMIN()),
+        Err(_) => format!("signal {number}"),
+    }
+}
+
+/// Every [`terminating_signals`] signal this process receives, in order,
+/// from the moment [`TerminatingSignals::install`] returns: each one is
+/// caught, so none of them ends the process before its server is stopped.
+pub struct TerminatingSignals {
+    received: tokio::sync::mpsc::UnboundedReceiver<i32>,
+}
+
+impl TerminatingSignals {
+    /// Catches every [`terminating_signals`] signal; call it from inside a
+    /// tokio runtime. Errors: a signal that cannot be caught (the message
+    /// names it).
+    pub fn install() -> io::Result<Self> {
+        let (tx, received) = tokio::sync::mpsc::unbounded_channel();
+        for number in terminating_signals() {
+            let mut stream =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(number))
+                    .map_err(|e| {
+                        io::Error::other(format!("cannot catch {}: {e}", signal_name(number)))
+                    })?;
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    if tx.send(number).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(TerminatingSignals { received })
+    }
+
+    /// Waits for the next signal and returns its number.
+    pub async fn recv(&mut self) -> i32 {
+        match self.received.recv().await {
+            Some(number) => number,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A signal that arrived while this thread was busy (blocking work such
+    /// as housekeeping, before anything new starts), if any: the runtime is
+    /// given a moment to read its pending signals.
+    pub async fn already_received(&mut self) -> Option<i32> {
+        tokio::time::timeout(Duration::from_millis(20), self.recv())
+            .await
+            .ok()
+    }
+}
+
 /// Whether the TCP listener on `port` (IPv4, any local address) belongs to a
 /// process in the tree rooted at `root` (the server we started and its
 /// descendants). `Some(false)`: another process listens there; `None`: no
 /// listener found, or `/proc` could not tell.
-///
-/// Reads `/proc/net/tcp` for the listening socket's inode, then the `fd`
-/// links of the tree's processes.
 pub fn listener_owned_by_tree(port: u16, root: i32) -> Option<bool> {
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    let inodes: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let local_port = f.get(1)?.rsplit(':').next()?;
-            let listening = *f.get(3)? == "0A";
-            (listening && u16::from_str_radix(local_port, 16).ok()? == port)
-                .then(|| format!("socket:[{}]", f.get(9).unwrap_or(&"")))
-        })
-        .collect();
+    let inodes = listening_sockets(&["/proc/net/tcp"], Some(port));
     if inodes.is_empty() {
         return None;
     }
-    let owned = process_tree(root).into_iter().any(|pid| {
+    Some(tree_holds(root, &inodes))
+}
+
+/// Whether any process in the tree rooted at `root` holds a listening TCP
+/// socket (IPv4 or IPv6).
+pub fn tree_listens(root: i32) -> bool {
+    let inodes = listening_sockets(&["/proc/net/tcp", "/proc/net/tcp6"], None);
+    !inodes.is_empty() && tree_holds(root, &inodes)
+}
+
+/// The `socket:[inode]` link targets of the listening sockets in the
+/// kernel's socket `tables`, on `port` or on any port.
+fn listening_sockets(tables: &[&str], port: Option<u16>) -> Vec<String> {
+    tables
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+                    let listening = *f.get(3)? == "0A";
+                    (listening && port.is_none_or(|p| p == local_port))
+                        .then(|| format!("socket:[{}]", f.get(9).unwrap_or(&"")))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Whether a process in the tree rooted at `root` has one of `inodes` open,
+/// from the `fd` links in `/proc`.
+fn tree_holds(root: i32, inodes: &[String]) -> bool {
+    process_tree(root).into_iter().any(|pid| {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .into_iter()
             .flatten()
             .flatten()
             .filter_map(|fd| std::fs::read_link(fd.path()).ok())
             .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
-    });
-    Some(owned)
+    })
 }
 
 /// `root` and every live descendant of it, from the parent ids in `/proc`.

@@ -7,15 +7,17 @@
 //! and the stand-in writes a marker file if it ever does.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs;
 use std::net::TcpListener;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
 struct Case {
     dir: tempfile::TempDir,
-    vars: BTreeMap<String, String>,
+    vars: BTreeMap<OsString, OsString>,
 }
 
 impl Case {
@@ -31,23 +33,23 @@ impl Case {
         )
         .unwrap();
         fs::set_permissions(bin.join("lmcache"), fs::Permissions::from_mode(0o755)).unwrap();
-        let mut vars = BTreeMap::new();
+        let mut vars: BTreeMap<OsString, OsString> = BTreeMap::new();
         vars.insert("PATH".into(), "/usr/bin:/bin".into());
-        vars.insert("HOME".into(), dir.path().display().to_string());
+        vars.insert("HOME".into(), dir.path().as_os_str().to_owned());
         vars.insert(
             "VIRTUAL_ENV".into(),
-            dir.path().join("venv").display().to_string(),
+            dir.path().join("venv").into_os_string(),
         );
         vars.insert(
             "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
-            dir.path().join("cache").display().to_string(),
+            dir.path().join("cache").into_os_string(),
         );
         vars.insert("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB".into(), "1".into());
         vars.insert("EREBINE_AGENT_KV_CACHE_BACKEND".into(), "lmcache".into());
         Case { dir, vars }
     }
 
-    fn set(&mut self, k: &str, v: &str) -> &mut Self {
+    fn set(&mut self, k: &str, v: impl Into<OsString>) -> &mut Self {
         self.vars.insert(k.into(), v.into());
         self
     }
@@ -115,6 +117,69 @@ fn unparsable_and_negative_variables_name_the_variable() {
 }
 
 #[test]
+fn text_variables_that_are_not_utf8_are_refused_by_name_never_read_lossily() {
+    for var in [
+        "EREBINE_AGENT_LMCACHE_DISK_PATH",
+        "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB",
+        "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+        "EREBINE_AGENT_LMCACHE_LOG_LEVEL",
+    ] {
+        let mut case = Case::new();
+        let mut value = case.path().join("nu").into_os_string().into_vec();
+        value.push(0xff);
+        case.set(var, OsString::from_vec(value));
+        for args in [
+            &["launch"][..],
+            &["launch", "--dry-run"],
+            &["size"],
+            &["inspect"],
+        ] {
+            assert_fails(&case.run(args), 2, &[&format!("{var} is not UTF-8 text")]);
+        }
+        let entries: Vec<_> = fs::read_dir(case.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            !entries
+                .iter()
+                .any(|name| name.to_string_lossy().starts_with("nu")),
+            "{var}: {entries:?}"
+        );
+    }
+}
+
+#[test]
+fn a_relative_disk_path_is_refused_whatever_the_backend() {
+    for backend in ["native", "none", "lmcache"] {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_KV_CACHE_BACKEND", backend)
+            .set("EREBINE_AGENT_LMCACHE_DISK_PATH", "relative/cache");
+        for args in [
+            &["launch"][..],
+            &["launch", "--dry-run"],
+            &["size"],
+            &["inspect"],
+        ] {
+            let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+                .env_clear()
+                .envs(&case.vars)
+                .current_dir(case.path())
+                .args(args)
+                .output()
+                .unwrap();
+            assert_fails(
+                &out,
+                2,
+                &["EREBINE_AGENT_LMCACHE_DISK_PATH", "absolute path"],
+            );
+        }
+        assert!(!case.path().join("relative").exists(), "{backend}");
+    }
+}
+
+#[test]
 fn negative_flags_are_refused_by_name() {
     let case = Case::new();
     let out = case.run(&["launch", "--lmcache-disk-size-gb", "-5"]);
@@ -141,7 +206,7 @@ fn a_disk_path_that_is_a_file_is_refused_and_left_intact() {
     fs::write(&file, b"weights").unwrap();
     case.set(
         "EREBINE_AGENT_LMCACHE_DISK_PATH",
-        &file.display().to_string(),
+        file.display().to_string(),
     );
     for args in [&["launch"][..], &["size"]] {
         let out = case.run(args);
@@ -193,7 +258,7 @@ fn a_port_in_use_is_named_and_nothing_starts() {
 #[test]
 fn missing_lmcache_lists_every_place_looked() {
     let mut case = Case::new();
-    case.vars.remove("VIRTUAL_ENV");
+    case.vars.remove(std::ffi::OsStr::new("VIRTUAL_ENV"));
     let out = case.run(&["launch"]);
     assert_fails(
         &out,
@@ -477,8 +542,8 @@ fn an_s3_bucket_tier_that_cannot_work_stops_the_launch_naming_tier_and_key() {
             r#"[{{"type":"fs","base_path":"/tmp/x"}},{{"type":"s3","s3_bucket":"kv-cache","disable_tls":true,{s3_keys},"aws_access_key_id":"AK","aws_secret_access_key":"REAL-SECRET-VALUE"}}]"#
         );
         case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
-            .set("EREBINE_AGENT_LMCACHE_MP_PORT", &free().to_string())
-            .set("EREBINE_AGENT_LMCACHE_HTTP_PORT", &free().to_string());
+            .set("EREBINE_AGENT_LMCACHE_MP_PORT", free().to_string())
+            .set("EREBINE_AGENT_LMCACHE_HTTP_PORT", free().to_string());
         let out = case.run(&["launch"]);
         assert_fails(&out, 2, &[&format!("L2 tier 1 (s3): {key}:"), when]);
         assert!(

@@ -7,12 +7,13 @@
 //! change, rewrite them with `EREBINE_BLESS_GOLDEN=1 cargo test -p
 //! lmcache-launcher --test golden_plans` and review the diff.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use lmcache_launcher::{plan, DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, Planned};
+use lmcache_launcher::{
+    plan, DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, Planned, Vars,
+};
 use lmcache_sizing::rules::{OdirectProbe, VolumeStats};
 use lmcache_sizing::{Decision, GIB};
 
@@ -55,7 +56,7 @@ fn host() -> HostFacts {
 struct Node {
     _dir: tempfile::TempDir,
     dir: String,
-    vars: BTreeMap<String, String>,
+    vars: Vars,
 }
 
 /// A node with the lmcache backend, the seed's disk path and a stand-in
@@ -65,20 +66,17 @@ fn node(pairs: &[(&str, &str)]) -> Node {
     let exe = dir.path().join("erebine-lmcache");
     fs::write(&exe, "#!/bin/sh\nexit 99\n").unwrap();
     fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
-    let mut vars: BTreeMap<String, String> = [
+    let mut vars: Vars = [
         ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache"),
         ("EREBINE_AGENT_LMCACHE_DISK_PATH", DISK_PATH),
         ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "32"),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .map(|(k, v)| (k.into(), v.into()))
     .collect();
-    vars.insert(
-        "EREBINE_AGENT_LMCACHE_PATH".into(),
-        exe.display().to_string(),
-    );
+    vars.insert("EREBINE_AGENT_LMCACHE_PATH".into(), exe.into_os_string());
     for (k, v) in pairs {
-        vars.insert(k.to_string(), v.to_string());
+        vars.insert(k.into(), v.into());
     }
     Node {
         dir: dir.path().display().to_string(),
@@ -308,7 +306,7 @@ fn the_lookup_hash_log_dir_is_created_0700_at_launch_and_not_in_a_dry_run() {
     ]);
     node.vars.insert(
         "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
-        cache.display().to_string(),
+        cache.clone().into_os_string(),
     );
     let dir = cache.join("lookup_hashes");
     lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect).unwrap();

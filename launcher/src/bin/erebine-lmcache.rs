@@ -9,20 +9,22 @@
 //! must be one JSON object with a `type`, and the flag must be written in
 //! full: what this process cannot read would reach LMCache unguarded.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use lmcache_adapters::capacity::GuardSpec;
 use lmcache_adapters::s3::spec::orphan_keys;
 use lmcache_adapters::s3::{needs_gateway, Gateways};
 use lmcache_adapters::L2AdapterArgs;
-use lmcache_launcher::guards::start_guards;
+use lmcache_launcher::env::{process_vars, Vars};
+use lmcache_launcher::guards::{check_guards, start_guards};
 use lmcache_launcher::locate::find_stock_lmcache;
-use lmcache_launcher::supervise::{exit_code, Output, Supervised};
+use lmcache_launcher::output;
+use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
 use nix::sys::signal::Signal;
-use tokio::signal::unix::{signal, SignalKind};
 
 const ABOUT: &str = "\
 erebine-lmcache: drop-in for the `lmcache` command on an inference node.
@@ -37,11 +39,13 @@ the gateway's address and a key pair made for this run, never the real keys
 
 The stock lmcache is looked up in the active Python environment ($VIRTUAL_ENV,
 $CONDA_PREFIX), then beside the vllm executable, then on PATH. `server` runs it
-in its own process group, forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT, never leaves
-it orphaned, and exits with its status (128+N when signal N ended it).
+in its own process group, forwards every terminating signal it can catch
+(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, ...: docs/operations.md), never
+leaves it orphaned, and exits with its status (128+N when signal N ended it).
 An `fs` or `fs_native` --l2-adapter with max_capacity_gb gets a capacity
-guard: LRU eviction at the spec's eviction watermark, usage counted from disk
-at start, state in <base_path>/.lmcache-tier-guard.json.
+guard once the server listens (help and rejected command lines touch
+nothing): LRU eviction at the spec's eviction watermark, usage counted from
+disk at its start, state in <base_path>/.lmcache-tier-guard.json.
 Every --l2-adapter value must be one JSON object with a \"type\" (NaN,
 Infinity and 1e400 are not JSON), and the flag must be written in full
 (argparse would take an abbreviation such as --l2-adapt, which this process
@@ -52,56 +56,49 @@ tiers in one directory.
 The stock help follows.
 ";
 
+/// One line of this process's own on stderr, dropped if stderr is gone.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        output::stderr_line(&format!("erebine-lmcache: {}", format_args!($($arg)*)))
+    };
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(lmcache_launcher::DEFAULT_LOG_FILTER)
-            }),
-        )
-        .init();
+    output::init_logging(false);
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let vars: BTreeMap<String, String> = std::env::vars_os()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
-        .collect();
+    let vars = process_vars();
     let first = args.first().and_then(|a| a.to_str());
     if matches!(first, None | Some("-h" | "--help")) {
-        println!("{ABOUT}");
+        let _ = output::stdout_text(&format!("{ABOUT}\n"));
     }
+    // Read as text only to find the `--l2-adapter` values; the server gets
+    // `args` byte for byte, except the specs a gateway rewrites.
     let text_args: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let specs = L2AdapterArgs::parse(&text_args);
-    if let Err(e) = check_args(&text_args, &specs) {
-        eprintln!("erebine-lmcache: {e}");
+    if let Err(e) = check_args(&args, &text_args, &specs) {
+        say!("{e}");
         return ExitCode::from(2);
     }
     let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
     let stock = match find_stock_lmcache(&vars, &own) {
         Ok(path) => path,
         Err(e) => {
-            eprintln!("erebine-lmcache: {e}");
+            say!("{e}");
             return ExitCode::from(127);
         }
     };
-    if !runs_here(first, &specs) {
+    if !runs_here(first, &specs) || asks_for_help(&args) {
         let err = std::process::Command::new(&stock).args(&args).exec();
-        eprintln!("erebine-lmcache: cannot run {}: {err}", stock.display());
+        say!("cannot run {}: {err}", stock.display());
         return ExitCode::from(126);
     }
-    // Stopped (last status written) when dropped, after the server exits.
-    let _guards = match start_guards(&specs) {
+    let guards = match check_guards(&specs) {
         Ok(guards) => guards,
         Err(e) => {
-            eprintln!("erebine-lmcache: {e}");
+            say!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -111,12 +108,28 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("erebine-lmcache: cannot start the runtime: {e}");
+            say!("cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(serve(stock, text_args, specs, vars));
+    let command = Server {
+        stock,
+        args,
+        text_args,
+        specs,
+        guards,
+    };
+    let code = runtime.block_on(serve(command, vars));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Whether the command line asks LMCache for its help (`-h` or `--help`
+/// before any `--`): the stock command prints it and exits, so it runs
+/// without gateways or guards.
+fn asks_for_help(args: &[OsString]) -> bool {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h" || a == "--help")
 }
 
 /// The flag whose values this process reads.
@@ -132,8 +145,10 @@ const L2_ADAPTER_FLAG: &str = "--l2-adapter";
 /// that is not one JSON object with a `type` ([`L2AdapterArgs::check`]); and
 /// an `s3` spec with `s3_key_prefix` or `s3_ca_bundle` but no `s3_bucket`
 /// ([`orphan_keys`]), which LMCache would take and ignore.
+/// An `--l2-adapter` value that is not UTF-8 (`given`: the arguments as
+/// the OS gave them; `args`: the same as text) is refused too: it is JSON.
 /// The messages name the argument, never a value (it may hold keys).
-fn check_args(args: &[String], specs: &L2AdapterArgs) -> Result<(), String> {
+fn check_args(given: &[OsString], args: &[String], specs: &L2AdapterArgs) -> Result<(), String> {
     let shortest = match (args.first(), args.get(1)) {
         (Some(bench), Some(l2)) if bench == "bench" && l2 == "l2" => "--l2",
         _ => "--l2-a",
@@ -149,6 +164,15 @@ fn check_args(args: &[String], specs: &L2AdapterArgs) -> Result<(), String> {
                  this process reads only the full flag, so the tier would run without its \
                  capacity guard or S3 gateway: write --l2-adapter in full",
                 i + 1
+            ));
+        }
+    }
+    for (position, arg) in specs.0.iter().enumerate() {
+        if given.get(arg.index).is_some_and(|a| a.to_str().is_none()) {
+            return Err(format!(
+                "argument {} (--l2-adapter #{}) is not UTF-8 text: write the JSON in UTF-8",
+                arg.index + 1,
+                position + 1
             ));
         }
     }
@@ -173,76 +197,103 @@ fn runs_here(first: Option<&str>, specs: &L2AdapterArgs) -> bool {
             .any(needs_gateway)
 }
 
-/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need
-/// (`specs`: the parsed `--l2-adapter` values of `args`), and forwards
-/// signals until it exits.
-async fn serve(
+/// A command that runs under this process: the stock `lmcache`, its
+/// arguments, and what was read from them.
+struct Server {
     stock: PathBuf,
-    args: Vec<String>,
+    /// The arguments as given.
+    args: Vec<OsString>,
+    /// `args` as text, for [`Gateways::start_parsed`] (`--l2-adapter`
+    /// values are UTF-8, [`check_args`] made sure).
+    text_args: Vec<String>,
+    /// The parsed `--l2-adapter` values.
     specs: L2AdapterArgs,
-    vars: BTreeMap<String, String>,
-) -> i32 {
-    let env = |k: &str| vars.get(k).cloned();
-    let (args, gateways) = match Gateways::start_parsed(&args, &specs, &env).await {
-        Ok(started) => started,
+    /// The capacity guards to start once the server runs.
+    guards: Vec<GuardSpec>,
+}
+
+/// How often a server that has not yet opened a listener is checked for
+/// one, to start its capacity guards.
+const LISTEN_CHECK: Duration = Duration::from_millis(200);
+
+/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need,
+/// starts the capacity guards once the server listens (a help request or a
+/// command line LMCache rejects never gets that far, so it touches
+/// nothing), and forwards every terminating signal until it exits.
+async fn serve(server: Server, vars: Vars) -> i32 {
+    let mut signals = match TerminatingSignals::install() {
+        Ok(signals) => signals,
         Err(e) => {
-            eprintln!("erebine-lmcache: {e}");
-            return 2;
+            say!("{e}");
+            return 1;
         }
     };
-    let mut command = tokio::process::Command::new(&stock);
-    command.args(&args);
+    let env = |k: &str| {
+        vars.get(std::ffi::OsStr::new(k))
+            .and_then(|v| v.to_str())
+            .map(str::to_string)
+    };
+    let (rewritten, gateways) =
+        match Gateways::start_parsed(&server.text_args, &server.specs, &env).await {
+            Ok(started) => started,
+            Err(e) => {
+                say!("{e}");
+                return 2;
+            }
+        };
+    let args = server.args.iter().zip(&server.text_args).zip(rewritten);
+    let args = args.map(|((given, read), sent)| match *read == sent {
+        true => given.clone(),
+        false => OsString::from(sent),
+    });
+    let mut command = tokio::process::Command::new(&server.stock);
+    command.args(args);
     for variable in gateways.env_to_remove() {
         command.env_remove(variable);
     }
-    let mut server = match Supervised::spawn(command, Output::Inherit) {
+    let mut child = match Supervised::spawn(command, Output::Inherit) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("erebine-lmcache: cannot start {}: {e}", stock.display());
+            say!("cannot start {}: {e}", server.stock.display());
             return 126;
         }
     };
-    let kinds = [
-        (SignalKind::terminate(), Signal::SIGTERM),
-        (SignalKind::interrupt(), Signal::SIGINT),
-        (SignalKind::hangup(), Signal::SIGHUP),
-        (SignalKind::quit(), Signal::SIGQUIT),
-    ];
-    let mut streams = Vec::new();
-    for (kind, sig) in kinds {
-        match signal(kind) {
-            Ok(stream) => streams.push((stream, sig)),
-            Err(e) => eprintln!("erebine-lmcache: cannot forward {sig}: {e}"),
-        }
-    }
-    let (forward_tx, mut forward_rx) = tokio::sync::mpsc::unbounded_channel();
-    for (mut stream, sig) in streams {
-        let tx = forward_tx.clone();
-        tokio::spawn(async move {
-            while stream.recv().await.is_some() {
-                if tx.send(sig).is_err() {
-                    break;
-                }
-            }
-        });
-    }
+    let mut pending = Some(server.guards).filter(|g| !g.is_empty());
+    // Stopped (last status written) when dropped, after the server exits.
+    let mut _guards = Vec::new();
     loop {
         tokio::select! {
-            status = server.wait() => {
+            status = child.wait() => {
                 // Whatever the server left in its group goes with it.
-                server.signal(Signal::SIGKILL);
+                child.signal(Signal::SIGKILL);
                 return match status {
                     Ok(status) => exit_code(status),
                     Err(e) => {
-                        eprintln!("erebine-lmcache: lost track of the server: {e}");
+                        say!("lost track of the server: {e}");
                         1
                     }
                 };
             }
-            Some(sig) = forward_rx.recv() => server.signal(sig),
+            number = signals.recv() => child.forward(number),
+            _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() => {
+                if child.listens() {
+                    match start_guards(pending.take().unwrap_or_default()) {
+                        Ok(started) => _guards = started,
+                        Err(e) => {
+                            say!("{e}; stopping the server");
+                            let _ = child.stop(STOP_GRACE).await;
+                            return 2;
+                        }
+                    }
+                }
+            }
         }
     }
 }
+
+/// How long a server stopped because its guard could not start is given
+/// after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {
@@ -270,7 +321,42 @@ mod tests {
 
     fn check(args: &[&str]) -> Result<(), String> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        check_args(&args, &L2AdapterArgs::parse(&args))
+        let given: Vec<OsString> = args.iter().map(OsString::from).collect();
+        check_args(&given, &args, &L2AdapterArgs::parse(&args))
+    }
+
+    #[test]
+    fn an_l2_adapter_value_that_is_not_utf8_is_refused_and_other_bytes_pass() {
+        use std::os::unix::ffi::OsStringExt;
+        let spec = OsString::from_vec(b"{\"type\":\"fs\",\"base_path\":\"/t/\xff\"}".to_vec());
+        let given = vec![
+            OsString::from("server"),
+            OsString::from("--l2-adapter"),
+            spec,
+        ];
+        let text: Vec<String> = given
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let e = check_args(&given, &text, &L2AdapterArgs::parse(&text)).unwrap_err();
+        assert_eq!(
+            e,
+            "argument 3 (--l2-adapter #1) is not UTF-8 text: write the JSON in UTF-8"
+        );
+        let dir = OsString::from_vec(b"/logs/\xff".to_vec());
+        let given = vec![
+            OsString::from("server"),
+            OsString::from("--lookup-hash-log-dir"),
+            dir,
+        ];
+        let text: Vec<String> = given
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            check_args(&given, &text, &L2AdapterArgs::parse(&text)),
+            Ok(())
+        );
     }
 
     #[test]

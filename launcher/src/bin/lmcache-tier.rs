@@ -2,7 +2,6 @@
 //! node. `launch` is the node's main job; `size` is the standalone sizing
 //! tool.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,11 +9,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
-use lmcache_launcher::env::{self, NodeEnv};
+use lmcache_launcher::env::{self, NodeEnv, Vars};
 use lmcache_launcher::housekeep::with_progress;
 use lmcache_launcher::inspect::Inspection;
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::locate;
+use lmcache_launcher::output;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::{KvCacheBackend, Planned};
@@ -55,7 +55,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Plan and run the node's LMCache server: size the tiers, start the server
-    /// through erebine-lmcache, wait for /status, run until SIGTERM/SIGINT.
+    /// through erebine-lmcache, wait for /status, run until SIGTERM, SIGINT or another terminating signal.
     #[command(after_help = EXIT_CODES)]
     Launch(LaunchArgs),
     /// Print the disk tier and L1 sizing decisions, each with its reason.
@@ -229,6 +229,21 @@ fn non_negative_gib(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `println!` for results on stdout: a closed pipe ends the output quietly,
+/// any other failed write is exit 1 ([`output::stdout_text`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        write_out(format!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
+fn write_out(text: String) -> Result<(), Failure> {
+    output::stdout_text(&text).map_err(|e| Failure {
+        code: 1,
+        message: format!("cannot write to stdout: {e}"),
+    })
+}
+
 /// A failure with the exit status it maps to.
 struct Failure {
     code: u8,
@@ -307,24 +322,9 @@ fn host_facts() -> Result<HostFacts, Failure> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(lmcache_launcher::DEFAULT_LOG_FILTER)
-            }),
-        )
-        .init();
+    lmcache_launcher::output::init_logging(std::io::stderr().is_terminal());
     let cli = Cli::parse();
-    let vars: BTreeMap<String, String> = std::env::vars_os()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
-        .collect();
+    let vars = env::process_vars();
     let result = match cli.command {
         Command::Launch(args) => launch_cmd(args, vars),
         Command::Size(args) => size_cmd(args, vars),
@@ -340,12 +340,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<(), Failure> {
+fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     if let Some(gib) = args.lmcache_disk_size_gb {
-        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string());
+        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
     if let Some(backend) = args.kv_cache_backend {
-        vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string());
+        vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string().into());
     }
     let node = NodeEnv::from_vars(&vars)?;
     let e = args.engine;
@@ -385,8 +385,8 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
         Planned::Server(plan) => plan,
         Planned::NothingToLaunch(why) => {
             match (args.dry_run, args.json) {
-                (true, true) => println!("{:#}", planned.to_json()),
-                (true, false) => println!("nothing to launch: {}", why.reason),
+                (true, true) => outln!("{:#}", planned.to_json()),
+                (true, false) => outln!("nothing to launch: {}", why.reason),
                 (false, _) => tracing::info!("nothing to launch: {}", why.reason),
             }
             return Ok(());
@@ -394,20 +394,20 @@ fn launch_cmd(args: LaunchArgs, mut vars: BTreeMap<String, String>) -> Result<()
     };
     if args.dry_run {
         if args.json {
-            println!("{:#}", planned.to_json());
+            outln!("{:#}", planned.to_json());
         } else {
-            println!("{}", plan.log_line());
+            outln!("{}", plan.log_line());
             // Quoted for a shell, so the line can be pasted (secrets stay
             // redacted).
             let command: Vec<String> = std::iter::once(plan.executable.display().to_string())
                 .chain(plan.redacted_args())
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 shlex::try_join(command.iter().map(String::as_str))
                     .unwrap_or_else(|_| command.join(" "))
             );
-            println!("vLLM --kv-transfer-config {}", plan.kv_transfer_config());
+            outln!("vLLM --kv-transfer-config {}", plan.kv_transfer_config());
         }
         return Ok(());
     }
@@ -439,7 +439,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         })
 }
 
-fn inspect_cmd(args: InspectArgs, vars: BTreeMap<String, String>) -> Result<(), Failure> {
+fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
     let node = NodeEnv::from_vars(&vars)?;
     let url = args
         .url
@@ -481,9 +481,9 @@ fn inspect_cmd(args: InspectArgs, vars: BTreeMap<String, String>) -> Result<(), 
             code: 1,
             message: format!("cannot print the report as JSON: {e}"),
         })?;
-        println!("{text}");
+        outln!("{text}");
     } else {
-        print!("{}", report.to_text());
+        write_out(report.to_text())?;
     }
     match report.exit_code() {
         0 => Ok(()),
@@ -501,15 +501,15 @@ fn inspect_cmd(args: InspectArgs, vars: BTreeMap<String, String>) -> Result<(), 
     }
 }
 
-fn size_cmd(args: SizeArgs, mut vars: BTreeMap<String, String>) -> Result<(), Failure> {
+fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     if let Some(path) = &args.path {
-        vars.insert(env::DISK_PATH.into(), path.display().to_string());
+        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
     }
     if let Some(gib) = args.l1_gb {
-        vars.insert(env::KV_OFFLOAD_SIZE_GB.into(), gib.to_string());
+        vars.insert(env::KV_OFFLOAD_SIZE_GB.into(), gib.to_string().into());
     }
     if let Some(gib) = args.disk_size_gb {
-        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string());
+        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
     let node = NodeEnv::from_vars(&vars)?;
     let host = host_facts()?;
@@ -541,7 +541,7 @@ fn size_cmd(args: SizeArgs, mut vars: BTreeMap<String, String>) -> Result<(), Fa
             "odirect_rule": disk.use_odirect.rule,
             "odirect_reason": disk.use_odirect.reason,
         });
-        println!("{report:#}");
+        outln!("{report:#}");
         return Ok(());
     }
     let capacity = if disk.capacity.value == 0 {
@@ -579,7 +579,7 @@ fn size_cmd(args: SizeArgs, mut vars: BTreeMap<String, String>) -> Result<(), Fa
         ),
     ];
     for (name, value, reason) in rows {
-        println!("{name:<16} {value:<12} {reason}");
+        outln!("{name:<16} {value:<12} {reason}");
     }
     Ok(())
 }
@@ -608,9 +608,9 @@ fn housekeep_cmd(args: HousekeepArgs) -> Result<(), Failure> {
     if args.json {
         let report =
             json!({ "scanned": done.scanned, "report": done.report, "manifest": done.manifest });
-        println!("{report:#}");
+        outln!("{report:#}");
     } else {
-        println!("{}", done.report);
+        outln!("{}", done.report);
     }
     Ok(())
 }
