@@ -116,6 +116,10 @@ pub enum ConfigError {
         /// Why this variable must be text.
         why: &'static str,
     },
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` holds what LMCache's server
+    /// parser would refuse.
+    #[error("EREBINE_AGENT_LMCACHE_EXTRA_ARGS: {0}; LMCache's server would refuse it at start")]
+    ExtraArgs(#[from] crate::server_flags::ArgError),
     /// The adapter JSON is unusable.
     #[error(transparent)]
     Adapter(#[from] SpecError),
@@ -669,7 +673,7 @@ mod tests {
             (AGENT_LOG_LEVEL, "debug", |e| {
                 e.lmcache_log_level.as_deref() == Some("DEBUG")
             }),
-            (LMCACHE_EXTRA_ARGS, "--chunk-size 512 --foo", |e| {
+            (LMCACHE_EXTRA_ARGS, "--chunk-size 512 --quiet", |e| {
                 e.extra_args.value("--chunk-size") == Some("512") && e.extra_args.args().len() == 3
             }),
             (LMCACHE_EXTRA_CONFIG, r#"{"lmcache.mp.timeout":30}"#, |e| {
@@ -744,7 +748,13 @@ mod tests {
             (LMCACHE_EXTRA_CONFIG, "[1]", "one JSON object"),
             (LMCACHE_EXTRA_CONFIG, "{\"a\":", "one JSON object"),
             (LMCACHE_EXTRA_CONFIG, "'{}'", "without surrounding quotes"),
-            (LMCACHE_EXTRA_ARGS, "--chunk-size x", "at least 1"),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size x", "write a whole number"),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size 0", "at least 1"),
+            (
+                LMCACHE_EXTRA_ARGS,
+                "--foo",
+                "not a flag of `lmcache server`",
+            ),
             (LMCACHE_EXTRA_ARGS, "--host 0.0.0.0", "127.0.0.1"),
             (LOOKUP_HASH_LOG_DIR, "on", "an absolute path"),
             (LOOKUP_HASH_LOG_DIR, "logs/lh", "an absolute path"),

@@ -17,6 +17,7 @@ use lmcache_adapters::{Cascade, TierSpec};
 use serde_json::Value;
 
 use crate::env::{self, ConfigError};
+use crate::server_flags::server_flags;
 
 /// The variable this module reads.
 pub const VARIABLE: &str = env::LMCACHE_EXTRA_ARGS;
@@ -55,74 +56,52 @@ pub struct ExtraArgs {
 }
 
 impl ExtraArgs {
-    /// Splits `text` on whitespace and checks the flags the node emits.
+    /// Splits `text` on whitespace and reads it as LMCache's server parser
+    /// would ([`crate::server_flags`]): abbreviations resolved, `--flag=value`
+    /// kept together, every value typed and checked against its choices.
     ///
-    /// A node flag written `--flag=value` is split into `--flag value`. Errors
-    /// ([`ConfigError::Invalid`] naming `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`):
-    /// a node flag without a value; `--host` or `--http-host` (the node keeps
-    /// both listeners on 127.0.0.1, seed: "Bound to localhost"); a port,
-    /// chunk size, L1 size or GPU worker count that does not parse; an
-    /// `--l2-adapter` value that is not one JSON object with a `type`; an
-    /// abbreviation of a node flag (argparse would accept `--chunk` for
-    /// `--chunk-size`, and the node could not see it).
+    /// Errors ([`ConfigError`] naming `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`):
+    /// anything the server would refuse ([`ConfigError::ExtraArgs`]: an
+    /// unknown flag, a stray word, a missing or mistyped value, a help
+    /// request); `--host` or `--http-host` (the node keeps both listeners on
+    /// 127.0.0.1, seed: "Bound to localhost"); a port, chunk size, L1 size or
+    /// GPU worker count out of range; an `--l2-adapter` value that is not one
+    /// JSON object with a `type`.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let tokens: Vec<&str> = text.split_whitespace().collect();
         let mut out = ExtraArgs::default();
         let mut tiers = Vec::new();
-        let mut tokens = text.split_whitespace();
-        while let Some(token) = tokens.next() {
-            let (flag, inline) = match token.split_once('=') {
-                Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_string())),
-                _ => (token, None),
-            };
-            let known = NODE_FLAGS
-                .iter()
-                .chain([&L2_ADAPTER_FLAG])
-                .find(|f| **f == flag);
-            let Some(&known) = known else {
-                let candidates = abbreviated(flag);
-                if let [full] = candidates[..] {
-                    return Err(invalid(
-                        token,
-                        format!("write the flag in full ({full}): the node replaces its own {full} only when it sees the whole name"),
-                    ));
+        for occurrence in server_flags().read(&tokens)? {
+            let flag = occurrence.flag.as_str();
+            let node_flag = NODE_FLAGS.iter().find(|f| **f == flag);
+            for value in &occurrence.values {
+                if let Some(known) = node_flag {
+                    check_value(known, value)?;
+                    out.overrides.insert(known, value.clone());
                 }
-                if !candidates.is_empty() {
-                    return Err(invalid(
-                        token,
-                        format!(
-                            "write the flag in full: it abbreviates {}",
-                            candidates.join(", ")
-                        ),
-                    ));
+                if flag == L2_ADAPTER_FLAG {
+                    tiers.push(parse_tier(value, tiers.len())?);
                 }
-                out.args.push(token.to_string());
-                continue;
-            };
-            let value = match inline {
-                Some(v) => v,
-                None => match tokens.next() {
-                    Some(v) if !v.starts_with("--") => v.to_string(),
-                    _ => {
-                        return Err(invalid(
-                            token,
-                            format!("{known} needs a value after it, e.g. {known} <value>"),
-                        ))
-                    }
-                },
-            };
-            check_value(known, &value)?;
-            if known == L2_ADAPTER_FLAG {
-                tiers.push(parse_tier(&value, tiers.len())?);
-            } else {
-                out.overrides.insert(known, value.clone());
             }
-            out.args.push(known.to_string());
-            out.args.push(value);
+            out.push(flag, &occurrence.values);
         }
         if !tiers.is_empty() {
             out.l2_adapters = Some(Cascade(tiers));
         }
         Ok(out)
+    }
+
+    /// Appends `flag` and its `values` as the server will read them: a
+    /// single value that starts with `-` is joined to the flag with `=`,
+    /// where argparse takes it as the value and not as a flag.
+    fn push(&mut self, flag: &str, values: &[String]) {
+        match values {
+            [value] if value.starts_with('-') => self.args.push(format!("{flag}={value}")),
+            _ => {
+                self.args.push(flag.to_string());
+                self.args.extend(values.iter().cloned());
+            }
+        }
     }
 
     /// The arguments to append, in order.
@@ -154,29 +133,6 @@ impl ExtraArgs {
         } else {
             self.overrides.contains_key(flag)
         }
-    }
-}
-
-/// The node flags (and `--l2-adapter`) that `flag` is a strict prefix of,
-/// as argparse would expand it: one is an abbreviation the node could not
-/// see through, several an ambiguous one.
-fn abbreviated(flag: &str) -> Vec<&'static str> {
-    if !flag.starts_with("--") || flag.len() < 3 {
-        return Vec::new();
-    }
-    NODE_FLAGS
-        .iter()
-        .chain([&L2_ADAPTER_FLAG])
-        .filter(|f| f.len() > flag.len() && f.starts_with(flag))
-        .copied()
-        .collect()
-}
-
-fn invalid(token: &str, expected: String) -> ConfigError {
-    ConfigError::Invalid {
-        variable: format!("{VARIABLE} (at {token:?})"),
-        value: token.to_string(),
-        expected,
     }
 }
 
@@ -233,20 +189,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unknown_flags_pass_through_in_order() {
-        let e =
-            ExtraArgs::parse("  --enable-gc-monitor\t--gc-monitor-min-pause-ms 5 --x=y ").unwrap();
+    fn other_flags_pass_through_in_order_as_the_server_reads_them() {
+        let e = ExtraArgs::parse(
+            "  --enable-gc-monitor\t--gc-monitor-min-pause 5 --trace-level=events --enable a b -q",
+        )
+        .unwrap();
         assert_eq!(
             e.args(),
             [
                 "--enable-gc-monitor",
                 "--gc-monitor-min-pause-ms",
                 "5",
-                "--x=y"
+                "--trace-level",
+                "events",
+                "--enable",
+                "a",
+                "b",
+                "--quiet"
             ]
         );
         assert_eq!(e.overrides().count(), 0);
         assert!(e.l2_adapters().is_none());
+    }
+
+    #[test]
+    fn a_value_that_starts_with_a_dash_stays_joined_to_its_flag() {
+        let e = ExtraArgs::parse("--lookup-hash-log-dir=-logs --eviction-ratio=-.5").unwrap();
+        assert_eq!(
+            e.args(),
+            ["--lookup-hash-log-dir=-logs", "--eviction-ratio=-.5"]
+        );
+        assert_eq!(e.value("--lookup-hash-log-dir"), Some("-logs"));
+    }
+
+    #[test]
+    fn an_abbreviation_is_the_flag_argparse_expands_it_to() {
+        let e = ExtraArgs::parse("--chunk 512 --l2-adapt {\"type\":\"fs\",\"base_path\":\"/a\"}")
+            .unwrap();
+        assert_eq!(e.value("--chunk-size"), Some("512"));
+        assert!(e.replaces("--chunk-size"));
+        assert!(e.replaces("--l2-adapter"));
+        assert_eq!(e.args()[..3], ["--chunk-size", "512", "--l2-adapter"]);
     }
 
     #[test]
@@ -292,22 +275,31 @@ mod tests {
         for (text, needle) in [
             ("--chunk-size", "needs a value"),
             ("--chunk-size --port 1", "needs a value"),
+            ("--eviction-policy -x", "--eviction-policy needs a value"),
+            (
+                "--eviction-policy FIFO",
+                "write one of LRU, ARC, IsolatedLRU, noop",
+            ),
+            ("--gc-monitor-min-pause-ms soon", "write a number"),
+            ("--no-such-flag", "is not a flag of `lmcache server`"),
+            ("--chunk-size 256 512", "\"512\" is not a flag"),
+            ("--help", "prints LMCache's help"),
             ("--chunk-size 0", "at least 1"),
-            ("--chunk-size abc", "at least 1"),
+            ("--chunk-size abc", "write a whole number"),
             ("--max-gpu-workers -1", "at least 1"),
             ("--port 70000", "TCP port"),
             ("--http-port=0", "TCP port"),
-            ("--l1-size-gb lots", "GiB"),
+            ("--l1-size-gb lots", "write a number"),
+            ("--l1-size-gb -1", "GiB"),
             ("--l1-size-gb=0", "write-buffer-only"),
             ("--host 0.0.0.0", "127.0.0.1"),
             ("--http-host=0.0.0.0", "127.0.0.1"),
-            ("--chunk 512", "--chunk-size"),
             ("--l2-adapt {}", "--l2-adapter"),
-            ("--l2=x", "abbreviates --l2-store-policy, --l2-adapter"),
+            ("--l2=x", "\"--l2\" abbreviates several flags"),
             ("--l2-adapter {not-json}", "not valid JSON"),
             ("--l2-adapter [{\"type\":\"fs\"}]", "one JSON object"),
             ("--l2-adapter {\"base_path\":\"/x\"}", "no \"type\""),
-            ("--eviction-policy=", "value"),
+            ("--eviction-policy=", "write one of"),
         ] {
             let err = ExtraArgs::parse(text).unwrap_err().to_string();
             assert!(err.contains(VARIABLE), "{text}: {err}");

@@ -81,6 +81,7 @@ pub mod launch;
 pub mod locate;
 pub mod output;
 pub mod plan;
+pub mod server_flags;
 pub mod status;
 pub mod supervise;
 pub mod watch;

@@ -151,6 +151,43 @@ fn text_variables_that_are_not_utf8_are_refused_by_name_never_read_lossily() {
 }
 
 #[test]
+fn extra_args_the_server_would_refuse_are_refused_before_anything_starts() {
+    for (value, needle) in [
+        ("--eviction-policy -x", "--eviction-policy needs a value"),
+        (
+            "--eviction-policy FIFO",
+            "write one of LRU, ARC, IsolatedLRU, noop",
+        ),
+        (
+            "--no-such-flag 1",
+            "\"--no-such-flag\" is not a flag of `lmcache server`",
+        ),
+        ("--chunk-size 256 512", "\"512\" is not a flag"),
+        ("--max-workers many", "write a whole number"),
+        ("--help", "prints LMCache's help"),
+        ("--l2", "abbreviates several flags"),
+    ] {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", value);
+        for args in [&["launch"][..], &["launch", "--dry-run"]] {
+            assert_fails(
+                &case.run(args),
+                2,
+                &[
+                    "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+                    needle,
+                    "would refuse it",
+                ],
+            );
+        }
+        assert!(
+            !case.path().join("cache").exists(),
+            "{value}: cache dir created"
+        );
+    }
+}
+
+#[test]
 fn a_relative_disk_path_is_refused_whatever_the_backend() {
     for backend in ["native", "none", "lmcache"] {
         let mut case = Case::new();
