@@ -88,6 +88,29 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// Reads `response`'s body, at most `limit` bytes: an answer from a local
+/// port that any process may hold is not trusted to be small.
+///
+/// # Errors
+/// A body larger than `limit` (nothing more is read), or one cut short.
+pub async fn capped_body(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(format!("the body is larger than {limit} bytes"));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("body cut short: {}", error_chain(&e)))?
+    {
+        if body.len() + chunk.len() > limit {
+            return Err(format!("the body is larger than {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// An endpoint or URL without its `user:password@` or query string (both
 /// may carry credentials, e.g. a presigned `X-Amz-Signature`), each replaced
 /// by `<redacted>`.

@@ -145,6 +145,11 @@ pub struct DiskRow {
     /// by `erebine-lmcache server` for a tier with `max_capacity_gb`; see
     /// `docs/capacity-guard.md`); `None` when no guard ever ran there.
     pub guard: Option<GuardStatus>,
+    /// Whether the process that wrote [`DiskRow::guard`] still runs: a
+    /// state left by a stopped guard is its last, not its current one.
+    pub guard_running: Option<bool>,
+    /// Seconds since [`DiskRow::guard`] was written.
+    pub guard_state_age_seconds: Option<u64>,
 }
 
 impl Inspection {
@@ -390,11 +395,16 @@ impl Inspection {
                 ]));
             }
             if let Some(g) = &d.guard {
+                let state = match d.guard_running {
+                    Some(false) => "STOPPED, last state",
+                    _ => "running, state",
+                };
                 rows.push(row([
                     "  capacity guard",
                     &format!(
-                        "pid {}: {} objects {} of {} (evicts from {}); {} eviction cycles deleted {} objects {}",
+                        "pid {} ({state} {} s old): {} objects {} of {} (evicts from {}); {} eviction cycles deleted {} objects {}",
                         g.pid,
+                        d.guard_state_age_seconds.unwrap_or(0),
                         g.tracked.objects,
                         fmt_gib(g.tracked.bytes),
                         fmt_gib(g.capacity_bytes),
@@ -470,6 +480,8 @@ fn read_disk(path: &Path) -> DiskRow {
         problem: None,
         usage: None,
         guard: None,
+        guard_running: None,
+        guard_state_age_seconds: None,
     };
     let dir = match TierDir::open(path, Access::ReadOnly) {
         Ok(dir) => dir,
@@ -496,10 +508,31 @@ fn read_disk(path: &Path) -> DiskRow {
         Err(e) => disk.problem = Some(e.to_string()),
     }
     match read_status(&dir) {
-        Ok(guard) => disk.guard = guard,
+        Ok(guard) => {
+            disk.guard_running = guard.as_ref().map(|g| process_runs(g.pid));
+            disk.guard_state_age_seconds = guard.as_ref().map(|g| age_seconds(g.updated_unix_ms));
+            disk.guard = guard;
+        }
         Err(e) => disk.problem = Some(e),
     }
     disk
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| Some(stat.get(stat.rfind(')')? + 2..)?.starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// Seconds from `unix_ms` to now (0 for a time in the future).
+fn age_seconds(unix_ms: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    now.saturating_sub(unix_ms) / 1000
 }
 
 /// A table row. Control characters in a cell (the values come from the
@@ -690,14 +723,36 @@ mod tests {
         drop(guard);
         let shown = report.disk[0].guard.as_ref().expect("the guard's state");
         assert_eq!(shown.capacity_bytes, 1 << 20);
+        assert_eq!(report.disk[0].guard_running, Some(true));
         let text = report.to_text();
         assert!(
             text.contains("capacity guard") && text.contains("of 0.00 GiB"),
             "{text}"
         );
+        assert!(text.contains("(running, state 0 s old)"), "{text}");
         assert!(
             serde_json::to_value(&report).unwrap()["disk"][0]["guard"]["capacity_bytes"] == 1 << 20
         );
+
+        // The state a guard of a launch that has ended left behind.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let file = tmp.path().join(".lmcache-tier-guard.json");
+        let mut state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        state["pid"] = gone.id().into();
+        state["updated_unix_ms"] = (state["updated_unix_ms"].as_u64().unwrap() - 3_600_000).into();
+        std::fs::write(&file, serde_json::to_vec(&state).unwrap()).unwrap();
+        let report = Inspection::build(
+            "http://127.0.0.1:1/status",
+            &Poll::NoAnswer("connection refused".into()),
+            &[tmp.path().to_path_buf()],
+            None,
+        );
+        assert_eq!(report.disk[0].guard_running, Some(false));
+        assert!(report.disk[0].guard_state_age_seconds.unwrap() >= 3600);
+        let text = report.to_text();
+        assert!(text.contains("(STOPPED, last state 36"), "{text}");
     }
 
     /// A loopback object store that answers every request with `status`.

@@ -496,8 +496,8 @@ pub fn plan_launch(
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
     decisions.replaced_by_extra_args = replaced;
-    let mp_port = port_arg(extra, "--port").unwrap_or(node.mp_port);
-    let http_port = port_arg(extra, "--http-port").unwrap_or(node.http_port);
+    let mp_port = node.server_mp_port();
+    let http_port = node.server_http_port();
     let mut env = BTreeMap::new();
     env.insert("LMCACHE_TRACK_USAGE".to_string(), "false".to_string());
     env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
@@ -576,10 +576,6 @@ fn effective_chunk_size(
             ),
         ),
     ))
-}
-
-fn port_arg(extra: &ExtraArgs, flag: &str) -> Option<u16> {
-    extra.value(flag).and_then(|v| v.parse().ok())
 }
 
 fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {

@@ -14,7 +14,14 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use lmcache_adapters::error_chain;
+use lmcache_adapters::{capped_body, error_chain};
+
+/// The largest `/status` body read: LMCache 0.5.6's is about 5 KiB idle,
+/// and grows with workers and tiers, never near this.
+pub const STATUS_MAX_BYTES: usize = 16 << 20;
+
+/// Why a JSON object on the port is not taken as the server's answer.
+const NOT_LMCACHE: &str = "a JSON object without LMCache's fields (is_healthy, and engine_type or storage_manager): another program on this port?";
 
 /// Default per-request timeout of a `/status` poll.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -260,6 +267,14 @@ impl ServerStatus {
         serde_json::from_value(value).map_err(|e| format!("unreadable: {e}"))
     }
 
+    /// Whether the body carries LMCache's own fields: a boolean
+    /// `is_healthy`, and an `engine_type` or a `storage_manager` object. A
+    /// poll counts an answer as the server's only then (any process may
+    /// hold the port and answer `{}`).
+    pub fn is_lmcache(&self) -> bool {
+        self.is_healthy.is_some() && (self.engine_type.is_some() || self.storage_manager.is_some())
+    }
+
     /// `worker_liveness.tracked_instances`, when reported.
     pub fn tracked_instances(&self) -> Option<u64> {
         self.worker_liveness.as_ref()?.tracked_instances
@@ -432,13 +447,16 @@ impl StatusClient {
     /// One GET of `/status`.
     pub async fn poll(&self) -> Poll {
         match self.http.get(&self.url).send().await {
-            Ok(resp) if resp.status().as_u16() == 200 => match resp.bytes().await {
-                Ok(body) => match ServerStatus::parse(&body) {
-                    Ok(status) => Poll::Up(Box::new(status)),
+            Ok(resp) if resp.status().as_u16() == 200 => {
+                match capped_body(resp, STATUS_MAX_BYTES).await {
+                    Ok(body) => match ServerStatus::parse(&body) {
+                        Ok(status) if status.is_lmcache() => Poll::Up(Box::new(status)),
+                        Ok(_) => Poll::Malformed(NOT_LMCACHE.into()),
+                        Err(e) => Poll::Malformed(e),
+                    },
                     Err(e) => Poll::Malformed(e),
-                },
-                Err(e) => Poll::NoAnswer(format!("body cut short: {e}")),
-            },
+                }
+            }
             Ok(resp) => Poll::NotReady(resp.status().as_u16()),
             Err(e) => Poll::NoAnswer(error_chain(&e)),
         }
@@ -560,5 +578,64 @@ pub(crate) mod tests {
         .unwrap();
         let printed = serde_json::to_string(&status).unwrap();
         assert!(!printed.contains("s3cr3t"), "{printed}");
+    }
+
+    /// Serves one raw HTTP answer on 127.0.0.1 and returns the URL.
+    async fn answer_once(head: &'static str, body: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/status", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(&body).await;
+        });
+        url
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_without_lmcaches_fields_is_not_the_server() {
+        for body in [
+            &b"{}"[..],
+            br#"{"is_healthy":true}"#,
+            br#"{"engine_type":"x"}"#,
+        ] {
+            let head =
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n";
+            let url = answer_once(head, body.to_vec()).await;
+            match StatusClient::new(url).poll().await {
+                Poll::Malformed(why) => assert!(why.contains("without LMCache's fields"), "{why}"),
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(body)),
+            }
+        }
+        let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+        let url = answer_once(head, fixture("status-idle.json")).await;
+        assert!(matches!(StatusClient::new(url).poll().await, Poll::Up(_)));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_body_larger_than_the_cap_is_not_read_whole() {
+        let declared = "HTTP/1.1 200 OK\r\nContent-Length: 3221225472\r\n\r\n";
+        let url = answer_once(declared, b"{".to_vec()).await;
+        match StatusClient::new(url).poll().await {
+            Poll::Malformed(why) => assert!(why.contains("larger than 16777216 bytes"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let chunk = vec![b' '; 1 << 20];
+        let mut chunked = Vec::new();
+        for _ in 0..17 {
+            chunked.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            chunked.extend_from_slice(&chunk);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let url = answer_once(head, chunked).await;
+        match StatusClient::new(url).poll().await {
+            Poll::Malformed(why) => assert!(why.contains("larger than 16777216 bytes"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

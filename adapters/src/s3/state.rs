@@ -95,6 +95,9 @@ pub struct UpstreamError {
 /// # Errors
 /// Nothing answers within `timeout` (refused, reset, silent): the cause, for
 /// the operator (the gateway, or whatever should listen there, is down).
+/// The largest gateway state read: a gateway's is under 2 KiB.
+const STATE_MAX_BYTES: usize = 64 << 10;
+
 pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Result<Option<GatewayState>, String> {
     let client = reqwest::Client::builder()
         .timeout(timeout)
@@ -115,7 +118,10 @@ pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Result<Option<Gateway
     if response.status() != reqwest::StatusCode::OK {
         return Ok(None);
     }
-    let Ok(mut state) = response.json::<GatewayState>().await else {
+    let Ok(body) = crate::capped_body(response, STATE_MAX_BYTES).await else {
+        return Ok(None);
+    };
+    let Ok(mut state) = serde_json::from_slice::<GatewayState>(&body) else {
         return Ok(None);
     };
     // Whatever answers on that port is not trusted to have redacted it.

@@ -80,7 +80,9 @@ enum Command {
 
 #[derive(Args)]
 struct InspectArgs {
-    /// The server's /status URL (default: http://127.0.0.1:<EREBINE_AGENT_LMCACHE_HTTP_PORT>/status).
+    /// The server's /status URL (default: the HTTP port a launch plans:
+    /// --http-port in EREBINE_AGENT_LMCACHE_EXTRA_ARGS, else
+    /// EREBINE_AGENT_LMCACHE_HTTP_PORT).
     #[arg(long)]
     url: Option<String>,
     /// Print one JSON object (field names: docs/inspect.md).
@@ -443,7 +445,7 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
     let node = NodeEnv::from_vars(&vars)?;
     let url = args
         .url
-        .unwrap_or_else(|| format!("http://127.0.0.1:{}/status", node.http_port));
+        .unwrap_or_else(|| format!("http://127.0.0.1:{}/status", node.server_http_port()));
     match reqwest::Url::parse(&url) {
         Ok(u) if u.scheme() == "http" && u.host().is_some() => {}
         _ => {
@@ -455,7 +457,7 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
             })
         }
     }
-    let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match &node.l2_adapter {
+    let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match node.custom_cascade() {
         None => (vec![node.disk_path.clone()], vec![true]),
         Some(cascade) => (
             cascade
