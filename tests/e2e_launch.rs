@@ -114,3 +114,36 @@ fn a_killed_launcher_leaves_no_server_behind() {
     );
     assert!(get_json(&url).is_none(), "the server still answers");
 }
+
+#[test]
+fn a_server_that_cannot_import_its_modules_is_named_with_the_import() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A module LMCache's server imports, broken the way a missing
+    // dependency breaks it.
+    let shadow = dir.join("shadow/msgspec");
+    std::fs::create_dir_all(&shadow).unwrap();
+    std::fs::write(
+        shadow.join("__init__.py"),
+        "raise ModuleNotFoundError(\"No module named 'msgspec'\")\n",
+    )
+    .unwrap();
+    let mut cmd = launch_command(dir, free_port(), free_port(), &[]);
+    cmd.env("PYTHONPATH", dir.join("shadow"));
+    let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
+    let status = launch
+        .wait_timeout(Duration::from_secs(120))
+        .expect("the launch ends");
+    let log = launch.output();
+    assert_eq!(status.code(), Some(5), "{log}");
+    assert!(
+        log.contains("LMCache 0.5.6 ("),
+        "the version is logged:\n{log}"
+    );
+    assert!(
+        log.contains(
+            "exited before it was ready (exit status 2: cannot import what the server needs: No module named 'msgspec')"
+        ),
+        "{log}"
+    );
+}

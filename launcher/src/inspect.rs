@@ -9,6 +9,8 @@
 //! and endpoints lose any `user:password@` and query string.
 
 use lmcache_adapters::guard::status::{read_status, GuardStatus};
+
+use crate::locate::LmcacheInstall;
 use lmcache_adapters::redact_endpoint;
 use lmcache_adapters::s3::state::{self as gateway_state, GatewayState};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -40,6 +42,10 @@ pub struct Inspection {
     pub worker_liveness: Option<WorkerLiveness>,
     /// Each local disk tier directory, read from disk.
     pub disk: Vec<DiskRow>,
+    /// The stock `lmcache` a launch on this node runs, and its version
+    /// (set by the caller: [`crate::locate::LmcacheInstall`]); `None` when
+    /// it cannot be found.
+    pub lmcache: Option<LmcacheInstall>,
 }
 
 /// The server as one poll saw it.
@@ -238,6 +244,7 @@ impl Inspection {
             store_controller: status.and_then(|s| s.store_controller().cloned()),
             worker_liveness: status.and_then(|s| s.worker_liveness.clone()),
             disk: dirs.iter().map(|d| read_disk(d)).collect(),
+            lmcache: None,
         }
     }
 
@@ -283,6 +290,13 @@ impl Inspection {
             &self.url,
             &format!("{}, {verdict}", s.answer),
         ])];
+        if let Some(install) = &self.lmcache {
+            head.push(row([
+                "lmcache",
+                install.version.as_deref().unwrap_or("?"),
+                &install.describe(),
+            ]));
+        }
         if let Some(engine) = &s.engine_type {
             head.push(row([
                 "engine",

@@ -363,10 +363,14 @@ async fn run_launch(
         };
         if start == 1 && !watcher.is_ready() {
             return Err(match last {
-                None => LaunchError::ExitedBeforeReady {
-                    status,
-                    tail: server.tail(),
-                },
+                None => {
+                    let tail = server.tail();
+                    let status = match python_failure(&tail) {
+                        Some(failure) => format!("{status}: {failure}"),
+                        None => status,
+                    };
+                    LaunchError::ExitedBeforeReady { status, tail }
+                }
                 Some(last) => LaunchError::NotReady {
                     url: plan.status_url(),
                     timeout: options.ready_timeout,
@@ -404,6 +408,36 @@ async fn run_launch(
         }
         backoff = (backoff * 2).min(restart.max_backoff);
     }
+}
+
+/// Why a server ended, from its last output lines:
+/// - LMCache 0.5.6 catches a failed import of its server's modules, warns
+///   `lmcache-cli (lightweight) detected (<why>)`, and then refuses every
+///   server flag: the import is the cause, e.g. `cannot import what the
+///   server needs: No module named 'msgspec'`;
+/// - otherwise the last line shaped `<Name>Error: ...` or
+///   `<Name>Exception: ...` (a traceback's last line), e.g.
+///   `ModuleNotFoundError: No module named 'openai'`, which LMCache 0.5.4
+///   prints when `openai` is missing.
+pub fn python_failure(tail: &[String]) -> Option<String> {
+    const LIGHTWEIGHT: &str = "lmcache-cli (lightweight) detected (";
+    const ADVICE: &str = "); install the full lmcache package";
+    let import = tail.iter().rev().find_map(|line| {
+        let why = &line[line.find(LIGHTWEIGHT)? + LIGHTWEIGHT.len()..];
+        let why = why.find(ADVICE).map_or(why, |end| &why[..end]);
+        Some(format!("cannot import what the server needs: {why}"))
+    });
+    import.or_else(|| {
+        let line = tail.iter().rev().map(|line| line.trim()).find(|line| {
+            line.split_once(": ").is_some_and(|(name, _)| {
+                (name.ends_with("Error") || name.ends_with("Exception"))
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            })
+        })?;
+        Some(line.to_string())
+    })
 }
 
 /// How one start of the server ended.
@@ -546,4 +580,42 @@ async fn stop(
         );
     }
     Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn the_exception_that_ended_the_server_is_named() {
+        let tail = lines(
+            "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    import openai\nModuleNotFoundError: No module named 'openai'\n",
+        );
+        assert_eq!(
+            python_failure(&tail).as_deref(),
+            Some("ModuleNotFoundError: No module named 'openai'")
+        );
+        let tail =
+            lines("ValueError: first\nlmcache.errors.ConfigException: second\nINFO: shutting down");
+        assert_eq!(
+            python_failure(&tail).as_deref(),
+            Some("lmcache.errors.ConfigException: second")
+        );
+        let tail = lines("INFO: Error: not an exception line\nWARNING: an Error: here");
+        assert_eq!(python_failure(&tail), None);
+        let tail = lines(concat!(
+            "[2026-12-01 05:30:41,948] LMCache WARNING: lmcache-cli (lightweight) detected ",
+            "(No module named 'msgspec'); install the full lmcache package to use 'server' ",
+            "and 'bench'. (server.py:63:lmcache.cli.commands.server)\n",
+            "lmcache: error: unrecognized arguments: --l1-size-gb 1",
+        ));
+        assert_eq!(
+            python_failure(&tail).as_deref(),
+            Some("cannot import what the server needs: No module named 'msgspec'")
+        );
+    }
 }

@@ -143,6 +143,97 @@ pub fn server_executable(
     })
 }
 
+/// The LMCache versions the end-to-end tests have passed on
+/// (`docs/configuration.md`, "LMCache versions").
+pub const TESTED_LMCACHE_VERSIONS: &[&str] = &["0.5.4", "0.5.5", "0.5.6"];
+
+/// An installed LMCache: where its `lmcache` command is and which version
+/// its Python environment holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LmcacheInstall {
+    /// The stock `lmcache` command.
+    pub path: PathBuf,
+    /// The installed version (`lmcache-<version>.dist-info`), `None` when
+    /// it cannot be read.
+    pub version: Option<String>,
+    /// Whether `version` is one of [`TESTED_LMCACHE_VERSIONS`].
+    pub tested: bool,
+}
+
+impl LmcacheInstall {
+    /// Reads the version of the LMCache that the stock command at `stock`
+    /// runs ([`lmcache_version`]).
+    pub fn at(stock: &Path) -> Self {
+        let version = lmcache_version(stock);
+        let tested = version
+            .as_deref()
+            .is_some_and(|v| TESTED_LMCACHE_VERSIONS.contains(&v));
+        LmcacheInstall {
+            path: stock.to_path_buf(),
+            version,
+            tested,
+        }
+    }
+
+    /// One line for the log: `LMCache 0.5.6 (/venv/bin/lmcache)`, with a
+    /// warning when the version is not a tested one.
+    pub fn describe(&self) -> String {
+        let tested = TESTED_LMCACHE_VERSIONS.join(", ");
+        match (&self.version, self.tested) {
+            (Some(v), true) => format!("LMCache {v} ({})", self.path.display()),
+            (Some(v), false) => format!(
+                "LMCache {v} ({}) is not a tested version ({tested}): it may work, or fail at start or at run time",
+                self.path.display()
+            ),
+            (None, _) => format!(
+                "the LMCache version of {} cannot be read (no lmcache-*.dist-info in its Python environment); tested versions: {tested}",
+                self.path.display()
+            ),
+        }
+    }
+}
+
+/// The version of LMCache installed for the stock `lmcache` command at
+/// `stock`, from the `Version:` line of `lmcache-<version>.dist-info/METADATA`
+/// in the `site-packages` of the Python its `#!` line names (else of the
+/// environment `<stock>/../..`). Reads files only: no Python is started.
+pub fn lmcache_version(stock: &Path) -> Option<String> {
+    let interpreter = std::fs::read(stock).ok().and_then(|script| {
+        let line = script.split(|b| *b == b'\n').next()?;
+        let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
+        Some(PathBuf::from(line.split_whitespace().next()?))
+    });
+    let prefixes = [
+        interpreter.and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
+        stock.parent().and_then(Path::parent).map(Path::to_path_buf),
+    ];
+    prefixes.into_iter().flatten().find_map(|prefix| {
+        std::fs::read_dir(prefix.join("lib"))
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+            .find_map(|python| dist_info_version(&python.path().join("site-packages")))
+    })
+}
+
+fn dist_info_version(site_packages: &Path) -> Option<String> {
+    std::fs::read_dir(site_packages)
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().to_lowercase();
+            name.starts_with("lmcache-") && name.ends_with(".dist-info")
+        })
+        .find_map(|e| {
+            let metadata = std::fs::read_to_string(e.path().join("METADATA")).ok()?;
+            metadata
+                .lines()
+                .take_while(|l| !l.is_empty())
+                .find_map(|l| l.strip_prefix("Version: "))
+                .map(|v| v.trim().to_string())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +307,43 @@ mod tests {
         assert_eq!(server_executable(Some(&custom), &v, &own).unwrap(), custom);
         let err = server_executable(Some(Path::new("/nonexistent/x")), &v, &own).unwrap_err();
         assert!(err.to_string().contains("EREBINE_AGENT_LMCACHE_PATH"));
+    }
+
+    #[test]
+    fn the_lmcache_version_is_read_from_the_environment_the_command_runs_in() {
+        let t = tempfile::tempdir().unwrap();
+        let venv = t.path().join("venv");
+        let dist = venv.join("lib/python3.11/site-packages/lmcache-0.5.5.dist-info");
+        fs::create_dir_all(&dist).unwrap();
+        fs::write(
+            dist.join("METADATA"),
+            "Metadata-Version: 2.1\nName: lmcache\nVersion: 0.5.5\n\nVersion: 9\n",
+        )
+        .unwrap();
+        let python = exe(&venv.join("bin"), "python3");
+        // The command elsewhere, its #! naming the environment's Python.
+        let elsewhere = t.path().join("bin/lmcache");
+        fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
+        fs::write(
+            &elsewhere,
+            format!("#!{} -s\nimport sys\n", python.display()),
+        )
+        .unwrap();
+        let install = LmcacheInstall::at(&elsewhere);
+        assert_eq!(install.version.as_deref(), Some("0.5.5"));
+        assert!(install.tested);
+        assert!(install.describe().starts_with("LMCache 0.5.5 ("));
+        // Inside the environment, with a #! that names nothing useful.
+        let inside = exe(&venv.join("bin"), "lmcache");
+        assert_eq!(lmcache_version(&inside).as_deref(), Some("0.5.5"));
+        fs::write(dist.join("METADATA"), "Name: lmcache\nVersion: 0.4.0\n").unwrap();
+        let old = LmcacheInstall::at(&inside);
+        assert!(!old.tested);
+        assert!(old
+            .describe()
+            .contains("is not a tested version (0.5.4, 0.5.5, 0.5.6)"));
+        let none = LmcacheInstall::at(&exe(&t.path().join("bare/bin"), "lmcache"));
+        assert_eq!(none.version, None);
+        assert!(none.describe().contains("cannot be read"));
     }
 }

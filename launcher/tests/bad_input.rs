@@ -188,6 +188,33 @@ fn extra_args_the_server_would_refuse_are_refused_before_anything_starts() {
 }
 
 #[test]
+fn the_lmcache_version_is_shown_and_an_untested_one_warned_about() {
+    let case = Case::new();
+    let out = case.run(&["launch", "--dry-run", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["lmcache"]["version"], serde_json::Value::Null);
+    let dist = case
+        .path()
+        .join("venv/lib/python3.11/site-packages/lmcache-0.4.9.dist-info");
+    fs::create_dir_all(&dist).unwrap();
+    fs::write(dist.join("METADATA"), "Name: lmcache\nVersion: 0.4.9\n").unwrap();
+    let out = case.run(&["launch", "--dry-run", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["lmcache"]["version"], "0.4.9");
+    assert_eq!(plan["lmcache"]["tested"], false);
+    let out = case.run(&["launch", "--dry-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("LMCache 0.4.9 (")
+            && text.contains("is not a tested version (0.5.4, 0.5.5, 0.5.6)"),
+        "{text}"
+    );
+    let out = case.run(&["inspect", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["lmcache"]["version"], "0.4.9");
+}
+
+#[test]
 fn a_relative_disk_path_is_refused_whatever_the_backend() {
     for backend in ["native", "none", "lmcache"] {
         let mut case = Case::new();

@@ -361,18 +361,10 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         max_num_batched_tokens: e.max_num_batched_tokens,
         hybrid_attention: e.hybrid_attention,
     };
-    if node.kv_cache_backend == KvCacheBackend::Lmcache && node.lmcache_path.is_none() {
-        // Our erebine-lmcache will look for the stock lmcache: fail here, with
-        // the list of places, before anything is created or started.
-        let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
-        let executable = locate::server_executable(None, &vars, &own)?;
-        if let Err(e) = locate::find_stock_lmcache(&vars, &executable) {
-            if !args.dry_run {
-                return Err(e.into());
-            }
-            tracing::warn!("{e}");
-        }
-    }
+    let lmcache = match node.kv_cache_backend {
+        KvCacheBackend::Lmcache => stock_lmcache(&node, &vars, args.dry_run)?,
+        _ => None,
+    };
     let host = host_facts()?;
     let access = if args.dry_run {
         DiskAccess::Inspect
@@ -396,9 +388,14 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     };
     if args.dry_run {
         if args.json {
-            outln!("{:#}", planned.to_json());
+            let mut json = planned.to_json();
+            json["lmcache"] = serde_json::to_value(&lmcache).unwrap_or_default();
+            outln!("{json:#}");
         } else {
             outln!("{}", plan.log_line());
+            if let Some(install) = &lmcache {
+                outln!("{}", install.describe());
+            }
             // Quoted for a shell, so the line can be pasted (secrets stay
             // redacted).
             let command: Vec<String> = std::iter::once(plan.executable.display().to_string())
@@ -414,6 +411,11 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         return Ok(());
     }
     tracing::info!("{}", plan.log_line());
+    match &lmcache {
+        Some(install) if install.tested => tracing::info!("{}", install.describe()),
+        Some(install) => tracing::warn!("{}", install.describe()),
+        None => {}
+    }
     let first_backoff = Duration::from_secs(args.restart_backoff);
     let default_restart = RestartPolicy::default();
     let options = RunOptions {
@@ -429,6 +431,33 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     };
     runtime()?.block_on(launch::run(plan, &options))?;
     Ok(())
+}
+
+/// The stock `lmcache` the launch will run and its version. Without
+/// `EREBINE_AGENT_LMCACHE_PATH`, our `erebine-lmcache` will look for it:
+/// a missing one fails here (exit 3, every place looked listed), before
+/// anything is created or started; `--dry-run` only warns. With that
+/// variable, the executable is the operator's, and a stock `lmcache` that
+/// cannot be found is only not described.
+fn stock_lmcache(
+    node: &NodeEnv,
+    vars: &Vars,
+    dry_run: bool,
+) -> Result<Option<locate::LmcacheInstall>, Failure> {
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
+    let executable = match &node.lmcache_path {
+        Some(path) => path.clone(),
+        None => locate::server_executable(None, vars, &own)?,
+    };
+    match locate::find_stock_lmcache(vars, &executable) {
+        Ok(stock) => Ok(Some(locate::LmcacheInstall::at(&stock))),
+        Err(_) if node.lmcache_path.is_some() => Ok(None),
+        Err(e) if dry_run => {
+            tracing::warn!("{e}");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -477,6 +506,12 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
     let runtime = runtime()?;
     let poll = runtime.block_on(client.poll());
     let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+    // What a launch would run, if it can be found; inspect needs no LMCache.
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
+    report.lmcache = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)
+        .and_then(|executable| locate::find_stock_lmcache(&vars, &executable))
+        .ok()
+        .map(|stock| locate::LmcacheInstall::at(&stock));
     runtime.block_on(report.read_gateways(GATEWAY_TIMEOUT));
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| Failure {
