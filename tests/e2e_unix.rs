@@ -311,7 +311,7 @@ fn help_and_rejected_command_lines_touch_nothing_on_disk() {
 }
 
 #[test]
-fn server_arguments_reach_lmcache_byte_for_byte() {
+fn server_arguments_reach_lmcache_byte_for_byte_and_signals_are_forwarded() {
     let tmp = tempfile::tempdir().unwrap();
     let mut logs = tmp.path().join("lookup").into_os_string().into_vec();
     logs.extend_from_slice(b"-nu\xff");
@@ -340,8 +340,24 @@ fn server_arguments_reach_lmcache_byte_for_byte() {
             .unwrap_or_default();
         !cmdline.is_empty()
     });
-    server.signal(Signal::SIGTERM);
-    server.wait_timeout(Duration::from_secs(60));
+    // As a drop-in, it forwards what the stock command would have received:
+    // Python's default action for SIGUSR1 ends the server, and the wrapper
+    // reports it the shell's way.
+    let child = lmcache_tier_e2e::children_of(server.pid());
+    server.signal(Signal::SIGUSR1);
+    let status = server
+        .wait_timeout(Duration::from_secs(60))
+        .expect("the server ends on SIGUSR1");
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGUSR1),
+        "{}",
+        server.output()
+    );
+    assert!(
+        child.iter().all(|pid| !alive(*pid)),
+        "{child:?} outlived it"
+    );
     let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     assert!(
         argv.windows(2)
