@@ -328,35 +328,26 @@ mod tests {
     #[test]
     fn an_l2_adapter_value_that_is_not_utf8_is_refused_and_other_bytes_pass() {
         use std::os::unix::ffi::OsStringExt;
-        let spec = OsString::from_vec(b"{\"type\":\"fs\",\"base_path\":\"/t/\xff\"}".to_vec());
-        let given = vec![
-            OsString::from("server"),
-            OsString::from("--l2-adapter"),
-            spec,
-        ];
-        let text: Vec<String> = given
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let e = check_args(&given, &text, &L2AdapterArgs::parse(&text)).unwrap_err();
+        let check_bytes = |flag: &str, value: &[u8]| {
+            let given = vec![
+                "server".into(),
+                flag.into(),
+                OsString::from_vec(value.to_vec()),
+            ];
+            let text: Vec<String> = given
+                .iter()
+                .map(|a: &OsString| a.to_string_lossy().into_owned())
+                .collect();
+            check_args(&given, &text, &L2AdapterArgs::parse(&text))
+        };
         assert_eq!(
-            e,
-            "argument 3 (--l2-adapter #1) is not UTF-8 text: write the JSON in UTF-8"
+            check_bytes(
+                "--l2-adapter",
+                b"{\"type\":\"fs\",\"base_path\":\"/t/\xff\"}"
+            ),
+            Err("argument 3 (--l2-adapter #1) is not UTF-8 text: write the JSON in UTF-8".into())
         );
-        let dir = OsString::from_vec(b"/logs/\xff".to_vec());
-        let given = vec![
-            OsString::from("server"),
-            OsString::from("--lookup-hash-log-dir"),
-            dir,
-        ];
-        let text: Vec<String> = given
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(
-            check_args(&given, &text, &L2AdapterArgs::parse(&text)),
-            Ok(())
-        );
+        assert_eq!(check_bytes("--lookup-hash-log-dir", b"/logs/\xff"), Ok(()));
     }
 
     #[test]
