@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs the end-to-end smoke tests (e2e_launch, e2e_capacity_guard, e2e_watch)
+# against each LMCache version given as arguments (default: 0.5.4 0.5.5 0.5.6)
+# and prints a table: version, pass/fail per test binary, seconds spent in
+# setup-lmcache.sh and in the tests.
+#
+#   scripts/compat.sh               # all three
+#   scripts/compat.sh 0.5.5         # one
+#
+# Each version gets its own environment from scripts/setup-lmcache.sh
+# (~/.cache/erebine/lmcache-<version>, reused when present). A version not
+# installed yet downloads about 6 GB from PyPI (torch and the CUDA libraries)
+# and needs about 6.5 GB of disk; that took about 2 minutes here. The tests
+# take about 6-7 minutes per version on 2 cores, so all three with nothing
+# installed take about 25 minutes. The first run also builds s3s-fs
+# (setup-s3s-fs.sh, about 2 minutes, from crates.io) and the tests.
+# Per-version logs go to target/compat/<version>-<test>.log.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+versions=("$@")
+[ ${#versions[@]} -gt 0 ] || versions=(0.5.4 0.5.5 0.5.6)
+tests=(e2e_launch e2e_capacity_guard e2e_watch)
+logs="$root/target/compat"
+mkdir -p "$logs"
+
+EREBINE_TEST_S3S_FS="$(scripts/setup-s3s-fs.sh)"
+export EREBINE_TEST_S3S_FS
+# Build up front so the first version's seconds are mostly its tests.
+cargo build -p lmcache-launcher --bins
+cargo test "${tests[@]/#/--test=}" --no-run
+
+rows=()
+for v in "${versions[@]}"; do
+  start=$SECONDS
+  row="$v"
+  if venv="$(LMCACHE_VERSION="$v" scripts/setup-lmcache.sh)"; then
+    setup=$((SECONDS - start))
+    for t in "${tests[@]}"; do
+      echo "compat: lmcache $v: $t" >&2
+      if EREBINE_TEST_LMCACHE_VENV="$venv" cargo test --test "$t" >"$logs/$v-$t.log" 2>&1; then
+        row+=" pass"
+      else
+        row+=" FAIL"
+        echo "compat: lmcache $v: $t failed, see $logs/$v-$t.log" >&2
+      fi
+    done
+  else
+    setup=$((SECONDS - start))
+    for t in "${tests[@]}"; do row+=" no-venv"; done
+  fi
+  rows+=("$row $setup $((SECONDS - start - setup))")
+done
+
+{
+  echo "version ${tests[*]} setup_s tests_s"
+  printf '%s\n' "${rows[@]}"
+} | column -t
