@@ -42,7 +42,13 @@ pub fn binary(name: &str) -> PathBuf {
     let dir = BUILT.get_or_init(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut build = Command::new(cargo);
-        build.args(["build", "-p", "lmcache-launcher", "--bins"]);
+        // Not the test's own CARGO_MANIFEST_DIR: ring's build script
+        // watches it, and a value the outer `cargo test` did not have would
+        // rebuild ring and everything above it here, and again on the next
+        // `cargo test`.
+        build
+            .args(["build", "-p", "lmcache-launcher", "--bins"])
+            .env_remove("CARGO_MANIFEST_DIR");
         if !cfg!(debug_assertions) {
             build.arg("--release");
         }

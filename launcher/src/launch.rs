@@ -415,6 +415,9 @@ async fn run_launch(
 ///   `lmcache-cli (lightweight) detected (<why>)`, and then refuses every
 ///   server flag: the import is the cause, e.g. `cannot import what the
 ///   server needs: No module named 'msgspec'`;
+/// - LMCache 0.5.4 and 0.5.5 swallow that import error and say only `The
+///   'lmcache server' command requires the full lmcache installation ...`:
+///   that line;
 /// - otherwise the last line shaped `<Name>Error: ...` or
 ///   `<Name>Exception: ...` (a traceback's last line), e.g.
 ///   `ModuleNotFoundError: No module named 'openai'`, which LMCache 0.5.4
@@ -426,6 +429,14 @@ pub fn python_failure(tail: &[String]) -> Option<String> {
         let why = &line[line.find(LIGHTWEIGHT)? + LIGHTWEIGHT.len()..];
         let why = why.find(ADVICE).map_or(why, |end| &why[..end]);
         Some(format!("cannot import what the server needs: {why}"))
+    });
+    const FULL_INSTALL: &str = "command requires the full lmcache installation";
+    let import = import.or_else(|| {
+        let line = tail.iter().rev().find(|line| line.contains(FULL_INSTALL))?;
+        Some(format!(
+            "cannot import what the server needs: {}",
+            line.trim()
+        ))
     });
     import.or_else(|| {
         let line = tail.iter().rev().map(|line| line.trim()).find(|line| {
@@ -616,6 +627,14 @@ mod tests {
         assert_eq!(
             python_failure(&tail).as_deref(),
             Some("cannot import what the server needs: No module named 'msgspec'")
+        );
+        let tail = lines(concat!(
+            "The 'lmcache server' command requires the full lmcache installation with CUDA extensions.\n",
+            "Install with: pip install lmcache",
+        ));
+        assert_eq!(
+            python_failure(&tail).as_deref(),
+            Some("cannot import what the server needs: The 'lmcache server' command requires the full lmcache installation with CUDA extensions.")
         );
     }
 }
