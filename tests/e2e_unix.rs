@@ -137,6 +137,88 @@ fn every_terminating_signal_stops_the_server_before_the_lock_is_released() {
     }
 }
 
+/// Whether process `pid` catches signal `number` (its `SigCgt` mask).
+fn catches(pid: i32, number: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (number - 1)) != 0)
+}
+
+#[test]
+fn a_signal_while_the_launch_plans_and_housekeeps_stops_it_before_any_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Enough objects that planning and housekeeping take a while.
+    let cache = dir.join("cache");
+    fs::create_dir_all(&cache).unwrap();
+    for i in 0..20_000u32 {
+        fs::write(cache.join(object_name(i)), b"").unwrap();
+    }
+    for number in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR2] {
+        let name = signal_name(number);
+        let mut launch = Proc::spawn(
+            launch_command(dir, free_port(), free_port(), &[]),
+            &dir.join("launch.log"),
+        );
+        wait_for(&format!("{name} caught"), Duration::from_secs(10), || {
+            catches(launch.pid(), number)
+        });
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(launch.pid(), number) };
+        let status = launch
+            .wait_timeout(Duration::from_secs(60))
+            .expect("the launch ends");
+        let log = launch.output();
+        assert!(status.success(), "{name}: {status}\n{log}");
+        assert!(
+            log.contains(&format!(
+                "{name} received before the LMCache server started: not starting it"
+            )),
+            "{name}:\n{log}"
+        );
+        assert!(!log.contains("LMCache server started;"), "{name}:\n{log}");
+        assert!(lock_free(&cache.join(".lmcache-tier.lock")));
+        let probes = fs::read_dir(&cache)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("odirect-probe"))
+            .count();
+        assert_eq!(probes, 0, "{name}: a probe file was left");
+    }
+}
+
+#[test]
+fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let http_port = free_port();
+    let mut launch = Proc::spawn(
+        launch_command(dir, free_port(), http_port, &[]),
+        &dir.join("launch.log"),
+    );
+    let url = format!("http://127.0.0.1:{http_port}/status");
+    wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    let wrapper = lmcache_tier_e2e::children_of(launch.pid());
+    assert_eq!(wrapper.len(), 1, "{wrapper:?}");
+    launch.signal(Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    // The wrapper dies at once, as an OOM kill would take it; the Python
+    // server it started is still stopping.
+    nix::sys::signal::kill(Pid::from_raw(wrapper[0]), Signal::SIGKILL).unwrap();
+    let status = launch
+        .wait_timeout(Duration::from_secs(60))
+        .expect("the launch ends");
+    let left = processes_mentioning(&dir.display().to_string());
+    let lock = lock_free(&dir.join("cache/.lmcache-tier.lock"));
+    assert!(status.success(), "{status}\n{}", launch.output());
+    assert!(left.is_empty(), "running when the launch ended: {left:?}");
+    assert!(lock);
+}
+
 #[test]
 fn a_hangup_stops_the_real_server_and_leaves_nothing_running() {
     let tmp = tempfile::tempdir().unwrap();

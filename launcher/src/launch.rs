@@ -16,7 +16,8 @@ use crate::env;
 use crate::plan::LaunchPlan;
 use crate::status::{Poll, StatusClient};
 use crate::supervise::{
-    describe, listener_owned_by_tree, signal_name, Output, Supervised, TerminatingSignals,
+    describe, listener_owned_by_tree, reap_orphans, signal_name, Output, Supervised,
+    TerminatingSignals,
 };
 use crate::watch::{Event, WatchConfig, Watcher};
 
@@ -245,7 +246,20 @@ pub async fn run_with_events(
     options: &RunOptions,
     events: Option<mpsc::UnboundedSender<Event>>,
 ) -> Result<ExitStatus, LaunchError> {
-    run_launch(plan, options, events, Stop::Signals).await
+    let signals = TerminatingSignals::install()?;
+    run_launch(plan, options, events, Stop::Signals(signals)).await
+}
+
+/// [`run`] with the terminating signals already caught: a command-line
+/// launch installs them ([`TerminatingSignals::install`]) before it plans,
+/// so that a signal during planning stops it cleanly too (it then starts
+/// nothing).
+pub async fn run_with_signals(
+    plan: &LaunchPlan,
+    options: &RunOptions,
+    signals: TerminatingSignals,
+) -> Result<ExitStatus, LaunchError> {
+    run_launch(plan, options, None, Stop::Signals(signals)).await
 }
 
 async fn run_launch(
@@ -254,9 +268,13 @@ async fn run_launch(
     events: Option<mpsc::UnboundedSender<Event>>,
     stop: Stop,
 ) -> Result<ExitStatus, LaunchError> {
-    // Caught from here on: a signal during the gateways' start or the
-    // housekeeping waits for them and starts no server.
-    let mut signals = Signals::new(stop)?;
+    // A signal during planning, the gateways' start or the housekeeping
+    // lets that work finish and starts no server.
+    let mut signals = Signals::new(stop);
+    if let Some(why) = signals.already_received().await {
+        tracing::info!("{why} received before the LMCache server started: not starting it");
+        return Ok(ExitStatus::from_raw(0));
+    }
     check_ports(plan)?;
     // Path-style gateways for `s3_bucket` tiers, held until this function
     // returns; the server gets specs with per-launch keys only.
@@ -344,7 +362,11 @@ async fn run_launch(
             &emit,
             plan,
         )
-        .await?;
+        .await;
+        // The server's own processes, when its wrapper died before them:
+        // gone before the lock is released or the next start.
+        reap_orphans(options.stop_grace).await;
+        let ended = ended?;
         let (status, last) = match ended {
             Ended::Stopped(status) => return Ok(status),
             Ended::Exited(status) => {
@@ -464,8 +486,9 @@ enum Ended {
 /// What ends a launch on request.
 enum Stop {
     /// Any terminating signal to this process (the command-line tools; see
-    /// [`crate::supervise::terminating_signals`]).
-    Signals,
+    /// [`crate::supervise::terminating_signals`]), caught from before the
+    /// launch.
+    Signals(TerminatingSignals),
     /// [`LaunchHandle::stop`], or the handle dropped (the library).
     Handle(watch::Receiver<bool>),
 }
@@ -477,11 +500,11 @@ enum Signals {
 }
 
 impl Signals {
-    fn new(stop: Stop) -> std::io::Result<Self> {
-        Ok(match stop {
-            Stop::Signals => Signals::Process(TerminatingSignals::install()?),
+    fn new(stop: Stop) -> Self {
+        match stop {
+            Stop::Signals(signals) => Signals::Process(signals),
             Stop::Handle(rx) => Signals::Handle(rx),
-        })
+        }
     }
 
     /// Waits for the next stop request and names it.
@@ -586,7 +609,7 @@ async fn stop(
         );
     } else {
         tracing::warn!(
-            "LMCache server ended with {} after SIGTERM",
+            "LMCache server did not stop cleanly after SIGTERM: {}",
             describe(status)
         );
     }

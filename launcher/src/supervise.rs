@@ -268,6 +268,76 @@ impl TerminatingSignals {
     }
 }
 
+/// Set once [`become_subreaper`] has made this process a subreaper.
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process the reaper of its orphaned descendants
+/// (`PR_SET_CHILD_SUBREAPER`): when a wrapper between it and the server (an
+/// `erebine-lmcache` killed by SIGKILL, an OOM kill) dies first, the
+/// server's processes become this process's children, and
+/// [`reap_orphans`] waits for them before the tier's lock is released.
+///
+/// For a process whose only children are the servers it supervises (the
+/// `lmcache-tier launch` command): [`reap_orphans`] stops every child it
+/// finds. A library caller keeps its own process as it is.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    SUBREAPER.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Stops and reaps every child this process has once its server has
+/// exited: processes it adopted as a subreaper (see [`become_subreaper`]).
+/// Each gets SIGTERM (and its process group too) at once, SIGKILL after
+/// `grace`. Returns at once when this process is not a subreaper.
+pub async fn reap_orphans(grace: Duration) {
+    if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let mut told: Vec<(i32, i32)> = Vec::new();
+    loop {
+        let children = children_of(std::process::id() as i32);
+        if children.is_empty() {
+            return;
+        }
+        let signal = match started.elapsed() >= grace {
+            true => libc::SIGKILL,
+            false => libc::SIGTERM,
+        };
+        for pid in children {
+            if !told.contains(&(pid, signal)) {
+                tracing::warn!(
+                    pid,
+                    "a process of the LMCache server outlived its wrapper; sending {}",
+                    signal_name(signal)
+                );
+                // SAFETY: kill and killpg have no memory effects.
+                unsafe {
+                    libc::kill(pid, signal);
+                    libc::killpg(pid, signal);
+                }
+                told.push((pid, signal));
+            }
+            // SAFETY: reaps `pid` only if it has exited; no memory effects.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc`.
+fn children_of(parent: i32) -> Vec<i32> {
+    process_parents()
+        .into_iter()
+        .filter(|(_, ppid)| *ppid == parent)
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
 /// Whether the TCP listener on `port` (IPv4, any local address) belongs to a
 /// process in the tree rooted at `root` (the server we started and its
 /// descendants). `Some(false)`: another process listens there; `None`: no
@@ -322,9 +392,9 @@ fn tree_holds(root: i32, inodes: &[String]) -> bool {
     })
 }
 
-/// `root` and every live descendant of it, from the parent ids in `/proc`.
-fn process_tree(root: i32) -> Vec<i32> {
-    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+/// Every process in `/proc` with its parent's id.
+fn process_parents() -> Vec<(i32, i32)> {
+    std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
@@ -340,7 +410,12 @@ fn process_tree(root: i32) -> Vec<i32> {
                 .ok()?;
             Some((pid, ppid))
         })
-        .collect();
+        .collect()
+}
+
+/// `root` and every live descendant of it, from the parent ids in `/proc`.
+fn process_tree(root: i32) -> Vec<i32> {
+    let parents = process_parents();
     let mut tree = vec![root];
     let mut i = 0;
     while i < tree.len() {

@@ -17,6 +17,7 @@ use lmcache_launcher::locate;
 use lmcache_launcher::output;
 use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::status::StatusClient;
+use lmcache_launcher::supervise::{self, TerminatingSignals};
 use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
@@ -343,6 +344,13 @@ fn main() -> ExitCode {
 }
 
 fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
+    // Caught before anything is planned or touched: a signal from here on
+    // stops the launch cleanly (docs/operations.md, "Stopping").
+    let runtime = runtime()?;
+    let signals = match args.dry_run {
+        true => None,
+        false => Some(catch_signals(&runtime)?),
+    };
     if let Some(gib) = args.lmcache_disk_size_gb {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
@@ -429,8 +437,27 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         },
         ..RunOptions::default()
     };
-    runtime()?.block_on(launch::run(plan, &options))?;
+    match signals {
+        Some(signals) => runtime.block_on(launch::run_with_signals(plan, &options, signals))?,
+        None => runtime.block_on(launch::run(plan, &options))?,
+    };
     Ok(())
+}
+
+/// Catches every terminating signal for the launch and makes this process
+/// the reaper of the server's processes ([`supervise::become_subreaper`]):
+/// the launch then holds the tier's lock until every one of them is gone.
+fn catch_signals(runtime: &tokio::runtime::Runtime) -> Result<TerminatingSignals, Failure> {
+    let signals = runtime
+        .block_on(async { TerminatingSignals::install() })
+        .map_err(|e| Failure {
+            code: 1,
+            message: format!("cannot catch the terminating signals: {e}"),
+        })?;
+    if let Err(e) = supervise::become_subreaper() {
+        tracing::warn!("cannot adopt the server's processes if its wrapper dies first: {e}");
+    }
+    Ok(signals)
 }
 
 /// The stock `lmcache` the launch will run and its version. Without
