@@ -264,7 +264,7 @@ impl NodeEnv {
         };
         let disk_path = match get(DISK_PATH) {
             Some(p) => absolute_disk_path(&p, vars)?,
-            None => expand_home("~/.cache/erebine/lmcache", vars),
+            None => default_disk_path(vars)?,
         };
         let env = NodeEnv {
             kv_offload_bytes: get(KV_OFFLOAD_SIZE_GB)
@@ -457,11 +457,44 @@ fn expand_home(path: &str, vars: &Vars) -> PathBuf {
     }
 }
 
+/// The default disk tier directory, `$HOME/.cache/erebine/lmcache`. `HOME`
+/// must then be an absolute UTF-8 path: the directory goes into LMCache's
+/// JSON spec, and a relative one would be read against the current
+/// directory.
+fn default_disk_path(vars: &Vars) -> Result<PathBuf, ConfigError> {
+    const DEFAULT: &str = "~/.cache/erebine/lmcache";
+    let home = vars.get(OsStr::new("HOME")).filter(|h| !h.is_empty());
+    let invalid = |value: String, expected: &str| ConfigError::Invalid {
+        variable: "HOME".to_string(),
+        value,
+        expected: format!(
+            "{expected}: the default disk tier directory is {DEFAULT}; or set {DISK_PATH}"
+        ),
+    };
+    match home.map(|h| h.to_str()) {
+        None => Err(invalid(String::new(), "set HOME to an absolute path")),
+        Some(None) => Err(ConfigError::NotText {
+            variable: "HOME".to_string(),
+            why: "the default disk tier directory is under it, and LMCache takes it inside a JSON spec (or set EREBINE_AGENT_LMCACHE_DISK_PATH)",
+        }),
+        Some(Some(home)) if !home.starts_with('/') => {
+            Err(invalid(home.to_string(), "give HOME as an absolute path"))
+        }
+        Some(Some(_)) => Ok(expand_home(DEFAULT, vars)),
+    }
+}
+
 /// `EREBINE_AGENT_LMCACHE_DISK_PATH` as given, `~/` expanded from `HOME`:
 /// it must then be absolute, whatever the backend, so that `launch`,
 /// `inspect` and `size` never read it against the current directory.
 fn absolute_disk_path(value: &str, vars: &Vars) -> Result<PathBuf, ConfigError> {
     let path = expand_home(value, vars);
+    if path.to_str().is_none() {
+        return Err(ConfigError::NotText {
+            variable: "HOME".to_string(),
+            why: "EREBINE_AGENT_LMCACHE_DISK_PATH starts with ~/, and LMCache takes the directory inside a JSON spec",
+        });
+    }
     match path.is_absolute() {
         true => Ok(path),
         false => Err(ConfigError::Invalid {
@@ -572,8 +605,13 @@ mod tests {
     use lmcache_sizing::GIB;
     use std::path::Path;
 
+    /// `pairs` on top of `HOME=/home/n`.
     fn vars(pairs: &[(&str, &str)]) -> Vars {
-        text_vars(pairs.iter().copied())
+        text_vars(
+            [("HOME", "/home/n")]
+                .into_iter()
+                .chain(pairs.iter().copied()),
+        )
     }
 
     #[test]
@@ -853,14 +891,29 @@ mod tests {
     #[test]
     fn a_relative_disk_path_is_refused_whatever_the_backend() {
         for backend in ["native", "none", "lmcache"] {
-            for path in ["cache", "./cache", "~/c"] {
-                let err =
-                    NodeEnv::from_vars(&vars(&[(KV_CACHE_BACKEND, backend), (DISK_PATH, path)]))
-                        .unwrap_err()
-                        .to_string();
+            for (home, path) in [("/h", "cache"), ("/h", "./cache"), ("rel", "~/c")] {
+                let err = NodeEnv::from_vars(&vars(&[
+                    ("HOME", home),
+                    (KV_CACHE_BACKEND, backend),
+                    (DISK_PATH, path),
+                ]))
+                .unwrap_err()
+                .to_string();
                 assert!(err.contains(DISK_PATH), "{err}");
                 assert!(err.contains("give an absolute path"), "{err}");
             }
+            // The default directory is under HOME: it must be absolute too.
+            for home in ["", "rel", "."] {
+                let err = NodeEnv::from_vars(&vars(&[("HOME", home), (KV_CACHE_BACKEND, backend)]))
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.starts_with("HOME="), "{err}");
+                assert!(err.contains("absolute path"), "{err}");
+            }
+            let mut no_home = vars(&[(KV_CACHE_BACKEND, backend)]);
+            no_home.remove(OsStr::new("HOME"));
+            let err = NodeEnv::from_vars(&no_home).unwrap_err().to_string();
+            assert!(err.contains("set HOME to an absolute path"), "{err}");
         }
     }
 
@@ -879,14 +932,19 @@ mod tests {
         let mut given = vars(&[]);
         let exe = OsString::from_vec(b"/opt/bin/erebine-lmcache\xff".to_vec());
         given.insert(LMCACHE_PATH.into(), exe.clone());
-        given.insert("HOME".into(), OsString::from_vec(b"/home/\xff".to_vec()));
         let env = NodeEnv::from_vars(&given).unwrap();
         assert_eq!(env.lmcache_path, Some(PathBuf::from(exe)));
-        assert!(env
-            .disk_path
-            .as_os_str()
-            .as_encoded_bytes()
-            .starts_with(b"/home/\xff/"));
+        given.insert("HOME".into(), OsString::from_vec(b"/home/\xff".to_vec()));
+        let err = NodeEnv::from_vars(&given).unwrap_err().to_string();
+        assert!(err.starts_with("HOME is not UTF-8 text"), "{err}");
+        given.insert(DISK_PATH.into(), "~/cache".into());
+        let err = NodeEnv::from_vars(&given).unwrap_err().to_string();
+        assert!(err.starts_with("HOME is not UTF-8 text"), "{err}");
+        given.insert(DISK_PATH.into(), "/data/cache".into());
+        assert_eq!(
+            NodeEnv::from_vars(&given).unwrap().disk_path,
+            Path::new("/data/cache")
+        );
     }
 
     #[test]

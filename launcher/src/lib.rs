@@ -149,7 +149,7 @@ impl Planned {
 /// typo is found before the node is switched over.
 ///
 /// ```
-/// use lmcache_launcher::env::{text_vars, Vars};
+/// use lmcache_launcher::env::text_vars;
 /// use lmcache_launcher::{plan, DiskAccess, EngineFacts, HostFacts, KvCacheBackend, Planned};
 ///
 /// let facts = EngineFacts {
@@ -163,11 +163,12 @@ impl Planned {
 ///     hybrid_attention: false,
 /// };
 /// // No EREBINE_AGENT_KV_CACHE_BACKEND: the seed's default, `native`.
-/// let planned = plan(&facts, &Vars::new(), &HostFacts::probe()?, DiskAccess::Inspect)?;
+/// let home = text_vars([("HOME", "/home/node")]);
+/// let planned = plan(&facts, &home, &HostFacts::probe()?, DiskAccess::Inspect)?;
 /// let Planned::NothingToLaunch(why) = planned else { unreachable!() };
 /// assert_eq!(why.backend, KvCacheBackend::Native);
 ///
-/// let bad = text_vars([("EREBINE_AGENT_KV_CACHE_BACKEND", "LMCache2")]);
+/// let bad = text_vars([("HOME", "/home/node"), ("EREBINE_AGENT_KV_CACHE_BACKEND", "LMCache2")]);
 /// let err = plan(&facts, &bad, &HostFacts::probe()?, DiskAccess::Inspect).unwrap_err();
 /// assert!(err.to_string().contains("EREBINE_AGENT_KV_CACHE_BACKEND"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())

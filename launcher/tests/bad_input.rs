@@ -215,6 +215,43 @@ fn the_lmcache_version_is_shown_and_an_untested_one_warned_about() {
 }
 
 #[test]
+fn a_home_that_cannot_hold_the_default_disk_path_is_refused() {
+    let mut not_utf8 = b"/tmp/h".to_vec();
+    not_utf8.push(0xff);
+    for (home, needle) in [
+        (
+            OsString::from("rel"),
+            "HOME=\"rel\" is not valid: give HOME as an absolute path",
+        ),
+        (OsString::from_vec(not_utf8), "HOME is not UTF-8 text"),
+    ] {
+        for backend in ["native", "lmcache"] {
+            let mut case = Case::new();
+            case.vars
+                .remove(std::ffi::OsStr::new("EREBINE_AGENT_LMCACHE_DISK_PATH"));
+            case.set("HOME", home.clone())
+                .set("EREBINE_AGENT_KV_CACHE_BACKEND", backend);
+            for args in [
+                &["launch"][..],
+                &["launch", "--dry-run"],
+                &["size"],
+                &["inspect"],
+            ] {
+                let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+                    .env_clear()
+                    .envs(&case.vars)
+                    .current_dir(case.path())
+                    .args(args)
+                    .output()
+                    .unwrap();
+                assert_fails(&out, 2, &[needle]);
+            }
+            assert!(!case.path().join("rel").exists(), "{backend}");
+        }
+    }
+}
+
+#[test]
 fn a_relative_disk_path_is_refused_whatever_the_backend() {
     for backend in ["native", "none", "lmcache"] {
         let mut case = Case::new();
