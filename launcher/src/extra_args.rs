@@ -17,7 +17,7 @@ use lmcache_adapters::{Cascade, TierSpec};
 use serde_json::Value;
 
 use crate::env::{self, ConfigError};
-use crate::server_flags::server_flags;
+use crate::server_flags::{python_number, server_flags};
 
 /// The variable this module reads.
 pub const VARIABLE: &str = env::LMCACHE_EXTRA_ARGS;
@@ -76,8 +76,8 @@ impl ExtraArgs {
             let node_flag = NODE_FLAGS.iter().find(|f| **f == flag);
             for value in &occurrence.values {
                 if let Some(known) = node_flag {
-                    check_value(known, value)?;
-                    out.overrides.insert(known, value.clone());
+                    let read = check_value(known, value)?;
+                    out.overrides.insert(known, read);
                 }
                 if flag == L2_ADAPTER_FLAG {
                     tiers.push(parse_tier(value, tiers.len())?);
@@ -136,7 +136,20 @@ impl ExtraArgs {
     }
 }
 
-fn check_value(flag: &'static str, value: &str) -> Result<(), ConfigError> {
+/// Checks the value of a node flag and returns it as the node reads it:
+/// a number in Python's syntax (`+5`, `1_000`, already checked by
+/// [`server_flags`]) without its sign and underscores.
+fn check_value(flag: &'static str, value: &str) -> Result<String, ConfigError> {
+    let read = match flag {
+        "--port" | "--http-port" | "--chunk-size" | "--max-gpu-workers" | "--l1-size-gb" => {
+            python_number(value)
+        }
+        _ => value.to_string(),
+    };
+    check_read_value(flag, &read).map(|()| read)
+}
+
+fn check_read_value(flag: &'static str, value: &str) -> Result<(), ConfigError> {
     let bad = |expected: &str| ConfigError::Invalid {
         variable: format!("{VARIABLE} ({flag})"),
         value: value.to_string(),
@@ -205,11 +218,30 @@ mod tests {
                 "--enable",
                 "a",
                 "b",
-                "--quiet"
+                "-q"
             ]
         );
         assert_eq!(e.overrides().count(), 0);
         assert!(e.l2_adapters().is_none());
+    }
+
+    #[test]
+    fn a_no_flag_keeps_its_meaning() {
+        let e = ExtraArgs::parse("--isolated-ipc --no-isolated-ipc --no-l1-use-l").unwrap();
+        assert_eq!(
+            e.args(),
+            ["--isolated-ipc", "--no-isolated-ipc", "--no-l1-use-lazy"]
+        );
+    }
+
+    #[test]
+    fn node_flags_take_numbers_in_pythons_syntax() {
+        let e =
+            ExtraArgs::parse("--chunk-size 1_024 --http-port +8_091 --l1-size-gb 1_0.5").unwrap();
+        assert_eq!(e.value("--chunk-size"), Some("1024"));
+        assert_eq!(e.value("--http-port"), Some("8091"));
+        assert_eq!(e.value("--l1-size-gb"), Some("10.5"));
+        assert_eq!(e.args()[..2], ["--chunk-size", "1_024"]);
     }
 
     #[test]

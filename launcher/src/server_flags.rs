@@ -165,8 +165,11 @@ pub enum ArgError {
 enum Token<'a> {
     /// A value or stray word.
     Word,
-    /// A flag of the table, with an explicit `=value`.
-    Flag(&'a Flag, Option<String>),
+    /// A flag of the table by the spelling it matched (`--no-x` and `--x`
+    /// are one flag with two meanings), with an explicit `=value`.
+    Flag(&'a Flag, &'a str, Option<String>),
+    /// Short flags written together (`-qq`): each one, in order.
+    Stacked(Vec<(&'a Flag, &'a str)>),
     /// Something that looks like a flag but is none.
     Unknown,
 }
@@ -181,8 +184,22 @@ impl ServerFlags {
         while i < args.len() {
             let written = args[i];
             i += 1;
-            let (flag, explicit) = match self.classify(written)? {
-                Token::Flag(flag, explicit) => (flag, explicit),
+            let (flag, spelling, explicit) = match self.classify(written)? {
+                Token::Flag(flag, spelling, explicit) => (flag, spelling, explicit),
+                Token::Stacked(flags) => {
+                    for (flag, spelling) in flags {
+                        if flag.help {
+                            return Err(ArgError::Help(written.into()));
+                        }
+                        out.push(Occurrence {
+                            flag: spelling.into(),
+                            written: written.into(),
+                            values: Vec::new(),
+                            explicit: false,
+                        });
+                    }
+                    continue;
+                }
                 Token::Word | Token::Unknown if written.contains('"') => {
                     return Err(ArgError::JsonFragment)
                 }
@@ -223,7 +240,7 @@ impl ServerFlags {
                 check_value(flag, value)?;
             }
             out.push(Occurrence {
-                flag: flag.name().into(),
+                flag: spelling.into(),
                 written: written.into(),
                 explicit: written.contains('='),
                 values,
@@ -234,9 +251,28 @@ impl ServerFlags {
 
     /// The flag `name` (a full spelling).
     pub fn get(&self, name: &str) -> Option<&Flag> {
-        self.flags
-            .iter()
-            .find(|f| f.names.iter().any(|n| n == name))
+        self.spelled(name).map(|(flag, _)| flag)
+    }
+
+    /// The flag spelt exactly `name`, with the table's copy of the spelling.
+    fn spelled(&self, name: &str) -> Option<(&Flag, &str)> {
+        self.flags.iter().find_map(|f| {
+            let spelling = f.names.iter().find(|n| *n == name)?;
+            Some((f, spelling.as_str()))
+        })
+    }
+
+    /// `-qq`: a single-dash token whose every letter is a short flag that
+    /// takes no value, as argparse reads it; `None` when it is not that.
+    fn stacked(&self, token: &str) -> Option<Vec<(&Flag, &str)>> {
+        let letters = token.strip_prefix('-').filter(|l| !l.starts_with('-'))?;
+        letters
+            .chars()
+            .map(|c| {
+                let (flag, spelling) = self.spelled(&format!("-{c}"))?;
+                (flag.takes == Takes::None).then_some((flag, spelling))
+            })
+            .collect()
     }
 
     fn classify<'a>(&'a self, token: &str) -> Result<Token<'a>, ArgError> {
@@ -246,31 +282,33 @@ impl ServerFlags {
         if token == "--" {
             return Ok(Token::Unknown);
         }
-        if let Some(flag) = self.get(token) {
-            return Ok(Token::Flag(flag, None));
+        if let Some((flag, spelling)) = self.spelled(token) {
+            return Ok(Token::Flag(flag, spelling, None));
         }
         let (name, explicit) = match token.split_once('=') {
             Some((name, value)) => (name, Some(value.to_string())),
             None => (token, None),
         };
-        if let Some(flag) = self.get(name) {
-            return Ok(Token::Flag(flag, explicit));
+        if let Some((flag, spelling)) = self.spelled(name) {
+            return Ok(Token::Flag(flag, spelling, explicit));
         }
         if name.starts_with("--") {
-            let candidates: Vec<&Flag> = self
+            // argparse compares the prefix with every spelling.
+            let candidates: Vec<(&Flag, &str)> = self
                 .flags
                 .iter()
-                .filter(|f| f.names.iter().any(|n| n.starts_with(name)))
+                .flat_map(|f| f.names.iter().map(move |n| (f, n.as_str())))
+                .filter(|(_, n)| n.starts_with(name))
                 .collect();
             match candidates[..] {
-                [flag] => return Ok(Token::Flag(flag, explicit)),
+                [(flag, spelling)] => return Ok(Token::Flag(flag, spelling, explicit)),
                 [] => {}
                 _ => {
                     return Err(ArgError::Ambiguous {
                         written: name.into(),
                         candidates: candidates
                             .iter()
-                            .map(|f| f.name())
+                            .map(|(_, n)| *n)
                             .collect::<Vec<_>>()
                             .join(", "),
                     })
@@ -280,14 +318,19 @@ impl ServerFlags {
         if looks_negative(token) {
             return Ok(Token::Word);
         }
+        if let Some(flags) = self.stacked(token) {
+            return Ok(Token::Stacked(flags));
+        }
         Ok(Token::Unknown)
     }
 }
 
 /// argparse's negative-number pattern, `^-\d+$|^-\d*\.\d+$`: such a token
 /// is a value, not a flag (the server has no flag that looks like one).
+/// Python's `\d` is any Unicode decimal digit (`-٥` is a value), read here
+/// as `char::is_numeric`.
 fn looks_negative(token: &str) -> bool {
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let digits = |s: &str| !s.is_empty() && s.chars().all(char::is_numeric);
     match token.strip_prefix('-') {
         Some(rest) => match rest.split_once('.') {
             None => digits(rest),
@@ -318,6 +361,13 @@ fn check_value(flag: &Flag, value: &str) -> Result<(), ArgError> {
         }
         _ => Ok(()),
     }
+}
+
+/// A number as written for Python's `int()` or `float()` (already checked),
+/// in the syntax Rust parses: trimmed, without `+` and underscores.
+pub fn python_number(text: &str) -> String {
+    let text = text.trim();
+    text.strip_prefix('+').unwrap_or(text).replace('_', "")
 }
 
 /// Whether Python's `int()` takes `text`: surrounding whitespace, an
@@ -397,7 +447,15 @@ mod tests {
         );
         assert_eq!(read("--enable"), Ok(one("--enable", &[])));
         assert_eq!(read("--enable a b"), Ok(one("--enable", &["a", "b"])));
-        assert_eq!(read("-q"), Ok(one("--quiet", &[])));
+        assert_eq!(read("-q"), Ok(one("-q", &[])));
+        assert_eq!(
+            read("-qq"),
+            Ok(vec![("-q".into(), vec![]), ("-q".into(), vec![])])
+        );
+        assert_eq!(read("--no-isolated-ipc"), Ok(one("--no-isolated-ipc", &[])));
+        assert_eq!(read("--no-isol"), Ok(one("--no-isolated-ipc", &[])));
+        assert_eq!(read("--isol"), Ok(one("--isolated-ipc", &[])));
+        assert_eq!(read("--instance-id -٥"), Ok(one("--instance-id", &["-٥"])));
         assert_eq!(read(""), Ok(vec![]));
     }
 
@@ -428,6 +486,9 @@ mod tests {
             ("--help", "prints LMCache's help"),
             ("-h", "prints LMCache's help"),
             ("--he", "prints LMCache's help"),
+            ("-qh", "prints LMCache's help"),
+            ("-qx", "is not a flag of `lmcache server`"),
+            ("--l1-use", "--l1-use-lazy"),
         ] {
             let e = read(args).unwrap_err().to_string();
             assert!(e.contains(expected), "{args}: {e}");
