@@ -523,7 +523,9 @@ fn read_disk(path: &Path) -> DiskRow {
     }
     match read_status(&dir) {
         Ok(guard) => {
-            disk.guard_running = guard.as_ref().map(|g| process_runs(g.pid));
+            disk.guard_running = guard
+                .as_ref()
+                .map(|g| guard_runs(g.pid, g.updated_unix_ms, &disk.path));
             disk.guard_state_age_seconds = guard.as_ref().map(|g| age_seconds(g.updated_unix_ms));
             disk.guard = guard;
         }
@@ -532,12 +534,63 @@ fn read_disk(path: &Path) -> DiskRow {
     disk
 }
 
-/// Whether process `pid` exists and is not a zombie.
-fn process_runs(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| Some(stat.get(stat.rfind(')')? + 2..)?.starts_with('Z')))
-        .is_some_and(|zombie| !zombie)
+/// Whether the guard that wrote its state at `updated_unix_ms` as process
+/// `pid` still runs: that process exists, is not a zombie, started before
+/// the state was written (a pid reused by a later process is not the
+/// guard), and, where its descriptors can be read, holds the tier
+/// directory `dir` open, as a guard does while it runs.
+fn guard_runs(pid: u32, updated_unix_ms: u64, dir: &std::path::Path) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // pid (comm) state ppid ... starttime is field 22, the 20th after comm.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')').unwrap_or(0) + 2..)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let zombie = fields.first().is_none_or(|state| *state == "Z");
+    let started_ms = fields
+        .get(19)
+        .and_then(|ticks| ticks.parse::<u64>().ok())
+        .zip(boot_time_ms())
+        .map(|(ticks, boot)| boot + ticks * 1000 / clock_ticks());
+    let started_before = started_ms.is_none_or(|ms| ms <= updated_unix_ms + 1000);
+    !zombie && started_before && holds_dir(pid, dir).unwrap_or(true)
+}
+
+/// The boot time in milliseconds since the Unix epoch (`btime` in
+/// `/proc/stat`).
+fn boot_time_ms() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let seconds: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(seconds * 1000)
+}
+
+/// Clock ticks per second, the unit of `starttime`.
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf only reads a constant.
+    match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        ticks if ticks > 0 => ticks as u64,
+        _ => 100,
+    }
+}
+
+/// Whether process `pid` has the directory `dir` open; `None` when its
+/// descriptors cannot be read (another user's process).
+fn holds_dir(pid: u32, dir: &std::path::Path) -> Option<bool> {
+    let dir = dir.canonicalize().ok()?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        fds.flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|target| target == dir),
+    )
 }
 
 /// Seconds from `unix_ms` to now (0 for a time in the future).
@@ -767,6 +820,28 @@ mod tests {
         assert!(report.disk[0].guard_state_age_seconds.unwrap() >= 3600);
         let text = report.to_text();
         assert!(text.contains("(STOPPED, last state 36"), "{text}");
+
+        // A pid that a later process reuses, or one that does not hold the
+        // directory: not the guard.
+        let now_ms = state["updated_unix_ms"].as_u64().unwrap() + 3_600_000;
+        let mut other = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        for (pid, updated) in [(std::process::id(), 1_000), (other.id(), now_ms)] {
+            state["pid"] = pid.into();
+            state["updated_unix_ms"] = updated.into();
+            std::fs::write(&file, serde_json::to_vec(&state).unwrap()).unwrap();
+            let report = Inspection::build(
+                "http://127.0.0.1:1/status",
+                &Poll::NoAnswer("connection refused".into()),
+                &[tmp.path().to_path_buf()],
+                None,
+            );
+            assert_eq!(report.disk[0].guard_running, Some(false), "pid {pid}");
+        }
+        let _ = other.kill();
+        let _ = other.wait();
     }
 
     /// A loopback object store that answers every request with `status`.

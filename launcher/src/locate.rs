@@ -198,7 +198,7 @@ impl LmcacheInstall {
 /// in the `site-packages` of the Python its `#!` line names (else of the
 /// environment `<stock>/../..`). Reads files only: no Python is started.
 pub fn lmcache_version(stock: &Path) -> Option<String> {
-    let interpreter = std::fs::read(stock).ok().and_then(|script| {
+    let interpreter = read_small_file(stock).and_then(|script| {
         let line = script.split(|b| *b == b'\n').next()?;
         let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
         Some(PathBuf::from(line.split_whitespace().next()?))
@@ -225,13 +225,35 @@ fn dist_info_version(site_packages: &Path) -> Option<String> {
             name.starts_with("lmcache-") && name.ends_with(".dist-info")
         })
         .find_map(|e| {
-            let metadata = std::fs::read_to_string(e.path().join("METADATA")).ok()?;
-            metadata
+            let metadata = read_small_file(&e.path().join("METADATA"))?;
+            String::from_utf8_lossy(&metadata)
                 .lines()
                 .take_while(|l| !l.is_empty())
                 .find_map(|l| l.strip_prefix("Version: "))
                 .map(|v| v.trim().to_string())
         })
+}
+
+/// The largest file read to find a version: a METADATA file is a few KiB.
+const METADATA_MAX_BYTES: u64 = 1 << 20;
+
+/// The first [`METADATA_MAX_BYTES`] of `path` if it is a regular file (a
+/// FIFO or a device named METADATA would block or never end), opened
+/// without blocking.
+fn read_small_file(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(METADATA_MAX_BYTES).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 #[cfg(test)]
@@ -342,6 +364,13 @@ mod tests {
         assert!(old
             .describe()
             .contains("is not a tested version (0.5.4, 0.5.5, 0.5.6)"));
+        // What is not a small regular file is not read.
+        fs::remove_file(dist.join("METADATA")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dist.join("METADATA")).unwrap();
+        assert_eq!(lmcache_version(&inside), None);
+        fs::remove_file(dist.join("METADATA")).unwrap();
+        nix::unistd::mkfifo(&dist.join("METADATA"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(lmcache_version(&inside), None);
         let none = LmcacheInstall::at(&exe(&t.path().join("bare/bin"), "lmcache"));
         assert_eq!(none.version, None);
         assert!(none.describe().contains("cannot be read"));

@@ -20,8 +20,48 @@ use lmcache_adapters::{capped_body, error_chain};
 /// and grows with workers and tiers, never near this.
 pub const STATUS_MAX_BYTES: usize = 16 << 20;
 
-/// Why a JSON object on the port is not taken as the server's answer.
-const NOT_LMCACHE: &str = "a JSON object without LMCache's fields (is_healthy, and engine_type or storage_manager): another program on this port?";
+/// Whether a `/status` body is LMCache's, as a poll requires before it
+/// reads the body: a JSON object with LMCache's own fields (a boolean
+/// `is_healthy`, and a string `engine_type` or a `storage_manager` object),
+/// in which every `is_healthy`, at any depth, is `true` or `false` (any
+/// process may hold the port; a health that cannot be read is not health).
+///
+/// # Errors
+/// What is missing or mistyped.
+pub fn check_lmcache_answer(body: &serde_json::Value) -> Result<(), String> {
+    if !body.is_object() {
+        return Err(format!(
+            "a JSON {} where a JSON object was expected",
+            json_kind(body)
+        ));
+    }
+    let identified = body["is_healthy"].is_boolean()
+        && (body["engine_type"].is_string() || body["storage_manager"].is_object());
+    if !identified {
+        return Err("a JSON object without LMCache's fields (a boolean is_healthy, and engine_type or a storage_manager object): another program on this port?".into());
+    }
+    match mistyped_health(body, "") {
+        Some(path) => Err(format!("{path}is_healthy is not true or false")),
+        None => Ok(()),
+    }
+}
+
+/// The path of the first `is_healthy` in `value` that is not a boolean.
+fn mistyped_health(value: &serde_json::Value, path: &str) -> Option<String> {
+    match value {
+        serde_json::Value::Object(fields) => fields.iter().find_map(|(key, field)| {
+            if key == "is_healthy" && !field.is_boolean() {
+                return Some(path.to_string());
+            }
+            mistyped_health(field, &format!("{path}{key}."))
+        }),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| mistyped_health(item, &format!("{path}[{i}]."))),
+        _ => None,
+    }
+}
 
 /// Default per-request timeout of a `/status` poll.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -267,14 +307,6 @@ impl ServerStatus {
         serde_json::from_value(value).map_err(|e| format!("unreadable: {e}"))
     }
 
-    /// Whether the body carries LMCache's own fields: a boolean
-    /// `is_healthy`, and an `engine_type` or a `storage_manager` object. A
-    /// poll counts an answer as the server's only then (any process may
-    /// hold the port and answer `{}`).
-    pub fn is_lmcache(&self) -> bool {
-        self.is_healthy.is_some() && (self.engine_type.is_some() || self.storage_manager.is_some())
-    }
-
     /// `worker_liveness.tracked_instances`, when reported.
     pub fn tracked_instances(&self) -> Option<u64> {
         self.worker_liveness.as_ref()?.tracked_instances
@@ -431,6 +463,7 @@ impl StatusClient {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
         StatusClient {
@@ -449,10 +482,15 @@ impl StatusClient {
         match self.http.get(&self.url).send().await {
             Ok(resp) if resp.status().as_u16() == 200 => {
                 match capped_body(resp, STATUS_MAX_BYTES).await {
-                    Ok(body) => match ServerStatus::parse(&body) {
-                        Ok(status) if status.is_lmcache() => Poll::Up(Box::new(status)),
-                        Ok(_) => Poll::Malformed(NOT_LMCACHE.into()),
-                        Err(e) => Poll::Malformed(e),
+                    Ok(body) => match serde_json::from_slice(&body) {
+                        Ok(value) => match check_lmcache_answer(&value) {
+                            Ok(()) => match ServerStatus::from_value(value) {
+                                Ok(status) => Poll::Up(Box::new(status)),
+                                Err(e) => Poll::Malformed(e),
+                            },
+                            Err(e) => Poll::Malformed(e),
+                        },
+                        Err(e) => Poll::Malformed(format!("not JSON: {e}")),
                     },
                     Err(e) => Poll::Malformed(e),
                 }
@@ -601,6 +639,8 @@ pub(crate) mod tests {
             &b"{}"[..],
             br#"{"is_healthy":true}"#,
             br#"{"engine_type":"x"}"#,
+            br#"{"is_healthy":true,"storage_manager":[]}"#,
+            br#"{"is_healthy":null,"engine_type":"MPCacheServer"}"#,
         ] {
             let head =
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n";
@@ -611,8 +651,26 @@ pub(crate) mod tests {
             }
         }
         let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+        for mistyped in [
+            &br#"{"is_healthy":true,"engine_type":"x","storage_manager":{"is_healthy":"false"}}"#[..],
+            br#"{"is_healthy":true,"storage_manager":{"l2_adapters":[{"is_healthy":null}]}}"#,
+        ] {
+            let url = answer_once(head, mistyped.to_vec()).await;
+            match StatusClient::new(url).poll().await {
+                Poll::Malformed(why) => {
+                    assert!(why.contains("is_healthy is not true or false"), "{why}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
         let url = answer_once(head, fixture("status-idle.json")).await;
         assert!(matches!(StatusClient::new(url).poll().await, Poll::Up(_)));
+        let moved = "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/status\r\nConnection: close\r\n\r\n";
+        let url = answer_once(moved, Vec::new()).await;
+        assert!(matches!(
+            StatusClient::new(url).poll().await,
+            Poll::NotReady(302)
+        ));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -102,6 +102,7 @@ pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Result<Option<Gateway
     let client = reqwest::Client::builder()
         .timeout(timeout)
         .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
     let response = client
