@@ -58,6 +58,7 @@ impl Case {
         let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
             .env_clear()
             .envs(&self.vars)
+            .current_dir(self.path())
             .args(args)
             .output()
             .unwrap();
@@ -237,13 +238,7 @@ fn a_home_that_cannot_hold_the_default_disk_path_is_refused() {
                 &["size"],
                 &["inspect"],
             ] {
-                let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
-                    .env_clear()
-                    .envs(&case.vars)
-                    .current_dir(case.path())
-                    .args(args)
-                    .output()
-                    .unwrap();
+                let out = case.run(args);
                 assert_fails(&out, 2, &[needle]);
             }
             assert!(!case.path().join("rel").exists(), "{backend}");
@@ -263,13 +258,7 @@ fn a_relative_disk_path_is_refused_whatever_the_backend() {
             &["size"],
             &["inspect"],
         ] {
-            let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
-                .env_clear()
-                .envs(&case.vars)
-                .current_dir(case.path())
-                .args(args)
-                .output()
-                .unwrap();
+            let out = case.run(args);
             assert_fails(
                 &out,
                 2,
