@@ -737,12 +737,7 @@ mod tests {
             vec![1u8; 8192],
         )
         .unwrap();
-        let report = Inspection::build(
-            "http://127.0.0.1:1/status",
-            &Poll::NoAnswer("connection refused".into()),
-            &[tmp.path().to_path_buf()],
-            None,
-        );
+        let report = unreachable_with(tmp.path());
         assert_eq!(report.exit_code(), 8);
         assert!(report.tiers.is_empty());
         let disk = &report.disk[0];
@@ -754,6 +749,16 @@ mod tests {
             text.contains("UNREACHABLE") && text.contains("model test-model"),
             "{text}"
         );
+    }
+
+    /// The report of a server that does not answer, with the disk tier `dir`.
+    fn unreachable_with(dir: &std::path::Path) -> Inspection {
+        Inspection::build(
+            "http://127.0.0.1:1/status",
+            &Poll::NoAnswer("connection refused".into()),
+            &[dir.to_path_buf()],
+            None,
+        )
     }
 
     #[test]
@@ -781,12 +786,7 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let report = Inspection::build(
-            "http://127.0.0.1:1/status",
-            &Poll::NoAnswer("connection refused".into()),
-            &[tmp.path().to_path_buf()],
-            None,
-        );
+        let report = unreachable_with(tmp.path());
         drop(guard);
         let shown = report.disk[0].guard.as_ref().expect("the guard's state");
         assert_eq!(shown.capacity_bytes, 1 << 20);
@@ -810,12 +810,7 @@ mod tests {
         state["pid"] = gone.id().into();
         state["updated_unix_ms"] = (state["updated_unix_ms"].as_u64().unwrap() - 3_600_000).into();
         std::fs::write(&file, serde_json::to_vec(&state).unwrap()).unwrap();
-        let report = Inspection::build(
-            "http://127.0.0.1:1/status",
-            &Poll::NoAnswer("connection refused".into()),
-            &[tmp.path().to_path_buf()],
-            None,
-        );
+        let report = unreachable_with(tmp.path());
         assert_eq!(report.disk[0].guard_running, Some(false));
         assert!(report.disk[0].guard_state_age_seconds.unwrap() >= 3600);
         let text = report.to_text();
@@ -832,12 +827,7 @@ mod tests {
             state["pid"] = pid.into();
             state["updated_unix_ms"] = updated.into();
             std::fs::write(&file, serde_json::to_vec(&state).unwrap()).unwrap();
-            let report = Inspection::build(
-                "http://127.0.0.1:1/status",
-                &Poll::NoAnswer("connection refused".into()),
-                &[tmp.path().to_path_buf()],
-                None,
-            );
+            let report = unreachable_with(tmp.path());
             assert_eq!(report.disk[0].guard_running, Some(false), "pid {pid}");
         }
         let _ = other.kill();
