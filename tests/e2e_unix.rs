@@ -191,10 +191,8 @@ fn a_signal_while_the_launch_plans_and_housekeeps_stops_it_before_any_start() {
     }
 }
 
-#[test]
-fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_first() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+/// A real `lmcache-tier launch` in `dir`, once its server answers `/status`.
+fn ready_launch(dir: &Path) -> Proc {
     let http_port = free_port();
     let mut launch = Proc::spawn(
         launch_command(dir, free_port(), http_port, &[]),
@@ -202,6 +200,14 @@ fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_f
     );
     let url = format!("http://127.0.0.1:{http_port}/status");
     wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    launch
+}
+
+#[test]
+fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut launch = ready_launch(dir);
     let wrapper = lmcache_tier_e2e::children_of(launch.pid());
     assert_eq!(wrapper.len(), 1, "{wrapper:?}");
     launch.signal(Signal::SIGTERM);
@@ -223,13 +229,7 @@ fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_f
 fn a_hangup_stops_the_real_server_and_leaves_nothing_running() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let http_port = free_port();
-    let mut launch = Proc::spawn(
-        launch_command(dir, free_port(), http_port, &[]),
-        &dir.join("launch.log"),
-    );
-    let url = format!("http://127.0.0.1:{http_port}/status");
-    wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    let mut launch = ready_launch(dir);
     launch.signal(Signal::SIGHUP);
     let status = launch
         .wait_timeout(Duration::from_secs(60))
