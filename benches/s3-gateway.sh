@@ -6,7 +6,7 @@
 # Upstream: s3s-fs when it is on PATH (`cargo install s3s-fs@0.14.1 --features
 # binary`), else moto from the LMCache virtual environment. Both listen on a
 # free port on 127.0.0.1. Extra variables: GATEWAY_BENCH_OBJECTS,
-# GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see adapters/benches/s3_gateway.rs);
+# GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see gateway/benches/s3_gateway.rs);
 # PIN=1 gives the upstream the last core to itself and runs the client, the
 # gateway and the relay on the others (taskset), as when the object store is
 # another machine. GATEWAY_BASELINE=<another build of the s3_gateway bench
@@ -54,11 +54,11 @@ echo "upstream: $upstream on 127.0.0.1:$port"
 echo "pinned: ${PIN:-0}${upstream_cpus:+ (upstream: $upstream_cpus; client, gateway, relay: $node_cpus)}"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
 cd "$root"
-cargo build --quiet --release -p lmcache-adapters --benches
+cargo build --quiet --release -p lmcache-s3-gateway --benches
 if [ -z "${GATEWAY_BASELINE:-}" ]; then
-  $node_cpus cargo bench -p lmcache-adapters --bench s3_gateway
+  $node_cpus cargo bench -p lmcache-s3-gateway --bench s3_gateway
 else
-  current="$(cargo bench -p lmcache-adapters --bench s3_gateway --no-run 2>&1 |
+  current="$(cargo bench -p lmcache-s3-gateway --bench s3_gateway --no-run 2>&1 |
     sed -n 's/.*(\(.*deps\/s3_gateway-[0-9a-f]*\)).*/\1/p' | tail -n 1)"
   for round in 1 2; do
     echo "== baseline $GATEWAY_BASELINE, round $round"

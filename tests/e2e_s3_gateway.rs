@@ -390,7 +390,7 @@ fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503(
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (args, _gateways) = runtime
-        .block_on(lmcache_adapters::s3::Gateways::start(&args, &|_| None))
+        .block_on(lmcache_s3_gateway::Gateways::start(&args, &|_| None))
         .unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
     let host = local["s3_endpoint"].as_str().unwrap().to_string();
@@ -486,7 +486,7 @@ fn assert_bench_through_gateway(
     for secret in secrets {
         assert!(!seen.contains(secret), "{secret} reached LMCache: {seen}");
     }
-    for variable in lmcache_adapters::s3::credentials::CREDENTIAL_ENV {
+    for variable in lmcache_s3_gateway::credentials::CREDENTIAL_ENV {
         assert!(
             !seen.contains(&format!("{variable}=")),
             "{variable} reached LMCache: {seen}"

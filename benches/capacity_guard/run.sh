@@ -18,7 +18,7 @@ EVENTS=${2:-50000}
 WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/guard-bench.XXXXXX")
 EWORK=$(mktemp -d "${EVICT_DIR:-/dev/shm}/guard-bench.XXXXXX")
 trap 'rm -rf "$WORK" "$EWORK"' EXIT
-cargo build --quiet --release -p lmcache-adapters --example guard-bench
+cargo build --quiet --release -p lmcache-capacity-guard --example guard-bench
 BIN=target/release/examples/guard-bench
 MAKE="python3 benches/housekeeping/make_tier.py"
 

@@ -41,7 +41,7 @@ use crate::identity::{MANIFEST_FILE_NAME, MANIFEST_TEMP_FILE_NAME};
 use crate::lock::LOCK_FILE_NAME;
 use crate::tier_dir::{AccessTimes, TierDir};
 
-/// The status file the capacity guard (`lmcache-adapters`) keeps in the
+/// The status file the capacity guard (`lmcache-capacity-guard`) keeps in the
 /// tier directory, replaced atomically by renaming [`GUARD_STATUS_TEMP_FILE_NAME`]
 /// over it: ours, never an object, never foreign.
 pub const GUARD_STATUS_FILE_NAME: &str = ".lmcache-tier-guard.json";

@@ -11,8 +11,8 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::PathBuf;
 
-use lmcache_adapters::{Cascade, SpecError};
 use lmcache_sizing::gib_to_bytes;
+use lmcache_tier_spec::{Cascade, SpecError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -95,7 +95,7 @@ pub fn text_vars<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Var
 }
 
 /// A variable with a value the node cannot use.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
     /// A value that does not parse or is out of range.
     #[error("{variable}={value:?} is not valid: {expected}")]
@@ -125,13 +125,13 @@ pub enum ConfigError {
     Adapter(#[from] SpecError),
     /// A tier the server would refuse at start: a bad `max_capacity_gb` or
     /// `eviction` block, two guarded tiers in one directory, or unusable
-    /// `s3_bucket` settings ([`Cascade::check_extensions`]).
+    /// `s3_bucket` settings ([`crate::extensions::check_extensions`]).
     #[error("{variable}: {problem}")]
     Tier {
         /// The variable whose cascade holds the tier.
         variable: &'static str,
         /// The problem, naming the tier, the key and what to write.
-        problem: String,
+        problem: crate::extensions::ExtensionError,
     },
 }
 
@@ -238,7 +238,7 @@ impl NodeEnv {
     /// as unset. `HOME` locates the default cache directory. A custom
     /// cascade (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) is checked with
-    /// [`Cascade::check_extensions`], which reads an `s3_ca_bundle` file and
+    /// [`crate::extensions::check_extensions`], which reads an `s3_ca_bundle` file and
     /// resolves guarded `base_path`s but writes nothing.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         let text = |name: &str| -> Result<Option<String>, ConfigError> {
@@ -322,8 +322,7 @@ impl NodeEnv {
             (None, None) => None,
         };
         if let Some((variable, tiers)) = custom {
-            tiers
-                .check_extensions(&get)
+            crate::extensions::check_extensions(tiers, &get)
                 .map_err(|problem| ConfigError::Tier { variable, problem })?;
         }
         Ok(env)

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use lmcache_adapters::{Cascade, TierSpec};
+use lmcache_tier_spec::{Cascade, TierSpec};
 use serde_json::Value;
 
 use crate::env::{self, ConfigError};
@@ -181,13 +181,13 @@ fn check_read_value(flag: &'static str, value: &str) -> Result<(), ConfigError> 
 fn parse_tier(value: &str, position: usize) -> Result<TierSpec, ConfigError> {
     let source = format!("{VARIABLE} ({L2_ADAPTER_FLAG} number {})", position + 1);
     let parsed: Value =
-        serde_json::from_str(value).map_err(|e| lmcache_adapters::SpecError::InvalidJson {
+        serde_json::from_str(value).map_err(|e| lmcache_tier_spec::SpecError::InvalidJson {
             source_name: source.clone(),
             detail: e.to_string(),
         })?;
     match parsed {
         Value::Object(object) => Ok(TierSpec::from_object(object, &source, position)?),
-        _ => Err(lmcache_adapters::SpecError::Shape {
+        _ => Err(lmcache_tier_spec::SpecError::Shape {
             source_name: source,
             detail:
                 "each --l2-adapter takes one JSON object (one tier); repeat the flag for a cascade"

@@ -1,6 +1,6 @@
 //! The fs capacity guards `erebine-lmcache server` starts beside the real
 //! server, once it has really started (a listener in its process tree): one for every `--l2-adapter` spec that
-//! [`lmcache_adapters::capacity::guard_specs`] selects (`fs` and `fs_native`
+//! [`lmcache_capacity_guard::capacity::guard_specs`] selects (`fs` and `fs_native`
 //! tiers with `max_capacity_gb` > 0), numbered by the position of the flag.
 //!
 //! The specs reach LMCache unchanged, `max_capacity_gb` included: LMCache
@@ -9,9 +9,9 @@
 //! with an `eviction` block; on `fs_native` the key is LMCache's own. Stripping
 //! it would only make `/status` and the logs disagree with the operator's spec.
 
-use lmcache_adapters::capacity::{guard_specs, GuardSpec};
-use lmcache_adapters::guard::{Guard, GuardOptions};
-use lmcache_adapters::L2AdapterArgs;
+use lmcache_capacity_guard::capacity::{guard_specs, GuardSpec};
+use lmcache_capacity_guard::{Guard, GuardOptions};
+use lmcache_tier_spec::L2AdapterArgs;
 
 /// The guard of every guarded tier among the command's parsed
 /// `--l2-adapter` specs (checked with [`L2AdapterArgs::check`] first: a value

@@ -8,11 +8,11 @@
 //! model, which keeps only named fields ([`crate::status::L2AdapterStatus`]),
 //! and endpoints lose any `user:password@` and query string.
 
-use lmcache_adapters::guard::status::{read_status, GuardStatus};
+use lmcache_capacity_guard::status::{read_status, GuardStatus};
 
 use crate::locate::LmcacheInstall;
-use lmcache_adapters::redact_endpoint;
-use lmcache_adapters::s3::state::{self as gateway_state, GatewayState};
+use lmcache_s3_gateway::state::{self as gateway_state, GatewayState};
+use lmcache_tier_spec::redact_endpoint;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -233,7 +233,7 @@ impl Inspection {
             fresh
         });
         Inspection {
-            url: lmcache_adapters::redact_endpoint(url),
+            url: lmcache_tier_spec::redact_endpoint(url),
             server,
             tiers,
             l1: status.and_then(ServerStatus::l1).map(|l1| L1Row {
@@ -763,9 +763,9 @@ mod tests {
 
     #[test]
     fn the_capacity_guard_state_of_a_disk_tier_is_shown() {
-        use lmcache_adapters::capacity::guard_specs;
-        use lmcache_adapters::guard::{Guard, GuardOptions};
-        use lmcache_adapters::Cascade;
+        use lmcache_capacity_guard::capacity::guard_specs;
+        use lmcache_capacity_guard::{Guard, GuardOptions};
+        use lmcache_tier_spec::Cascade;
 
         let tmp = tempfile::tempdir().unwrap();
         let json = format!(
@@ -883,7 +883,7 @@ mod tests {
                 r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{store}","s3_bucket":"kv-cache","s3_region":"us-east-1","disable_tls":true,"aws_access_key_id":"AKIAINSPECTKEY","aws_secret_access_key":"INSPECT-SECRET"}}"#
             ),
         ];
-        let (_, gateways) = lmcache_adapters::s3::Gateways::start(&args, &|_| None)
+        let (_, gateways) = lmcache_s3_gateway::Gateways::start(&args, &|_| None)
             .await
             .unwrap();
         let (_, gateway) = gateways.addresses()[0];

@@ -148,7 +148,7 @@ pub enum LaunchError {
     /// An `s3` tier with `s3_bucket` cannot work (bad key, unreachable
     /// endpoint, refused credentials); the server was not started.
     #[error("{0}; the server was not started")]
-    Gateway(#[from] lmcache_adapters::s3::GatewayError),
+    Gateway(#[from] lmcache_s3_gateway::GatewayError),
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
@@ -286,7 +286,7 @@ async fn run_launch(
             .and_then(|v| v.to_str())
             .map(str::to_string),
     };
-    let (args, gateways) = lmcache_adapters::s3::Gateways::start(&plan.args, &lookup).await?;
+    let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
     // Held until this function returns: no other launch or housekeeping may
     // touch the directory while the server runs.
     let _housekeeping = match &plan.housekeeping {

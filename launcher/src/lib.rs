@@ -73,6 +73,7 @@
 //! ```
 
 pub mod env;
+pub mod extensions;
 pub mod extra_args;
 pub mod guards;
 pub mod housekeep;

@@ -11,10 +11,10 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use lmcache_adapters::{fs_native_tier, Cascade};
 use lmcache_sizing::probe;
 use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
+use lmcache_tier_spec::{fs_native_tier, Cascade};
 use serde::Serialize;
 use serde_json::{Map, Value};
 

@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use lmcache_adapters::{capped_body, error_chain};
+use lmcache_s3_gateway::capped_body;
+use lmcache_tier_spec::error_chain;
 
 /// The largest `/status` body read: LMCache 0.5.6's is about 5 KiB idle,
 /// and grows with workers and tiers, never near this.
@@ -492,7 +493,7 @@ impl StatusClient {
                         },
                         Err(e) => Poll::Malformed(format!("not JSON: {e}")),
                     },
-                    Err(e) => Poll::Malformed(e),
+                    Err(e) => Poll::Malformed(e.to_string()),
                 }
             }
             Ok(resp) => Poll::NotReady(resp.status().as_u16()),

@@ -15,15 +15,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lmcache_adapters::capacity::GuardSpec;
-use lmcache_adapters::s3::spec::orphan_keys;
-use lmcache_adapters::s3::{needs_gateway, Gateways};
-use lmcache_adapters::L2AdapterArgs;
+use lmcache_capacity_guard::capacity::GuardSpec;
 use lmcache_launcher::env::{process_vars, Vars};
 use lmcache_launcher::guards::{check_guards, start_guards};
 use lmcache_launcher::locate::find_stock_lmcache;
 use lmcache_launcher::output;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
+use lmcache_s3_gateway::spec::orphan_keys;
+use lmcache_s3_gateway::{needs_gateway, Gateways};
+use lmcache_tier_spec::L2AdapterArgs;
 use nix::sys::signal::Signal;
 
 const ABOUT: &str = "\

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::Credentials;
 use bytes::Bytes;
-use lmcache_adapters::s3::sigv4::s3_signature;
-use lmcache_adapters::s3::Gateways;
+use lmcache_s3_gateway::sigv4::s3_signature;
+use lmcache_s3_gateway::Gateways;
 
 const MIB: usize = 1 << 20;
 const OBJECT: usize = 32 * MIB;

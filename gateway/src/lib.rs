@@ -20,10 +20,51 @@ pub mod state;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::{L2AdapterArgs, TierSpec};
+use lmcache_tier_spec::{L2AdapterArgs, TierSpec};
 use sigv4::KeyPair;
 use spec::{BucketSpecError, BucketTier};
 use state::Stats;
+
+/// Why [`capped_body`] gave up on a body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// The body is larger than the limit; nothing more was read.
+    #[error("the body is larger than {limit} bytes")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The connection broke before the body was complete.
+    #[error("body cut short: {0}")]
+    CutShort(String),
+}
+
+/// Reads `response`'s body, at most `limit` bytes: an answer from a local
+/// port that any process may hold is not trusted to be small. Used for the
+/// gateway's state route here and for LMCache's `/status` by the launcher.
+///
+/// # Errors
+/// [`BodyError::TooLarge`] (nothing more is read) or [`BodyError::CutShort`].
+pub async fn capped_body(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, BodyError> {
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge { limit });
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| BodyError::CutShort(lmcache_tier_spec::error_chain(&e)))?
+    {
+        if body.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
 
 /// Whether `spec` is served through a gateway: `type` `s3` with an
 /// `s3_bucket` key (any value: a bad one is reported by [`Gateways::start`]).
@@ -383,7 +424,12 @@ mod tests {
 
     #[test]
     fn only_s3_specs_with_s3_bucket_need_a_gateway() {
-        let spec = |json: &str| crate::Cascade::parse(json, "t").unwrap().0.remove(0);
+        let spec = |json: &str| {
+            lmcache_tier_spec::Cascade::parse(json, "t")
+                .unwrap()
+                .0
+                .remove(0)
+        };
         assert!(needs_gateway(&spec(r#"{"type":"s3","s3_bucket":"kvc"}"#)));
         assert!(!needs_gateway(&spec(
             r#"{"type":"s3","s3_endpoint":"kvc.h"}"#

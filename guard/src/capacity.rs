@@ -4,7 +4,7 @@
 //! so the tier only grows. Its `fs_native` adapter counts usage from 0 at
 //! every start, so a restart lets a full tier grow past its capacity (LMCache
 //! 0.5.6's adapters as read from the wheel; `docs/capacity-guard.md`). The guard
-//! ([`crate::guard`]) closes both gaps from outside the server:
+//! ([`crate::Guard`]) closes both gaps from outside the server:
 //!
 //! - an `fs` tier with `max_capacity_gb` > 0 is evicted by the guard alone
 //!   ([`GuardRole::Evictor`]), LRU, at the spec's `eviction.trigger_watermark`
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::{Cascade, TierSpec};
+use lmcache_tier_spec::{Cascade, TierSpec};
 
 /// One GiB in bytes.
 const GIB: f64 = (1u64 << 30) as f64;

@@ -26,13 +26,13 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lmcache_adapters::capacity::guard_specs;
-use lmcache_adapters::guard::status::{read_status, GuardStatus};
-use lmcache_adapters::guard::tracker::Tracker;
-use lmcache_adapters::guard::{Guard, GuardOptions};
-use lmcache_adapters::Cascade;
+use lmcache_capacity_guard::capacity::guard_specs;
+use lmcache_capacity_guard::status::{read_status, GuardStatus};
+use lmcache_capacity_guard::tracker::Tracker;
+use lmcache_capacity_guard::{Guard, GuardOptions};
 use lmcache_housekeeping::codec::parse_object_name;
 use lmcache_housekeeping::{scan, Access, TierDir};
+use lmcache_tier_spec::Cascade;
 
 /// Status interval while a figure waits on the status file.
 const FAST_STATUS: Duration = Duration::from_millis(20);

@@ -25,7 +25,7 @@ use std::process::Command;
 use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use lmcache_adapters::s3::sigv4::{canonical_request, check, KeyPair, Rejection, Scope, Signed};
+use lmcache_s3_gateway::sigv4::{canonical_request, check, KeyPair, Rejection, Scope, Signed};
 use sha2::{Digest, Sha256};
 
 /// Cases that must be among the applied ones, so the test cannot pass with

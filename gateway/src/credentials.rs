@@ -33,7 +33,7 @@ use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_smithy_http_client::tls;
 
 use super::sigv4::KeyPair;
-use crate::error_chain;
+use lmcache_tier_spec::error_chain;
 
 /// How long before their expiry temporary credentials are fetched again
 /// (web identity credentials last an hour by default, instance metadata ones
@@ -600,85 +600,15 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::s3::spec::BucketTier;
-    use crate::Cascade;
+    use test_support::{profile_env, resolve};
 
-    const NO_KEYS: &str = r#"{"type":"s3","s3_endpoint":"h:9000","s3_bucket":"bkt","s3_region":"eu-west-3","disable_tls":true}"#;
-    const SPEC_KEYS: &str = r#"{"type":"s3","s3_endpoint":"h:9000","s3_bucket":"bkt","s3_region":"eu-west-3","disable_tls":true,"aws_access_key_id":"AKSPEC","aws_secret_access_key":"SPECSECRET"}"#;
-
-    /// A profile `tier` in a credentials file and a config file in `dir`
-    /// (plus a `default` profile that must not be picked), and the
-    /// environment naming them; IMDS off, so nothing leaves the machine.
-    fn profile_env(dir: &std::path::Path) -> HashMap<String, String> {
-        let credentials = dir.join("credentials");
-        std::fs::write(
-            &credentials,
-            "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = DEFAULTSECRET\n\n[tier]\naws_access_key_id = AKPROFILE\naws_secret_access_key = PROFILESECRET\n",
-        )
-        .unwrap();
-        let config = dir.join("config");
-        std::fs::write(
-            &config,
-            "[profile tier]\naws_access_key_id = AKCONFIG\naws_secret_access_key = CONFIGSECRET\n\n[profile only-config]\naws_access_key_id = AKONLYCONFIG\naws_secret_access_key = ONLYCONFIGSECRET\n",
-        )
-        .unwrap();
-        [
-            (
-                "AWS_SHARED_CREDENTIALS_FILE",
-                credentials.display().to_string(),
-            ),
-            ("AWS_CONFIG_FILE", config.display().to_string()),
-            ("AWS_PROFILE", "tier".into()),
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
-            ("HOME", dir.display().to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
-
-    fn source(json: &str, env: &HashMap<String, String>) -> CredentialSource {
-        let spec = Cascade::parse(json, "V").unwrap().tiers()[0].clone();
-        BucketTier::from_spec(&spec, 0, &|k| env.get(k).cloned())
-            .unwrap()
-            .unwrap()
-            .credentials
-    }
-
-    async fn resolve(source: &CredentialSource) -> Result<(String, String), NoCredentials> {
-        let real = RealCredentials::new(source)?;
-        let (credentials, name) = real.current().await?;
-        Ok((credentials.access_key_id().to_string(), name.to_string()))
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn spec_keys_beat_the_environment_which_beats_the_profile() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut env = profile_env(dir.path());
-        env.insert("AWS_ACCESS_KEY_ID".into(), "AKENV".into());
-        env.insert("AWS_SECRET_ACCESS_KEY".into(), "ENVSECRET".into());
-
-        let spec = source(SPEC_KEYS, &env);
-        assert!(matches!(spec, CredentialSource::Spec(_)), "{spec:?}");
-        assert!(!format!("{spec:?}").contains("SPECSECRET"));
-        let (id, from) = resolve(&spec).await.unwrap();
-        assert_eq!(
-            (id.as_str(), from.as_str()),
-            ("AKSPEC", "the tier's aws_access_key_id")
-        );
-
-        let environment = source(NO_KEYS, &env);
-        assert!(!format!("{environment:?}").contains("ENVSECRET"));
-        let (id, from) = resolve(&environment).await.unwrap();
-        assert_eq!((id.as_str(), from.as_str()), ("AKENV", "AWS_ACCESS_KEY_ID"));
-
-        env.remove("AWS_ACCESS_KEY_ID");
-        env.remove("AWS_SECRET_ACCESS_KEY");
-        let chain = source(NO_KEYS, &env);
-        let (id, from) = resolve(&chain).await.unwrap();
-        // The credentials file wins over the config file for one profile.
-        assert_eq!(id, "AKPROFILE");
-        assert!(from.starts_with("profile \"tier\" in "), "{from}");
+    /// What a tier without keys gets under `env`: the chain after the
+    /// environment variables.
+    fn chain(env: &HashMap<String, String>) -> CredentialSource {
+        CredentialSource::Chain(ChainSettings::from_env(
+            &|k| env.get(k).cloned(),
+            "eu-west-3",
+        ))
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -686,10 +616,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut env = profile_env(dir.path());
         env.insert("AWS_PROFILE".into(), "only-config".into());
-        let (id, _) = resolve(&source(NO_KEYS, &env)).await.unwrap();
+        let (id, _) = resolve(&chain(&env)).await.unwrap();
         assert_eq!(id, "AKONLYCONFIG");
         env.remove("AWS_PROFILE");
-        let (id, from) = resolve(&source(NO_KEYS, &env)).await.unwrap();
+        let (id, from) = resolve(&chain(&env)).await.unwrap();
         assert_eq!(id, "AKDEFAULT");
         assert!(from.starts_with("profile \"default\""), "{from}");
     }
@@ -748,7 +678,7 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let e = resolve(&source(NO_KEYS, &env)).await.unwrap_err();
+        let e = resolve(&chain(&env)).await.unwrap_err();
         let text = e.to_string();
         assert!(matches!(e, NoCredentials::NotFound(_)), "{text}");
         assert!(
@@ -970,10 +900,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut env = profile_env(dir.path());
         env.insert("AWS_PROFILE".into(), "absent".into());
-        let e = resolve(&source(NO_KEYS, &env))
-            .await
-            .unwrap_err()
-            .to_string();
+        let e = resolve(&chain(&env)).await.unwrap_err().to_string();
         assert!(
             e.starts_with("profile \"absent\" in ")
                 && e.contains(" failed: AWS_PROFILE names it, but it has no credentials (")
@@ -1054,5 +981,53 @@ mod tests {
             e.contains("the profile's credential_process exited with code exit status: 3; its stderr is not shown"),
             "{e}"
         );
+    }
+}
+
+/// Helpers the credential tests here and the spec's tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::collections::HashMap;
+
+    use super::{CredentialSource, NoCredentials, RealCredentials};
+
+    /// A profile `tier` in a credentials file and a config file in `dir`
+    /// (plus a `default` profile that must not be picked), and the
+    /// environment naming them; IMDS off, so nothing leaves the machine.
+    pub(crate) fn profile_env(dir: &std::path::Path) -> HashMap<String, String> {
+        let credentials = dir.join("credentials");
+        std::fs::write(
+            &credentials,
+            "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = DEFAULTSECRET\n\n[tier]\naws_access_key_id = AKPROFILE\naws_secret_access_key = PROFILESECRET\n",
+        )
+        .unwrap();
+        let config = dir.join("config");
+        std::fs::write(
+            &config,
+            "[profile tier]\naws_access_key_id = AKCONFIG\naws_secret_access_key = CONFIGSECRET\n\n[profile only-config]\naws_access_key_id = AKONLYCONFIG\naws_secret_access_key = ONLYCONFIGSECRET\n",
+        )
+        .unwrap();
+        [
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                credentials.display().to_string(),
+            ),
+            ("AWS_CONFIG_FILE", config.display().to_string()),
+            ("AWS_PROFILE", "tier".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+            ("HOME", dir.display().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// The access key id `source` resolves to, and where it came from.
+    pub(crate) async fn resolve(
+        source: &CredentialSource,
+    ) -> Result<(String, String), NoCredentials> {
+        let real = RealCredentials::new(source)?;
+        let (credentials, name) = real.current().await?;
+        Ok((credentials.access_key_id().to_string(), name.to_string()))
     }
 }

@@ -29,6 +29,7 @@
 //! file as a miss (LMCache 0.5.6's `fs` adapter), so deleting under the running
 //! server is safe.
 
+pub mod capacity;
 pub mod status;
 pub mod tracker;
 

@@ -20,7 +20,7 @@ use http::Method;
 use serde::{Deserialize, Serialize};
 
 use super::spec::BucketTier;
-use crate::redact_endpoint;
+use lmcache_tier_spec::redact_endpoint;
 
 /// The path on which a gateway answers `GET` with its [`GatewayState`].
 pub const STATE_PATH: &str = "/.well-known/erebine-s3-gateway";
@@ -113,7 +113,7 @@ pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Result<Option<Gateway
             if e.is_timeout() {
                 format!("no answer within {} ms", timeout.as_millis())
             } else {
-                crate::error_chain(&e.without_url())
+                lmcache_tier_spec::error_chain(&e.without_url())
             }
         })?;
     if response.status() != reqwest::StatusCode::OK {
@@ -268,8 +268,8 @@ fn now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::s3::credentials::CredentialSource;
-    use crate::s3::sigv4::KeyPair;
+    use crate::credentials::CredentialSource;
+    use crate::sigv4::KeyPair;
 
     fn tier() -> BucketTier {
         BucketTier {

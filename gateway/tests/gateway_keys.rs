@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use lmcache_adapters::s3::sigv4::{self, KeyPair, Signed};
-use lmcache_adapters::s3::Gateways;
+use lmcache_s3_gateway::sigv4::{self, KeyPair, Signed};
+use lmcache_s3_gateway::Gateways;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use proptest::prelude::*;
 

@@ -6,11 +6,11 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lmcache_adapters::capacity::guard_specs;
-use lmcache_adapters::guard::status::{read_status, Following, GuardStatus};
-use lmcache_adapters::guard::{Guard, GuardOptions};
-use lmcache_adapters::Cascade;
+use lmcache_capacity_guard::capacity::guard_specs;
+use lmcache_capacity_guard::status::{read_status, Following, GuardStatus};
+use lmcache_capacity_guard::{Guard, GuardOptions};
 use lmcache_housekeeping::{Access, TierDir};
+use lmcache_tier_spec::Cascade;
 
 const OBJECT: usize = 64 * 1024;
 

@@ -40,7 +40,7 @@ use super::key::{self, Route};
 use super::sigv4::{self, KeyPair, Signed};
 use super::spec::{BucketSpecError, BucketTier};
 use super::state::{Stats, STATE_PATH};
-use crate::error_chain;
+use lmcache_tier_spec::error_chain;
 
 /// How long the upstream may take to start its answer (the request body's
 /// upload included), and stay silent while a response body is read.

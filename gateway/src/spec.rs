@@ -9,7 +9,7 @@
 //! `s3_region`, `disable_tls`, `aws_access_key_id`, `aws_secret_access_key`,
 //! `aws_session_token`.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::credentials::{ChainSettings, CredentialSource};
 use super::sigv4::KeyPair;
@@ -123,7 +123,7 @@ impl BucketTier {
         check_endpoint(&endpoint).map_err(|problem| {
             err(
                 "s3_endpoint",
-                format!("{:?} {problem}", crate::redact_endpoint(&endpoint)),
+                format!("{:?} {problem}", lmcache_tier_spec::redact_endpoint(&endpoint)),
                 "Give the plain endpoint host, optionally with a port (e.g. \"swift.example.net\" or \"10.0.0.5:9000\"); use \"disable_tls\": true for plain http.",
             )
         })?;
@@ -186,22 +186,24 @@ impl BucketTier {
     /// `gateway` (`127.0.0.1:<port>`), `disable_tls` true, `s3_prefer_http2`
     /// false (the gateway speaks HTTP/1.1 only), and the per-launch `key`.
     pub fn rewrite(spec: &TierSpec, gateway: std::net::SocketAddr, key: &KeyPair) -> TierSpec {
-        let mut out = Map::new();
-        for (k, v) in spec.as_object() {
-            if EXTENSION_KEYS.contains(&k.as_str()) || CREDENTIAL_KEYS.contains(&k.as_str()) {
-                continue;
-            }
-            out.insert(k.clone(), v.clone());
-        }
-        out.insert("s3_endpoint".into(), gateway.to_string().into());
-        out.insert("disable_tls".into(), true.into());
-        out.insert("s3_prefer_http2".into(), false.into());
-        out.insert("aws_access_key_id".into(), key.access_key_id.clone().into());
-        out.insert(
-            "aws_secret_access_key".into(),
-            key.secret_access_key.clone().into(),
-        );
-        TierSpec(out)
+        let dropped: Vec<&str> = EXTENSION_KEYS
+            .iter()
+            .chain(CREDENTIAL_KEYS)
+            .copied()
+            .collect();
+        spec.rewritten(
+            &dropped,
+            [
+                ("s3_endpoint", gateway.to_string().into()),
+                ("disable_tls", true.into()),
+                ("s3_prefer_http2", false.into()),
+                ("aws_access_key_id", key.access_key_id.clone().into()),
+                (
+                    "aws_secret_access_key",
+                    key.secret_access_key.clone().into(),
+                ),
+            ],
+        )
     }
 }
 
@@ -318,8 +320,52 @@ fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
-    use crate::Cascade;
+    use crate::credentials::test_support::{profile_env, resolve};
+    use lmcache_tier_spec::Cascade;
+
+    const CHAIN_NO_KEYS: &str = r#"{"type":"s3","s3_endpoint":"h:9000","s3_bucket":"bkt","s3_region":"eu-west-3","disable_tls":true}"#;
+    const SPEC_KEYS: &str = r#"{"type":"s3","s3_endpoint":"h:9000","s3_bucket":"bkt","s3_region":"eu-west-3","disable_tls":true,"aws_access_key_id":"AKSPEC","aws_secret_access_key":"SPECSECRET"}"#;
+
+    /// The credential source the gateway gives the tier `json` under `env`.
+    fn source(json: &str, env: &HashMap<String, String>) -> CredentialSource {
+        BucketTier::from_spec(&tier(json), 0, &|k| env.get(k).cloned())
+            .unwrap()
+            .unwrap()
+            .credentials
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn spec_keys_beat_the_environment_which_beats_the_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = profile_env(dir.path());
+        env.insert("AWS_ACCESS_KEY_ID".into(), "AKENV".into());
+        env.insert("AWS_SECRET_ACCESS_KEY".into(), "ENVSECRET".into());
+
+        let spec = source(SPEC_KEYS, &env);
+        assert!(matches!(spec, CredentialSource::Spec(_)), "{spec:?}");
+        assert!(!format!("{spec:?}").contains("SPECSECRET"));
+        let (id, from) = resolve(&spec).await.unwrap();
+        assert_eq!(
+            (id.as_str(), from.as_str()),
+            ("AKSPEC", "the tier's aws_access_key_id")
+        );
+
+        let environment = source(CHAIN_NO_KEYS, &env);
+        assert!(!format!("{environment:?}").contains("ENVSECRET"));
+        let (id, from) = resolve(&environment).await.unwrap();
+        assert_eq!((id.as_str(), from.as_str()), ("AKENV", "AWS_ACCESS_KEY_ID"));
+
+        env.remove("AWS_ACCESS_KEY_ID");
+        env.remove("AWS_SECRET_ACCESS_KEY");
+        let chain = source(CHAIN_NO_KEYS, &env);
+        let (id, from) = resolve(&chain).await.unwrap();
+        // The credentials file wins over the config file for one profile.
+        assert_eq!(id, "AKPROFILE");
+        assert!(from.starts_with("profile \"tier\" in "), "{from}");
+    }
 
     fn tier(json: &str) -> TierSpec {
         Cascade::parse(json, "V").unwrap().tiers()[0].clone()

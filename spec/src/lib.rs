@@ -7,16 +7,14 @@
 //! every tier and loads from the first tier, by position, that holds it
 //! (LMCache's L2 cascade; `docs/configuration.md`).
 //!
-//! [`capacity`] says which tiers the fs capacity guard ([`guard`]) bounds and
-//! with which numbers; the guard runs beside the server and keeps them there.
-
-pub mod capacity;
-pub mod guard;
+//! This crate is the model only: it reads and writes JSON and does no I/O.
+//! The keys our extensions add are checked where they are acted on:
+//! `max_capacity_gb` on `fs` tiers by the capacity guard
+//! (`lmcache-capacity-guard`), `s3_bucket` on `s3` tiers by the S3 gateway
+//! (`lmcache-s3-gateway`).
 
 use serde_json::{Map, Value};
 use std::path::Path;
-
-pub mod s3;
 
 /// One GiB in bytes; LMCache's `max_capacity_gb` counts GiB.
 const GIB: f64 = (1u64 << 30) as f64;
@@ -86,29 +84,6 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// Reads `response`'s body, at most `limit` bytes: an answer from a local
-/// port that any process may hold is not trusted to be small.
-///
-/// # Errors
-/// A body larger than `limit` (nothing more is read), or one cut short.
-pub async fn capped_body(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
-    if response.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(format!("the body is larger than {limit} bytes"));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("body cut short: {}", error_chain(&e)))?
-    {
-        if body.len() + chunk.len() > limit {
-            return Err(format!("the body is larger than {limit} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 /// An endpoint or URL without its `user:password@` or query string (both
@@ -191,6 +166,26 @@ impl TierSpec {
         }
     }
 
+    /// This spec without the keys in `drop` (never `type`), then with each
+    /// of `set` inserted: a key already present keeps its place and takes
+    /// the new value, a new key goes last.
+    pub fn rewritten(
+        &self,
+        drop: &[&str],
+        set: impl IntoIterator<Item = (&'static str, Value)>,
+    ) -> TierSpec {
+        let mut object: Map<String, Value> = self
+            .0
+            .iter()
+            .filter(|(k, _)| k.as_str() == "type" || !drop.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (key, value) in set {
+            object.insert(key.to_string(), value);
+        }
+        TierSpec(object)
+    }
+
     /// The adapter type, e.g. `"fs_native"`.
     pub fn adapter_type(&self) -> &str {
         self.0.get("type").and_then(Value::as_str).unwrap_or("")
@@ -270,31 +265,6 @@ impl Cascade {
     /// The cascade with secrets redacted, as one JSON array.
     pub fn redacted(&self) -> Value {
         Value::Array(self.0.iter().map(TierSpec::redacted).collect())
-    }
-
-    /// Checks the keys this project adds, as far as that is possible without
-    /// the disk or the network, so that a plan (and `--dry-run`) refuses a
-    /// cascade that `erebine-lmcache server` would refuse at start:
-    /// [`capacity::guard_specs`] (`max_capacity_gb`, the `eviction` block,
-    /// two guarded tiers in one directory) and, for each `s3` tier with
-    /// `s3_bucket`, [`s3::spec::BucketTier::from_spec`] (region, bucket name,
-    /// endpoint, key prefix, CA bundle readable, credential keys paired;
-    /// `env` looks up the `AWS_*` variables the server will get). The
-    /// volume's size and the object store are checked when the server
-    /// starts.
-    ///
-    /// # Errors
-    /// The first problem, as the guard or the gateway words it: the tier by
-    /// position (and `base_path`), the key, the value, what to write.
-    pub fn check_extensions(
-        &self,
-        env: &(dyn Fn(&str) -> Option<String> + Sync),
-    ) -> Result<(), String> {
-        capacity::guard_specs(self).map_err(|e| e.to_string())?;
-        for (position, tier) in self.0.iter().enumerate() {
-            s3::spec::BucketTier::from_spec(tier, position, env).map_err(|e| e.to_string())?;
-        }
-        Ok(())
     }
 }
 
