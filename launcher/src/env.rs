@@ -11,11 +11,11 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::PathBuf;
 
-use lmcache_sizing::gib_to_bytes;
-use lmcache_tier_spec::{Cascade, SpecError};
+use lmcache_tier_spec::Cascade;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+pub use crate::config_error::{parse_gib, ConfigError};
 use crate::extra_args::ExtraArgs;
 
 /// Which KV cache backend the node runs: `native`, `lmcache` or `none`.
@@ -44,7 +44,7 @@ pub const LMCACHE_LOG_LEVEL: &str = "EREBINE_AGENT_LMCACHE_LOG_LEVEL";
 /// The agent's own log level, the default of [`LMCACHE_LOG_LEVEL`].
 pub const AGENT_LOG_LEVEL: &str = "EREBINE_AGENT_LOG_LEVEL";
 /// Whitespace-separated flags appended to the server's command line.
-pub const LMCACHE_EXTRA_ARGS: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
+pub const LMCACHE_EXTRA_ARGS: &str = crate::extra_args::VARIABLE;
 /// JSON object merged into the engine's connector configuration.
 pub const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG";
 /// Lookup-hash records: a boolean (under the disk path) or an absolute path.
@@ -92,47 +92,6 @@ pub fn text_vars<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Var
         .into_iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)))
         .collect()
-}
-
-/// A variable with a value the node cannot use.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ConfigError {
-    /// A value that does not parse or is out of range.
-    #[error("{variable}={value:?} is not valid: {expected}")]
-    Invalid {
-        /// The variable (or flag) at fault.
-        variable: String,
-        /// The value as given.
-        value: String,
-        /// What to write instead.
-        expected: String,
-    },
-    /// A value that is not UTF-8 text, for a variable whose meaning is text
-    /// (a number, JSON, a log level, a path LMCache takes inside JSON).
-    #[error("{variable} is not UTF-8 text: {why}; write it in UTF-8")]
-    NotText {
-        /// The variable at fault.
-        variable: String,
-        /// Why this variable must be text.
-        why: &'static str,
-    },
-    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` holds what LMCache's server
-    /// parser would refuse.
-    #[error("EREBINE_AGENT_LMCACHE_EXTRA_ARGS: {0}; LMCache's server would refuse it at start")]
-    ExtraArgs(#[from] crate::server_flags::ArgError),
-    /// The adapter JSON is unusable.
-    #[error(transparent)]
-    Adapter(#[from] SpecError),
-    /// A tier the server would refuse at start: a bad `max_capacity_gb` or
-    /// `eviction` block, two guarded tiers in one directory, or unusable
-    /// `s3_bucket` settings ([`crate::extensions::check_extensions`]).
-    #[error("{variable}: {problem}")]
-    Tier {
-        /// The variable whose cascade holds the tier.
-        variable: &'static str,
-        /// The problem, naming the tier, the key and what to write.
-        problem: crate::extensions::ExtensionError,
-    },
 }
 
 /// The node's KV cache backend (seed, "KV Cache Backend"): only
@@ -559,21 +518,6 @@ pub fn lmcache_level(variable: &str, value: &str) -> Result<String, ConfigError>
         }
     };
     Ok(level.to_string())
-}
-
-/// Parses a size in GiB (`"16"`, `"0.5"`, `"0"`) into bytes. `variable`
-/// names the variable or flag in the error.
-pub fn parse_gib(variable: &str, value: &str) -> Result<u64, ConfigError> {
-    value
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .and_then(gib_to_bytes)
-        .ok_or_else(|| ConfigError::Invalid {
-            variable: variable.to_string(),
-            value: value.to_string(),
-            expected: "write a non-negative size in GiB, e.g. 16 or 0.5".to_string(),
-        })
 }
 
 fn parse_positive(variable: &str, value: &str, what: &str) -> Result<u32, ConfigError> {

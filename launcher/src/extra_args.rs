@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use lmcache_tier_spec::{Cascade, TierSpec};
 use serde_json::Value;
 
-use crate::env::{self, ConfigError};
+use crate::config_error::{parse_gib, ConfigError};
 use crate::server_flags::{python_number, server_flags};
 
 /// The variable this module reads.
-pub const VARIABLE: &str = env::LMCACHE_EXTRA_ARGS;
+pub const VARIABLE: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
 
 /// Single-value flags the node itself emits; an extra occurrence replaces the
 /// node's.
@@ -167,7 +167,7 @@ fn check_read_value(flag: &'static str, value: &str) -> Result<(), ConfigError> 
             Ok(n) if n > 0 => Ok(()),
             _ => Err(bad("write a whole number of at least 1")),
         },
-        "--l1-size-gb" => match env::parse_gib(&format!("{VARIABLE} ({flag})"), value)? {
+        "--l1-size-gb" => match parse_gib(&format!("{VARIABLE} ({flag})"), value)? {
             0 => Err(bad(
                 "a size above 0 bytes (this one is 0, or rounds to 0): LMCache stages every chunk in L1 on its way to the L2 tiers and cannot run without one; for a write-buffer-only L1 set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=0 and drop the flag (the node then gives L1 1 GiB)",
             )),

@@ -72,6 +72,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod config_error;
 pub mod env;
 pub mod extensions;
 pub mod extra_args;
