@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lmcache_launcher::launch::{self, RunOptions};
 use lmcache_launcher::watch::Event;
-use lmcache_launcher::{plan, DiskAccess, EngineFacts, HostFacts, Planned, Vars};
+use lmcache_launcher::{plan, DiskAccess, EngineFacts, Facts, HostFacts, Planned, Vars};
 use lmcache_tier_e2e::{binary, free_port, get_json, lmcache_venv, processes_mentioning};
 
 #[tokio::test(flavor = "current_thread")]
@@ -44,8 +44,9 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
         max_num_batched_tokens: 512,
         hybrid_attention: false,
     };
-    let host = HostFacts::probe().unwrap();
-    let Planned::Server(plan) = plan(&facts, &vars, &host, DiskAccess::Create).unwrap() else {
+    let measured = Facts::measure(&facts, &vars, DiskAccess::Create).unwrap();
+    let host = HostFacts::from(&measured);
+    let Planned::Server(plan) = plan(&facts, &vars, &host).unwrap() else {
         panic!("the lmcache backend plans a server");
     };
 

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use inotify::{EventMask, Inotify, WatchMask};
 use lmcache_housekeeping::codec::{parse_object_name, DATA_SUFFIX};
-use lmcache_housekeeping::{scan, Access, TierDir, TierDirError};
+use lmcache_housekeeping::{scan, Access, Inventory, TierDir, TierDirError};
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::libc;
@@ -137,17 +137,47 @@ impl Guard {
         let position = spec.position;
         let dir = TierDir::open(&spec.base_path, Access::ReadWrite)
             .map_err(|source| GuardError::Dir { position, source })?;
-        let inotify = if options.inotify {
-            watch(&dir).map_err(|e| e.to_string())
+        let watch = if options.inotify {
+            Watch::add(&dir).map_err(|e| e.to_string())
         } else {
             Err("inotify disabled by the caller".to_string())
         };
+        let runner = Runner::new(spec, options, dir, watch.map(|w| w.0));
+        Self::spawn(runner, None)
+    }
+
+    /// Starts a guard from a count already made: `seed` holds the tier's
+    /// directory, the watch added before that count, and the count itself
+    /// (a launch scans its tier once, for sizing and housekeeping, and hands
+    /// the result here instead of a second scan). Events the watch queued
+    /// meanwhile (housekeeping's own deletions among them) are applied
+    /// first; a queue that overflowed is a rescan, as always.
+    ///
+    /// # Errors
+    /// As [`Guard::start`]: the capacity exceeds the volume, or the thread
+    /// cannot start.
+    pub fn start_seeded(
+        spec: GuardSpec,
+        options: GuardOptions,
+        seed: Seed,
+    ) -> Result<Self, GuardError> {
+        spec.check_volume()?;
+        let watch = match (options.inotify, seed.watch) {
+            (true, Some(watch)) => Ok(watch.0),
+            (true, None) => Err("the launch could not watch the directory".to_string()),
+            (false, _) => Err("inotify disabled by the caller".to_string()),
+        };
+        let runner = Runner::new(spec, options, seed.dir, watch);
+        Self::spawn(runner, Some((seed.inventory, seed.deleted)))
+    }
+
+    fn spawn(mut runner: Runner, seed: Option<(Inventory, Vec<u32>)>) -> Result<Self, GuardError> {
+        let position = runner.spec.position;
         let (stop, stopped) =
             UnixStream::pair().map_err(|source| GuardError::Io { position, source })?;
-        let mut runner = Runner::new(spec, options, dir, inotify);
         let thread = std::thread::Builder::new()
             .name(format!("capacity-guard-{position}"))
-            .spawn(move || runner.run(stopped))
+            .spawn(move || runner.run(stopped, seed))
             .map_err(|source| GuardError::Io { position, source })?;
         Ok(Self {
             stop: Some(stop),
@@ -174,24 +204,53 @@ impl Drop for Guard {
     }
 }
 
-fn watch(dir: &TierDir) -> io::Result<Inotify> {
-    let inotify = Inotify::init()?;
-    inotify.watches().add(
-        dir.path(),
-        WatchMask::CREATE
-            | WatchMask::CLOSE_WRITE
-            | WatchMask::MOVED_TO
-            | WatchMask::OPEN
-            | WatchMask::ACCESS
-            | WatchMask::DELETE
-            | WatchMask::MOVED_FROM
-            | WatchMask::DELETE_SELF
-            | WatchMask::MOVE_SELF
-            | WatchMask::ONLYDIR
-            | WatchMask::DONT_FOLLOW
-            | WatchMask::EXCL_UNLINK,
-    )?;
-    Ok(inotify)
+/// An inotify watch on a tier directory, for the events the guard follows.
+/// Added before a count of the directory, it keeps what changes during the
+/// count for the guard to apply after it.
+#[derive(Debug)]
+pub struct Watch(Inotify);
+
+impl Watch {
+    /// Watches `dir` for the events the guard follows.
+    ///
+    /// # Errors
+    /// The inotify error (`EMFILE`/`ENOSPC` when the user's instances or
+    /// watches are exhausted).
+    pub fn add(dir: &TierDir) -> io::Result<Self> {
+        let inotify = Inotify::init()?;
+        inotify.watches().add(
+            dir.path(),
+            WatchMask::CREATE
+                | WatchMask::CLOSE_WRITE
+                | WatchMask::MOVED_TO
+                | WatchMask::OPEN
+                | WatchMask::ACCESS
+                | WatchMask::DELETE
+                | WatchMask::MOVED_FROM
+                | WatchMask::DELETE_SELF
+                | WatchMask::MOVE_SELF
+                | WatchMask::ONLYDIR
+                | WatchMask::DONT_FOLLOW
+                | WatchMask::EXCL_UNLINK,
+        )?;
+        Ok(Self(inotify))
+    }
+}
+
+/// A count of a tier made before its guard starts, for
+/// [`Guard::start_seeded`].
+#[derive(Debug)]
+pub struct Seed {
+    /// The tier directory, opened for writing.
+    pub dir: TierDir,
+    /// The watch added before `inventory` was scanned; `None` when inotify
+    /// could not watch the directory (the guard then follows it by rescans).
+    pub watch: Option<Watch>,
+    /// The scan of the directory.
+    pub inventory: Inventory,
+    /// Indices into `inventory.objects()` of the objects deleted since the
+    /// scan (housekeeping's deletions).
+    pub deleted: Vec<u32>,
 }
 
 fn unix_ms() -> u64 {
@@ -276,11 +335,20 @@ impl Runner {
         )
     }
 
-    fn run(&mut self, mut stopped: UnixStream) {
+    fn run(&mut self, mut stopped: UnixStream, seed: Option<(Inventory, Vec<u32>)>) {
         let mut buffer = vec![0u8; EVENT_BUFFER];
         let started = Instant::now();
-        if let Some(inventory) = self.scan() {
-            self.tracker = Tracker::from_inventory(&inventory);
+        let counted = match &seed {
+            Some(_) => "took over the launch's count of",
+            None => "counted",
+        };
+        match seed {
+            Some((inventory, deleted)) => self.take_over(&inventory, &deleted),
+            None => {
+                if let Some(inventory) = self.scan() {
+                    self.tracker = Tracker::from_inventory(&inventory);
+                }
+            }
         }
         self.start = StartCount {
             found: CountBytes {
@@ -290,7 +358,7 @@ impl Runner {
             millis: started.elapsed().as_millis() as u64,
         };
         tracing::info!(
-            "{}: counted {} objects, {} at start in {} ms; capacity {}, evicts at {} ({:?}), following by {}",
+            "{}: {counted} {} objects, {} at start in {} ms; capacity {}, evicts at {} ({:?}), following by {}",
             self.label(),
             self.start.found.objects,
             gib(self.start.found.bytes),
@@ -344,6 +412,19 @@ impl Runner {
             }
         }
         self.write_status();
+    }
+
+    /// The tracker of a scan made before the guard started, less the
+    /// objects deleted since.
+    fn take_over(&mut self, inventory: &Inventory, deleted: &[u32]) {
+        self.tracker = Tracker::from_inventory(inventory);
+        let objects = inventory.objects();
+        for &i in deleted {
+            if let Some(object) = objects.get(i as usize) {
+                let name = inventory.names().name(&object.key);
+                self.tracker.remove(&name);
+            }
+        }
     }
 
     fn scan(&mut self) -> Option<lmcache_housekeeping::Inventory> {

@@ -62,6 +62,9 @@ pub struct Housekeeping {
     /// The manifest written (`None` for a dry run or a shared tier, which
     /// holds other nodes' identities).
     pub manifest: Option<Manifest>,
+    /// Indices into the scan's objects ([`Inventory::objects`]) of the
+    /// objects deleted (none for a dry run).
+    pub deleted_objects: Vec<u32>,
 }
 
 /// Why [`housekeep`] stopped.
@@ -99,6 +102,116 @@ fn first_failure(report: &Report) -> String {
         .unwrap_or_default()
 }
 
+/// A tier directory opened and scanned once, with its lock when it was
+/// opened for deleting: what a launch sizes the tier from and then
+/// housekeeps from ([`ScannedTier::housekeep`]), without a second scan.
+#[derive(Debug)]
+pub struct ScannedTier {
+    /// The directory.
+    pub dir: TierDir,
+    /// The lock, taken before the scan; `None` for a read-only look.
+    pub lock: Option<TierLock>,
+    /// What the scan found.
+    pub inventory: Inventory,
+}
+
+impl ScannedTier {
+    /// Opens the tier at `path` (read-only for [`Mode::DryRun`]; for
+    /// [`Mode::Apply`] read-write and locked), then scans it.
+    ///
+    /// # Errors
+    /// [`HousekeepingError::Dir`], [`HousekeepingError::Lock`] (another
+    /// launch holds it) or [`HousekeepingError::Scan`].
+    pub fn open(path: impl AsRef<Path>, mode: Mode) -> Result<Self, HousekeepingError> {
+        let (dir, lock) = Self::lock(path, mode)?;
+        let inventory = scan(&dir)?;
+        Ok(Self {
+            dir,
+            lock,
+            inventory,
+        })
+    }
+
+    /// The first half of [`ScannedTier::open`]: the directory, opened as
+    /// `mode` needs, and its lock for [`Mode::Apply`]. A caller that must
+    /// do something between locking and scanning (watch the directory)
+    /// builds the [`ScannedTier`] itself from these and [`scan()`].
+    ///
+    /// # Errors
+    /// [`HousekeepingError::Dir`] or [`HousekeepingError::Lock`].
+    pub fn lock(
+        path: impl AsRef<Path>,
+        mode: Mode,
+    ) -> Result<(TierDir, Option<TierLock>), HousekeepingError> {
+        let access = match mode {
+            Mode::DryRun => Access::ReadOnly,
+            Mode::Apply => Access::ReadWrite,
+        };
+        let dir = TierDir::open(path, access)?;
+        let lock = match mode {
+            Mode::DryRun => None,
+            Mode::Apply => Some(TierLock::acquire(&dir)?),
+        };
+        Ok((dir, lock))
+    }
+
+    /// Housekeeps the tier from its scan: reads the manifest, plans, and
+    /// for [`Mode::Apply`] deletes and then writes the manifest for
+    /// `identity` (not on a shared tier). The lock stays here: the returned
+    /// [`Housekeeping::lock`] is `None`. Applying needs a tier opened with
+    /// [`Mode::Apply`].
+    ///
+    /// # Errors
+    /// [`HousekeepingError`]; every variant but `Incomplete` and `Manifest`
+    /// is returned before anything is deleted.
+    pub fn housekeep(
+        &self,
+        identity: &LaunchIdentity,
+        policy: TierPolicy,
+        mode: Mode,
+    ) -> Result<Housekeeping, HousekeepingError> {
+        identity.validate()?;
+        let manifest = read_manifest(&self.dir);
+        let plan = plan(&self.inventory, identity, &manifest, policy);
+        let scanned = self.inventory.totals();
+        if mode == Mode::DryRun {
+            return Ok(Housekeeping {
+                report: dry_run_report(&self.inventory, &plan),
+                scanned,
+                lock: None,
+                manifest: None,
+                deleted_objects: Vec::new(),
+            });
+        }
+        let report = execute(&self.dir, &self.inventory, &plan)?;
+        if report.failures_total > 0 {
+            return Err(HousekeepingError::Incomplete {
+                report: Box::new(report),
+            });
+        }
+        let manifest = if policy.shared {
+            None
+        } else {
+            Some(write_manifest(&self.dir, identity)?)
+        };
+        let deleted_objects = plan
+            .deletions
+            .iter()
+            .filter_map(|d| match d.target {
+                plan::Target::Object(i) => Some(i),
+                plan::Target::Temp(_) => None,
+            })
+            .collect();
+        Ok(Housekeeping {
+            report,
+            scanned,
+            lock: None,
+            manifest,
+            deleted_objects,
+        })
+    }
+}
+
 /// Runs a launch's housekeeping of the tier at `path` (what a launch does
 /// to the disk tier): lock, scan, read the manifest, plan, and
 /// for [`Mode::Apply`] delete and then write the manifest for `identity`
@@ -115,42 +228,8 @@ pub fn housekeep(
     mode: Mode,
 ) -> Result<Housekeeping, HousekeepingError> {
     identity.validate()?;
-    let access = match mode {
-        Mode::DryRun => Access::ReadOnly,
-        Mode::Apply => Access::ReadWrite,
-    };
-    let dir = TierDir::open(path, access)?;
-    let lock = match mode {
-        Mode::DryRun => None,
-        Mode::Apply => Some(TierLock::acquire(&dir)?),
-    };
-    let inventory = scan(&dir)?;
-    let manifest = read_manifest(&dir);
-    let plan = plan(&inventory, identity, &manifest, policy);
-    let scanned = inventory.totals();
-    if mode == Mode::DryRun {
-        return Ok(Housekeeping {
-            report: dry_run_report(&inventory, &plan),
-            scanned,
-            lock,
-            manifest: None,
-        });
-    }
-    let report = execute(&dir, &inventory, &plan)?;
-    if report.failures_total > 0 {
-        return Err(HousekeepingError::Incomplete {
-            report: Box::new(report),
-        });
-    }
-    let manifest = if policy.shared {
-        None
-    } else {
-        Some(write_manifest(&dir, identity)?)
-    };
-    Ok(Housekeeping {
-        report,
-        scanned,
-        lock,
-        manifest,
-    })
+    let mut tier = ScannedTier::open(path, mode)?;
+    let mut done = tier.housekeep(identity, policy, mode)?;
+    done.lock = tier.lock.take();
+    Ok(done)
 }

@@ -289,6 +289,22 @@ impl NodeEnv {
 }
 
 impl NodeEnv {
+    /// Whether the node runs its built-in `fs_native` disk tier: no custom
+    /// cascade (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) replaces it.
+    pub fn builtin_tier(&self) -> bool {
+        self.l2_adapter.is_none() && self.extra_args.l2_adapters().is_none()
+    }
+
+    /// The lookup-hash log directory the server gets: the node's, unless
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` passes `--lookup-hash-log-dir`.
+    pub fn lookup_hash_log_dir(&self) -> Option<&std::path::Path> {
+        self.lookup_hash_log
+            .as_ref()
+            .filter(|_| !self.extra_args.replaces("--lookup-hash-log-dir"))
+            .map(|log| log.dir.as_path())
+    }
+
     /// The server's ZMQ port as a launch plans it: `--port` in
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` wins over
     /// `EREBINE_AGENT_LMCACHE_MP_PORT`.

@@ -44,9 +44,56 @@ pub fn start_guards(specs: Vec<GuardSpec>) -> Result<Vec<Guard>, String> {
         .collect()
 }
 
+/// `specs` without the tiers whose guard the launch that started this
+/// process runs itself (from the launch's scan, so that a launch reads its
+/// tier once): the directories [`crate::launch::GUARDED_BY_LAUNCH`] lists
+/// in `vars`. A value that is not a JSON array of paths guards everything
+/// here, as without the variable.
+pub fn without_launch_guarded(specs: Vec<GuardSpec>, vars: &crate::Vars) -> Vec<GuardSpec> {
+    let listed = vars
+        .get(std::ffi::OsStr::new(crate::launch::GUARDED_BY_LAUNCH))
+        .and_then(|v| v.to_str())
+        .and_then(|v| serde_json::from_str::<Vec<std::path::PathBuf>>(v).ok())
+        .unwrap_or_default();
+    specs
+        .into_iter()
+        .filter(|spec| {
+            let elsewhere = listed.contains(&spec.base_path);
+            if elsewhere {
+                tracing::info!(
+                    "capacity guard, L2 tier {} ({}): run by the launch that started this server",
+                    spec.position,
+                    spec.base_path.display()
+                );
+            }
+            !elsewhere
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiers_the_launch_guards_are_left_to_it() {
+        let args = [
+            "--l2-adapter",
+            r#"{"type":"fs","base_path":"/a","max_capacity_gb":1}"#,
+            "--l2-adapter",
+            r#"{"type":"fs","base_path":"/b","max_capacity_gb":1}"#,
+        ]
+        .map(String::from);
+        let specs = || guard_specs(&L2AdapterArgs::parse(&args).cascade()).unwrap();
+        let vars = crate::env::text_vars([(crate::launch::GUARDED_BY_LAUNCH, r#"["/b"]"#)]);
+        let left: Vec<_> = without_launch_guarded(specs(), &vars)
+            .into_iter()
+            .map(|s| s.base_path)
+            .collect();
+        assert_eq!(left, [std::path::PathBuf::from("/a")]);
+        let garbled = crate::env::text_vars([(crate::launch::GUARDED_BY_LAUNCH, "/b")]);
+        assert_eq!(without_launch_guarded(specs(), &garbled).len(), 2);
+    }
 
     #[test]
     fn a_bad_capacity_stops_the_start_and_names_the_tier() {

@@ -1,29 +1,21 @@
 //! The launcher's use of the housekeeping crate: what a launch cleans before
-//! the server starts (seed, "LMCache Disk Tier": "Launch housekeeping runs
-//! before the server starts...").
+//! the server starts (`docs/operations.md`, "Launch housekeeping"), from the
+//! scan the launch measured the tier with.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use lmcache_capacity_guard::Watch;
 use lmcache_housekeeping::{
-    housekeep, scan, Access, Housekeeping, HousekeepingError, LaunchIdentity, Mode, TierDir,
-    TierPolicy,
+    Housekeeping, HousekeepingError, LaunchIdentity, Mode, ScannedTier, TierPolicy,
 };
 use serde::Serialize;
 
-/// Allocated bytes of cache objects and stale temp files in `dir` (R of the
-/// sizing rules): what a launch's housekeeping could delete to make room.
-pub(crate) fn reclaimable_bytes(dir: &Path) -> Result<u64, String> {
-    with_progress(&format!("measuring the cache in {}", dir.display()), || {
-        let dir = TierDir::open(dir, Access::ReadOnly).map_err(|e| e.to_string())?;
-        let inventory = scan(&dir).map_err(|e| e.to_string())?;
-        Ok(inventory.reclaimable_bytes())
-    })
-}
+use crate::facts::{MeasuredTier, TierScan};
 
 /// The housekeeping a launch runs on the node's disk tier: purge objects of
 /// other launch identities, trim oldest-first to the capacity, record the
@@ -36,22 +28,51 @@ pub struct DiskHousekeeping {
     pub identity: LaunchIdentity,
     /// Capacity in bytes the remaining objects are trimmed to.
     pub capacity_bytes: u64,
+    /// The scan the plan sized the tier from, housekept from here.
+    #[serde(skip)]
+    pub tier: MeasuredTier,
+}
+
+/// A tier after its housekeeping: the report, and the directory, lock,
+/// scan and watch the capacity guard goes on from.
+#[derive(Debug)]
+pub struct Housekept {
+    /// What was (or would be) deleted and kept.
+    pub housekeeping: Housekeeping,
+    /// The directory, its lock and the scan housekeeping planned from.
+    pub tier: ScannedTier,
+    /// The capacity guard's watch, added before the scan.
+    pub watch: Option<Watch>,
 }
 
 impl DiskHousekeeping {
-    /// Runs it: `Mode::Apply` locks the directory (the returned
-    /// [`Housekeeping::lock`] must live as long as the server), deletes, and
-    /// writes the manifest; `Mode::DryRun` only plans.
+    /// Runs it from the plan's scan of the tier, taken once; without one (a
+    /// plan from given facts, a second run, or a [`Mode::Apply`] run of a
+    /// plan measured read-only) the tier is opened, locked for
+    /// [`Mode::Apply`], and scanned here. `Mode::Apply` deletes and writes
+    /// the manifest; the lock in [`Housekept::tier`] must live as long as
+    /// the server. `Mode::DryRun` only plans.
     ///
     /// Errors: see [`HousekeepingError`]; a second launch on the same
     /// directory gets [`HousekeepingError::Lock`] naming the holder.
-    pub fn run(&self, mode: Mode) -> Result<Housekeeping, HousekeepingError> {
+    pub fn run(&self, mode: Mode) -> Result<Housekept, HousekeepingError> {
+        self.identity.validate()?;
+        let TierScan { scanned, watch } = match self.tier.take() {
+            Some(scan) if mode == Mode::DryRun || scan.scanned.lock.is_some() => scan,
+            _ => TierScan {
+                scanned: ScannedTier::open(&self.path, mode)?,
+                watch: None,
+            },
+        };
         let policy = TierPolicy {
             capacity_bytes: Some(self.capacity_bytes),
             shared: false,
         };
-        with_progress(&format!("housekeeping {}", self.path.display()), || {
-            housekeep(&self.path, &self.identity, policy, mode)
+        let housekeeping = scanned.housekeep(&self.identity, policy, mode)?;
+        Ok(Housekept {
+            housekeeping,
+            tier: scanned,
+            watch,
         })
     }
 }
@@ -61,7 +82,8 @@ const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs `work`, showing `message` with a spinner and the elapsed time on
 /// stderr once it has taken longer than a second. Nothing is drawn when
-/// stderr is not a terminal (logs and pipes stay clean).
+/// stderr is not a terminal (logs and pipes stay clean). For the binaries:
+/// the libraries' long work takes a [`crate::launch::ShowProgress`] instead.
 pub fn with_progress<T>(message: &str, work: impl FnOnce() -> T) -> T {
     if !std::io::stderr().is_terminal() {
         return work();
@@ -84,4 +106,9 @@ pub fn with_progress<T>(message: &str, work: impl FnOnce() -> T) -> T {
         let _ = done_tx.send(());
         out
     })
+}
+
+/// [`with_progress`] as a [`crate::launch::ShowProgress`].
+pub fn spinner(message: &str, work: &mut dyn FnMut()) {
+    with_progress(message, work)
 }

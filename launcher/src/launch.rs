@@ -10,10 +10,13 @@ use nix::sys::signal::Signal;
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
+use lmcache_capacity_guard::capacity::guard_specs;
+use lmcache_capacity_guard::{Guard, GuardError, GuardOptions, Seed};
 use lmcache_housekeeping::Mode;
 
 use crate::env;
-use crate::plan::LaunchPlan;
+use crate::housekeep::Housekept;
+use crate::launch_plan::LaunchPlan;
 use crate::status::{Poll, StatusClient};
 use crate::supervise::{
     describe, listener_owned_by_tree, reap_orphans, signal_name, Output, Supervised,
@@ -36,6 +39,22 @@ pub struct RunOptions {
     pub watch: WatchConfig,
     /// When a server that exits is started again.
     pub restart: RestartPolicy,
+    /// Shows long work before the start (the disk tier's housekeeping) to
+    /// the operator: called with a message and the work, which it must
+    /// run. The default shows nothing; `lmcache-tier` draws a spinner.
+    pub progress: ShowProgress,
+}
+
+/// How [`RunOptions::progress`] shows long work: `(message, work)`.
+pub type ShowProgress = fn(&str, &mut dyn FnMut());
+
+/// The variable a launch sets for the server's process with the tier
+/// directories whose capacity guard the launch itself runs (a JSON array
+/// of paths), so that `erebine-lmcache server` does not start a second one.
+pub const GUARDED_BY_LAUNCH: &str = "EREBINE_LMCACHE_GUARDED_BY_LAUNCH";
+
+fn run_unseen(_: &str, work: &mut dyn FnMut()) {
+    work()
 }
 
 impl Default for RunOptions {
@@ -47,6 +66,7 @@ impl Default for RunOptions {
             stop_grace: Duration::from_secs(30),
             watch: WatchConfig::default(),
             restart: RestartPolicy::default(),
+            progress: run_unseen,
         }
     }
 }
@@ -149,6 +169,10 @@ pub enum LaunchError {
     /// endpoint, refused credentials); the server was not started.
     #[error("{0}; the server was not started")]
     Gateway(#[from] lmcache_s3_gateway::GatewayError),
+    /// The disk tier's capacity guard could not start; the server was not
+    /// started.
+    #[error("{0}; the server was not started")]
+    Guard(#[from] GuardError),
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
@@ -275,33 +299,11 @@ async fn run_launch(
         tracing::info!("{why} received before the LMCache server started: not starting it");
         return Ok(ExitStatus::from_raw(0));
     }
-    check_ports(plan)?;
-    // Path-style gateways for `s3_bucket` tiers, held until this function
-    // returns; the server gets specs with per-launch keys only.
-    let lookup = |k: &str| match plan.base_env.is_empty() {
-        true => std::env::var(k).ok(),
-        false => plan
-            .base_env
-            .get(std::ffi::OsStr::new(k))
-            .and_then(|v| v.to_str())
-            .map(str::to_string),
-    };
-    let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
-    // Held until this function returns: no other launch or housekeeping may
-    // touch the directory while the server runs.
-    let _housekeeping = match &plan.housekeeping {
-        Some(hk) => {
-            let done = hk.run(Mode::Apply)?;
-            tracing::info!("{}", done.report);
-            Some(done)
-        }
-        None => None,
-    };
+    let prepared = prepare(plan, options).await?;
     if let Some(why) = signals.already_received().await {
         tracing::info!("{why} received before the LMCache server started: not starting it");
         return Ok(ExitStatus::from_raw(0));
     }
-    let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
     let emit = |event: Event| {
         match &event {
             // The "LMCache server ready in ..." line right after says it.
@@ -315,112 +317,22 @@ async fn run_launch(
             let _ = tx.send(event);
         }
     };
-    let restart = &options.restart;
-    let mut backoff = restart.first_backoff;
-    let mut fast_failures = 0u32;
-    let mut start = 0u64;
+    let mut restarts = Restarts::new(plan, options);
     loop {
-        start += 1;
-        if start > 1 {
-            // The last server's processes may still be letting go of them.
-            let deadline = Instant::now() + options.stop_grace;
-            while let Err(e) = check_ports(plan) {
-                if Instant::now() >= deadline {
-                    return Err(e);
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
-        let mut command = Command::new(&plan.executable);
-        if !plan.base_env.is_empty() {
-            command.env_clear().envs(&plan.base_env);
-        }
-        // The operator's adapter JSON may carry real credentials: the
-        // server's environment never does, nor do the credential variables
-        // the gateways use.
-        command
-            .args(&args)
-            .envs(&plan.env)
-            .env_remove(env::L2_ADAPTER);
-        for variable in gateways.env_to_remove() {
-            command.env_remove(variable);
-        }
-        let mut server =
-            Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
-                executable: plan.executable.display().to_string(),
-                detail: e.to_string(),
-            })?;
-        tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
-        let started = Instant::now();
-        let mut watcher = Watcher::new(options.watch.clone());
-        let ended = supervise(
-            &mut server,
-            &client,
-            &mut watcher,
-            &mut signals,
-            options,
-            &emit,
+        let run = start_once(
             plan,
+            &prepared,
+            options,
+            &mut signals,
+            &emit,
+            restarts.starts,
         )
-        .await;
-        // The server's own processes, when its wrapper died before them:
-        // gone before the lock is released or the next start.
-        reap_orphans(options.stop_grace).await;
-        let ended = ended?;
-        let (status, last) = match ended {
-            Ended::Stopped(status) => return Ok(status),
-            Ended::Exited(status) => {
-                // Whatever the server left in its group goes with it.
-                server.signal(Signal::SIGKILL);
-                emit(Event::exited(status));
-                (describe(status), None)
-            }
-            Ended::NotReady(last) => (
-                format!(
-                    "no 200 from /status within {}s",
-                    options.ready_timeout.as_secs()
-                ),
-                Some(last),
-            ),
+        .await?;
+        let ended = match run {
+            Run::Stopped(status) => return Ok(status),
+            Run::Ended(ended) => ended,
         };
-        if start == 1 && !watcher.is_ready() {
-            return Err(match last {
-                None => {
-                    let tail = server.tail();
-                    let status = match python_failure(&tail) {
-                        Some(failure) => format!("{status}: {failure}"),
-                        None => status,
-                    };
-                    LaunchError::ExitedBeforeReady { status, tail }
-                }
-                Some(last) => LaunchError::NotReady {
-                    url: plan.status_url(),
-                    timeout: options.ready_timeout,
-                    last,
-                    tail: server.tail(),
-                },
-            });
-        }
-        if started.elapsed() < restart.fast_failure {
-            fast_failures += 1;
-        } else {
-            fast_failures = 0;
-            backoff = restart.first_backoff;
-        }
-        if fast_failures >= restart.max_fast_failures {
-            return Err(LaunchError::GaveUp {
-                failures: fast_failures,
-                within: restart.fast_failure,
-                status,
-                tail: server.tail(),
-            });
-        }
-        tracing::warn!(
-            "LMCache server ended ({status}) after {:.0}s; restarting it in {:.0}s ({fast_failures} fast failures in a row, {} allowed)",
-            started.elapsed().as_secs_f64(),
-            backoff.as_secs_f64(),
-            restart.max_fast_failures
-        );
+        let backoff = restarts.after(ended)?;
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             why = signals.recv() => {
@@ -428,7 +340,274 @@ async fn run_launch(
                 return Ok(ExitStatus::from_raw(0));
             }
         }
-        backoff = (backoff * 2).min(restart.max_backoff);
+    }
+}
+
+/// What a launch holds from before the first start until it returns.
+struct Prepared {
+    /// The server's arguments, `s3_bucket` specs pointed at the gateways.
+    args: Vec<String>,
+    /// The `s3_bucket` gateways.
+    gateways: lmcache_s3_gateway::Gateways,
+    /// The disk tier's lock: no other launch or housekeeping may touch the
+    /// directory while the server runs.
+    _lock: Option<lmcache_housekeeping::TierLock>,
+    /// The capacity guard of the disk tier, started from the launch's scan.
+    guard: Option<(std::path::PathBuf, Guard)>,
+}
+
+/// Everything before the first start: the ports checked, the gateways
+/// started, the disk tier housekept from the plan's scan, and its capacity
+/// guard started from that scan.
+async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, LaunchError> {
+    check_ports(plan)?;
+    // Path-style gateways for `s3_bucket` tiers, held until the launch
+    // returns; the server gets specs with per-launch keys only.
+    let lookup = |k: &str| match plan.base_env.is_empty() {
+        true => std::env::var(k).ok(),
+        false => plan
+            .base_env
+            .get(std::ffi::OsStr::new(k))
+            .and_then(|v| v.to_str())
+            .map(str::to_string),
+    };
+    let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
+    let Some(hk) = &plan.housekeeping else {
+        return Ok(Prepared {
+            args,
+            gateways,
+            _lock: None,
+            guard: None,
+        });
+    };
+    let mut housekept = None;
+    (options.progress)(&format!("housekeeping {}", hk.path.display()), &mut || {
+        housekept = Some(hk.run(Mode::Apply));
+    });
+    let mut housekept = housekept.expect("the progress display runs the work")?;
+    tracing::info!("{}", housekept.housekeeping.report);
+    let lock = housekept.tier.lock.take();
+    let guard = start_guard(plan, &hk.path, housekept)?;
+    Ok(Prepared {
+        args,
+        gateways,
+        _lock: lock,
+        guard: guard.map(|g| (hk.path.clone(), g)),
+    })
+}
+
+/// The capacity guard of the plan's disk tier at `path`, started from the
+/// tier's scan and housekeeping; `None` when the plan does not guard it.
+fn start_guard(
+    plan: &LaunchPlan,
+    path: &std::path::Path,
+    housekept: Housekept,
+) -> Result<Option<Guard>, LaunchError> {
+    let specs = guard_specs(&plan.cascade).map_err(GuardError::from)?;
+    let Some(spec) = specs.into_iter().find(|s| s.base_path == path) else {
+        return Ok(None);
+    };
+    let seed = Seed {
+        dir: housekept.tier.dir,
+        watch: housekept.watch,
+        inventory: housekept.tier.inventory,
+        deleted: housekept.housekeeping.deleted_objects,
+    };
+    Ok(Some(Guard::start_seeded(
+        spec,
+        GuardOptions::default(),
+        seed,
+    )?))
+}
+
+/// How one start ended.
+enum Run {
+    /// Stopped on request: the launch returns this status.
+    Stopped(ExitStatus),
+    /// Ended by itself, or not ready in time: a restart may follow.
+    Ended(Ending),
+}
+
+/// How a start ended by itself, for the restart policy.
+struct Ending {
+    /// How it ended, in words.
+    status: String,
+    /// Whether the server had answered `/status` with 200.
+    was_ready: bool,
+    /// How long it ran.
+    ran: Duration,
+    /// The last poll, when it was stopped for not becoming ready.
+    last_poll: Option<String>,
+    /// Its last output lines.
+    tail: Vec<String>,
+}
+
+/// One start of the server, supervised until it stops or ends.
+async fn start_once(
+    plan: &LaunchPlan,
+    prepared: &Prepared,
+    options: &RunOptions,
+    signals: &mut Signals,
+    emit: &impl Fn(Event),
+    start: u64,
+) -> Result<Run, LaunchError> {
+    if start > 1 {
+        // The last server's processes may still be letting go of them.
+        let deadline = Instant::now() + options.stop_grace;
+        while let Err(e) = check_ports(plan) {
+            if Instant::now() >= deadline {
+                return Err(e);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let mut server = spawn(plan, prepared)?;
+    tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
+    let started = Instant::now();
+    let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
+    let mut watcher = Watcher::new(options.watch.clone());
+    let ended = supervise(
+        &mut server,
+        &client,
+        &mut watcher,
+        signals,
+        options,
+        emit,
+        plan,
+    )
+    .await;
+    // The server's own processes, when its wrapper died before them:
+    // gone before the lock is released or the next start.
+    reap_orphans(options.stop_grace).await;
+    let (status, last_poll) = match ended? {
+        Ended::Stopped(status) => return Ok(Run::Stopped(status)),
+        Ended::Exited(status) => {
+            // Whatever the server left in its group goes with it.
+            server.signal(Signal::SIGKILL);
+            emit(Event::exited(status));
+            (describe(status), None)
+        }
+        Ended::NotReady(last) => (
+            format!(
+                "no 200 from /status within {}s",
+                options.ready_timeout.as_secs()
+            ),
+            Some(last),
+        ),
+    };
+    Ok(Run::Ended(Ending {
+        status,
+        was_ready: watcher.is_ready(),
+        ran: started.elapsed(),
+        last_poll,
+        tail: server.tail(),
+    }))
+}
+
+/// The server's process: the plan's executable with the prepared
+/// arguments, in the plan's environment less every secret.
+fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchError> {
+    let mut command = Command::new(&plan.executable);
+    if !plan.base_env.is_empty() {
+        command.env_clear().envs(&plan.base_env);
+    }
+    // The operator's adapter JSON may carry real credentials: the
+    // server's environment never does, nor do the credential variables
+    // the gateways use.
+    command
+        .args(&prepared.args)
+        .envs(&plan.env)
+        .env_remove(env::L2_ADAPTER);
+    for variable in prepared.gateways.env_to_remove() {
+        command.env_remove(variable);
+    }
+    if let Some((path, _)) = &prepared.guard {
+        let guarded = serde_json::json!([path]).to_string();
+        command.env(GUARDED_BY_LAUNCH, guarded);
+    }
+    Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
+        executable: plan.executable.display().to_string(),
+        detail: e.to_string(),
+    })
+}
+
+/// The restart policy's count of one launch (see [`RestartPolicy`]).
+struct Restarts<'a> {
+    policy: &'a RestartPolicy,
+    /// The `/status` URL and the ready timeout, for a start that never
+    /// became ready.
+    url: String,
+    ready_timeout: Duration,
+    /// Starts so far, the next one included.
+    starts: u64,
+    backoff: Duration,
+    fast_failures: u32,
+}
+
+impl<'a> Restarts<'a> {
+    fn new(plan: &LaunchPlan, options: &'a RunOptions) -> Self {
+        let policy = &options.restart;
+        Self {
+            policy,
+            url: plan.status_url(),
+            ready_timeout: options.ready_timeout,
+            starts: 1,
+            backoff: policy.first_backoff,
+            fast_failures: 0,
+        }
+    }
+
+    /// The wait before the next start after `ended`, or the error that ends
+    /// the launch: a first start that never became ready, or too many fast
+    /// failures in a row.
+    fn after(&mut self, ended: Ending) -> Result<Duration, LaunchError> {
+        let policy = self.policy;
+        if self.starts == 1 && !ended.was_ready {
+            return Err(match ended.last_poll {
+                None => {
+                    let status = match python_failure(&ended.tail) {
+                        Some(failure) => format!("{}: {failure}", ended.status),
+                        None => ended.status,
+                    };
+                    LaunchError::ExitedBeforeReady {
+                        status,
+                        tail: ended.tail,
+                    }
+                }
+                Some(last) => LaunchError::NotReady {
+                    url: self.url.clone(),
+                    timeout: self.ready_timeout,
+                    last,
+                    tail: ended.tail,
+                },
+            });
+        }
+        if ended.ran < policy.fast_failure {
+            self.fast_failures += 1;
+        } else {
+            self.fast_failures = 0;
+            self.backoff = policy.first_backoff;
+        }
+        if self.fast_failures >= policy.max_fast_failures {
+            return Err(LaunchError::GaveUp {
+                failures: self.fast_failures,
+                within: policy.fast_failure,
+                status: ended.status,
+                tail: ended.tail,
+            });
+        }
+        let backoff = self.backoff;
+        tracing::warn!(
+            "LMCache server ended ({}) after {:.0}s; restarting it in {:.0}s ({} fast failures in a row, {} allowed)",
+            ended.status,
+            ended.ran.as_secs_f64(),
+            backoff.as_secs_f64(),
+            self.fast_failures,
+            policy.max_fast_failures
+        );
+        self.backoff = (backoff * 2).min(policy.max_backoff);
+        self.starts += 1;
+        Ok(backoff)
     }
 }
 

@@ -3,10 +3,12 @@
 //! `lmcache-tier` (the operator's tool) and `erebine-lmcache` (the image's
 //! drop-in for `lmcache`) are thin shells over it.
 //!
-//! One entry point, [`plan()`]: engine facts ([`EngineFacts`]), the node's
-//! environment as a map (the agent passes it; the process environment is
-//! never read implicitly) and host facts ([`HostFacts`]) in, a [`Planned`]
-//! out: either "nothing to launch" (the KV cache backend is not `lmcache`) or
+//! Two steps, facts then rules (`docs/design.md`): [`Facts::measure`]
+//! reads the host, the server executable and the cache directory's volume
+//! once (one scan of the tier); [`plan()`], a pure function, takes engine
+//! facts ([`EngineFacts`]), the node's environment as a map (the agent
+//! passes it; the process environment is never read implicitly) and those
+//! facts as the rules read them ([`HostFacts`]), and gives a [`Planned`]: either "nothing to launch" (the KV cache backend is not `lmcache`) or
 //! a [`LaunchPlan`] with the server's argv and environment, the engine's
 //! connector config, and every decision with its reason, serialisable to JSON
 //! ([`LaunchPlan::to_json`], secrets redacted). [`launch::run`] runs a plan.
@@ -23,7 +25,8 @@
 //!
 //! ```
 //! use lmcache_launcher::env::text_vars;
-//! use lmcache_launcher::{plan, DiskAccess, DiskFacts, EngineFacts, HostFacts, Planned};
+//! use lmcache_launcher::{plan, DiskFacts, EngineFacts, HostFacts, Planned};
+//! use lmcache_sizing::probe::Filesystem;
 //! use lmcache_sizing::{rules::{OdirectProbe, VolumeStats}, Decision, GIB};
 //! # let dir = tempfile::tempdir()?;
 //! # let erebine_lmcache = dir.path().join("erebine-lmcache");
@@ -47,18 +50,22 @@
 //!     max_num_batched_tokens: 2048,
 //!     hybrid_attention: false,
 //! };
-//! // A real node uses HostFacts::probe(); fixed figures make the plan the
-//! // same on every machine.
+//! // A real node measures them (Facts::measure); fixed figures make the
+//! // plan the same on every machine.
 //! let host = HostFacts {
 //!     memory: Decision::new(256 * GIB, "given", "example"),
 //!     physical_cores: 32,
-//!     disk: DiskFacts::Given {
+//!     executable: None,
+//!     disk: Some(DiskFacts {
+//!         measured_at: "/var/lib/inference/.cache/erebine/lmcache".into(),
 //!         volume: VolumeStats { total_bytes: 1024 * GIB, free_bytes: 900 * GIB, block_size: 4096 },
+//!         filesystem: Filesystem { fs_type: "xfs".into(), read_only: false },
 //!         reclaimable_bytes: 0,
 //!         odirect: OdirectProbe::Succeeded,
-//!     },
+//!         tier: Default::default(),
+//!     }),
 //! };
-//! let Planned::Server(launch) = plan(&facts, &vars, &host, DiskAccess::Inspect)? else {
+//! let Planned::Server(launch) = plan(&facts, &vars, &host)? else {
 //!     unreachable!("the backend is lmcache");
 //! };
 //! assert_eq!(launch.args[..3], ["server", "--host", "127.0.0.1"]);
@@ -76,13 +83,14 @@ pub mod config_error;
 pub mod env;
 pub mod extensions;
 pub mod extra_args;
+pub mod facts;
 pub mod guards;
 pub mod housekeep;
 pub mod inspect;
 pub mod launch;
+pub mod launch_plan;
 pub mod locate;
 pub mod output;
-pub mod plan;
 pub mod server_flags;
 pub mod status;
 pub mod supervise;
@@ -90,8 +98,9 @@ pub mod watch;
 
 pub use env::{ConfigError, KvCacheBackend, NodeEnv, Vars};
 
+pub use facts::{DiskAccess, DiskFacts, Facts};
+pub use launch_plan::{EngineFacts, HostFacts, LaunchPlan, PlanError};
 pub use output::DEFAULT_LOG_FILTER;
-pub use plan::{DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, PlanError};
 
 /// What a node runs beside its engine.
 #[derive(Debug, Clone)]
@@ -139,20 +148,18 @@ impl Planned {
 
 /// Plans what the node runs: reads every variable from `vars` (name ->
 /// value; see [`NodeEnv::from_vars`]), then, for the `lmcache` backend,
-/// locates the executable (`EREBINE_AGENT_LMCACHE_PATH`, else
-/// `erebine-lmcache` beside the running program, else on `PATH`) and plans
-/// the launch with [`plan::plan_launch`].
-///
-/// `access` says whether planning may create the cache and lookup-hash
-/// directories ([`DiskAccess::Create`], a real launch) or must touch nothing
-/// but a probe file ([`DiskAccess::Inspect`], a dry run).
+/// plans the launch with [`launch_plan::plan_launch`] from `host`, the
+/// facts [`Facts::measure`] measured. It creates and deletes nothing; the
+/// one thing it may look up is the executable, when `host` does not name it
+/// (`EREBINE_AGENT_LMCACHE_PATH`, else `erebine-lmcache` beside the running
+/// program, else on `PATH`).
 ///
 /// Every variable is checked even when the backend is not `lmcache`, so a
 /// typo is found before the node is switched over.
 ///
 /// ```
 /// use lmcache_launcher::env::text_vars;
-/// use lmcache_launcher::{plan, DiskAccess, EngineFacts, HostFacts, KvCacheBackend, Planned};
+/// use lmcache_launcher::{plan, DiskAccess, EngineFacts, Facts, HostFacts, KvCacheBackend, Planned};
 ///
 /// let facts = EngineFacts {
 ///     model: "m".into(),
@@ -166,12 +173,13 @@ impl Planned {
 /// };
 /// // No EREBINE_AGENT_KV_CACHE_BACKEND: the seed's default, `native`.
 /// let home = text_vars([("HOME", "/home/node")]);
-/// let planned = plan(&facts, &home, &HostFacts::probe()?, DiskAccess::Inspect)?;
+/// let measured = Facts::measure(&facts, &home, DiskAccess::Inspect)?;
+/// let planned = plan(&facts, &home, &HostFacts::from(&measured))?;
 /// let Planned::NothingToLaunch(why) = planned else { unreachable!() };
 /// assert_eq!(why.backend, KvCacheBackend::Native);
 ///
 /// let bad = text_vars([("HOME", "/home/node"), ("EREBINE_AGENT_KV_CACHE_BACKEND", "LMCache2")]);
-/// let err = plan(&facts, &bad, &HostFacts::probe()?, DiskAccess::Inspect).unwrap_err();
+/// let err = Facts::measure(&facts, &bad, DiskAccess::Inspect).unwrap_err();
 /// assert!(err.to_string().contains("EREBINE_AGENT_KV_CACHE_BACKEND"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -179,19 +187,16 @@ impl Planned {
 /// Errors: [`PlanError::Config`] for a bad variable (it names the variable,
 /// quotes the value and says what to write), [`PlanError::Executable`] when
 /// the server executable is missing, and the other [`PlanError`]s of
-/// [`plan::plan_launch`].
-pub fn plan(
-    facts: &EngineFacts,
-    vars: &Vars,
-    host: &HostFacts,
-    access: DiskAccess,
-) -> Result<Planned, PlanError> {
+/// [`launch_plan::plan_launch`].
+pub fn plan(facts: &EngineFacts, vars: &Vars, host: &HostFacts) -> Result<Planned, PlanError> {
     let node = NodeEnv::from_vars(vars)?;
     let reason = match node.kv_cache_backend {
         KvCacheBackend::Lmcache => {
-            let own = std::env::current_exe().unwrap_or_default();
-            let executable = locate::server_executable(node.lmcache_path.as_deref(), vars, &own)?;
-            let mut launch = plan::plan_launch(facts, &node, host, executable, access)?;
+            let executable = match &host.executable {
+                Some(found) => found.clone(),
+                None => facts::server_executable(&node, vars)?,
+            };
+            let mut launch = launch_plan::plan_launch(facts, &node, host, executable)?;
             launch.base_env = vars.clone();
             return Ok(Planned::Server(Box::new(launch)));
         }

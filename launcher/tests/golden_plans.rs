@@ -12,8 +12,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use lmcache_launcher::{
-    plan, DiskAccess, DiskFacts, EngineFacts, HostFacts, LaunchPlan, Planned, Vars,
+    plan, DiskAccess, DiskFacts, EngineFacts, Facts, HostFacts, LaunchPlan, PlanError, Planned,
+    Vars,
 };
+use lmcache_sizing::probe::Filesystem;
 use lmcache_sizing::rules::{OdirectProbe, VolumeStats};
 use lmcache_sizing::{Decision, GIB};
 
@@ -41,16 +43,34 @@ fn host() -> HostFacts {
     HostFacts {
         memory: Decision::new(256 * GIB, "given", "golden host: 256 GiB"),
         physical_cores: 32,
-        disk: DiskFacts::Given {
+        executable: None,
+        disk: Some(DiskFacts {
+            measured_at: DISK_PATH.into(),
             volume: VolumeStats {
                 total_bytes: 2048 * GIB,
                 free_bytes: 1800 * GIB,
                 block_size: 4096,
             },
+            filesystem: Filesystem {
+                fs_type: "ext4".into(),
+                read_only: false,
+            },
             reclaimable_bytes: 0,
             odirect: OdirectProbe::Succeeded,
-        },
+            tier: Default::default(),
+        }),
     }
+}
+
+/// A plan from the facts of this machine, measured with `access`, as a
+/// launch (`Create`) or a dry run (`Inspect`) makes it.
+fn plan_measured(
+    engine: &EngineFacts,
+    vars: &Vars,
+    access: DiskAccess,
+) -> Result<Planned, PlanError> {
+    let facts = Facts::measure(engine, vars, access)?;
+    plan(engine, vars, &HostFacts::from(&facts))
 }
 
 struct Node {
@@ -86,7 +106,7 @@ fn node(pairs: &[(&str, &str)]) -> Node {
 }
 
 fn plan_of(node: &Node, facts: &EngineFacts) -> LaunchPlan {
-    match plan(facts, &node.vars, &host(), DiskAccess::Inspect).unwrap() {
+    match plan(facts, &node.vars, &host()).unwrap() {
         Planned::Server(plan) => *plan,
         Planned::NothingToLaunch(n) => panic!("nothing to launch: {}", n.reason),
     }
@@ -258,7 +278,7 @@ fn hybrid_attention_raises_the_chunk_size_to_a_block_multiple() {
     );
 
     let node = node_with_extra_chunk("1000");
-    let err = lmcache_launcher::plan(&hybrid, &node.vars, &host(), DiskAccess::Inspect)
+    let err = lmcache_launcher::plan(&hybrid, &node.vars, &host())
         .unwrap_err()
         .to_string();
     assert!(
@@ -285,7 +305,7 @@ fn node_with_extra_chunk(tokens: &str) -> Node {
 fn backends_other_than_lmcache_have_nothing_to_launch() {
     for backend in ["native", "none"] {
         let node = node(&[("EREBINE_AGENT_KV_CACHE_BACKEND", backend)]);
-        let planned = plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect).unwrap();
+        let planned = plan(&facts(1), &node.vars, &host()).unwrap();
         let json = planned.to_json();
         assert!(planned.server().is_none(), "{backend}");
         assert_eq!(json["backend"], backend);
@@ -309,15 +329,15 @@ fn the_lookup_hash_log_dir_is_created_0700_at_launch_and_not_in_a_dry_run() {
         cache.clone().into_os_string(),
     );
     let dir = cache.join("lookup_hashes");
-    lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect).unwrap();
+    plan_measured(&facts(1), &node.vars, DiskAccess::Inspect).unwrap();
     assert!(!cache.exists(), "a dry run created {}", cache.display());
-    lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Create).unwrap();
+    plan_measured(&facts(1), &node.vars, DiskAccess::Create).unwrap();
     let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "{}", dir.display());
 
     fs::remove_dir(&dir).unwrap();
     fs::write(&dir, "").unwrap();
-    let err = lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Create)
+    let err = plan_measured(&facts(1), &node.vars, DiskAccess::Create)
         .unwrap_err()
         .to_string();
     assert!(
@@ -341,7 +361,7 @@ fn the_plan_refuses_an_s3_key_prefix_with_path_syntax_naming_the_tier_and_the_ke
              "aws_access_key_id": "AK", "aws_secret_access_key": "SK"}
         ]);
         let node = node(&[("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade.to_string())]);
-        let err = lmcache_launcher::plan(&facts(1), &node.vars, &host(), DiskAccess::Inspect)
+        let err = lmcache_launcher::plan(&facts(1), &node.vars, &host())
             .unwrap_err()
             .to_string();
         assert!(

@@ -7,8 +7,7 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::rules::{OdirectProbe, VolumeStats, ODIRECT_ALIGN_BYTES};
-use crate::{fmt_gib, Decision};
+use crate::rules::{MemoryFacts, OdirectProbe, VolumeStats, ODIRECT_ALIGN_BYTES};
 
 /// Reads the statistics of the volume that holds `path` (statvfs).
 ///
@@ -23,26 +22,91 @@ pub fn volume_stats(path: &Path) -> io::Result<VolumeStats> {
     })
 }
 
-/// The memory this process may use, in bytes: the host's total RAM, or the
-/// cgroup v2 memory limit of this container when that is lower (a node in a
-/// container must not size L1 from RAM it cannot have).
-pub fn memory_bytes() -> io::Result<Decision<u64>> {
+/// The filesystem that holds a path.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Filesystem {
+    /// Its type as the kernel's mount table names it (`ext4`, `xfs`,
+    /// `tmpfs`, `overlay`, `fuse.s3fs`, `nfs4`, ...), else the name of its
+    /// statfs magic number.
+    pub fs_type: String,
+    /// Whether it is mounted read-only (statvfs `ST_RDONLY`).
+    pub read_only: bool,
+}
+
+/// The type and the read-only flag of the filesystem that holds `path`
+/// (which must exist): the type from the `/proc/self/mountinfo` entry of the
+/// path's device, else from statfs `f_type` (btrfs subvolumes, for one,
+/// report a device of their own).
+///
+/// Errors: the `statvfs`, `stat` or `statfs` error for `path`.
+pub fn filesystem(path: &Path) -> io::Result<Filesystem> {
+    use std::os::unix::fs::MetadataExt;
+    let flags = nix::sys::statvfs::statvfs(path)
+        .map_err(io::Error::from)?
+        .flags();
+    let dev = fs::metadata(path)?.dev();
+    let fs_type = match mount_type(dev) {
+        Some(name) => name,
+        None => {
+            let magic = nix::sys::statfs::statfs(path)
+                .map_err(io::Error::from)?
+                .filesystem_type();
+            magic_name(magic.0 as u64)
+        }
+    };
+    Ok(Filesystem {
+        fs_type,
+        read_only: flags.contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+    })
+}
+
+/// The filesystem type of the last `/proc/self/mountinfo` entry for device
+/// `dev` (fields: id, parent, major:minor, root, mount point, options,
+/// optional fields, `-`, type, source, super options).
+fn mount_type(dev: u64) -> Option<String> {
+    let wanted = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let table = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table
+        .lines()
+        .filter(|line| line.split(' ').nth(2) == Some(wanted.as_str()))
+        .filter_map(|line| line.split(" - ").nth(1)?.split(' ').next())
+        .map(str::to_string)
+        .next_back()
+}
+
+/// A name for a statfs magic number (`linux/magic.h`).
+fn magic_name(magic: u64) -> String {
+    let name = match magic {
+        0xEF53 => "ext2/ext3/ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x2FC1_2FC1 => "zfs",
+        0x0102_1994 => "tmpfs",
+        0x8584_58F6 => "ramfs",
+        0x794C_7630 => "overlay",
+        0x6573_5546 => "fuse",
+        0x6969 => "nfs",
+        0xFF53_4D42 => "cifs",
+        0xFE53_4D42 => "smb2",
+        0x0102_1997 => "9p",
+        0x00C3_6400 => "ceph",
+        0x7371_7368 => "squashfs",
+        _ => return format!("unknown (statfs magic {magic:#x})"),
+    };
+    name.to_string()
+}
+
+/// The host's RAM and this container's cgroup v2 memory limit
+/// (`/sys/fs/cgroup/memory.max`; absent or `max` means none), for
+/// [`crate::rules::memory`].
+pub fn memory() -> io::Result<MemoryFacts> {
     let info = nix::sys::sysinfo::sysinfo().map_err(io::Error::from)?;
-    let ram = info.ram_total();
-    let limit = fs::read_to_string("/sys/fs/cgroup/memory.max")
+    let cgroup_limit_bytes = fs::read_to_string("/sys/fs/cgroup/memory.max")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok());
-    Ok(match limit {
-        Some(limit) if limit < ram => Decision::new(
-            limit,
-            "cgroup-limit",
-            format!(
-                "cgroup memory limit {} (host RAM {})",
-                fmt_gib(limit),
-                fmt_gib(ram)
-            ),
-        ),
-        _ => Decision::new(ram, "host-ram", format!("host RAM {}", fmt_gib(ram))),
+    Ok(MemoryFacts {
+        ram_bytes: info.ram_total(),
+        cgroup_limit_bytes,
     })
 }
 
@@ -64,23 +128,30 @@ pub fn probe_odirect(dir: &Path) -> OdirectProbe {
     let _ = fs::remove_file(&path);
     match outcome {
         Ok(()) => OdirectProbe::Succeeded,
-        Err(e) => OdirectProbe::Failed(e),
+        Err(refused) => refused,
     }
 }
 
-fn write_direct(path: &Path) -> Result<(), String> {
+fn write_direct(path: &Path) -> Result<(), OdirectProbe> {
     use std::io::Write;
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_DIRECT)
         .open(path)
-        .map_err(|e| format!("open with O_DIRECT: {e}"))?;
+        .map_err(|e| {
+            let why = format!("open with O_DIRECT: {e}");
+            match e.raw_os_error() {
+                Some(libc::EACCES | libc::EPERM | libc::EROFS) => OdirectProbe::NotWritable(why),
+                _ => OdirectProbe::Failed(why),
+            }
+        })?;
     let len = ODIRECT_ALIGN_BYTES as usize;
     let buf = AlignedBuf::new(len);
     file.write_all(buf.as_slice())
-        .map_err(|e| format!("aligned 4096-byte write: {e}"))?;
-    file.sync_all().map_err(|e| format!("fsync: {e}"))
+        .map_err(|e| OdirectProbe::Failed(format!("aligned 4096-byte write: {e}")))?;
+    file.sync_all()
+        .map_err(|e| OdirectProbe::Failed(format!("fsync: {e}")))
 }
 
 /// A zeroed buffer aligned to its own length (a power of two).
@@ -142,13 +213,35 @@ mod tests {
     fn odirect_probe_in_a_missing_dir_fails_with_the_open_error() {
         match probe_odirect(Path::new("/nonexistent/erebine")) {
             OdirectProbe::Failed(why) => assert!(why.starts_with("open with O_DIRECT"), "{why}"),
+            OdirectProbe::NotWritable(why) => {
+                panic!("a missing directory is no permission problem: {why}")
+            }
             OdirectProbe::Succeeded => panic!("a write into a missing directory cannot succeed"),
         }
     }
 
     #[test]
+    fn the_filesystem_of_a_temp_dir_and_of_proc_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = filesystem(dir.path()).unwrap();
+        assert!(
+            !here.fs_type.is_empty() && !here.fs_type.starts_with("unknown"),
+            "{here:?}"
+        );
+        assert!(!here.read_only);
+        assert_eq!(filesystem(Path::new("/proc")).unwrap().fs_type, "proc");
+    }
+
+    #[test]
+    fn statfs_magic_numbers_have_names() {
+        assert_eq!(magic_name(0x0102_1994), "tmpfs");
+        assert_eq!(magic_name(0x6573_5546), "fuse");
+        assert_eq!(magic_name(0x1234), "unknown (statfs magic 0x1234)");
+    }
+
+    #[test]
     fn memory_and_cores_are_positive() {
-        assert!(memory_bytes().unwrap().value > 0);
+        assert!(crate::rules::memory(&memory().unwrap()).value > 0);
         assert!(physical_cores() > 0);
     }
 }

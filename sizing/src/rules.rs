@@ -68,8 +68,38 @@ pub fn l1_budget(explicit: Option<u64>, memory_bytes: u64, host_agent_count: u32
     )
 }
 
+/// What the host says about its memory, in bytes: the facts
+/// [`memory`] decides from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemoryFacts {
+    /// The host's total RAM.
+    pub ram_bytes: u64,
+    /// The cgroup v2 memory limit of this container (`memory.max`), when
+    /// there is one.
+    pub cgroup_limit_bytes: Option<u64>,
+}
+
+/// The memory this node may use, in bytes: the host's RAM, or the cgroup
+/// memory limit of its container when that is lower (a node in a container
+/// must not size L1 from RAM it cannot have; `docs/sizing.md`).
+pub fn memory(facts: &MemoryFacts) -> Decision<u64> {
+    let ram = facts.ram_bytes;
+    match facts.cgroup_limit_bytes {
+        Some(limit) if limit < ram => Decision::new(
+            limit,
+            "cgroup-limit",
+            format!(
+                "cgroup memory limit {} (host RAM {})",
+                fmt_gib(limit),
+                fmt_gib(ram)
+            ),
+        ),
+        _ => Decision::new(ram, "host-ram", format!("host RAM {}", fmt_gib(ram))),
+    }
+}
+
 /// Statistics of the volume that holds the cache directory, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VolumeStats {
     /// Size of the volume (V): blocks x fragment size.
     pub total_bytes: u64,
@@ -224,12 +254,17 @@ pub fn io_workers(physical_cores: u32) -> Decision<u32> {
 
 /// Outcome of the O_DIRECT test write under the cache directory
 /// (see [`crate::probe::probe_odirect`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OdirectProbe {
     /// An aligned 4096-byte write with O_DIRECT succeeded.
     Succeeded,
     /// The write was refused; the text says how (errno and call).
     Failed(String),
+    /// No file could be created in the directory at all (permission denied,
+    /// operation not permitted, read-only filesystem): the directory is not
+    /// writable, whatever O_DIRECT would do. The text says how.
+    NotWritable(String),
 }
 
 /// Whether the fs_native tier uses O_DIRECT: only when the filesystem block
@@ -251,7 +286,7 @@ pub fn use_odirect(block_size: u64, probe: &OdirectProbe) -> Decision<bool> {
             "probe-succeeded",
             format!("block size {block_size} divides 4096 and an O_DIRECT test write succeeded"),
         ),
-        OdirectProbe::Failed(why) => Decision::new(
+        OdirectProbe::Failed(why) | OdirectProbe::NotWritable(why) => Decision::new(
             false,
             "probe-failed",
             format!("the filesystem refused an O_DIRECT test write: {why}"),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use lmcache_capacity_guard::capacity::GuardSpec;
 use lmcache_launcher::env::{process_vars, Vars};
-use lmcache_launcher::guards::{check_guards, start_guards};
+use lmcache_launcher::guards::{check_guards, start_guards, without_launch_guarded};
 use lmcache_launcher::locate::find_stock_lmcache;
 use lmcache_launcher::output;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         return ExitCode::from(126);
     }
     let guards = match check_guards(&specs) {
-        Ok(guards) => guards,
+        Ok(guards) => without_launch_guarded(guards, &vars),
         Err(e) => {
             say!("{e}");
             return ExitCode::from(2);
@@ -251,6 +251,7 @@ async fn serve(server: Server, vars: Vars) -> i32 {
     for variable in gateways.env_to_remove() {
         command.env_remove(variable);
     }
+    command.env_remove(lmcache_launcher::launch::GUARDED_BY_LAUNCH);
     let mut child = match Supervised::spawn(command, Output::Inherit) {
         Ok(s) => s,
         Err(e) => {

@@ -10,14 +10,16 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
 use lmcache_launcher::env::{self, NodeEnv, Vars};
+use lmcache_launcher::facts::measure_disk;
 use lmcache_launcher::housekeep::with_progress;
 use lmcache_launcher::inspect::Inspection;
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
+use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::locate;
 use lmcache_launcher::output;
-use lmcache_launcher::plan::{self, DiskAccess, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
+use lmcache_launcher::{DiskAccess, Facts};
 use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
@@ -257,6 +259,8 @@ impl From<PlanError> for Failure {
     fn from(e: PlanError) -> Self {
         let code = match &e {
             PlanError::Executable(_) => 3,
+            PlanError::Memory(_) | PlanError::NotMeasured => 1,
+            PlanError::Tier(e) => housekeeping_code(e),
             _ => 2,
         };
         Failure {
@@ -317,11 +321,14 @@ fn housekeeping_code(e: &HousekeepingError) -> u8 {
     }
 }
 
-fn host_facts() -> Result<HostFacts, Failure> {
-    HostFacts::probe().map_err(|e| Failure {
-        code: 1,
-        message: format!("cannot read the host's memory size: {e}"),
-    })
+/// Measures the facts the plan reads, with a spinner on a terminal when
+/// the scan of the tier takes long.
+fn measure(engine: &EngineFacts, vars: &Vars, access: DiskAccess) -> Result<Facts, Failure> {
+    let path = NodeEnv::from_vars(vars)?.disk_path;
+    let message = format!("measuring the cache in {}", path.display());
+    Ok(with_progress(&message, || {
+        Facts::measure(engine, vars, access)
+    })?)
 }
 
 fn main() -> ExitCode {
@@ -373,13 +380,13 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         KvCacheBackend::Lmcache => stock_lmcache(&node, &vars, args.dry_run)?,
         _ => None,
     };
-    let host = host_facts()?;
     let access = if args.dry_run {
         DiskAccess::Inspect
     } else {
         DiskAccess::Create
     };
-    let mut planned = lmcache_launcher::plan(&facts, &vars, &host, access)?;
+    let measured = measure(&facts, &vars, access)?;
+    let mut planned = lmcache_launcher::plan(&facts, &vars, &HostFacts::from(&measured))?;
     if let Planned::Server(plan) = &mut planned {
         plan.args.extend(args.server_arg);
     }
@@ -435,6 +442,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
             fast_failure: Duration::from_secs(args.fast_failure_window),
             ..default_restart
         },
+        progress: lmcache_launcher::housekeep::spinner,
         ..RunOptions::default()
     };
     match signals {
@@ -576,13 +584,18 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
     let node = NodeEnv::from_vars(&vars)?;
-    let host = host_facts()?;
+    let mut facts = Facts::host()?;
+    let message = format!("measuring the cache in {}", node.disk_path.display());
+    facts.disk = Some(with_progress(&message, || {
+        measure_disk(&node.disk_path, DiskAccess::Inspect)
+    })?);
+    let host = HostFacts::from(&facts);
     let l1 = rules::l1_budget(
         node.kv_offload_bytes,
         host.memory.value,
         node.host_agent_count,
     );
-    let disk = plan::size_disk_tier(&node, &host, l1.value, DiskAccess::Inspect)?;
+    let disk = launch_plan::size_disk_tier(&node, &host, l1.value)?;
     if args.json {
         let report = json!({
             "path": disk.path,

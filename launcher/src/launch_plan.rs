@@ -6,13 +6,10 @@
 //! connector config, extra arguments) and `docs/sizing.md`.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use lmcache_sizing::probe;
-use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
+use lmcache_sizing::rules::{self, VolumeStats, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 use lmcache_tier_spec::{fs_native_tier, Cascade};
 use serde::Serialize;
@@ -20,6 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::env::{self, ConfigError, LookupHashLog, NodeEnv};
 use crate::extra_args::{self, ExtraArgs};
+use crate::facts::DiskFacts;
 use crate::housekeep::DiskHousekeeping;
 use lmcache_housekeeping::LaunchIdentity;
 
@@ -56,51 +54,26 @@ impl EngineFacts {
     }
 }
 
-/// Facts about the host the sizing rules read.
+/// Facts about the host as the sizing rules read them: the memory
+/// decision, the cores, and the measured facts of the server executable and
+/// the cache directory's volume.
 ///
-/// [`HostFacts::probe`] reads this host; tests and what-if planning build one
-/// by hand, with [`DiskFacts::Given`] so that nothing depends on the machine
-/// the plan is made on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// [`crate::Facts::measure`] measures a host and converts (`From<&Facts>`);
+/// tests and what-if planning build one by hand, so that nothing depends on
+/// the machine the plan is made on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HostFacts {
     /// Memory available to this node's container or host, in bytes.
     pub memory: Decision<u64>,
     /// Physical cores (hyper-threads counted once).
     pub physical_cores: u32,
-    /// Where the facts about the cache directory's volume come from (the
-    /// measured figures are in [`DiskTier`]).
+    /// What starts the server; `None` has [`crate::plan()`] look it up.
     #[serde(skip)]
-    pub disk: DiskFacts,
-}
-
-impl HostFacts {
-    /// Reads this host's memory and physical cores; the cache directory's
-    /// volume is measured when the disk tier is sized ([`DiskFacts::Measure`]).
-    pub fn probe() -> io::Result<Self> {
-        Ok(HostFacts {
-            memory: probe::memory_bytes()?,
-            physical_cores: probe::physical_cores(),
-            disk: DiskFacts::Measure,
-        })
-    }
-}
-
-/// Where the facts about the cache directory's volume come from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum DiskFacts {
-    /// Measure them: statvfs of the volume, a scan of the directory for
-    /// reclaimable cache objects, an O_DIRECT test write (a real node).
-    #[default]
-    Measure,
-    /// Use these figures and touch no file: tests and what-if plans.
-    Given {
-        /// The volume's size, free bytes and block size.
-        volume: VolumeStats,
-        /// Allocated bytes of cache objects already in the directory.
-        reclaimable_bytes: u64,
-        /// What the O_DIRECT test write would do.
-        odirect: OdirectProbe,
-    },
+    pub executable: Option<PathBuf>,
+    /// The cache directory's volume, when the node runs its built-in disk
+    /// tier (the figures the plan used are in [`DiskTier`]).
+    #[serde(skip)]
+    pub disk: Option<DiskFacts>,
 }
 
 /// A launch that cannot be planned.
@@ -130,6 +103,16 @@ pub enum PlanError {
         /// Why both budgets are zero.
         reason: String,
     },
+    /// The host's memory size could not be read.
+    #[error("cannot read the host's memory size: {0}")]
+    Memory(#[source] io::Error),
+    /// The tier is held by another launch, or cannot be locked.
+    #[error(transparent)]
+    Tier(#[from] lmcache_housekeeping::HousekeepingError),
+    /// The plan needs the cache directory's volume, and the host facts
+    /// given carry none.
+    #[error("the cache directory's volume was not measured: plan from Facts::measure, or give HostFacts a disk")]
+    NotMeasured,
     /// An engine fact out of range.
     #[error("--{flag} {value} is not valid: {expected}")]
     Engine {
@@ -332,16 +315,6 @@ impl LaunchPlan {
     }
 }
 
-/// Whether planning may create the cache directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DiskAccess {
-    /// Create the directory (mode 0700) if missing: a real launch.
-    Create,
-    /// Touch nothing but a probe file: `size` and `--dry-run`. A missing
-    /// directory is measured on its nearest existing ancestor.
-    Inspect,
-}
-
 /// Plans a launch of the LMCache server for `facts` with the node's
 /// configuration `node` on `host`. `executable` is what starts the server.
 ///
@@ -354,18 +327,18 @@ pub enum DiskAccess {
 /// plan's ports, chunk size, L1 size and cascade describe what the server
 /// really gets.
 ///
-/// With [`DiskAccess::Create`] the cache directory and the lookup-hash log
-/// directory are created (mode 0700); with [`DiskAccess::Inspect`] nothing is.
+/// A pure function of its inputs: it reads no file and creates nothing
+/// ([`crate::Facts::measure`] did that).
 ///
-/// Errors: bad variables, an unusable cache or lookup-hash directory, zero L1
-/// with no L2 tier, engine facts out of range, an extra `--chunk-size` that is
-/// not a multiple of a hybrid-attention model's block size.
+/// Errors: bad variables, zero L1 with no L2 tier, engine facts out of
+/// range, an extra `--chunk-size` that is not a multiple of a
+/// hybrid-attention model's block size, and [`PlanError::NotMeasured`]
+/// when the built-in disk tier is planned without disk facts.
 pub fn plan_launch(
     facts: &EngineFacts,
     node: &NodeEnv,
     host: &HostFacts,
     executable: PathBuf,
-    access: DiskAccess,
 ) -> Result<LaunchPlan, PlanError> {
     check_engine(facts)?;
     let extra = &node.extra_args;
@@ -397,7 +370,7 @@ pub fn plan_launch(
                 ),
             ),
             None => {
-                let disk = size_disk_tier(node, host, l1_budget.value, access)?;
+                let disk = size_disk_tier(node, host, l1_budget.value)?;
                 let cascade = if disk.capacity.value > 0 {
                     Cascade(vec![fs_native_tier(
                         &disk.path,
@@ -463,9 +436,6 @@ pub fn plan_launch(
         .lookup_hash_log
         .clone()
         .filter(|_| !extra.replaces("--lookup-hash-log-dir"));
-    if let (Some(log), DiskAccess::Create) = (&lookup_hash_log, access) {
-        create_private_dir(&log.dir, env::LOOKUP_HASH_LOG_DIR)?;
-    }
     let mut decisions = Decisions {
         host: host.clone(),
         l1_budget,
@@ -492,6 +462,11 @@ pub fn plan_launch(
                 chunk_size: decisions.chunk_size.value,
             },
             capacity_bytes: disk.capacity.value,
+            tier: host
+                .disk
+                .as_ref()
+                .map(|d| d.tier.clone())
+                .unwrap_or_default(),
         });
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
@@ -540,7 +515,7 @@ pub fn connector_config(mp_port: u16, extra: &Map<String, Value>) -> Value {
 /// (the node does not rewrite a passed-through value).
 ///
 /// Returns the node's own value and the effective decision.
-fn effective_chunk_size(
+pub(crate) fn effective_chunk_size(
     facts: &EngineFacts,
     node: &NodeEnv,
 ) -> Result<(u32, Decision<u32>), PlanError> {
@@ -578,7 +553,7 @@ fn effective_chunk_size(
     ))
 }
 
-fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
+pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
     let positive = [
         ("tensor-parallel-size", facts.tensor_parallel_size),
         ("pipeline-parallel-size", facts.pipeline_parallel_size),
@@ -701,181 +676,27 @@ fn gib_arg(bytes: u64) -> String {
 }
 
 /// Sizes the node's built-in disk tier under `node.disk_path` for an L1 of
-/// `l1_bytes`: volume statistics, reclaimable cache bytes, capacity, I/O
-/// workers and O_DIRECT (seed, "LMCache Disk Tier"). The volume figures are
-/// measured, or taken from [`HostFacts::disk`] when given.
+/// `l1_bytes` from the measured disk facts in `host`: capacity, I/O workers
+/// and O_DIRECT (`docs/sizing.md`).
 ///
-/// Errors: an unusable cache directory (relative, not a directory, not
-/// creatable or not writable, unreadable).
+/// Errors: [`PlanError::NotMeasured`] when `host` carries no disk facts.
 pub fn size_disk_tier(
     node: &NodeEnv,
     host: &HostFacts,
     l1_bytes: u64,
-    access: DiskAccess,
 ) -> Result<DiskTier, PlanError> {
-    let path = node.disk_path.clone();
-    let measured_at = prepare_disk_path(&path, access)?;
-    if let DiskFacts::Given {
-        volume,
-        reclaimable_bytes,
-        odirect,
-    } = &host.disk
-    {
-        return Ok(DiskTier {
-            capacity: rules::disk_capacity(
-                volume,
-                *reclaimable_bytes,
-                l1_bytes,
-                node.disk_size_bytes,
-            ),
-            io_workers: rules::io_workers(host.physical_cores),
-            use_odirect: rules::use_odirect(volume.block_size, odirect),
-            path,
-            volume: *volume,
-            reclaimable_bytes: *reclaimable_bytes,
-        });
-    }
-    let volume = probe::volume_stats(&measured_at).map_err(|e| {
-        disk_error(
-            &path,
-            format!("cannot read the volume statistics: {e}"),
-            "Check that the path is on a mounted filesystem",
-        )
-    })?;
-    let reclaimable_bytes = if measured_at == path {
-        crate::housekeep::reclaimable_bytes(&path).map_err(|e| {
-            disk_error(
-                &path,
-                format!("cannot scan the cache directory: {e}"),
-                "Check its permissions",
-            )
-        })?
-    } else {
-        0
-    };
-    let capacity = rules::disk_capacity(&volume, reclaimable_bytes, l1_bytes, node.disk_size_bytes);
-    let io_workers = rules::io_workers(host.physical_cores);
-    let probe = probe::probe_odirect(&measured_at);
-    if let OdirectProbe::Failed(why) = &probe {
-        if why.starts_with("open") && is_permission_error(why) {
-            return Err(disk_error(&path, format!("cannot create a file in {}: {why}", measured_at.display()), "Make the directory writable by this user, or point the variable at a writable directory"));
-        }
-    }
-    let use_odirect = rules::use_odirect(volume.block_size, &probe);
+    let disk = host.disk.as_ref().ok_or(PlanError::NotMeasured)?;
     Ok(DiskTier {
-        path,
-        volume,
-        reclaimable_bytes,
-        capacity,
-        io_workers,
-        use_odirect,
+        capacity: rules::disk_capacity(
+            &disk.volume,
+            disk.reclaimable_bytes,
+            l1_bytes,
+            node.disk_size_bytes,
+        ),
+        io_workers: rules::io_workers(host.physical_cores),
+        use_odirect: rules::use_odirect(disk.volume.block_size, &disk.odirect),
+        path: node.disk_path.clone(),
+        volume: disk.volume,
+        reclaimable_bytes: disk.reclaimable_bytes,
     })
-}
-
-fn is_permission_error(why: &str) -> bool {
-    why.contains("Permission denied")
-        || why.contains("Operation not permitted")
-        || why.contains("Read-only file system")
-}
-
-fn disk_error(path: &Path, problem: String, fix: &'static str) -> PlanError {
-    dir_error(env::DISK_PATH, path, problem, fix)
-}
-
-fn dir_error(variable: &'static str, path: &Path, problem: String, fix: &'static str) -> PlanError {
-    PlanError::DiskPath {
-        variable,
-        path: path.display().to_string(),
-        problem,
-        fix,
-    }
-}
-
-/// Creates `path` (and missing parents) at mode 0700: the cache and the
-/// lookup-hash records are the node's private data (seed: "Created at mode
-/// 0700"). An existing directory is used as it is (its mode is the owner's
-/// choice); anything else in the way is an error. `variable` names the
-/// setting in errors.
-fn create_private_dir(path: &Path, variable: &'static str) -> Result<(), PlanError> {
-    if path.is_dir() {
-        return Ok(());
-    }
-    if path.exists() {
-        return Err(dir_error(
-            variable,
-            path,
-            "it exists and is not a directory".into(),
-            "Point the variable at a directory (it is created, mode 0700, if missing)",
-        ));
-    }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(|e| {
-            dir_error(
-                variable,
-                path,
-                format!("cannot create it: {e}"),
-                "Create it yourself or point the variable at a writable place",
-            )
-        })?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(|e| {
-        dir_error(
-            variable,
-            path,
-            format!("cannot set mode 0700: {e}"),
-            "Check who owns it",
-        )
-    })
-}
-
-/// Checks the cache directory and returns the directory to measure: the
-/// path itself, or (with [`DiskAccess::Inspect`] and a missing path) its
-/// nearest existing ancestor.
-fn prepare_disk_path(path: &Path, access: DiskAccess) -> Result<PathBuf, PlanError> {
-    if !path.is_absolute() {
-        return Err(disk_error(
-            path,
-            "the path is relative".into(),
-            "Give an absolute path",
-        ));
-    }
-    match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => Ok(path.to_path_buf()),
-        Ok(meta) if meta.file_type().is_symlink() && path.is_dir() => Ok(path.to_path_buf()),
-        Ok(_) => Err(disk_error(
-            path,
-            "it exists and is not a directory".into(),
-            "Point it at a directory (it is created, mode 0700, if missing)",
-        )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => match access {
-            DiskAccess::Create => {
-                create_private_dir(path, env::DISK_PATH)?;
-                Ok(path.to_path_buf())
-            }
-            DiskAccess::Inspect => {
-                let mut ancestor = path.parent();
-                while let Some(a) = ancestor {
-                    if a.is_dir() {
-                        return Ok(a.to_path_buf());
-                    }
-                    if a.exists() {
-                        return Err(disk_error(
-                            path,
-                            format!("{} is not a directory", a.display()),
-                            "Point the variable below a directory",
-                        ));
-                    }
-                    ancestor = a.parent();
-                }
-                Ok(PathBuf::from("/"))
-            }
-        },
-        Err(e) => Err(disk_error(
-            path,
-            format!("cannot read it: {e}"),
-            "Check its permissions",
-        )),
-    }
 }

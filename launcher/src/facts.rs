@@ -1,0 +1,383 @@
+//! The facts a launch is planned from, measured once: the host's memory
+//! (with the cgroup limit) and physical cores, the server executable, and
+//! for the node's built-in disk tier the cache directory's volume
+//! (statvfs, filesystem type, read-only flag), the O_DIRECT test write and
+//! one scan of the tier. Planning ([`crate::plan()`]) then reads only these
+//! and the environment (`docs/design.md`, "One launch").
+//!
+//! [`Facts`] serialises both ways, so a recorded snapshot drives the golden
+//! plans. The scan itself, and the tier's lock and watch taken before it,
+//! travel beside the figures in a [`MeasuredTier`]: housekeeping plans from
+//! that scan, and the capacity guard starts from it, so a launch reads the
+//! tier directory once.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use lmcache_capacity_guard::Watch;
+use lmcache_housekeeping::{scan, HousekeepingError, Mode, ScannedTier};
+use lmcache_sizing::probe::{self, Filesystem};
+use lmcache_sizing::rules::{self, MemoryFacts, OdirectProbe, VolumeStats};
+use serde::{Deserialize, Serialize};
+
+use crate::env::{self, KvCacheBackend, NodeEnv};
+use crate::launch_plan::{check_engine, effective_chunk_size, EngineFacts, HostFacts, PlanError};
+use crate::{locate, Vars};
+
+/// Whether measuring may create the cache directory and lock the tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskAccess {
+    /// A real launch: create the cache and lookup-hash directories (mode
+    /// 0700) if missing, lock the tier, watch it, then scan it.
+    Create,
+    /// Touch nothing but a probe file: `size` and `--dry-run`. A missing
+    /// directory is measured on its nearest existing ancestor.
+    Inspect,
+}
+
+/// Everything a plan is made from besides the environment and the engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Facts {
+    /// The host's RAM and the container's memory limit, in bytes.
+    pub memory: MemoryFacts,
+    /// Physical cores (hyper-threads counted once).
+    pub physical_cores: u32,
+    /// What starts the server (`EREBINE_AGENT_LMCACHE_PATH`, else
+    /// `erebine-lmcache` beside this program, else on `PATH`); `None` when
+    /// the backend is not `lmcache`.
+    pub executable: Option<PathBuf>,
+    /// The cache directory's volume; `None` when the node runs no built-in
+    /// disk tier (another backend, or a custom cascade).
+    pub disk: Option<DiskFacts>,
+}
+
+/// What the cache directory's volume and contents are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiskFacts {
+    /// The directory measured: the cache directory, or its nearest existing
+    /// ancestor when it does not exist yet (a dry run creates nothing).
+    pub measured_at: PathBuf,
+    /// The volume's size, free bytes and block size.
+    pub volume: VolumeStats,
+    /// The volume's filesystem type and read-only flag.
+    pub filesystem: Filesystem,
+    /// Allocated bytes of cache objects and stale temp files already in the
+    /// directory (R of `docs/sizing.md`): what housekeeping could delete.
+    pub reclaimable_bytes: u64,
+    /// What the O_DIRECT test write did.
+    pub odirect: OdirectProbe,
+    /// The scan these figures came from, for housekeeping and the guard.
+    #[serde(skip)]
+    pub tier: MeasuredTier,
+}
+
+/// One scan of the tier, with the lock and the capacity guard's watch
+/// taken before it; handed on once (to the launch that housekeeps from it).
+/// Figures and plans that share it compare equal whatever it holds: it is
+/// a resource, not a fact.
+#[derive(Clone, Default)]
+pub struct MeasuredTier(Arc<Mutex<Option<TierScan>>>);
+
+/// What [`MeasuredTier`] hands on.
+#[derive(Debug)]
+pub struct TierScan {
+    /// The directory, its lock (a launch) and its inventory.
+    pub scanned: ScannedTier,
+    /// The capacity guard's watch, added before the scan (a launch).
+    pub watch: Option<Watch>,
+}
+
+impl MeasuredTier {
+    fn new(scan: TierScan) -> Self {
+        Self(Arc::new(Mutex::new(Some(scan))))
+    }
+
+    /// The scan, once: `None` after the first call, or when nothing was
+    /// scanned (facts given by hand).
+    pub fn take(&self) -> Option<TierScan> {
+        self.0.lock().ok()?.take()
+    }
+}
+
+impl fmt::Debug for MeasuredTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let held = self.0.lock().map(|s| s.is_some()).unwrap_or(false);
+        write!(f, "MeasuredTier {{ held: {held} }}")
+    }
+}
+
+impl PartialEq for MeasuredTier {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for MeasuredTier {}
+
+impl Facts {
+    /// Measures the facts a launch of `engine` with the environment `vars`
+    /// is planned from. The command line and the environment are checked
+    /// first, so a bad value touches nothing. The disk is measured only
+    /// when the node runs its built-in disk tier.
+    ///
+    /// Errors: a bad variable or engine fact, the host's memory unreadable,
+    /// the server executable missing, an unusable cache or lookup-hash
+    /// directory, another launch holding the tier ([`PlanError`]).
+    pub fn measure(
+        engine: &EngineFacts,
+        vars: &Vars,
+        access: DiskAccess,
+    ) -> Result<Self, PlanError> {
+        let node = NodeEnv::from_vars(vars)?;
+        let mut facts = Facts::host()?;
+        if node.kv_cache_backend != KvCacheBackend::Lmcache {
+            return Ok(facts);
+        }
+        check_engine(engine)?;
+        effective_chunk_size(engine, &node)?;
+        facts.executable = Some(server_executable(&node, vars)?);
+        if node.builtin_tier() {
+            facts.disk = Some(measure_disk(&node.disk_path, access)?);
+        }
+        if let (Some(log), DiskAccess::Create) = (node.lookup_hash_log_dir(), access) {
+            create_private_dir(log, env::LOOKUP_HASH_LOG_DIR)?;
+        }
+        Ok(facts)
+    }
+}
+
+impl Facts {
+    /// The host's figures only (memory and cores), without an executable
+    /// or a disk: for tools that size one part, and for other backends.
+    ///
+    /// Errors: [`PlanError::Memory`] when the memory size cannot be read.
+    pub fn host() -> Result<Self, PlanError> {
+        Ok(Facts {
+            memory: probe::memory().map_err(PlanError::Memory)?,
+            physical_cores: probe::physical_cores(),
+            executable: None,
+            disk: None,
+        })
+    }
+}
+
+impl From<&Facts> for HostFacts {
+    /// The facts as the sizing rules read them: the memory decision
+    /// ([`rules::memory`]) instead of the raw figures.
+    fn from(facts: &Facts) -> Self {
+        HostFacts {
+            memory: rules::memory(&facts.memory),
+            physical_cores: facts.physical_cores,
+            executable: facts.executable.clone(),
+            disk: facts.disk.clone(),
+        }
+    }
+}
+
+/// The server executable as [`locate::server_executable`] finds it, from
+/// this program's own path.
+pub(crate) fn server_executable(node: &NodeEnv, vars: &Vars) -> Result<PathBuf, PlanError> {
+    let own = std::env::current_exe().unwrap_or_default();
+    Ok(locate::server_executable(
+        node.lmcache_path.as_deref(),
+        vars,
+        &own,
+    )?)
+}
+
+/// Measures the volume of the cache directory `path` and scans it:
+/// statvfs, filesystem type, the O_DIRECT test write, and the tier's scan
+/// (under its lock, with the guard's watch added first, for
+/// [`DiskAccess::Create`]).
+///
+/// Errors: an unusable cache directory ([`PlanError::DiskPath`]), or
+/// another launch holding it ([`PlanError::Tier`]).
+pub fn measure_disk(path: &Path, access: DiskAccess) -> Result<DiskFacts, PlanError> {
+    let measured_at = prepare_disk_path(path, access)?;
+    let volume = probe::volume_stats(&measured_at).map_err(|e| {
+        disk_error(
+            path,
+            format!("cannot read the volume statistics: {e}"),
+            "Check that the path is on a mounted filesystem",
+        )
+    })?;
+    let filesystem = probe::filesystem(&measured_at).map_err(|e| {
+        disk_error(
+            path,
+            format!("cannot read the filesystem type: {e}"),
+            "Check that the path is on a mounted filesystem",
+        )
+    })?;
+    let odirect = probe::probe_odirect(&measured_at);
+    if let OdirectProbe::NotWritable(why) = &odirect {
+        return Err(disk_error(
+            path,
+            format!("cannot create a file in {}: {why}", measured_at.display()),
+            "Make the directory writable by this user, or point the variable at a writable directory",
+        ));
+    }
+    let (reclaimable_bytes, tier) = if measured_at == path {
+        let scan = scan_tier(path, access)?;
+        let reclaimable = scan.scanned.inventory.reclaimable_bytes();
+        (reclaimable, MeasuredTier::new(scan))
+    } else {
+        (0, MeasuredTier::default())
+    };
+    Ok(DiskFacts {
+        measured_at,
+        volume,
+        filesystem,
+        reclaimable_bytes,
+        odirect,
+        tier,
+    })
+}
+
+/// The tier's one scan: for [`DiskAccess::Create`] the directory is
+/// opened for writing and locked, and the capacity guard's watch is added
+/// before the scan, so nothing written meanwhile is missed.
+fn scan_tier(path: &Path, access: DiskAccess) -> Result<TierScan, PlanError> {
+    let mode = match access {
+        DiskAccess::Create => Mode::Apply,
+        DiskAccess::Inspect => Mode::DryRun,
+    };
+    let cannot_scan = |e: &dyn std::fmt::Display| {
+        disk_error(
+            path,
+            format!("cannot scan the cache directory: {e}"),
+            "Check its permissions",
+        )
+    };
+    let (dir, lock) = ScannedTier::lock(path, mode).map_err(|e| match e {
+        HousekeepingError::Lock(_) => PlanError::Tier(e),
+        other => cannot_scan(&other),
+    })?;
+    let watch = match access {
+        DiskAccess::Create => Watch::add(&dir)
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "cannot watch {} with inotify ({e}); its capacity guard follows it by rescans",
+                    path.display()
+                )
+            })
+            .ok(),
+        DiskAccess::Inspect => None,
+    };
+    let inventory = scan(&dir).map_err(|e| cannot_scan(&e))?;
+    Ok(TierScan {
+        scanned: ScannedTier {
+            dir,
+            lock,
+            inventory,
+        },
+        watch,
+    })
+}
+
+fn disk_error(path: &Path, problem: String, fix: &'static str) -> PlanError {
+    dir_error(env::DISK_PATH, path, problem, fix)
+}
+
+fn dir_error(variable: &'static str, path: &Path, problem: String, fix: &'static str) -> PlanError {
+    PlanError::DiskPath {
+        variable,
+        path: path.display().to_string(),
+        problem,
+        fix,
+    }
+}
+
+/// Creates `path` (and missing parents) at mode 0700: the cache and the
+/// lookup-hash records are the node's private data
+/// (`docs/configuration.md`). An existing directory is used as it is (its
+/// mode is the owner's choice); anything else in the way is an error.
+/// `variable` names the setting in errors.
+fn create_private_dir(path: &Path, variable: &'static str) -> Result<(), PlanError> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if path.exists() {
+        return Err(dir_error(
+            variable,
+            path,
+            "it exists and is not a directory".into(),
+            "Point the variable at a directory (it is created, mode 0700, if missing)",
+        ));
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| {
+            dir_error(
+                variable,
+                path,
+                format!("cannot create it: {e}"),
+                "Create it yourself or point the variable at a writable place",
+            )
+        })?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(|e| {
+        dir_error(
+            variable,
+            path,
+            format!("cannot set mode 0700: {e}"),
+            "Check who owns it",
+        )
+    })
+}
+
+/// Checks the cache directory and returns the directory to measure: the
+/// path itself, or (with [`DiskAccess::Inspect`] and a missing path) its
+/// nearest existing ancestor.
+fn prepare_disk_path(path: &Path, access: DiskAccess) -> Result<PathBuf, PlanError> {
+    if !path.is_absolute() {
+        return Err(disk_error(
+            path,
+            "the path is relative".into(),
+            "Give an absolute path",
+        ));
+    }
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(path.to_path_buf()),
+        Ok(meta) if meta.file_type().is_symlink() && path.is_dir() => Ok(path.to_path_buf()),
+        Ok(_) => Err(disk_error(
+            path,
+            "it exists and is not a directory".into(),
+            "Point it at a directory (it is created, mode 0700, if missing)",
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match access {
+            DiskAccess::Create => {
+                create_private_dir(path, env::DISK_PATH)?;
+                Ok(path.to_path_buf())
+            }
+            DiskAccess::Inspect => nearest_existing_ancestor(path),
+        },
+        Err(e) => Err(disk_error(
+            path,
+            format!("cannot read it: {e}"),
+            "Check its permissions",
+        )),
+    }
+}
+
+fn nearest_existing_ancestor(path: &Path) -> Result<PathBuf, PlanError> {
+    let mut ancestor = path.parent();
+    while let Some(a) = ancestor {
+        if a.is_dir() {
+            return Ok(a.to_path_buf());
+        }
+        if a.exists() {
+            return Err(disk_error(
+                path,
+                format!("{} is not a directory", a.display()),
+                "Point the variable below a directory",
+            ));
+        }
+        ancestor = a.parent();
+    }
+    Ok(PathBuf::from("/"))
+}
