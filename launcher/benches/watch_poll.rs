@@ -8,7 +8,7 @@
 //! - `lmcache-tier inspect --json` wall time, process start to exit: target
 //!   <= 200 ms.
 //!
-//! Run: `EREBINE_TEST_LMCACHE_VENV=... cargo bench --bench watch_poll`
+//! Run: `EREBINE_TEST_LMCACHE_VENV=... cargo bench -p lmcache-launcher --bench watch_poll`
 //! (`POLLS` and `INSPECTS` change the sample counts). Results are printed;
 //! docs/performance.md records them.
 
@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 use lmcache_launcher::status::{Poll, ServerStatus, StatusClient};
 use lmcache_launcher::watch::{WatchConfig, Watcher};
 use lmcache_tier_e2e::{
-    binary, free_port, launch_command, run_bench, stop_launch, wait_for_status, Proc,
+    binaries, free_port, run_bench, stop_launch, wait_for_status, Binaries, Proc,
 };
 use nix::sys::resource::{getrusage, UsageWho};
+
+const BINS: Binaries = binaries!();
 
 fn cpu_time() -> Duration {
     let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
@@ -52,7 +54,7 @@ fn main() {
     let dir = tmp.path();
     let (mp_port, http_port) = (free_port(), free_port());
     let mut launch = Proc::spawn(
-        launch_command(dir, mp_port, http_port, &["--lmcache-disk-size-gb", "2"]),
+        BINS.launch_command(dir, mp_port, http_port, &["--lmcache-disk-size-gb", "2"]),
         &dir.join("launch.log"),
     );
     let url = format!("http://127.0.0.1:{http_port}/status");
@@ -90,7 +92,7 @@ fn main() {
     // Parse + state machine alone on the recorded body (no HTTP).
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/lmcache-0.5.6/status/status-worker-attached.json"
+        "/../fixtures/lmcache-0.5.6/status/status-worker-attached.json"
     ))
     .expect("fixture");
     let n = 2000;
@@ -102,11 +104,10 @@ fn main() {
     let parse_cpu = (cpu_time() - cpu1) / n;
 
     // inspect, as an operator runs it.
-    let exe = binary("lmcache-tier");
     let mut times = Vec::with_capacity(inspects);
     for _ in 0..inspects {
         let start = Instant::now();
-        let out = Command::new(&exe)
+        let out = Command::new(BINS.lmcache_tier())
             .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
             .args(["inspect", "--json", "--url", &url])
             .output()

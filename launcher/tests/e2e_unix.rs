@@ -14,11 +14,13 @@ use std::time::{Duration, Instant};
 
 use lmcache_launcher::supervise::{signal_name, terminating_signals};
 use lmcache_tier_e2e::{
-    binary, free_port, get_json, launch_command, lmcache_venv, processes_mentioning,
-    wait_for_status, Proc,
+    binaries, free_port, get_json, lmcache_venv, processes_mentioning, wait_for_status, Binaries,
+    Proc,
 };
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+
+const BINS: Binaries = binaries!();
 
 /// A stand-in for the server, used where the question is what the launcher
 /// does around it, which the real server cannot report: it records its pid
@@ -72,7 +74,7 @@ fn stand_in_launch(bytes: &[u8]) -> StandInLaunch {
     let state = dir.join("state");
     fs::create_dir(&state).unwrap();
     let lock = dir.join("cache/.lmcache-tier.lock");
-    let mut cmd = launch_command(dir, free_port(), free_port(), &[]);
+    let mut cmd = BINS.launch_command(dir, free_port(), free_port(), &[]);
     cmd.env("EREBINE_AGENT_LMCACHE_PATH", &server)
         .env("EREBINE_TEST_STATE", &state)
         .env("EREBINE_TEST_LOCK", &lock)
@@ -161,7 +163,7 @@ fn a_signal_while_the_launch_plans_and_housekeeps_stops_it_before_any_start() {
     for number in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR2] {
         let name = signal_name(number);
         let mut launch = Proc::spawn(
-            launch_command(dir, free_port(), free_port(), &[]),
+            BINS.launch_command(dir, free_port(), free_port(), &[]),
             &dir.join("launch.log"),
         );
         wait_for(&format!("{name} caught"), Duration::from_secs(10), || {
@@ -195,7 +197,7 @@ fn a_signal_while_the_launch_plans_and_housekeeps_stops_it_before_any_start() {
 fn ready_launch(dir: &Path) -> Proc {
     let http_port = free_port();
     let mut launch = Proc::spawn(
-        launch_command(dir, free_port(), http_port, &[]),
+        BINS.launch_command(dir, free_port(), http_port, &[]),
         &dir.join("launch.log"),
     );
     let url = format!("http://127.0.0.1:{http_port}/status");
@@ -251,7 +253,7 @@ fn a_launch_whose_output_pipe_is_closed_starts_and_stops_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let http_port = free_port();
-    let mut cmd = launch_command(dir, free_port(), http_port, &[]);
+    let mut cmd = BINS.launch_command(dir, free_port(), http_port, &[]);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -318,7 +320,7 @@ fn erebine(args: &[OsString], redirect: &str) -> Command {
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(format!("exec \"$0\" \"$@\" {redirect}"))
-        .arg(binary("erebine-lmcache"))
+        .arg(BINS.erebine_lmcache())
         .args(args)
         .env("VIRTUAL_ENV", lmcache_venv());
     cmd

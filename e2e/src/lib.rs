@@ -1,6 +1,8 @@
-//! Harness of the end-to-end suite in `tests/`: builds the shipped binaries,
-//! finds the real LMCache that `scripts/setup-lmcache.sh` installed, picks
-//! free loopback ports, and runs processes that cannot outlive a test.
+//! Harness of the end-to-end suite (`launcher/tests/e2e_*.rs` and the
+//! `watch_poll` bench of `lmcache-launcher`): runs the shipped binaries Cargo
+//! built for the calling test ([`binaries!`]), finds the real LMCache that
+//! `scripts/setup-lmcache.sh` installed, picks free loopback ports, and runs
+//! processes that cannot outlive a test.
 //!
 //! Nothing here fakes LMCache: every test drives the real `lmcache server`
 //! and the real `lmcache bench` commands.
@@ -10,7 +12,6 @@ use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -34,37 +35,74 @@ pub fn lmcache_venv() -> PathBuf {
     venv
 }
 
-/// Path of one of the shipped binaries (`lmcache-tier`, `erebine-lmcache`),
-/// built once per test process with the test's own profile (release for
-/// `cargo bench`).
-pub fn binary(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        // Not the test's own CARGO_MANIFEST_DIR: ring's build script
-        // watches it, and a value the outer `cargo test` did not have would
-        // rebuild ring and everything above it here, and again on the next
-        // `cargo test`.
-        build
-            .args(["build", "-p", "lmcache-launcher", "--bins"])
-            .env_remove("CARGO_MANIFEST_DIR");
-        if !cfg!(debug_assertions) {
-            build.arg("--release");
+/// The shipped binaries under test, as Cargo built them for the calling
+/// integration test or bench of `lmcache-launcher` (with its profile: release
+/// for `cargo bench`). Make one with [`binaries!`].
+#[derive(Clone, Copy, Debug)]
+pub struct Binaries {
+    lmcache_tier: &'static str,
+    erebine_lmcache: &'static str,
+}
+
+/// The [`Binaries`] Cargo built for the integration test or bench that
+/// expands it: `CARGO_BIN_EXE_lmcache-tier` and
+/// `CARGO_BIN_EXE_erebine-lmcache`, which Cargo sets only when it compiles a
+/// test or bench target of `lmcache-launcher`. A constant expression:
+/// `const BINS: Binaries = binaries!();`.
+#[macro_export]
+macro_rules! binaries {
+    () => {
+        $crate::Binaries::new(
+            ::core::env!("CARGO_BIN_EXE_lmcache-tier"),
+            ::core::env!("CARGO_BIN_EXE_erebine-lmcache"),
+        )
+    };
+}
+
+impl Binaries {
+    /// The binaries at these paths (what [`binaries!`] passes).
+    pub const fn new(lmcache_tier: &'static str, erebine_lmcache: &'static str) -> Binaries {
+        Binaries {
+            lmcache_tier,
+            erebine_lmcache,
         }
-        let status = build
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the binaries failed");
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> -> target/<profile>
-        exe.parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in target/<profile>/deps")
-            .to_path_buf()
-    });
-    dir.join(name)
+    }
+
+    /// `lmcache-tier`: `launch`, `inspect`, `size`, `housekeep`.
+    pub fn lmcache_tier(&self) -> &'static Path {
+        Path::new(self.lmcache_tier)
+    }
+
+    /// `erebine-lmcache`: the image entrypoint that supervises the server.
+    pub fn erebine_lmcache(&self) -> &'static Path {
+        Path::new(self.erebine_lmcache)
+    }
+
+    /// `lmcache-tier launch` for a node whose home, disk path and log live in
+    /// `dir`, on the given loopback ports, with a 1 GiB L1, model
+    /// `test-model` (the name the CPU bench worker writes under) and the
+    /// given extra flags.
+    pub fn launch_command(
+        &self,
+        dir: &Path,
+        mp_port: u16,
+        http_port: u16,
+        extra: &[&str],
+    ) -> Command {
+        let mut cmd = Command::new(self.lmcache_tier());
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("VIRTUAL_ENV", lmcache_venv())
+            .env("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache")
+            .env("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1")
+            .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
+            .env("EREBINE_AGENT_LMCACHE_MP_PORT", mp_port.to_string())
+            .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
+            .args(["launch", "--model", "test-model"])
+            .args(extra);
+        cmd
+    }
 }
 
 /// A loopback port nobody listens on right now.
@@ -219,25 +257,6 @@ pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
         }
     }
     found
-}
-
-/// `lmcache-tier launch` for a node whose home, disk path and log live in
-/// `dir`, on the given loopback ports, with a 1 GiB L1, model `test-model`
-/// (the name the CPU bench worker writes under) and the given extra flags.
-pub fn launch_command(dir: &Path, mp_port: u16, http_port: u16, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(binary("lmcache-tier"));
-    cmd.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("VIRTUAL_ENV", lmcache_venv())
-        .env("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache")
-        .env("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1")
-        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
-        .env("EREBINE_AGENT_LMCACHE_MP_PORT", mp_port.to_string())
-        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
-        .args(["launch", "--model", "test-model"])
-        .args(extra);
-    cmd
 }
 
 /// What one run of the real CPU bench worker did.

@@ -11,11 +11,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    bench_command, binary, free_port, get_json, launch_command, lmcache_venv, processes_mentioning,
-    stop_launch, wait_for_status, Proc,
+    bench_command, binaries, free_port, get_json, lmcache_venv, processes_mentioning, stop_launch,
+    wait_for_status, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+
+const BINS: Binaries = binaries!();
 
 /// Both reap flags at 30 s, the least LMCache accepts: the bench client
 /// sends no PING, so it is reaped after the registration grace.
@@ -48,7 +50,7 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 /// `lmcache-tier inspect --url <url>` for the node whose disk tier is `cache`.
 fn inspect(url: &str, cache: &Path, json: bool) -> (Option<i32>, String) {
-    let mut cmd = Command::new(binary("lmcache-tier"));
+    let mut cmd = Command::new(BINS.lmcache_tier());
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("EREBINE_AGENT_LMCACHE_DISK_PATH", cache)
@@ -90,7 +92,7 @@ fn launch_reports_lost_workers_and_restarts_a_killed_server() {
     let mut flags = vec!["--lmcache-disk-size-gb", "2"];
     flags.extend(REAP_FLAGS);
     let mut launch = Proc::spawn(
-        launch_command(dir, mp_port, http_port, &flags),
+        BINS.launch_command(dir, mp_port, http_port, &flags),
         &dir.join("launch.log"),
     );
     let url = format!("http://127.0.0.1:{http_port}/status");
@@ -214,7 +216,7 @@ fn launch_gives_up_after_three_fast_failures_quoting_the_servers_last_lines() {
     // A window far above any start-up time here, so every run counts as
     // fast however loaded the machine is; restarts at once.
     let flags = ["--restart-backoff", "0", "--fast-failure-window", "1800"];
-    let mut cmd = launch_command(dir, mp_port, http_port, &flags);
+    let mut cmd = BINS.launch_command(dir, mp_port, http_port, &flags);
     cmd.env(
         "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
         serde_json::json!({"type": "fs", "base_path": tier}).to_string(),

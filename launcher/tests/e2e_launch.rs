@@ -6,10 +6,12 @@ use std::time::{Duration, Instant};
 
 use lmcache_launcher::locate::lmcache_version;
 use lmcache_tier_e2e::{
-    data_objects, free_port, get_json, launch_command, lmcache_venv, processes_mentioning,
-    run_bench, stop_launch, wait_for_status, Proc,
+    binaries, data_objects, free_port, get_json, lmcache_venv, processes_mentioning, run_bench,
+    stop_launch, wait_for_status, Binaries, Proc,
 };
 use nix::sys::signal::Signal;
+
+const BINS: Binaries = binaries!();
 
 #[test]
 fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
@@ -18,7 +20,7 @@ fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
     let (mp_port, http_port) = (free_port(), free_port());
     let flags = ["--max-num-batched-tokens", "512"];
 
-    let mut dry = launch_command(dir, mp_port, http_port, &flags);
+    let mut dry = BINS.launch_command(dir, mp_port, http_port, &flags);
     dry.args(["--dry-run", "--json"]);
     let out = dry.output().unwrap();
     assert!(
@@ -36,7 +38,7 @@ fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
     );
 
     let mut launch = Proc::spawn(
-        launch_command(dir, mp_port, http_port, &flags),
+        BINS.launch_command(dir, mp_port, http_port, &flags),
         &dir.join("launch.log"),
     );
     let url = format!("http://127.0.0.1:{http_port}/status");
@@ -92,7 +94,7 @@ fn a_killed_launcher_leaves_no_server_behind() {
     let dir = tmp.path();
     let (mp_port, http_port) = (free_port(), free_port());
     let mut launch = Proc::spawn(
-        launch_command(dir, mp_port, http_port, &[]),
+        BINS.launch_command(dir, mp_port, http_port, &[]),
         &dir.join("launch.log"),
     );
     let url = format!("http://127.0.0.1:{http_port}/status");
@@ -132,7 +134,7 @@ fn a_server_that_cannot_import_its_modules_is_named_with_the_import() {
         )
         .unwrap();
     }
-    let mut cmd = launch_command(dir, free_port(), free_port(), &[]);
+    let mut cmd = BINS.launch_command(dir, free_port(), free_port(), &[]);
     cmd.env("PYTHONPATH", dir.join("shadow"));
     let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
     let status = launch

@@ -18,8 +18,10 @@ use std::thread;
 use std::time::Duration;
 
 use lmcache_tier_e2e::{
-    binary, free_port, launch_command, run_bench, stop_launch, wait_for_status, Proc,
+    binaries, free_port, run_bench, stop_launch, wait_for_status, Binaries, Proc,
 };
+
+const BINS: Binaries = binaries!();
 
 const GIB: u64 = 1 << 30;
 const OBJECT: u64 = 32 << 20;
@@ -110,7 +112,7 @@ struct Node {
 
 impl Node {
     fn launch(&self, name: &str) -> Proc {
-        let mut cmd = launch_command(
+        let mut cmd = BINS.launch_command(
             &self.dir,
             self.mp_port,
             self.http_port,
@@ -138,7 +140,7 @@ impl Node {
 
     /// `lmcache-tier inspect --json` for this node.
     fn inspect(&self) -> serde_json::Value {
-        let mut cmd = Command::new(binary("lmcache-tier"));
+        let mut cmd = Command::new(BINS.lmcache_tier());
         cmd.env_clear()
             .env(
                 "EREBINE_AGENT_LMCACHE_HTTP_PORT",

@@ -7,8 +7,10 @@ use std::fs;
 use std::time::Duration;
 
 use lmcache_tier_e2e::{
-    data_objects, free_port, launch_command, run_bench, stop_launch, wait_for_status, Proc,
+    binaries, data_objects, free_port, run_bench, stop_launch, wait_for_status, Binaries, Proc,
 };
+
+const BINS: Binaries = binaries!();
 
 #[test]
 fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
@@ -21,7 +23,7 @@ fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
 
     // 1. First launch: the bench stores sequences 0..3.
     let mut launch = Proc::spawn(
-        launch_command(dir, mp_port, http_port, &chunk_256),
+        BINS.launch_command(dir, mp_port, http_port, &chunk_256),
         &dir.join("launch-1.log"),
     );
     wait_for_status(&url, &mut launch, Duration::from_secs(180));
@@ -49,7 +51,7 @@ fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
     // 2. Same identity: every object is kept, and the bench's cold lookups of
     //    the same sequences hit on the disk tier.
     let mut launch = Proc::spawn(
-        launch_command(dir, mp_port, http_port, &chunk_256),
+        BINS.launch_command(dir, mp_port, http_port, &chunk_256),
         &dir.join("launch-2.log"),
     );
     wait_for_status(&url, &mut launch, Duration::from_secs(180));
@@ -72,7 +74,7 @@ fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
 
     // 3. Another chunk size: every object is purged and the log says why.
     let mut launch = Proc::spawn(
-        launch_command(
+        BINS.launch_command(
             dir,
             mp_port,
             http_port,

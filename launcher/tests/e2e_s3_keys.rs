@@ -7,7 +7,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use lmcache_tier_e2e::{binary, free_port, venv_with_bench_model, S3Server, S3sFs};
+use lmcache_tier_e2e::{binaries, free_port, venv_with_bench_model, Binaries, S3Server, S3sFs};
+
+const BINS: Binaries = binaries!();
 
 /// Model names as users pass them to vLLM (relative and absolute paths,
 /// repeated slashes, LoRA names).
@@ -19,7 +21,7 @@ const PREFIX: &str = "node-a/";
 /// Runs `bench l2` on `spec` with keys named after `model`: 2 objects of
 /// 64 KiB stored, looked up, loaded and compared. Panics unless all succeed.
 fn bench_l2_with_model(dir: &Path, spec: &serde_json::Value, model: &str) {
-    let out = Command::new(binary("erebine-lmcache"))
+    let out = Command::new(BINS.erebine_lmcache())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", dir)

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    binary, children_of, cmdline_and_environ, data_objects, free_port, launch_command,
-    lmcache_venv, run_bench, stop_launch, wait_for_status, Proc, S3Server, TlsFiles,
+    binaries, children_of, cmdline_and_environ, data_objects, free_port, lmcache_venv, run_bench,
+    stop_launch, wait_for_status, Binaries, Proc, S3Server, TlsFiles,
 };
+
+const BINS: Binaries = binaries!();
 
 const REAL_KEY_ID: &str = "AKIAOPERATORREALKEY1";
 const REAL_SECRET: &str = "operator-real-secret-DO-NOT-LEAK-0123456789";
@@ -82,7 +84,7 @@ fn bench_l2_through_s3_bucket_stores_and_loads_32_mib_objects_path_style_without
         "s3_region": "us-east-1",
         "disable_tls": true,
     });
-    let mut cmd = Command::new(binary("erebine-lmcache"));
+    let mut cmd = Command::new(BINS.erebine_lmcache());
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", dir)
@@ -142,7 +144,7 @@ fn bench_l2_through_s3_bucket_stores_and_loads_32_mib_objects_path_style_without
 fn a_bad_s3_bucket_tier_stops_bench_l2_before_lmcache_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = r#"{"type":"s3","s3_endpoint":"127.0.0.1:9","s3_bucket":"Not_A_Bucket","s3_region":"us-east-1","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"S"}"#;
-    let out = Command::new(binary("erebine-lmcache"))
+    let out = Command::new(BINS.erebine_lmcache())
         .env("VIRTUAL_ENV", lmcache_venv())
         .env("HOME", tmp.path())
         .args(["bench", "l2", "--l2-adapter", spec])
@@ -176,7 +178,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
          "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}}
     ]);
     let (mp_port, http_port) = (free_port(), free_port());
-    let mut cmd = launch_command(dir, mp_port, http_port, &[]);
+    let mut cmd = BINS.launch_command(dir, mp_port, http_port, &[]);
     cmd.env("EREBINE_AGENT_LMCACHE_L2_ADAPTER", cascade.to_string())
         .env("LMCACHE_TRACK_USAGE", "false");
     let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
@@ -285,7 +287,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
 /// `lmcache-tier inspect --json --url <url>` for the node in `dir`: its exit
 /// status and standard output.
 fn inspect_json(dir: &std::path::Path, url: &str) -> (Option<i32>, String) {
-    let out = Command::new(binary("lmcache-tier"))
+    let out = Command::new(BINS.lmcache_tier())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
@@ -452,7 +454,7 @@ fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503(
 /// and only the environment given here (plus PATH, HOME = `dir`, the
 /// LMCache environment): no AWS variable of the test process reaches it.
 fn small_bench_l2(dir: &Path, spec: &serde_json::Value, env: &[(&str, String)]) -> Command {
-    let mut cmd = Command::new(binary("erebine-lmcache"));
+    let mut cmd = Command::new(BINS.erebine_lmcache());
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", dir)

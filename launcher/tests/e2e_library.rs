@@ -7,7 +7,11 @@ use std::time::Duration;
 use lmcache_launcher::launch::{self, RunOptions};
 use lmcache_launcher::watch::Event;
 use lmcache_launcher::{plan, DiskAccess, EngineFacts, Facts, HostFacts, Planned, Vars};
-use lmcache_tier_e2e::{binary, free_port, get_json, lmcache_venv, processes_mentioning};
+use lmcache_tier_e2e::{
+    binaries, free_port, get_json, lmcache_venv, processes_mentioning, Binaries,
+};
+
+const BINS: Binaries = binaries!();
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
@@ -28,7 +32,7 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
         ("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string()),
         (
             "EREBINE_AGENT_LMCACHE_PATH",
-            binary("erebine-lmcache").display().to_string(),
+            BINS.erebine_lmcache().display().to_string(),
         ),
     ]
     .into_iter()
