@@ -44,8 +44,9 @@ pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
 pub const MANIFEST_MAX_BYTES: u64 = 64 * 1024;
 
 /// What the objects in a tier were written for. Objects are usable only by a
-/// launch with an equal identity (seed 000, "LMCache Disk Tier": model,
-/// tensor-parallel degree, KV cache dtype, block size, chunk size).
+/// launch with an equal identity: model, tensor-parallel degree, KV cache
+/// dtype, block size, chunk size (`docs/operations.md`, "The cache is empty
+/// after a restart").
 ///
 /// `pipeline_parallel_size` is kept too: LMCache packs the engine's world
 /// size, TP x PP, into every object's kv_rank (LMCache's `ComputeKVRank` /

@@ -327,9 +327,8 @@ impl Inventory {
     }
 
     /// Bytes the tier may take back: allocated bytes of objects and stale
-    /// temp files. This is the sizing rules' "R = bytes of cache objects
-    /// already in the directory" (seed 000, "LMCache Disk Tier": "Objects the
-    /// cache already holds count as reclaimable").
+    /// temp files. This is R of the sizing rules, which counts as free
+    /// (`docs/sizing.md`, "Disk tier capacity").
     pub fn reclaimable_bytes(&self) -> u64 {
         let totals = self.totals();
         totals.objects.bytes + totals.stale_temps.bytes

@@ -4,7 +4,8 @@
 //! environment; the binaries pass the process environment), never from the
 //! process environment implicitly. Every value is checked here: a bad value is
 //! a [`ConfigError`] that names the variable, quotes the value and says what
-//! to write instead. Defaults and seed sources are in `docs/configuration.md`.
+//! to write instead. Every variable, its default and range are in
+//! `docs/configuration.md`.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -58,21 +59,22 @@ pub const LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: &str =
 /// Lookup-hash log files kept.
 pub const LOOKUP_HASH_LOG_MAX_FILES: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_MAX_FILES";
 
-/// Default rotation interval of the lookup-hash log, seconds (seed, "LMCache
-/// Environment Variables").
+/// Default rotation interval of the lookup-hash log, seconds (6 h;
+/// `docs/configuration.md`).
 pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_INTERVAL: u64 = 21_600;
-/// Default rotation size of the lookup-hash log, bytes (seed).
+/// Default rotation size of the lookup-hash log, bytes (100 MiB;
+/// `docs/configuration.md`).
 pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: u64 = 104_857_600;
-/// Default number of lookup-hash log files kept (seed; LMCache's own default
-/// is 100, the node passes 10).
+/// Default number of lookup-hash log files kept (`docs/configuration.md`;
+/// LMCache 0.5.6's own default is 100, the node passes 10).
 pub const DEFAULT_LOOKUP_HASH_LOG_MAX_FILES: u32 = 10;
 /// Directory under the disk path that a truthy
 /// `EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR` selects.
 pub const LOOKUP_HASH_SUBDIR: &str = "lookup_hashes";
 
-/// Default ZMQ port of the server (seed, "LMCache Environment Variables").
+/// Default ZMQ port of the server (`docs/configuration.md`).
 pub const DEFAULT_MP_PORT: u16 = 6555;
-/// Default HTTP port of the server (seed, "LMCache Environment Variables").
+/// Default HTTP port of the server (`docs/configuration.md`).
 pub const DEFAULT_HTTP_PORT: u16 = 8090;
 
 /// An environment as the OS gives it: variable name -> value, bytes that
@@ -94,8 +96,9 @@ pub fn text_vars<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Var
         .collect()
 }
 
-/// The node's KV cache backend (seed, "KV Cache Backend"): only
-/// [`KvCacheBackend::Lmcache`] runs an LMCache server.
+/// The node's KV cache backend (`docs/configuration.md`,
+/// `EREBINE_AGENT_KV_CACHE_BACKEND`): only [`KvCacheBackend::Lmcache`] runs
+/// an LMCache server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvCacheBackend {
@@ -137,8 +140,8 @@ impl fmt::Display for KvCacheBackend {
 }
 
 /// Where and how the server writes lookup-hash records
-/// (`--lookup-hash-log-*`; seed, "LMCache Environment Variables"). The
-/// records fingerprint prompt content: the directory is created at mode 0700.
+/// (`--lookup-hash-log-*`; `docs/configuration.md`). The records fingerprint
+/// prompt content: the directory is created at mode 0700.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LookupHashLog {
     /// The directory: `<disk path>/lookup_hashes` for a truthy value, else the
@@ -333,8 +336,8 @@ impl NodeEnv {
 }
 
 /// Parses a boolean: `1`, `true`, `yes` or `0`, `false`, `no` (ASCII case
-/// ignored). Anything else is an error naming `variable` (the seed warns that
-/// other parts of the node silently ignore such values; this one does not).
+/// ignored). Anything else is an error naming `variable`, never read as off
+/// (`docs/configuration.md`, "Variables").
 pub fn parse_bool(variable: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" => Ok(true),

@@ -64,9 +64,9 @@ impl ExtraArgs {
     /// anything the server would refuse ([`ConfigError::ExtraArgs`]: an
     /// unknown flag, a stray word, a missing or mistyped value, a help
     /// request); `--host` or `--http-host` (the node keeps both listeners on
-    /// 127.0.0.1, seed: "Bound to localhost"); a port, chunk size, L1 size or
-    /// GPU worker count out of range; an `--l2-adapter` value that is not one
-    /// JSON object with a `type`.
+    /// 127.0.0.1: `docs/configuration.md`, "The server command line"); a
+    /// port, chunk size, L1 size or GPU worker count out of range; an
+    /// `--l2-adapter` value that is not one JSON object with a `type`.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let tokens: Vec<&str> = text.split_whitespace().collect();
         let mut out = ExtraArgs::default();
@@ -157,7 +157,7 @@ fn check_read_value(flag: &'static str, value: &str) -> Result<(), ConfigError> 
     };
     match flag {
         "--host" | "--http-host" => Err(bad(
-            "remove it: the node keeps the server's listeners on 127.0.0.1 (seed: bound to localhost); use EREBINE_AGENT_LMCACHE_MP_PORT / EREBINE_AGENT_LMCACHE_HTTP_PORT for the ports",
+            "remove it: the node keeps the server's listeners on 127.0.0.1 (LMCache's HTTP admin API has no authentication); use EREBINE_AGENT_LMCACHE_MP_PORT / EREBINE_AGENT_LMCACHE_HTTP_PORT for the ports",
         )),
         "--port" | "--http-port" => match value.parse::<u16>() {
             Ok(p) if p > 0 => Ok(()),

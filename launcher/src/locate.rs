@@ -1,9 +1,9 @@
 //! Finding the executables: the stock `lmcache` that `erebine-lmcache` wraps,
 //! and the executable `lmcache-tier launch` starts the server with.
 //!
-//! Order (seed, `EREBINE_AGENT_LMCACHE_PATH`): the active Python environment,
-//! then beside the `vllm` executable, then `PATH`; never `erebine-lmcache`
-//! itself.
+//! Order (`docs/configuration.md`, "Finding the executables"): the active
+//! Python environment, then beside the `vllm` executable, then `PATH`; never
+//! `erebine-lmcache` itself.
 
 use std::env::split_paths;
 use std::ffi::OsStr;

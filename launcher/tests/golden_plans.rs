@@ -21,9 +21,9 @@ use lmcache_sizing::{Decision, GIB};
 
 const DISK_PATH: &str = "/var/lib/inference/.cache/erebine/lmcache";
 
-/// The seed's "local disk tier in front of an S3-compatible bucket", with
-/// stand-in secrets.
-const SEED_CASCADE: &str = r#"[{"type":"fs","base_path":"/var/lib/inference/.cache/erebine/lmcache","max_capacity_gb":150,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}},{"shared":true,"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_region":"REGION","s3_prefer_http2":false,"aws_access_key_id":"AKIAEXAMPLE","aws_secret_access_key":"s3cr3t-example","max_capacity_gb":2000,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}}]"#;
+/// A local `fs` disk tier in front of a shared S3-compatible bucket, each
+/// with `max_capacity_gb` and an LRU `eviction` block, with stand-in secrets.
+const FS_THEN_S3_CASCADE: &str = r#"[{"type":"fs","base_path":"/var/lib/inference/.cache/erebine/lmcache","max_capacity_gb":150,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}},{"shared":true,"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_region":"REGION","s3_prefer_http2":false,"aws_access_key_id":"AKIAEXAMPLE","aws_secret_access_key":"s3cr3t-example","max_capacity_gb":2000,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}}]"#;
 
 fn facts(tp: u32) -> EngineFacts {
     EngineFacts {
@@ -79,8 +79,9 @@ struct Node {
     vars: Vars,
 }
 
-/// A node with the lmcache backend, the seed's disk path and a stand-in
-/// `erebine-lmcache` in a temp dir (shown as `$TMP` in the golden files).
+/// A node with the lmcache backend, the default disk path of a node whose
+/// `HOME` is `/var/lib/inference`, and a stand-in `erebine-lmcache` in a temp
+/// dir (shown as `$TMP` in the golden files).
 fn node(pairs: &[(&str, &str)]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("erebine-lmcache");
@@ -146,10 +147,10 @@ fn value_of<'a>(args: &'a [String], flag: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn tp4_with_the_seeds_fs_then_s3_cascade() {
+fn tp4_with_an_fs_then_s3_cascade() {
     let node = node(&[
         ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "150"),
-        ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", SEED_CASCADE),
+        ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", FS_THEN_S3_CASCADE),
     ]);
     let plan = plan_of(&node, &facts(4));
     assert_eq!(value_of(&plan.args, "--max-gpu-workers"), ["4"]);

@@ -302,8 +302,8 @@ pub fn use_odirect(block_size: u64, probe: &OdirectProbe) -> Decision<bool> {
 /// is hybrid-attention, else `None`. A hybrid model's chunk size must be a
 /// multiple of that block size, so the value (explicit or derived) is raised
 /// to the next multiple of it; in particular an explicit value below the block
-/// size is raised to the block size (seed, "LMCache Environment Variables",
-/// `EREBINE_AGENT_LMCACHE_CHUNK_SIZE`). A block size of 0 is treated as 1.
+/// size is raised to the block size (`docs/sizing.md`, "Chunk size"). A block
+/// size of 0 is treated as 1.
 pub fn chunk_size(
     explicit: Option<u32>,
     max_num_batched_tokens: u32,
@@ -516,8 +516,8 @@ mod tests {
     }
 
     proptest! {
-        /// Seed: "a restart with a populated cache gets the same capacity a
-        /// fresh start on the same volume would".
+        /// "A restart with a populated cache gets the capacity a fresh start
+        /// on the same volume would" (`docs/sizing.md`, "Disk tier capacity").
         #[test]
         fn restart_with_cache_equals_fresh_start(
             total in 1u64..(64 * TIB),
