@@ -88,6 +88,9 @@ pub struct UpstreamError {
     pub message: String,
 }
 
+/// The largest gateway state read: a gateway's is under 2 KiB.
+const STATE_MAX_BYTES: usize = 64 << 10;
+
 /// Asks the gateway that may listen on `addr` for its state: `Ok(Some)`
 /// from a gateway of ours; `Ok(None)` when something else answers (not a
 /// 200 with a [`GatewayState`]).
@@ -95,9 +98,6 @@ pub struct UpstreamError {
 /// # Errors
 /// Nothing answers within `timeout` (refused, reset, silent): the cause, for
 /// the operator (the gateway, or whatever should listen there, is down).
-/// The largest gateway state read: a gateway's is under 2 KiB.
-const STATE_MAX_BYTES: usize = 64 << 10;
-
 pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Result<Option<GatewayState>, String> {
     let client = reqwest::Client::builder()
         .timeout(timeout)

@@ -146,7 +146,7 @@ impl Guard {
         Self::spawn(runner, None)
     }
 
-    /// Starts a guard from a count already made: `seed` holds the tier's
+    /// Starts a guard from a count already made: `prior` holds the tier's
     /// directory, the watch added before that count, and the count itself
     /// (a launch scans its tier once, for sizing and housekeeping, and hands
     /// the result here instead of a second scan). Events the watch queued
@@ -156,28 +156,28 @@ impl Guard {
     /// # Errors
     /// As [`Guard::start`]: the capacity exceeds the volume, or the thread
     /// cannot start.
-    pub fn start_seeded(
+    pub fn start_from_scan(
         spec: GuardSpec,
         options: GuardOptions,
-        seed: Seed,
+        prior: PriorScan,
     ) -> Result<Self, GuardError> {
         spec.check_volume()?;
-        let watch = match (options.inotify, seed.watch) {
+        let watch = match (options.inotify, prior.watch) {
             (true, Some(watch)) => Ok(watch.0),
             (true, None) => Err("the launch could not watch the directory".to_string()),
             (false, _) => Err("inotify disabled by the caller".to_string()),
         };
-        let runner = Runner::new(spec, options, seed.dir, watch);
-        Self::spawn(runner, Some((seed.inventory, seed.deleted)))
+        let runner = Runner::new(spec, options, prior.dir, watch);
+        Self::spawn(runner, Some((prior.inventory, prior.deleted)))
     }
 
-    fn spawn(mut runner: Runner, seed: Option<(Inventory, Vec<u32>)>) -> Result<Self, GuardError> {
+    fn spawn(mut runner: Runner, prior: Option<(Inventory, Vec<u32>)>) -> Result<Self, GuardError> {
         let position = runner.spec.position;
         let (stop, stopped) =
             UnixStream::pair().map_err(|source| GuardError::Io { position, source })?;
         let thread = std::thread::Builder::new()
             .name(format!("capacity-guard-{position}"))
-            .spawn(move || runner.run(stopped, seed))
+            .spawn(move || runner.run(stopped, prior))
             .map_err(|source| GuardError::Io { position, source })?;
         Ok(Self {
             stop: Some(stop),
@@ -238,9 +238,9 @@ impl Watch {
 }
 
 /// A count of a tier made before its guard starts, for
-/// [`Guard::start_seeded`].
+/// [`Guard::start_from_scan`].
 #[derive(Debug)]
-pub struct Seed {
+pub struct PriorScan {
     /// The tier directory, opened for writing.
     pub dir: TierDir,
     /// The watch added before `inventory` was scanned; `None` when inotify
@@ -335,14 +335,14 @@ impl Runner {
         )
     }
 
-    fn run(&mut self, mut stopped: UnixStream, seed: Option<(Inventory, Vec<u32>)>) {
+    fn run(&mut self, mut stopped: UnixStream, prior: Option<(Inventory, Vec<u32>)>) {
         let mut buffer = vec![0u8; EVENT_BUFFER];
         let started = Instant::now();
-        let counted = match &seed {
+        let counted = match &prior {
             Some(_) => "took over the launch's count of",
             None => "counted",
         };
-        match seed {
+        match prior {
             Some((inventory, deleted)) => self.take_over(&inventory, &deleted),
             None => {
                 if let Some(inventory) = self.scan() {

@@ -11,7 +11,7 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
 use lmcache_capacity_guard::capacity::guard_specs;
-use lmcache_capacity_guard::{Guard, GuardError, GuardOptions, Seed};
+use lmcache_capacity_guard::{Guard, GuardError, GuardOptions, PriorScan};
 use lmcache_housekeeping::Mode;
 
 use crate::env;
@@ -407,16 +407,16 @@ fn start_guard(
     let Some(spec) = specs.into_iter().find(|s| s.base_path == path) else {
         return Ok(None);
     };
-    let seed = Seed {
+    let prior = PriorScan {
         dir: housekept.tier.dir,
         watch: housekept.watch,
         inventory: housekept.tier.inventory,
         deleted: housekept.housekeeping.deleted_objects,
     };
-    Ok(Some(Guard::start_seeded(
+    Ok(Some(Guard::start_from_scan(
         spec,
         GuardOptions::default(),
-        seed,
+        prior,
     )?))
 }
 

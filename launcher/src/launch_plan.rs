@@ -40,7 +40,7 @@ pub struct EngineFacts {
     pub max_num_batched_tokens: u32,
     /// Whether the model is hybrid-attention (attention layers mixed with
     /// state-space or linear-attention layers). Its chunk size must then be
-    /// a multiple of `block_size` (seed, `EREBINE_AGENT_LMCACHE_CHUNK_SIZE`).
+    /// a multiple of `block_size` (`docs/sizing.md`, "Chunk size").
     pub hybrid_attention: bool,
 }
 
@@ -273,8 +273,8 @@ impl LaunchPlan {
     }
 
     /// The one launch log line: resolved adapters, disk path, worker count,
-    /// O_DIRECT decision and capacity, each with its reason (seed: "The
-    /// resolved adapter is logged once at launch").
+    /// O_DIRECT decision and capacity, each with its reason, logged once per
+    /// launch (`docs/operations.md`).
     pub fn log_line(&self) -> String {
         let d = &self.decisions;
         let mut line = format!(

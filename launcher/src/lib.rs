@@ -19,7 +19,7 @@
 //! the typed `/status` model; [`inspect`] builds what `lmcache-tier inspect`
 //! prints.
 //!
-//! Every variable, its default, range and seed section is in
+//! Every variable, its default and range are in
 //! `docs/configuration.md`; what the log lines mean is in
 //! `docs/operations.md`.
 //!
@@ -171,7 +171,7 @@ impl Planned {
 ///     max_num_batched_tokens: 2048,
 ///     hybrid_attention: false,
 /// };
-/// // No EREBINE_AGENT_KV_CACHE_BACKEND: the seed's default, `native`.
+/// // No EREBINE_AGENT_KV_CACHE_BACKEND: the node's default, `native` (`docs/configuration.md`).
 /// let home = text_vars([("HOME", "/home/node")]);
 /// let measured = Facts::measure(&facts, &home, DiskAccess::Inspect)?;
 /// let planned = plan(&facts, &home, &HostFacts::from(&measured))?;

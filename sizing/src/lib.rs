@@ -8,7 +8,7 @@
 //! physical cores, O_DIRECT).
 //!
 //! Units: sizes are bytes (`u64`) inside; "GiB" means 1024^3 bytes. Flags and
-//! variables that LMCache and the seed call "GB" are GiB.
+//! variables named "GB", LMCache's and the node's, are GiB (`docs/sizing.md`).
 //!
 //! Source of the rules: `docs/sizing.md` and `docs/configuration.md`.
 
