@@ -22,7 +22,7 @@ use crate::housekeep::DiskHousekeeping;
 use lmcache_housekeeping::LaunchIdentity;
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct EngineFacts {
     /// Served model name, as vLLM reports it to LMCache.
     pub model: String,
