@@ -138,9 +138,9 @@ impl Guard {
         let dir = TierDir::open(&spec.base_path, Access::ReadWrite)
             .map_err(|source| GuardError::Dir { position, source })?;
         let inotify = if options.inotify {
-            watch(&dir).map_err(|e| e.to_string())
+            watch(&dir).map_err(Unwatched::Failed)
         } else {
-            Err("inotify disabled by the caller".to_string())
+            Err(Unwatched::Disabled)
         };
         let (stop, stopped) =
             UnixStream::pair().map_err(|source| GuardError::Io { position, source })?;
@@ -172,6 +172,20 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.shut_down();
     }
+}
+
+/// Why a guard follows its tier by rescans instead of inotify.
+#[derive(Debug, thiserror::Error)]
+enum Unwatched {
+    /// [`GuardOptions::inotify`] is `false`.
+    #[error("inotify disabled by the caller")]
+    Disabled,
+    /// inotify could not watch the directory.
+    #[error(transparent)]
+    Failed(
+        /// The `inotify_init` or `inotify_add_watch` error.
+        io::Error,
+    ),
 }
 
 fn watch(dir: &TierDir) -> io::Result<Inotify> {
@@ -236,7 +250,7 @@ impl Runner {
         spec: GuardSpec,
         options: GuardOptions,
         dir: TierDir,
-        inotify: Result<Inotify, String>,
+        inotify: Result<Inotify, Unwatched>,
     ) -> Self {
         let inotify = match inotify {
             Ok(inotify) => Some(inotify),

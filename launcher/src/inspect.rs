@@ -529,7 +529,7 @@ fn read_disk(path: &Path) -> DiskRow {
             disk.guard_state_age_seconds = guard.as_ref().map(|g| age_seconds(g.updated_unix_ms));
             disk.guard = guard;
         }
-        Err(e) => disk.problem = Some(e),
+        Err(e) => disk.problem = Some(e.to_string()),
     }
     disk
 }
