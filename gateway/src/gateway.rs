@@ -99,7 +99,7 @@ impl Upstream {
         let client = UpstreamClient::new(tier.ca_bundle_pem.as_deref()).map_err(|problem| {
             err(
                 "s3_ca_bundle",
-                problem,
+                problem.to_string(),
                 "Point it at a PEM file of CA certificates.",
             )
         })?;
@@ -151,7 +151,7 @@ impl Upstream {
         );
         let response = upstream.client.send(request, READ_TIMEOUT).await.map_err(|e| {
             let detail = error_chain(&e);
-            if upstream.tier.scheme == "https" && detail.contains("certificate") {
+            if upstream.tier.scheme == "https" && refused_certificate(&e) {
                 err(
                     "s3_ca_bundle",
                     format!("HEAD {url}: the store's TLS certificate is not trusted: {detail}"),
@@ -272,6 +272,26 @@ pub(crate) async fn bind() -> std::io::Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let addr = listener.local_addr()?;
     Ok((listener, addr))
+}
+
+/// Whether rustls refused the upstream's certificate somewhere in `error`'s
+/// chain (not signed by a trusted CA, not valid for the host, expired, none
+/// sent). The TLS error travels inside `io::Error`s, whose `source()` is the
+/// source of the error they wrap, not that error: each is opened.
+fn refused_certificate(error: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+        return matches!(
+            tls,
+            rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+        );
+    }
+    let wrapped = error
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref);
+    match wrapped {
+        Some(inner) => refused_certificate(inner),
+        None => error.source().is_some_and(refused_certificate),
+    }
 }
 
 async fn handle(
@@ -639,6 +659,31 @@ mod tests {
             strip_prefix(xml, "p/"),
             "<Prefix></Prefix><Contents><Key>a@1</Key></Contents><StartAfter>a</StartAfter>"
         );
+    }
+
+    #[test]
+    fn a_refused_certificate_is_found_by_type_inside_nested_io_errors() {
+        /// The shape of hyper-util's connect error: the connector's boxed
+        /// error as its source.
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Connect(#[source] BoxError);
+        let tls = |e: rustls::Error| {
+            let handshake = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+            Connect(Box::new(std::io::Error::other(handshake)))
+        };
+        let untrusted = rustls::CertificateError::UnknownIssuer;
+        assert!(refused_certificate(&tls(
+            rustls::Error::InvalidCertificate(untrusted)
+        )));
+        assert!(refused_certificate(&tls(
+            rustls::Error::NoCertificatesPresented
+        )));
+        assert!(!refused_certificate(&tls(rustls::Error::AlertReceived(
+            rustls::AlertDescription::HandshakeFailure
+        ))));
+        let worded = Connect(Box::new(std::io::Error::other("bad certificate")));
+        assert!(!refused_certificate(&worded));
     }
 
     #[test]

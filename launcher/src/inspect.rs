@@ -258,7 +258,7 @@ impl Inspection {
             if let Some(addr) = tier.loopback_endpoint() {
                 match gateway_state::fetch(addr, timeout).await {
                     Ok(state) => tier.gateway = state,
-                    Err(cause) => tier.endpoint_down = Some(cause),
+                    Err(cause) => tier.endpoint_down = Some(cause.to_string()),
                 }
             }
         }
