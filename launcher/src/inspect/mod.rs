@@ -25,7 +25,44 @@ use lmcache_housekeeping::{
 };
 use serde::Serialize;
 
+use crate::output::exit::{ExitStatus, HasExitStatus};
 use crate::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
+
+/// Why `inspect` does not end with 0.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InspectError {
+    /// The URL to poll is not one ([`check_url`]).
+    #[error("--url {url:?} is not an http:// URL of a /status endpoint: give e.g. http://127.0.0.1:8090/status")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+    },
+    /// Nothing answered the poll.
+    #[error("{url}: the server does not answer; is the node's lmcache-tier launch running, on this HTTP port?")]
+    NoAnswer {
+        /// The polled URL, redacted.
+        url: String,
+    },
+    /// The server answered, but not as a healthy LMCache server.
+    #[error("{url}: the server answers but is not healthy")]
+    Unhealthy {
+        /// The polled URL, redacted.
+        url: String,
+    },
+}
+
+/// Checks that `url` can be polled: an `http://` URL with a host.
+///
+/// # Errors
+/// [`InspectError::BadUrl`].
+pub fn check_url(url: &str) -> Result<(), InspectError> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.scheme() == "http" && u.host().is_some() => Ok(()),
+        _ => Err(InspectError::BadUrl {
+            url: url.to_string(),
+        }),
+    }
+}
 
 /// Everything `inspect` reports: one JSON object.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -266,15 +303,27 @@ impl Inspection {
         }
     }
 
-    /// The exit status `inspect` ends with: 0 healthy, 8 unreachable, 9
-    /// answering but unhealthy (non-200, unusable body, or a part reporting
-    /// `is_healthy: false`).
-    pub fn exit_code(&self) -> u8 {
+    /// What the report says of the server: `Ok` when it is healthy.
+    ///
+    /// # Errors
+    /// [`InspectError::NoAnswer`] when it is unreachable,
+    /// [`InspectError::Unhealthy`] when it answers but is not healthy
+    /// (non-200, unusable body, or a part reporting `is_healthy: false`).
+    pub fn verdict(&self) -> Result<(), InspectError> {
+        let url = self.url.clone();
         match (&self.server.reachable, &self.server.healthy) {
-            (false, _) => 8,
-            (true, false) => 9,
-            (true, true) => 0,
+            (false, _) => Err(InspectError::NoAnswer { url }),
+            (true, false) => Err(InspectError::Unhealthy { url }),
+            (true, true) => Ok(()),
         }
+    }
+
+    /// The exit status `inspect` ends with ([`Inspection::verdict`]): 0
+    /// healthy, 8 unreachable, 9 answering but unhealthy.
+    pub fn exit_code(&self) -> u8 {
+        self.verdict()
+            .map_or_else(|e| e.exit_status(), |()| ExitStatus::Success)
+            .code()
     }
 }
 
