@@ -23,9 +23,11 @@ use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
 
+/// The exit statuses of [`ExitStatus`], for `--help`.
 const EXIT_CODES: &str = "\
 Exit status:
   0  success (launch: the server was stopped on request)
+  1  this process failed: its runtime, its signals, writing stdout, or reading the host's memory size
   2  bad input: a flag, an EREBINE_AGENT_* variable or the cache directory (the message names it)
   3  an executable is missing: erebine-lmcache or the stock lmcache
   4  a port the server needs is in use
