@@ -37,6 +37,43 @@ pub(crate) enum SendError {
     TimedOut(Duration),
 }
 
+/// Why a tier's `s3_ca_bundle` holds no usable certificate
+/// ([`ca_certificates`]); the message follows the bundle's path.
+#[derive(Debug, thiserror::Error)]
+pub enum CaBundleError {
+    /// The file is not PEM text.
+    #[error("is not a PEM bundle: {0}")]
+    NotPem(
+        /// The PEM parser's error.
+        #[source]
+        rustls::pki_types::pem::Error,
+    ),
+    /// The file is PEM text without a `CERTIFICATE` block.
+    #[error("holds no PEM certificate")]
+    NoCertificate,
+}
+
+/// Why the upstream client could not be built ([`UpstreamClient::new`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientError {
+    /// The CA bundle holds no usable certificate.
+    #[error(transparent)]
+    Bundle(#[from] CaBundleError),
+    /// A certificate of the bundle cannot be a trust anchor.
+    #[error(transparent)]
+    Anchor(
+        /// rustls' reason.
+        rustls::Error,
+    ),
+    /// The TLS configuration is refused (no protocol version in common
+    /// with the crypto provider).
+    #[error(transparent)]
+    Tls(
+        /// rustls' reason.
+        rustls::Error,
+    ),
+}
+
 /// A client for one tier's upstream.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
@@ -45,21 +82,24 @@ pub(crate) struct UpstreamClient {
 
 impl UpstreamClient {
     /// A client that trusts the built-in web PKI roots and the certificates
-    /// of `ca_bundle_pem` (the tier's `s3_ca_bundle`). Errors when the
-    /// bundle holds no certificate or one that is not valid.
-    pub(crate) fn new(ca_bundle_pem: Option<&[u8]>) -> Result<Self, String> {
+    /// of `ca_bundle_pem` (the tier's `s3_ca_bundle`).
+    ///
+    /// # Errors
+    /// [`ClientError`]: the bundle holds no certificate or one that is not
+    /// valid.
+    pub(crate) fn new(ca_bundle_pem: Option<&[u8]>) -> Result<Self, ClientError> {
         let mut roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
         if let Some(pem) = ca_bundle_pem {
             for cert in ca_certificates(pem)? {
-                roots.add(cert).map_err(|e| e.to_string())?;
+                roots.add(cert).map_err(ClientError::Anchor)?;
             }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(ClientError::Tls)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         let mut tcp = HttpConnector::new();
@@ -90,14 +130,16 @@ impl UpstreamClient {
     }
 }
 
-/// The certificates of a PEM bundle. Errors when it holds none or one
-/// that cannot be read.
-pub fn ca_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+/// The certificates of a PEM bundle.
+///
+/// # Errors
+/// [`CaBundleError`]: it holds none, or one that cannot be read.
+pub fn ca_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, CaBundleError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("is not a PEM bundle: {e}"))?;
+        .map_err(CaBundleError::NotPem)?;
     if certs.is_empty() {
-        return Err("holds no PEM certificate".into());
+        return Err(CaBundleError::NoCertificate);
     }
     Ok(certs)
 }

@@ -209,9 +209,12 @@ impl ChainSettings {
     }
 
     /// The sources this chain tries, in order, each with what it reads.
-    fn sources(&self) -> Result<Vec<Source>, String> {
+    ///
+    /// # Errors
+    /// [`NoCredentials::Setup`]: the environment's problems.
+    fn sources(&self) -> Result<Vec<Source>, NoCredentials> {
         if let Some(problem) = &self.problem {
-            return Err(problem.clone());
+            return Err(NoCredentials::Setup(problem.clone()));
         }
         let http_client = aws_smithy_http_client::Builder::new()
             .tls_provider(tls::Provider::Rustls(
@@ -297,7 +300,9 @@ impl ChainSettings {
             let mut client = aws_config::imds::Client::builder().configure(&conf);
             if let Some(endpoint) = endpoint {
                 client = client.endpoint(endpoint).map_err(|e| {
-                    format!("AWS_EC2_METADATA_SERVICE_ENDPOINT {endpoint:?} is not a URL: {e}")
+                    NoCredentials::Setup(format!(
+                        "AWS_EC2_METADATA_SERVICE_ENDPOINT {endpoint:?} is not a URL: {e}"
+                    ))
                 })?;
             }
             let provider = ImdsCredentialsProvider::builder()
@@ -317,13 +322,32 @@ impl ChainSettings {
     }
 }
 
+/// Why a file a variable names cannot be read ([`regular_file`]); the
+/// message follows "which".
+#[derive(Debug, thiserror::Error)]
+enum NotRegularFile {
+    /// Something else is there: a directory, a FIFO, a socket, ...
+    #[error("is not a regular file")]
+    Other,
+    /// Nothing is there.
+    #[error("does not exist")]
+    Missing,
+    /// Its metadata cannot be read.
+    #[error("cannot be read: {0}")]
+    Unreadable(
+        /// The `stat` error.
+        #[source]
+        std::io::Error,
+    ),
+}
+
 /// Whether `path` is a regular file (after symbolic links); else why not.
-fn regular_file(path: &Path) -> Result<(), String> {
+fn regular_file(path: &Path) -> Result<(), NotRegularFile> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => Err("is not a regular file".into()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("does not exist".into()),
-        Err(e) => Err(format!("cannot be read: {e}")),
+        Ok(_) => Err(NotRegularFile::Other),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(NotRegularFile::Missing),
+        Err(e) => Err(NotRegularFile::Unreadable(e)),
     }
 }
 
@@ -415,9 +439,7 @@ impl RealCredentials {
         let sources = match source {
             CredentialSource::Spec(key) => fixed("the tier's aws_access_key_id", key),
             CredentialSource::Environment(key) => fixed("AWS_ACCESS_KEY_ID", key),
-            CredentialSource::Chain(settings) => {
-                settings.sources().map_err(NoCredentials::Setup)?
-            }
+            CredentialSource::Chain(settings) => settings.sources()?,
         };
         Ok(Self::with_sources(sources, FETCH_TIMEOUT))
     }

@@ -35,7 +35,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::client::{self, Body, BoxError, UpstreamClient};
-use super::credentials::RealCredentials;
+use super::credentials::{NoCredentials, RealCredentials};
 use super::key::{self, Route};
 use super::sigv4::{self, KeyPair, Signed};
 use super::spec::{BucketSpecError, BucketTier};
@@ -99,7 +99,7 @@ impl Upstream {
         let client = UpstreamClient::new(tier.ca_bundle_pem.as_deref()).map_err(|problem| {
             err(
                 "s3_ca_bundle",
-                problem,
+                problem.to_string(),
                 "Point it at a PEM file of CA certificates.",
             )
         })?;
@@ -151,7 +151,7 @@ impl Upstream {
         );
         let response = upstream.client.send(request, READ_TIMEOUT).await.map_err(|e| {
             let detail = error_chain(&e);
-            if upstream.tier.scheme == "https" && detail.contains("certificate") {
+            if upstream.tier.scheme == "https" && refused_certificate(&e) {
                 err(
                     "s3_ca_bundle",
                     format!("HEAD {url}: the store's TLS certificate is not trusted: {detail}"),
@@ -274,6 +274,116 @@ pub(crate) async fn bind() -> std::io::Result<(TcpListener, SocketAddr)> {
     Ok((listener, addr))
 }
 
+/// Whether rustls refused the upstream's certificate somewhere in `error`'s
+/// chain (not signed by a trusted CA, not valid for the host, expired, none
+/// sent). The TLS error travels inside `io::Error`s, whose `source()` is the
+/// source of the error they wrap, not that error: each is opened.
+fn refused_certificate(error: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+        return matches!(
+            tls,
+            rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+        );
+    }
+    let wrapped = error
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref);
+    match wrapped {
+        Some(inner) => refused_certificate(inner),
+        None => error.source().is_some_and(refused_certificate),
+    }
+}
+
+/// Why a request is answered by the gateway itself instead of the upstream:
+/// an S3 XML error ([`ForwardError::response`]).
+#[derive(Debug, thiserror::Error)]
+enum ForwardError {
+    /// The request is not signed with the per-launch key (403).
+    #[error(transparent)]
+    Unauthenticated(
+        /// What is wrong with the signature.
+        sigv4::Rejection,
+    ),
+    /// The payload is aws-chunked, which the gateway does not re-sign (501).
+    #[error("aws-chunked payloads are not supported by the gateway")]
+    Chunked,
+    /// A key the gateway cannot carry exactly, or a request LMCache never
+    /// sends (400 or 501, [`key::Refusal::status`]).
+    #[error(transparent)]
+    Unroutable(
+        /// Why it is not forwarded.
+        key::Refusal,
+    ),
+    /// The real credentials cannot be had (503).
+    #[error("the gateway has no credentials for the upstream: {0}")]
+    NoCredentials(
+        /// Why not.
+        NoCredentials,
+    ),
+    /// The upstream request cannot be signed (500).
+    #[error("cannot sign the upstream request: {0}")]
+    Sign(
+        /// Why not.
+        BoxError,
+    ),
+    /// The upstream did not answer (503).
+    #[error("the upstream object store did not answer: {0}")]
+    Unreachable(
+        /// The cause chain, with no path or query.
+        String,
+    ),
+    /// A listing answer could not be read whole (503).
+    #[error(transparent)]
+    Listing(
+        /// What went wrong.
+        ListingError,
+    ),
+    /// The upstream's response head cannot be passed back (502).
+    #[error("bad upstream response: {0}")]
+    Response(
+        /// Why not.
+        http::Error,
+    ),
+}
+
+impl ForwardError {
+    /// The HTTP status of the gateway's answer.
+    fn status(&self) -> StatusCode {
+        match self {
+            ForwardError::Unauthenticated(_) => StatusCode::FORBIDDEN,
+            ForwardError::Chunked => StatusCode::NOT_IMPLEMENTED,
+            ForwardError::Unroutable(refusal) => {
+                StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST)
+            }
+            ForwardError::NoCredentials(_)
+            | ForwardError::Unreachable(_)
+            | ForwardError::Listing(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ForwardError::Sign(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ForwardError::Response(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The S3 error code of the gateway's answer.
+    fn code(&self) -> &'static str {
+        match self {
+            ForwardError::Unauthenticated(sigv4::Rejection::UnknownKey) => "InvalidAccessKeyId",
+            ForwardError::Unauthenticated(sigv4::Rejection::Signature) => "SignatureDoesNotMatch",
+            ForwardError::Unauthenticated(_) => "AccessDenied",
+            ForwardError::Chunked => "NotImplemented",
+            ForwardError::Unroutable(refusal) => refusal.code(),
+            ForwardError::NoCredentials(_)
+            | ForwardError::Unreachable(_)
+            | ForwardError::Listing(_) => "ServiceUnavailable",
+            ForwardError::Sign(_) | ForwardError::Response(_) => "InternalError",
+        }
+    }
+
+    /// The gateway's S3 XML answer.
+    fn response(&self) -> Response<Body> {
+        error(self.status(), self.code(), &self.to_string())
+    }
+}
+
 async fn handle(
     upstream: Arc<Upstream>,
     stats: Arc<Stats>,
@@ -285,7 +395,9 @@ async fn handle(
         return Ok(state_response(&stats));
     }
     stats.request(&method);
-    let response = forward(&upstream, &stats, request).await;
+    let response = forward(&upstream, &stats, request)
+        .await
+        .unwrap_or_else(|e| e.response());
     let status = response.status();
     if status.is_server_error() {
         tracing::warn!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request failed");
@@ -295,126 +407,142 @@ async fn handle(
     Ok(response)
 }
 
+/// Forwards one request of LMCache's: [`authenticate`] it, [`route`] it into
+/// the bucket, [`re_sign`] it with the real credentials, [`relay`] it and
+/// the answer.
 async fn forward(
     upstream: &Upstream,
     stats: &Arc<Stats>,
     request: Request<Incoming>,
-) -> Response<Body> {
+) -> Result<Response<Body>, ForwardError> {
     let (parts, body) = request.into_parts();
-    let path = parts.uri.path();
-    let query = parts.uri.query().unwrap_or("");
+    let payload_hash = authenticate(upstream, stats, &parts)?;
+    let route = route(&upstream.tier, &parts)?;
+    let request = re_sign(upstream, stats, &parts, &route, &payload_hash, body).await?;
+    relay(upstream, stats, &parts.method, &route, request).await
+}
+
+/// Checks the request's SigV4 signature against the per-launch key (a
+/// refusal is counted in `stats`). Returns the payload hash it signed,
+/// which the upstream request carries on.
+fn authenticate(
+    upstream: &Upstream,
+    stats: &Stats,
+    parts: &http::request::Parts,
+) -> Result<String, ForwardError> {
     let signed = Signed {
         method: parts.method.as_str(),
-        path,
-        query,
+        path: parts.uri.path(),
+        query: parts.uri.query().unwrap_or(""),
         headers: &parts.headers,
     };
-    let payload_hash = match sigv4::verify(
+    let payload_hash = sigv4::verify(
         &signed,
         &upstream.local_key,
         &upstream.tier.region,
         SystemTime::now(),
-    ) {
-        Ok(hash) => hash,
-        Err(e) => {
-            let code = match e {
-                sigv4::Rejection::UnknownKey => "InvalidAccessKeyId",
-                sigv4::Rejection::Signature => "SignatureDoesNotMatch",
-                _ => "AccessDenied",
-            };
-            stats.rejected();
-            return error(StatusCode::FORBIDDEN, code, &e.to_string());
-        }
-    };
+    )
+    .map_err(|rejection| {
+        stats.rejected();
+        ForwardError::Unauthenticated(rejection)
+    })?;
     if payload_hash.starts_with("STREAMING-") {
-        return error(
-            StatusCode::NOT_IMPLEMENTED,
-            "NotImplemented",
-            "aws-chunked payloads are not supported by the gateway",
-        );
+        return Err(ForwardError::Chunked);
     }
-    let tier = &upstream.tier;
+    Ok(payload_hash)
+}
+
+/// Where the request goes in the bucket: its key under the tier's key
+/// prefix, or the listing inside it ([`key::route`]). A refusal is logged.
+fn route(tier: &BucketTier, parts: &http::request::Parts) -> Result<Route, ForwardError> {
+    let path = parts.uri.path();
     let names = parts.headers.keys().map(|name| name.as_str());
-    let route = match key::route(
+    key::route(
         parts.method.as_str(),
         path,
-        query,
+        parts.uri.query().unwrap_or(""),
         names,
         &tier.bucket,
         &tier.key_prefix,
-    ) {
-        Ok(route) => route,
-        Err(refusal) => {
-            let code = refusal.code();
-            tracing::warn!(
-                tier = tier.position,
-                code,
-                "S3 gateway refused {} {path}: {refusal}",
-                parts.method
-            );
-            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            return error(status, code, &refusal.to_string());
-        }
-    };
+    )
+    .map_err(|refusal| {
+        tracing::warn!(
+            tier = tier.position,
+            code = refusal.code(),
+            "S3 gateway refused {} {path}: {refusal}",
+            parts.method
+        );
+        ForwardError::Unroutable(refusal)
+    })
+}
+
+/// The upstream request for `route`: the headers worth forwarding and the
+/// request body as it streams in (counted in `stats`), signed with the
+/// real credentials for the payload hash LMCache signed.
+async fn re_sign(
+    upstream: &Upstream,
+    stats: &Arc<Stats>,
+    parts: &http::request::Parts,
+    route: &Route,
+    payload_hash: &str,
+    body: Incoming,
+) -> Result<Request<Body>, ForwardError> {
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
         if key::forwarded_header(name.as_str()) {
             headers.append(name.clone(), value.clone());
         }
     }
-    let credentials = match upstream.credentials.current().await {
-        Ok((credentials, _)) => credentials,
-        Err(e) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                &format!("the gateway has no credentials for the upstream: {e}"),
-            )
-        }
-    };
+    let (credentials, _) = upstream
+        .credentials
+        .current()
+        .await
+        .map_err(ForwardError::NoCredentials)?;
     let body = if !body.is_end_stream() {
         upstream_body(body, stats.clone())
     } else {
         client::empty()
     };
-    let request = match upstream.signed(
-        &credentials,
-        parts.method.clone(),
-        &route,
-        headers,
-        &payload_hash,
-        body,
-    ) {
-        Ok(request) => request,
-        Err(e) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                &format!("cannot sign the upstream request: {e}"),
-            )
-        }
-    };
-    let response = match upstream.client.send(request, READ_TIMEOUT).await {
-        Ok(r) => r,
-        Err(e) => {
+    upstream
+        .signed(
+            &credentials,
+            parts.method.clone(),
+            route,
+            headers,
+            payload_hash,
+            body,
+        )
+        .map_err(ForwardError::Sign)
+}
+
+/// Sends `request` upstream and passes the answer back as it streams in
+/// (a listing inside a key prefix is read whole, to strip the prefix from
+/// its keys); failures and 5xx answers are counted in `stats`.
+async fn relay(
+    upstream: &Upstream,
+    stats: &Arc<Stats>,
+    method: &Method,
+    route: &Route,
+    request: Request<Body>,
+) -> Result<Response<Body>, ForwardError> {
+    let response = upstream
+        .client
+        .send(request, READ_TIMEOUT)
+        .await
+        .map_err(|e| {
             let cause = error_chain(&e);
-            stats.unreachable(&parts.method, &cause);
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                &format!("the upstream object store did not answer: {cause}"),
-            );
-        }
-    };
+            stats.unreachable(method, &cause);
+            ForwardError::Unreachable(cause)
+        })?;
     if response.status().is_server_error() {
-        stats.upstream_error(&parts.method, &format!("answered {}", response.status()));
+        stats.upstream_error(method, &format!("answered {}", response.status()));
     }
-    let rewrite_listing =
-        route.listing && !tier.key_prefix.is_empty() && response.status().is_success();
+    let key_prefix = &upstream.tier.key_prefix;
+    let rewrite_listing = route.listing && !key_prefix.is_empty() && response.status().is_success();
     if rewrite_listing {
-        listing_back(response, &tier.key_prefix, stats, &parts.method).await
+        listing_back(response, key_prefix, stats, method).await
     } else {
-        streamed_back(response, stats.clone(), parts.method.clone())
+        streamed_back(response, stats.clone(), method.clone())
     }
 }
 
@@ -453,7 +581,7 @@ fn streamed_back(
     response: Response<Incoming>,
     stats: Arc<Stats>,
     method: Method,
-) -> Response<Body> {
+) -> Result<Response<Body>, ForwardError> {
     let head = response_head(&response, false);
     let frames = stalling(response.into_body()).map(move |chunk| match chunk {
         Ok(data) => {
@@ -461,7 +589,7 @@ fn streamed_back(
             Ok(Frame::data(data))
         }
         Err(cause) => {
-            stats.upstream_error(&method, &cause);
+            stats.upstream_error(&method, &cause.to_string());
             Err(BoxError::from(cause))
         }
     });
@@ -475,30 +603,54 @@ async fn listing_back(
     key_prefix: &str,
     stats: &Stats,
     method: &Method,
-) -> Response<Body> {
+) -> Result<Response<Body>, ForwardError> {
     let head = response_head(&response, true);
-    match read_listing(response.into_body()).await {
-        Ok(text) => {
-            stats.received(text.len());
-            let stripped = strip_prefix(&text, key_prefix);
-            let head = head.header(http::header::CONTENT_LENGTH, stripped.len());
-            finish(head, full(stripped))
-        }
-        Err(e) => {
-            stats.upstream_error(method, &e);
-            error(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", &e)
-        }
-    }
+    let text = read_listing(response.into_body()).await.map_err(|e| {
+        stats.upstream_error(method, &e.to_string());
+        ForwardError::Listing(e)
+    })?;
+    stats.received(text.len());
+    let stripped = strip_prefix(&text, key_prefix);
+    let head = head.header(http::header::CONTENT_LENGTH, stripped.len());
+    finish(head, full(stripped))
 }
 
-fn finish(head: http::response::Builder, body: Body) -> Response<Body> {
-    head.body(body).unwrap_or_else(|e| {
-        error(
-            StatusCode::BAD_GATEWAY,
-            "InternalError",
-            &format!("bad upstream response: {e}"),
-        )
-    })
+fn finish(head: http::response::Builder, body: Body) -> Result<Response<Body>, ForwardError> {
+    head.body(body).map_err(ForwardError::Response)
+}
+
+/// Why an upstream answer's body ended early.
+#[derive(Debug, thiserror::Error)]
+enum BodyCut {
+    /// The connection broke.
+    #[error("the answer broke off: {0}")]
+    BrokeOff(
+        /// The cause chain, with no path or query.
+        String,
+    ),
+    /// No data came for [`READ_TIMEOUT`].
+    #[error("the answer stalled for {} s", .0.as_secs())]
+    Stalled(
+        /// [`READ_TIMEOUT`].
+        Duration,
+    ),
+}
+
+/// Why a listing answer could not be read whole ([`read_listing`]).
+#[derive(Debug, thiserror::Error)]
+enum ListingError {
+    /// Its body ended early.
+    #[error("the listing: {0}")]
+    Cut(
+        /// How.
+        BodyCut,
+    ),
+    /// It is larger than [`MAX_LISTING_BYTES`].
+    #[error("the listing page is larger than 16 MiB")]
+    TooLarge,
+    /// It is not UTF-8 text.
+    #[error("the listing is not UTF-8")]
+    NotUtf8,
 }
 
 /// The data of a response body; an error (the cause, with no path or query)
@@ -507,7 +659,7 @@ fn finish(head: http::response::Builder, body: Body) -> Response<Body> {
 /// One timer per body, armed at the last frame's time + [`READ_TIMEOUT`]
 /// and moved on only when it fires early: a frame costs a clock read, not
 /// a timer.
-fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, String>> {
+fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, BodyCut>> {
     let mut body = Some(body);
     let mut last_frame = tokio::time::Instant::now();
     let mut timer = Box::pin(tokio::time::sleep_until(last_frame + READ_TIMEOUT));
@@ -523,15 +675,12 @@ fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, St
                         return Poll::Ready(Some(Ok(data)));
                     }
                 }
-                Poll::Ready(Some(Err(e))) => {
-                    break Some(Err(format!("the answer broke off: {}", error_chain(&e))))
-                }
+                Poll::Ready(Some(Err(e))) => break Some(Err(BodyCut::BrokeOff(error_chain(&e)))),
                 Poll::Ready(None) => break None,
                 Poll::Pending => {
                     while timer.as_mut().poll(cx).is_ready() {
                         if last_frame.elapsed() >= READ_TIMEOUT {
-                            let secs = READ_TIMEOUT.as_secs();
-                            break 'frames Some(Err(format!("the answer stalled for {secs} s")));
+                            break 'frames Some(Err(BodyCut::Stalled(READ_TIMEOUT)));
                         }
                         timer.as_mut().reset(last_frame + READ_TIMEOUT);
                     }
@@ -579,17 +728,18 @@ fn strip_prefix(xml: &str, key_prefix: &str) -> String {
         })
 }
 
-async fn read_listing(body: Incoming) -> Result<String, String> {
+/// A listing answer's body, whole, as text.
+async fn read_listing(body: Incoming) -> Result<String, ListingError> {
     let mut stream = std::pin::pin!(stalling(body));
     let mut text = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|cause| format!("the listing: {cause}"))?;
+        let chunk = chunk.map_err(ListingError::Cut)?;
         if text.len() + chunk.len() > MAX_LISTING_BYTES {
-            return Err("the listing page is larger than 16 MiB".into());
+            return Err(ListingError::TooLarge);
         }
         text.extend_from_slice(&chunk);
     }
-    String::from_utf8(text).map_err(|_| "the listing is not UTF-8".into())
+    String::from_utf8(text).map_err(|_| ListingError::NotUtf8)
 }
 
 fn full(body: impl Into<Bytes>) -> Body {
@@ -639,6 +789,31 @@ mod tests {
             strip_prefix(xml, "p/"),
             "<Prefix></Prefix><Contents><Key>a@1</Key></Contents><StartAfter>a</StartAfter>"
         );
+    }
+
+    #[test]
+    fn a_refused_certificate_is_found_by_type_inside_nested_io_errors() {
+        /// The shape of hyper-util's connect error: the connector's boxed
+        /// error as its source.
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Connect(#[source] BoxError);
+        let tls = |e: rustls::Error| {
+            let handshake = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+            Connect(Box::new(std::io::Error::other(handshake)))
+        };
+        let untrusted = rustls::CertificateError::UnknownIssuer;
+        assert!(refused_certificate(&tls(
+            rustls::Error::InvalidCertificate(untrusted)
+        )));
+        assert!(refused_certificate(&tls(
+            rustls::Error::NoCertificatesPresented
+        )));
+        assert!(!refused_certificate(&tls(rustls::Error::AlertReceived(
+            rustls::AlertDescription::HandshakeFailure
+        ))));
+        let worded = Connect(Box::new(std::io::Error::other("bad certificate")));
+        assert!(!refused_certificate(&worded));
     }
 
     #[test]

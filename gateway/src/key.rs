@@ -312,7 +312,31 @@ pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, Refusal> {
     Ok(out.join("&"))
 }
 
-/// Why an `s3_key_prefix` cannot be a stable key prefix.
+/// Why an `s3_key_prefix` cannot be a stable key prefix
+/// ([`check_key_prefix`]); the message follows the quoted prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyPrefixError {
+    /// It starts with `/`.
+    #[error("starts with '/'")]
+    Absolute,
+    /// It is longer than half of [`MAX_KEY_BYTES`].
+    #[error("is longer than 512 bytes")]
+    TooLong,
+    /// It has a byte outside `A-Z a-z 0-9 ! - _ . * ( ) /`.
+    #[error("has characters outside the S3 safe set")]
+    UnsafeCharacter,
+    /// It has a `.` or `..` segment.
+    #[error("has the dot segment {segment:?}")]
+    DotSegment {
+        /// The segment, `.` or `..`.
+        segment: String,
+    },
+    /// It has an empty segment (`a//b`).
+    #[error("has an empty segment ('//')")]
+    EmptySegment,
+}
+
+/// Checks that `prefix` can be a stable key prefix.
 ///
 /// The rules: at most 512 bytes (half of [`MAX_KEY_BYTES`], leaving the
 /// rest to LMCache's keys), not starting with `/`, only
@@ -323,25 +347,32 @@ pub fn listing_query(query: &str, key_prefix: &str) -> Result<String, Refusal> {
 /// LMCache's bytes), but a prefix with them names a place that tools and
 /// stores which normalise paths read as another one, so the tier's objects
 /// would seem to live elsewhere.
-pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
+///
+/// # Errors
+/// [`KeyPrefixError`]: the first rule `prefix` breaks.
+pub fn check_key_prefix(prefix: &str) -> Result<(), KeyPrefixError> {
     if prefix.starts_with('/') {
-        return Err("starts with '/'".into());
+        return Err(KeyPrefixError::Absolute);
     }
     if prefix.len() > MAX_KEY_BYTES / 2 {
-        return Err("is longer than 512 bytes".into());
+        return Err(KeyPrefixError::TooLong);
     }
     if !prefix
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"!-_.*()/".contains(&b))
     {
-        return Err("has characters outside the S3 safe set".into());
+        return Err(KeyPrefixError::UnsafeCharacter);
     }
     let segments: Vec<&str> = prefix.split('/').collect();
     let last = segments.len() - 1;
     for (i, segment) in segments.iter().enumerate() {
         match *segment {
-            "." | ".." => return Err(format!("has the dot segment {segment:?}")),
-            "" if i < last => return Err("has an empty segment ('//')".into()),
+            "." | ".." => {
+                return Err(KeyPrefixError::DotSegment {
+                    segment: segment.to_string(),
+                })
+            }
+            "" if i < last => return Err(KeyPrefixError::EmptySegment),
             _ => {}
         }
     }

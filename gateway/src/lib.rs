@@ -418,7 +418,7 @@ mod tests {
         let not_ours = SocketAddr::from(([127, 0, 0, 1], elsewhere));
         assert_eq!(state::fetch(not_ours, timeout).await, Ok(None));
         drop(gateways);
-        let stopped = state::fetch(addr, timeout).await.unwrap_err();
+        let stopped = state::fetch(addr, timeout).await.unwrap_err().to_string();
         assert!(stopped.contains("onnect"), "{stopped}");
     }
 

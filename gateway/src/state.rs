@@ -91,29 +91,57 @@ pub struct UpstreamError {
 /// The largest gateway state read: a gateway's is under 2 KiB.
 const STATE_MAX_BYTES: usize = 64 << 10;
 
+/// Why nothing answered on a gateway's address ([`fetch`]): the gateway, or
+/// whatever should listen there, is down. Causes never carry the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// The HTTP client could not be made.
+    #[error("cannot make an HTTP client: {0}")]
+    Client(
+        /// reqwest's reason.
+        String,
+    ),
+    /// Nothing answered within the time limit.
+    #[error("no answer within {} ms", .0.as_millis())]
+    TimedOut(
+        /// The time limit.
+        Duration,
+    ),
+    /// The connection was refused or broke.
+    #[error("{0}")]
+    NoAnswer(
+        /// The cause chain, e.g. `error sending request: ... Connection refused`.
+        String,
+    ),
+}
+
 /// Asks the gateway that may listen on `addr` for its state: `Ok(Some)`
 /// from a gateway of ours; `Ok(None)` when something else answers (not a
 /// 200 with a [`GatewayState`]).
 ///
 /// # Errors
-/// Nothing answers within `timeout` (refused, reset, silent): the cause, for
-/// the operator (the gateway, or whatever should listen there, is down).
-pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Result<Option<GatewayState>, String> {
+/// [`FetchError`]: nothing answers within `timeout` (refused, reset,
+/// silent), with the cause, for the operator (the gateway, or whatever
+/// should listen there, is down).
+pub async fn fetch(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<Option<GatewayState>, FetchError> {
     let client = reqwest::Client::builder()
         .timeout(timeout)
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        .map_err(|e| FetchError::Client(e.to_string()))?;
     let response = client
         .get(format!("http://{addr}{STATE_PATH}"))
         .send()
         .await
         .map_err(|e| {
             if e.is_timeout() {
-                format!("no answer within {} ms", timeout.as_millis())
+                FetchError::TimedOut(timeout)
             } else {
-                lmcache_tier_spec::error_chain(&e.without_url())
+                FetchError::NoAnswer(lmcache_tier_spec::error_chain(&e.without_url()))
             }
         })?;
     if response.status() != reqwest::StatusCode::OK {

@@ -103,10 +103,12 @@ impl GuardSpec {
     /// [`CapacityError::LargerThanVolume`]; [`CapacityError::Directory`] when
     /// the volume cannot be measured.
     pub fn check_volume(&self) -> Result<(), CapacityError> {
-        let volume = volume_bytes(&self.base_path).map_err(|detail| CapacityError::Directory {
+        let measured = nearest_existing(&self.base_path);
+        let volume = volume_bytes(measured).map_err(|errno| CapacityError::Directory {
             position: self.position,
             base_path: self.base_path.display().to_string(),
-            detail,
+            measured: measured.to_path_buf(),
+            errno,
         })?;
         if self.capacity_bytes > volume {
             return Err(CapacityError::LargerThanVolume {
@@ -120,13 +122,16 @@ impl GuardSpec {
     }
 }
 
-fn volume_bytes(path: &Path) -> Result<u64, String> {
-    let existing = path
-        .ancestors()
+/// `path`, or its nearest ancestor that exists (`.` when none does).
+fn nearest_existing(path: &Path) -> &Path {
+    path.ancestors()
         .find(|dir| dir.exists())
-        .unwrap_or(Path::new("."));
-    let vfs = nix::sys::statvfs::statvfs(existing)
-        .map_err(|e| format!("statvfs of {} failed: {e}", existing.display()))?;
+        .unwrap_or(Path::new("."))
+}
+
+/// The size of the volume holding the existing directory `dir`, in bytes.
+fn volume_bytes(dir: &Path) -> nix::Result<u64> {
+    let vfs = nix::sys::statvfs::statvfs(dir)?;
     Ok(vfs.blocks().saturating_mul(vfs.fragment_size()))
 }
 
@@ -183,17 +188,21 @@ pub enum CapacityError {
         /// Its `base_path` as written.
         second_base_path: String,
     },
-    /// The directory cannot be created or measured.
+    /// The volume of the directory cannot be measured.
     #[error(
-        "L2 tier {position} (base_path {base_path}): {detail}; fix the path or its permissions"
+        "L2 tier {position} (base_path {base_path}): statvfs of {} failed: {errno}; fix the path or its permissions",
+        .measured.display()
     )]
     Directory {
         /// Position of the tier in the cascade (0-based).
         position: usize,
         /// Its `base_path`.
         base_path: String,
-        /// What failed.
-        detail: String,
+        /// The directory measured: `base_path`, or its nearest existing
+        /// ancestor.
+        measured: PathBuf,
+        /// The `statvfs` error.
+        errno: nix::errno::Errno,
     },
 }
 

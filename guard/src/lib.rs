@@ -138,9 +138,9 @@ impl Guard {
         let dir = TierDir::open(&spec.base_path, Access::ReadWrite)
             .map_err(|source| GuardError::Dir { position, source })?;
         let watch = if options.inotify {
-            Watch::add(&dir).map_err(|e| e.to_string())
+            Watch::add(&dir).map_err(Unwatched::Failed)
         } else {
-            Err("inotify disabled by the caller".to_string())
+            Err(Unwatched::Disabled)
         };
         let runner = Runner::new(spec, options, dir, watch.map(|w| w.0));
         Self::spawn(runner, None)
@@ -164,8 +164,8 @@ impl Guard {
         spec.check_volume()?;
         let watch = match (options.inotify, prior.watch) {
             (true, Some(watch)) => Ok(watch.0),
-            (true, None) => Err("the launch could not watch the directory".to_string()),
-            (false, _) => Err("inotify disabled by the caller".to_string()),
+            (true, None) => Err(Unwatched::NotByTheLaunch),
+            (false, _) => Err(Unwatched::Disabled),
         };
         let runner = Runner::new(spec, options, prior.dir, watch);
         Self::spawn(runner, Some((prior.inventory, prior.deleted)))
@@ -253,6 +253,23 @@ pub struct PriorScan {
     pub deleted: Vec<u32>,
 }
 
+/// Why a guard follows its tier by rescans instead of inotify.
+#[derive(Debug, thiserror::Error)]
+enum Unwatched {
+    /// [`GuardOptions::inotify`] is `false`.
+    #[error("inotify disabled by the caller")]
+    Disabled,
+    /// The launch that scanned the tier could not watch it (it warned why).
+    #[error("the launch could not watch the directory")]
+    NotByTheLaunch,
+    /// inotify could not watch the directory.
+    #[error(transparent)]
+    Failed(
+        /// The `inotify_init` or `inotify_add_watch` error.
+        io::Error,
+    ),
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -295,7 +312,7 @@ impl Runner {
         spec: GuardSpec,
         options: GuardOptions,
         dir: TierDir,
-        inotify: Result<Inotify, String>,
+        inotify: Result<Inotify, Unwatched>,
     ) -> Self {
         let inotify = match inotify {
             Ok(inotify) => Some(inotify),

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use lmcache_housekeeping::scan::{GUARD_STATUS_FILE_NAME, GUARD_STATUS_TEMP_FILE_NAME};
 
 use crate::capacity::GuardRole;
-use lmcache_housekeeping::tier_dir::read_control_file;
+use lmcache_housekeeping::tier_dir::{read_control_file, ControlFileError};
 use lmcache_housekeeping::TierDir;
 
 /// Version of the status file's shape; bumped when a field changes meaning.
@@ -137,6 +137,30 @@ pub(crate) fn write_status(dir: BorrowedFd<'_>, status: &GuardStatus) -> io::Res
 /// The largest status file read: a guard writes well under 4 KiB.
 const STATUS_MAX_BYTES: u64 = 1 << 20;
 
+/// Why a status file that is there cannot be read; the message starts with
+/// the file's path.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusFileError {
+    /// Not a small regular file that can be read ([`read_control_file`]).
+    #[error("{}: {source}", .path.display())]
+    Unreadable {
+        /// The status file.
+        path: PathBuf,
+        /// What makes it unusable.
+        #[source]
+        source: ControlFileError,
+    },
+    /// Its content is not a [`GuardStatus`].
+    #[error("{}: it is not a guard status: {source}", .path.display())]
+    NotAStatus {
+        /// The status file.
+        path: PathBuf,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// Reads the status file of the tier directory `dir` (as
 /// [`lmcache_housekeeping::read_manifest`] reads the manifest): `Ok(None)`
 /// when no guard ever wrote one there. Only a regular file is read, never
@@ -145,18 +169,26 @@ const STATUS_MAX_BYTES: u64 = 1 << 20;
 /// tier directory could have put something else there.
 ///
 /// # Errors
-/// The read error, or what makes the file unusable, with the file's path.
-pub fn read_status(dir: &TierDir) -> Result<Option<GuardStatus>, String> {
-    let path = dir.entry_path(GUARD_STATUS_FILE_NAME);
-    let unusable = |problem: String| Err(format!("{}: {problem}", path.display()));
+/// [`StatusFileError`]: the read error, or what makes the file unusable,
+/// with the file's path.
+pub fn read_status(dir: &TierDir) -> Result<Option<GuardStatus>, StatusFileError> {
+    let path = || dir.entry_path(GUARD_STATUS_FILE_NAME);
     let bytes = match read_control_file(dir.fd(), GUARD_STATUS_FILE_NAME, STATUS_MAX_BYTES) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(None),
-        Err(problem) => return unusable(problem),
+        Err(source) => {
+            return Err(StatusFileError::Unreadable {
+                path: path(),
+                source,
+            })
+        }
     };
     serde_json::from_slice(&bytes)
         .map(Some)
-        .or_else(|e| unusable(format!("it is not a guard status: {e}")))
+        .map_err(|source| StatusFileError::NotAStatus {
+            path: path(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -165,8 +197,9 @@ mod tests {
     use lmcache_housekeeping::Access;
     use std::path::Path;
 
+    /// [`read_status`] of `dir`, its error as the operator reads it.
     fn read(dir: &Path) -> Result<Option<GuardStatus>, String> {
-        read_status(&TierDir::open(dir, Access::ReadOnly).unwrap())
+        read_status(&TierDir::open(dir, Access::ReadOnly).unwrap()).map_err(|e| e.to_string())
     }
 
     fn problem(dir: &Path) -> String {

@@ -285,7 +285,7 @@ pub fn read_manifest(dir: &TierDir) -> ManifestRead {
     let bytes = match read_control_file(dir.fd(), MANIFEST_FILE_NAME, MANIFEST_MAX_BYTES) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return ManifestRead::Missing,
-        Err(problem) => return unusable(problem),
+        Err(problem) => return unusable(problem.to_string()),
     };
     let Ok(text) = String::from_utf8(bytes) else {
         return unusable("it is not UTF-8 text".into());

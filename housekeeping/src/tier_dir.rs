@@ -188,6 +188,41 @@ impl TierDir {
     }
 }
 
+/// Why a control file ([`read_control_file`]) cannot be used. The
+/// messages are worded for the operator, after the file's path.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlFileError {
+    /// It cannot be opened: a symlink (never followed), or the OS refused.
+    #[error("cannot open it (a symlink is not followed): {}", .0.desc())]
+    Open(
+        /// The `openat` error.
+        Errno,
+    ),
+    /// It is not a regular file (a directory, a FIFO, a socket, ...).
+    #[error("it is not a regular file")]
+    NotRegular,
+    /// Its metadata cannot be read.
+    #[error("cannot stat it: {0}")]
+    Stat(
+        /// The `fstat` error.
+        #[source]
+        io::Error,
+    ),
+    /// Reading it failed.
+    #[error("cannot read it: {0}")]
+    Read(
+        /// The read error.
+        #[source]
+        io::Error,
+    ),
+    /// It holds more than the caller's limit.
+    #[error("it is larger than {max_bytes} bytes")]
+    TooLarge {
+        /// The limit the caller gave.
+        max_bytes: u64,
+    },
+}
+
 /// Reads the control file `name` (the identity manifest, a capacity guard's
 /// status) in the directory `dir`: only a regular file, never through a
 /// symlink (`O_NOFOLLOW`), without blocking on a FIFO put there
@@ -197,14 +232,14 @@ impl TierDir {
 /// Returns `Ok(None)` when there is no such entry.
 ///
 /// # Errors
-/// What makes the file unusable, worded for the operator: "cannot open it
-/// (a symlink is not followed): ...", "it is not a regular file", "cannot
-/// read it: ...", "it is larger than N bytes".
+/// [`ControlFileError`]: what makes the file unusable, worded for the
+/// operator ("cannot open it (a symlink is not followed): ...", "it is not
+/// a regular file", "cannot read it: ...", "it is larger than N bytes").
 pub fn read_control_file(
     dir: impl AsFd,
     name: &str,
     max_bytes: u64,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, ControlFileError> {
     let fd = match openat(
         dir,
         name,
@@ -213,26 +248,21 @@ pub fn read_control_file(
     ) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(None),
-        Err(e) => {
-            return Err(format!(
-                "cannot open it (a symlink is not followed): {}",
-                e.desc()
-            ))
-        }
+        Err(e) => return Err(ControlFileError::Open(e)),
     };
     let mut file = std::fs::File::from(fd);
     match file.metadata() {
-        Ok(meta) if !meta.is_file() => return Err("it is not a regular file".into()),
+        Ok(meta) if !meta.is_file() => return Err(ControlFileError::NotRegular),
         Ok(_) => {}
-        Err(e) => return Err(format!("cannot stat it: {e}")),
+        Err(e) => return Err(ControlFileError::Stat(e)),
     }
     let mut bytes = Vec::new();
     (&mut file)
         .take(max_bytes + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
+        .map_err(ControlFileError::Read)?;
     if bytes.len() as u64 > max_bytes {
-        return Err(format!("it is larger than {max_bytes} bytes"));
+        return Err(ControlFileError::TooLarge { max_bytes });
     }
     Ok(Some(bytes))
 }

@@ -9,8 +9,8 @@
 //! with an `eviction` block; on `fs_native` the key is LMCache's own. Stripping
 //! it would only make `/status` and the logs disagree with the operator's spec.
 
-use lmcache_capacity_guard::capacity::{guard_specs, GuardSpec};
-use lmcache_capacity_guard::{Guard, GuardOptions};
+use lmcache_capacity_guard::capacity::{guard_specs, CapacityError, GuardSpec};
+use lmcache_capacity_guard::{Guard, GuardError, GuardOptions};
 use lmcache_tier_spec::L2AdapterArgs;
 
 /// The guard of every guarded tier among the command's parsed
@@ -20,13 +20,14 @@ use lmcache_tier_spec::L2AdapterArgs;
 /// until [`start_guards`] runs, once the server has really started.
 ///
 /// # Errors
-/// The first tier whose capacity is unusable (negative, not a number, above
-/// 0 but under one byte, larger than the volume) or whose directory is
-/// another guarded tier's, named by position and `base_path`.
-pub fn check_guards(specs: &L2AdapterArgs) -> Result<Vec<GuardSpec>, String> {
-    let specs = guard_specs(&specs.cascade()).map_err(|e| e.to_string())?;
+/// [`CapacityError`]: the first tier whose capacity is unusable (negative,
+/// not a number, above 0 but under one byte, larger than the volume) or
+/// whose directory is another guarded tier's, named by position and
+/// `base_path`.
+pub fn check_guards(specs: &L2AdapterArgs) -> Result<Vec<GuardSpec>, CapacityError> {
+    let specs = guard_specs(&specs.cascade())?;
     for spec in &specs {
-        spec.check_volume().map_err(|e| e.to_string())?;
+        spec.check_volume()?;
     }
     Ok(specs)
 }
@@ -35,12 +36,12 @@ pub fn check_guards(specs: &L2AdapterArgs) -> Result<Vec<GuardSpec>, String> {
 /// if missing, counts it, and trims it to its watermark.
 ///
 /// # Errors
-/// The first tier whose directory cannot be created, opened or watched;
-/// guards already started are stopped.
-pub fn start_guards(specs: Vec<GuardSpec>) -> Result<Vec<Guard>, String> {
+/// [`GuardError`]: the first tier whose directory cannot be created,
+/// opened or watched; guards already started are stopped.
+pub fn start_guards(specs: Vec<GuardSpec>) -> Result<Vec<Guard>, GuardError> {
     specs
         .into_iter()
-        .map(|spec| Guard::start(spec, GuardOptions::default()).map_err(|e| e.to_string()))
+        .map(|spec| Guard::start(spec, GuardOptions::default()))
         .collect()
 }
 
@@ -104,7 +105,9 @@ mod tests {
             r#"{"type":"fs","base_path":"/nonexistent/tier","max_capacity_gb":-5}"#,
         ]
         .map(String::from);
-        let e = check_guards(&L2AdapterArgs::parse(&args)).unwrap_err();
+        let e = check_guards(&L2AdapterArgs::parse(&args))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("L2 tier 1 (base_path /nonexistent/tier)"), "{e}");
         assert!(e.contains("max_capacity_gb = -5"), "{e}");
     }

@@ -81,6 +81,7 @@
 
 pub mod config_error;
 pub mod env;
+pub mod exit;
 pub mod extensions;
 pub mod extra_args;
 pub mod facts;

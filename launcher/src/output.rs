@@ -7,6 +7,8 @@
 //! `eprintln!`: a panic there would kill the capacity guard's thread, or the
 //! supervisor in the middle of a stop. Here a log line that cannot be
 //! written is dropped, and the work goes on (`docs/operations.md`, "Logs").
+//!
+//! How a run ends, the binaries' last output, is [`crate::exit`].
 
 use std::io::{self, Write};
 

@@ -14,12 +14,50 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use lmcache_s3_gateway::capped_body;
+use lmcache_s3_gateway::{capped_body, BodyError};
 use lmcache_tier_spec::error_chain;
 
 /// The largest `/status` body read: LMCache 0.5.6's is about 5 KiB idle,
 /// and grows with workers and tiers, never near this.
 pub const STATUS_MAX_BYTES: usize = 16 << 20;
+
+/// Why a `/status` answer is not LMCache's, or cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// The body is larger than [`STATUS_MAX_BYTES`], or was cut short.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+    /// The body is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(
+        /// The JSON error.
+        #[source]
+        serde_json::Error,
+    ),
+    /// The body is JSON, but not an object.
+    #[error("a JSON {kind} where a JSON object was expected")]
+    NotAnObject {
+        /// What it is: `array`, `null`, `string`, ...
+        kind: &'static str,
+    },
+    /// An object without LMCache's own fields.
+    #[error("a JSON object without LMCache's fields (a boolean is_healthy, and engine_type or a storage_manager object): another program on this port?")]
+    NotLmcache,
+    /// An `is_healthy` that is not `true` or `false`.
+    #[error("{path}is_healthy is not true or false")]
+    MistypedHealth {
+        /// Where it is, e.g. `storage_manager.l2_adapters.[0].`; empty at
+        /// the top level.
+        path: String,
+    },
+    /// An object the model cannot read.
+    #[error("unreadable: {0}")]
+    Unreadable(
+        /// The JSON error.
+        #[source]
+        serde_json::Error,
+    ),
+}
 
 /// Whether a `/status` body is LMCache's, as a poll requires before it
 /// reads the body: a JSON object with LMCache's own fields (a boolean
@@ -28,21 +66,21 @@ pub const STATUS_MAX_BYTES: usize = 16 << 20;
 /// process may hold the port; a health that cannot be read is not health).
 ///
 /// # Errors
-/// What is missing or mistyped.
-pub fn check_lmcache_answer(body: &serde_json::Value) -> Result<(), String> {
+/// What is missing or mistyped: [`AnswerError::NotAnObject`],
+/// [`AnswerError::NotLmcache`], [`AnswerError::MistypedHealth`].
+pub fn check_lmcache_answer(body: &serde_json::Value) -> Result<(), AnswerError> {
     if !body.is_object() {
-        return Err(format!(
-            "a JSON {} where a JSON object was expected",
-            json_kind(body)
-        ));
+        return Err(AnswerError::NotAnObject {
+            kind: json_kind(body),
+        });
     }
     let identified = body["is_healthy"].is_boolean()
         && (body["engine_type"].is_string() || body["storage_manager"].is_object());
     if !identified {
-        return Err("a JSON object without LMCache's fields (a boolean is_healthy, and engine_type or a storage_manager object): another program on this port?".into());
+        return Err(AnswerError::NotLmcache);
     }
     match mistyped_health(body, "") {
-        Some(path) => Err(format!("{path}is_healthy is not true or false")),
+        Some(path) => Err(AnswerError::MistypedHealth { path }),
         None => Ok(()),
     }
 }
@@ -289,23 +327,27 @@ pub struct TierStatus {
 }
 
 impl ServerStatus {
-    /// Parses a `/status` body. Errors only when the body is not JSON or not
-    /// a JSON object; missing or mistyped fields read as absent.
-    pub fn parse(body: &[u8]) -> Result<Self, String> {
+    /// Parses a `/status` body; missing or mistyped fields read as absent.
+    ///
+    /// # Errors
+    /// [`AnswerError::NotJson`], or those of [`ServerStatus::from_value`].
+    pub fn parse(body: &[u8]) -> Result<Self, AnswerError> {
         let value: serde_json::Value =
-            serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+            serde_json::from_slice(body).map_err(AnswerError::NotJson)?;
         Self::from_value(value)
     }
 
-    /// Reads an already-parsed body; errors when it is not a JSON object.
-    pub fn from_value(value: serde_json::Value) -> Result<Self, String> {
+    /// Reads an already-parsed body.
+    ///
+    /// # Errors
+    /// [`AnswerError::NotAnObject`] when it is not a JSON object.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, AnswerError> {
         if !value.is_object() {
-            return Err(format!(
-                "a JSON {} where a JSON object was expected",
-                json_kind(&value)
-            ));
+            return Err(AnswerError::NotAnObject {
+                kind: json_kind(&value),
+            });
         }
-        serde_json::from_value(value).map_err(|e| format!("unreadable: {e}"))
+        serde_json::from_value(value).map_err(AnswerError::Unreadable)
     }
 
     /// `worker_liveness.tracked_instances`, when reported.
@@ -481,25 +523,23 @@ impl StatusClient {
     /// One GET of `/status`.
     pub async fn poll(&self) -> Poll {
         match self.http.get(&self.url).send().await {
-            Ok(resp) if resp.status().as_u16() == 200 => {
-                match capped_body(resp, STATUS_MAX_BYTES).await {
-                    Ok(body) => match serde_json::from_slice(&body) {
-                        Ok(value) => match check_lmcache_answer(&value) {
-                            Ok(()) => match ServerStatus::from_value(value) {
-                                Ok(status) => Poll::Up(Box::new(status)),
-                                Err(e) => Poll::Malformed(e),
-                            },
-                            Err(e) => Poll::Malformed(e),
-                        },
-                        Err(e) => Poll::Malformed(format!("not JSON: {e}")),
-                    },
-                    Err(e) => Poll::Malformed(e.to_string()),
-                }
-            }
+            Ok(resp) if resp.status().as_u16() == 200 => match read_answer(resp).await {
+                Ok(status) => Poll::Up(Box::new(status)),
+                Err(e) => Poll::Malformed(e.to_string()),
+            },
             Ok(resp) => Poll::NotReady(resp.status().as_u16()),
             Err(e) => Poll::NoAnswer(error_chain(&e)),
         }
     }
+}
+
+/// The status in a 200 answer, once [`check_lmcache_answer`] says it is
+/// LMCache's.
+async fn read_answer(resp: reqwest::Response) -> Result<ServerStatus, AnswerError> {
+    let body = capped_body(resp, STATUS_MAX_BYTES).await?;
+    let value = serde_json::from_slice(&body).map_err(AnswerError::NotJson)?;
+    check_lmcache_answer(&value)?;
+    ServerStatus::from_value(value)
 }
 
 #[cfg(test)]
@@ -604,9 +644,16 @@ pub(crate) mod tests {
     fn bodies_that_are_not_objects_are_errors_that_say_what_they_are() {
         assert!(ServerStatus::parse(b"<html>")
             .unwrap_err()
+            .to_string()
             .contains("not JSON"));
-        assert!(ServerStatus::parse(b"[1,2]").unwrap_err().contains("array"));
-        assert!(ServerStatus::parse(b"null").unwrap_err().contains("null"));
+        assert!(ServerStatus::parse(b"[1,2]")
+            .unwrap_err()
+            .to_string()
+            .contains("array"));
+        assert!(ServerStatus::parse(b"null")
+            .unwrap_err()
+            .to_string()
+            .contains("null"));
     }
 
     #[test]

@@ -423,7 +423,8 @@ mod tests {
     #[test]
     fn malformed_bodies_and_503s_count_towards_unhealthy_once_per_streak() {
         let mut w = Watcher::new(WatchConfig::default());
-        let garbage = |text: &[u8]| Poll::Malformed(ServerStatus::parse(text).unwrap_err());
+        let garbage =
+            |text: &[u8]| Poll::Malformed(ServerStatus::parse(text).unwrap_err().to_string());
         let events = run(
             &mut w,
             &[

@@ -15,15 +15,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lmcache_capacity_guard::capacity::GuardSpec;
+use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
+use lmcache_capacity_guard::GuardError;
 use lmcache_launcher::env::{process_vars, Vars};
+use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
 use lmcache_launcher::guards::{check_guards, start_guards, without_launch_guarded};
-use lmcache_launcher::locate::find_stock_lmcache;
+use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::output;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
-use lmcache_s3_gateway::spec::orphan_keys;
-use lmcache_s3_gateway::{needs_gateway, Gateways};
-use lmcache_tier_spec::L2AdapterArgs;
+use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};
+use lmcache_s3_gateway::{needs_gateway, GatewayError, Gateways};
+use lmcache_tier_spec::{L2AdapterArgs, SpecError};
 use nix::sys::signal::Signal;
 
 const ABOUT: &str = "\
@@ -63,8 +65,84 @@ macro_rules! say {
     };
 }
 
+/// Why `erebine-lmcache` ends before the server it runs does; each error
+/// knows its exit status ([`HasExitStatus`]).
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// The command line would reach LMCache unguarded ([`check_args`]).
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The stock `lmcache` is not found (127, as a shell says of a missing
+    /// command).
+    #[error(transparent)]
+    StockNotFound(NotFound),
+    /// The stock `lmcache` cannot be run in this process's place (126).
+    #[error("cannot run {}: {source}", .stock.display())]
+    CannotRun {
+        /// The stock `lmcache`.
+        stock: PathBuf,
+        /// The `exec` error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stock `lmcache` cannot be started as the server (126).
+    #[error("cannot start {}: {source}", .stock.display())]
+    CannotStart {
+        /// The stock `lmcache`.
+        stock: PathBuf,
+        /// The spawn error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A guarded tier's capacity is unusable.
+    #[error(transparent)]
+    Guards(#[from] CapacityError),
+    /// A terminating signal cannot be caught (1).
+    #[error(transparent)]
+    Signals(std::io::Error),
+    /// An `s3_bucket` tier cannot work.
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    /// A capacity guard could not start once the server listened; the
+    /// server is stopped.
+    #[error("{0}; stopping the server")]
+    GuardStart(
+        /// Why the guard did not start.
+        GuardError,
+    ),
+    /// This process itself failed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+impl HasExitStatus for Failure {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            Failure::Args(e) => e.exit_status(),
+            Failure::StockNotFound(_) => ExitStatus::CommandNotFound,
+            Failure::CannotRun { .. } | Failure::CannotStart { .. } => ExitStatus::CannotRun,
+            Failure::Guards(e) => e.exit_status(),
+            Failure::Signals(_) => ExitStatus::Failure,
+            Failure::Gateway(e) => e.exit_status(),
+            Failure::GuardStart(e) => e.exit_status(),
+            Failure::Process(e) => e.exit_status(),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     output::init_logging(false);
+    match run() {
+        Ok(status) => status.into(),
+        Err(e) => {
+            say!("{e}");
+            e.exit_status().into()
+        }
+    }
+}
+
+/// Runs the command: the server's own status once it ran, else why not.
+fn run() -> Result<ExitStatus, Failure> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let vars = process_vars();
     let first = args.first().and_then(|a| a.to_str());
@@ -78,40 +156,18 @@ fn main() -> ExitCode {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let specs = L2AdapterArgs::parse(&text_args);
-    if let Err(e) = check_args(&args, &text_args, &specs) {
-        say!("{e}");
-        return ExitCode::from(2);
-    }
+    check_args(&args, &text_args, &specs)?;
     let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
-    let stock = match find_stock_lmcache(&vars, &own) {
-        Ok(path) => path,
-        Err(e) => {
-            say!("{e}");
-            return ExitCode::from(127);
-        }
-    };
+    let stock = find_stock_lmcache(&vars, &own).map_err(Failure::StockNotFound)?;
     if !runs_here(first, &specs) || asks_for_help(&args) {
-        let err = std::process::Command::new(&stock).args(&args).exec();
-        say!("cannot run {}: {err}", stock.display());
-        return ExitCode::from(126);
+        let source = std::process::Command::new(&stock).args(&args).exec();
+        return Err(Failure::CannotRun { stock, source });
     }
-    let guards = match check_guards(&specs) {
-        Ok(guards) => without_launch_guarded(guards, &vars),
-        Err(e) => {
-            say!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let guards = without_launch_guarded(check_guards(&specs)?, &vars);
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            say!("cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
+        .map_err(ProcessError::Runtime)?;
     let command = Server {
         stock,
         args,
@@ -119,8 +175,7 @@ fn main() -> ExitCode {
         specs,
         guards,
     };
-    let code = runtime.block_on(serve(command, vars));
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
+    runtime.block_on(serve(command, vars))
 }
 
 /// Whether the command line asks LMCache for its help (`-h` or `--help`
@@ -148,7 +203,7 @@ const L2_ADAPTER_FLAG: &str = "--l2-adapter";
 /// An `--l2-adapter` value that is not UTF-8 (`given`: the arguments as
 /// the OS gave them; `args`: the same as text) is refused too: it is JSON.
 /// The messages name the argument, never a value (it may hold keys).
-fn check_args(given: &[OsString], args: &[String], specs: &L2AdapterArgs) -> Result<(), String> {
+fn check_args(given: &[OsString], args: &[String], specs: &L2AdapterArgs) -> Result<(), ArgsError> {
     let shortest = match (args.first(), args.get(1)) {
         (Some(bench), Some(l2)) if bench == "bench" && l2 == "l2" => "--l2",
         _ => "--l2-a",
@@ -159,30 +214,71 @@ fn check_args(given: &[OsString], args: &[String], specs: &L2AdapterArgs) -> Res
             && flag.len() < L2_ADAPTER_FLAG.len()
             && L2_ADAPTER_FLAG.starts_with(flag)
         {
-            return Err(format!(
-                "argument {} ({flag}) abbreviates --l2-adapter: LMCache would take it, but \
-                 this process reads only the full flag, so the tier would run without its \
-                 capacity guard or S3 gateway: write --l2-adapter in full",
-                i + 1
-            ));
+            return Err(ArgsError::Abbreviated {
+                argument: i + 1,
+                flag: flag.to_string(),
+            });
         }
     }
     for (position, arg) in specs.0.iter().enumerate() {
         if given.get(arg.index).is_some_and(|a| a.to_str().is_none()) {
-            return Err(format!(
-                "argument {} (--l2-adapter #{}) is not UTF-8 text: write the JSON in UTF-8",
-                arg.index + 1,
-                position + 1
-            ));
+            return Err(ArgsError::NotUtf8 {
+                argument: arg.index + 1,
+                spec: position + 1,
+            });
         }
     }
-    specs.check().map_err(|e| e.to_string())?;
+    specs.check()?;
     for (position, arg) in specs.0.iter().enumerate() {
         if let Ok(spec) = &arg.spec {
-            orphan_keys(spec, position).map_err(|e| e.to_string())?;
+            orphan_keys(spec, position)?;
         }
     }
     Ok(())
+}
+
+/// A command line [`check_args`] refuses: it would reach LMCache without
+/// the guard or gateway its specs ask for.
+#[derive(Debug, thiserror::Error)]
+enum ArgsError {
+    /// An abbreviation of `--l2-adapter` that argparse would take.
+    #[error(
+        "argument {argument} ({flag}) abbreviates --l2-adapter: LMCache would take it, but \
+         this process reads only the full flag, so the tier would run without its \
+         capacity guard or S3 gateway: write --l2-adapter in full"
+    )]
+    Abbreviated {
+        /// The argument's position, 1 first.
+        argument: usize,
+        /// The flag as written, without any `=value`.
+        flag: String,
+    },
+    /// An `--l2-adapter` value that is not UTF-8.
+    #[error(
+        "argument {argument} (--l2-adapter #{spec}) is not UTF-8 text: write the JSON in UTF-8"
+    )]
+    NotUtf8 {
+        /// The value's position among the arguments, 1 first.
+        argument: usize,
+        /// The spec's position among the `--l2-adapter` values, 1 first.
+        spec: usize,
+    },
+    /// An `--l2-adapter` value that is not one JSON object with a `type`.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// `s3_key_prefix` or `s3_ca_bundle` on an `s3` spec without `s3_bucket`.
+    #[error(transparent)]
+    OrphanKey(#[from] BucketSpecError),
+}
+
+impl HasExitStatus for ArgsError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            ArgsError::Abbreviated { .. } | ArgsError::NotUtf8 { .. } => ExitStatus::BadInput,
+            ArgsError::Spec(e) => e.exit_status(),
+            ArgsError::OrphanKey(e) => e.exit_status(),
+        }
+    }
 }
 
 /// Whether the command runs under this process (`server`, or any command
@@ -220,27 +316,21 @@ const LISTEN_CHECK: Duration = Duration::from_millis(200);
 /// starts the capacity guards once the server listens (a help request or a
 /// command line LMCache rejects never gets that far, so it touches
 /// nothing), and forwards every terminating signal until it exits.
-async fn serve(server: Server, vars: Vars) -> i32 {
-    let mut signals = match TerminatingSignals::install() {
-        Ok(signals) => signals,
-        Err(e) => {
-            say!("{e}");
-            return 1;
-        }
-    };
+///
+/// Returns the status the run ends with once the server ran: its own, or
+/// that of a guard that could not start (said, and the server stopped).
+///
+/// # Errors
+/// [`Failure`]: what kept the server from running, or from being waited on.
+async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
+    let mut signals = TerminatingSignals::install().map_err(Failure::Signals)?;
     let env = |k: &str| {
         vars.get(std::ffi::OsStr::new(k))
             .and_then(|v| v.to_str())
             .map(str::to_string)
     };
     let (rewritten, gateways) =
-        match Gateways::start_parsed(&server.text_args, &server.specs, &env).await {
-            Ok(started) => started,
-            Err(e) => {
-                say!("{e}");
-                return 2;
-            }
-        };
+        Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
     let args = server.args.iter().zip(&server.text_args).zip(rewritten);
     let args = args.map(|((given, read), sent)| match *read == sent {
         true => given.clone(),
@@ -252,13 +342,11 @@ async fn serve(server: Server, vars: Vars) -> i32 {
         command.env_remove(variable);
     }
     command.env_remove(lmcache_launcher::launch::GUARDED_BY_LAUNCH);
-    let mut child = match Supervised::spawn(command, Output::Inherit) {
-        Ok(s) => s,
-        Err(e) => {
-            say!("cannot start {}: {e}", server.stock.display());
-            return 126;
-        }
-    };
+    let mut child =
+        Supervised::spawn(command, Output::Inherit).map_err(|source| Failure::CannotStart {
+            stock: server.stock.clone(),
+            source,
+        })?;
     let mut pending = Some(server.guards).filter(|g| !g.is_empty());
     // Stopped (last status written) when dropped, after the server exits.
     let mut _guards = Vec::new();
@@ -267,13 +355,8 @@ async fn serve(server: Server, vars: Vars) -> i32 {
             status = child.wait() => {
                 // Whatever the server left in its group goes with it.
                 child.signal(Signal::SIGKILL);
-                return match status {
-                    Ok(status) => exit_code(status),
-                    Err(e) => {
-                        say!("lost track of the server: {e}");
-                        1
-                    }
-                };
+                let status = status.map_err(ProcessError::LostServer)?;
+                return Ok(ExitStatus::of_server(exit_code(status)));
             }
             number = signals.recv() => child.forward(number),
             _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() => {
@@ -281,9 +364,11 @@ async fn serve(server: Server, vars: Vars) -> i32 {
                     match start_guards(pending.take().unwrap_or_default()) {
                         Ok(started) => _guards = started,
                         Err(e) => {
-                            say!("{e}; stopping the server");
+                            // Said before the stop, which may take STOP_GRACE.
+                            let failure = Failure::GuardStart(e);
+                            say!("{failure}");
                             let _ = child.stop(STOP_GRACE).await;
-                            return 2;
+                            return Ok(failure.exit_status());
                         }
                     }
                 }
@@ -320,10 +405,11 @@ mod tests {
         assert!(runs_here(Some("server"), &specs(&["server"])));
     }
 
+    /// [`check_args`] of `args`, its error as the operator reads it.
     fn check(args: &[&str]) -> Result<(), String> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let given: Vec<OsString> = args.iter().map(OsString::from).collect();
-        check_args(&given, &args, &L2AdapterArgs::parse(&args))
+        check_args(&given, &args, &L2AdapterArgs::parse(&args)).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -339,7 +425,7 @@ mod tests {
                 .iter()
                 .map(|a: &OsString| a.to_string_lossy().into_owned())
                 .collect();
-            check_args(&given, &text, &L2AdapterArgs::parse(&text))
+            check_args(&given, &text, &L2AdapterArgs::parse(&text)).map_err(|e| e.to_string())
         };
         assert_eq!(
             check_bytes(

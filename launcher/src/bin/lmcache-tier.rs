@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
-use lmcache_launcher::env::{self, NodeEnv, Vars};
+use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
+use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
 use lmcache_launcher::facts::measure_disk;
 use lmcache_launcher::housekeep::with_progress;
-use lmcache_launcher::inspect::Inspection;
+use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::locate;
@@ -24,9 +25,11 @@ use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
 
+/// The exit statuses of [`ExitStatus`], for `--help`.
 const EXIT_CODES: &str = "\
 Exit status:
   0  success (launch: the server was stopped on request)
+  1  this process failed: its runtime, its signals, writing stdout, or reading the host's memory size
   2  bad input: a flag, an EREBINE_AGENT_* variable or the cache directory (the message names it)
   3  an executable is missing: erebine-lmcache or the stock lmcache
   4  a port the server needs is in use
@@ -212,8 +215,8 @@ struct SizeArgs {
     json: bool,
 }
 
-fn backend(s: &str) -> Result<KvCacheBackend, String> {
-    KvCacheBackend::parse("--kv-cache-backend", s).map_err(|e| e.to_string())
+fn backend(s: &str) -> Result<KvCacheBackend, ConfigError> {
+    KvCacheBackend::parse("--kv-cache-backend", s)
 }
 
 /// The longest time a launch flag takes: 7 days in seconds. Longer ones
@@ -225,12 +228,18 @@ fn seconds() -> clap::builder::RangedU64ValueParser {
     clap::value_parser!(u64).range(..=MAX_SECONDS)
 }
 
-fn non_negative_gib(s: &str) -> Result<f64, String> {
+/// A GiB flag's value that is not a non-negative number (clap exits 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a size in GiB: give a non-negative number such as 16 or 0.5")]
+struct NotGib(
+    /// The value as given.
+    String,
+);
+
+fn non_negative_gib(s: &str) -> Result<f64, NotGib> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!(
-            "{s:?} is not a size in GiB: give a non-negative number such as 16 or 0.5"
-        )),
+        _ => Err(NotGib(s.to_string())),
     }
 }
 
@@ -242,82 +251,48 @@ macro_rules! outln {
     };
 }
 
-fn write_out(text: String) -> Result<(), Failure> {
-    output::stdout_text(&text).map_err(|e| Failure {
-        code: 1,
-        message: format!("cannot write to stdout: {e}"),
-    })
+fn write_out(text: String) -> Result<(), ProcessError> {
+    output::stdout_text(&text).map_err(ProcessError::Stdout)
 }
 
-/// A failure with the exit status it maps to.
-struct Failure {
-    code: u8,
-    message: String,
+/// Why a command failed; each error knows its exit status
+/// ([`HasExitStatus`]).
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// A variable or flag with a bad value.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The launch cannot be planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The stock `lmcache` or the server's executable is missing.
+    #[error(transparent)]
+    NotFound(#[from] locate::NotFound),
+    /// The launch ended without a requested stop.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// Housekeeping failed.
+    #[error(transparent)]
+    Housekeeping(#[from] HousekeepingError),
+    /// `inspect` found no healthy server, or was given a bad URL.
+    #[error(transparent)]
+    Inspect(#[from] InspectError),
+    /// This process itself failed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
 }
 
-impl From<PlanError> for Failure {
-    fn from(e: PlanError) -> Self {
-        let code = match &e {
-            PlanError::Executable(_) => 3,
-            PlanError::Memory(_) | PlanError::NotMeasured => 1,
-            PlanError::Tier(e) => housekeeping_code(e),
-            _ => 2,
-        };
-        Failure {
-            code,
-            message: e.to_string(),
+impl HasExitStatus for Failure {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            Failure::Config(e) => e.exit_status(),
+            Failure::Plan(e) => e.exit_status(),
+            Failure::NotFound(e) => e.exit_status(),
+            Failure::Launch(e) => e.exit_status(),
+            Failure::Housekeeping(e) => e.exit_status(),
+            Failure::Inspect(e) => e.exit_status(),
+            Failure::Process(e) => e.exit_status(),
         }
-    }
-}
-
-impl From<env::ConfigError> for Failure {
-    fn from(e: env::ConfigError) -> Self {
-        Failure {
-            code: 2,
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<locate::NotFound> for Failure {
-    fn from(e: locate::NotFound) -> Self {
-        Failure {
-            code: 3,
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<LaunchError> for Failure {
-    fn from(e: LaunchError) -> Self {
-        let code = match &e {
-            LaunchError::PortInUse { .. } => 4,
-            LaunchError::Spawn { .. } => 3,
-            LaunchError::Gateway(_) => 2,
-            LaunchError::Housekeeping(h) => housekeeping_code(h),
-            _ => 5,
-        };
-        Failure {
-            code,
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<HousekeepingError> for Failure {
-    fn from(e: HousekeepingError) -> Self {
-        Failure {
-            code: housekeeping_code(&e),
-            message: e.to_string(),
-        }
-    }
-}
-
-fn housekeeping_code(e: &HousekeepingError) -> u8 {
-    match e {
-        HousekeepingError::Identity(_) | HousekeepingError::Dir(_) => 2,
-        HousekeepingError::Lock(_) => 6,
-        _ => 7,
     }
 }
 
@@ -342,10 +317,10 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect_cmd(args, vars),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitStatus::Success.into(),
         Err(f) => {
-            tracing::error!("{}", f.message);
-            ExitCode::from(f.code)
+            tracing::error!("{f}");
+            f.exit_status().into()
         }
     }
 }
@@ -455,13 +430,10 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
 /// Catches every terminating signal for the launch and makes this process
 /// the reaper of the server's processes ([`supervise::become_subreaper`]):
 /// the launch then holds the tier's lock until every one of them is gone.
-fn catch_signals(runtime: &tokio::runtime::Runtime) -> Result<TerminatingSignals, Failure> {
+fn catch_signals(runtime: &tokio::runtime::Runtime) -> Result<TerminatingSignals, ProcessError> {
     let signals = runtime
         .block_on(async { TerminatingSignals::install() })
-        .map_err(|e| Failure {
-            code: 1,
-            message: format!("cannot catch the terminating signals: {e}"),
-        })?;
+        .map_err(ProcessError::Signals)?;
     if let Err(e) = supervise::become_subreaper() {
         tracing::warn!("cannot adopt the server's processes if its wrapper dies first: {e}");
     }
@@ -495,14 +467,11 @@ fn stock_lmcache(
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Failure {
-            code: 1,
-            message: format!("cannot start the runtime: {e}"),
-        })
+        .map_err(ProcessError::Runtime)
 }
 
 fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
@@ -510,17 +479,7 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
     let url = args
         .url
         .unwrap_or_else(|| format!("http://127.0.0.1:{}/status", node.server_http_port()));
-    match reqwest::Url::parse(&url) {
-        Ok(u) if u.scheme() == "http" && u.host().is_some() => {}
-        _ => {
-            return Err(Failure {
-                code: 2,
-                message: format!(
-                    "--url {url:?} is not an http:// URL of a /status endpoint: give e.g. http://127.0.0.1:8090/status"
-                ),
-            })
-        }
-    }
+    inspect::check_url(&url)?;
     let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match node.custom_cascade() {
         None => (vec![node.disk_path.clone()], vec![true]),
         Some(cascade) => (
@@ -549,28 +508,12 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
         .map(|stock| locate::LmcacheInstall::at(&stock));
     runtime.block_on(report.read_gateways(GATEWAY_TIMEOUT));
     if args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure {
-            code: 1,
-            message: format!("cannot print the report as JSON: {e}"),
-        })?;
+        let text = serde_json::to_string_pretty(&report).map_err(ProcessError::Json)?;
         outln!("{text}");
     } else {
         write_out(report.to_text())?;
     }
-    match report.exit_code() {
-        0 => Ok(()),
-        code => Err(Failure {
-            code,
-            message: format!(
-                "{url}: {}",
-                if report.server.reachable {
-                    "the server answers but is not healthy"
-                } else {
-                    "the server does not answer; is the node's lmcache-tier launch running, on this HTTP port?"
-                }
-            ),
-        }),
-    }
+    Ok(report.verdict()?)
 }
 
 fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {

@@ -6,7 +6,10 @@
 //! `docs/inspect.md`) is stable: fields are added, never renamed or removed.
 //! Nothing secret is printed: adapter entries are read through the typed
 //! model, which keeps only named fields ([`crate::status::L2AdapterStatus`]),
-//! and endpoints lose any `user:password@` and query string.
+//! and endpoints lose any `user:password@` and query string. The text form
+//! ([`Inspection::to_text`]) is in `text`.
+
+mod text;
 
 use lmcache_capacity_guard::status::{read_status, GuardStatus};
 
@@ -20,10 +23,46 @@ use std::time::Duration;
 use lmcache_housekeeping::{
     read_manifest, scan, Access, InventoryTotals, LaunchIdentity, ManifestRead, TierDir,
 };
-use lmcache_sizing::fmt_gib;
 use serde::Serialize;
 
+use crate::exit::{ExitStatus, HasExitStatus};
 use crate::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
+
+/// Why `inspect` does not end with 0.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InspectError {
+    /// The URL to poll is not one ([`check_url`]).
+    #[error("--url {url:?} is not an http:// URL of a /status endpoint: give e.g. http://127.0.0.1:8090/status")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+    },
+    /// Nothing answered the poll.
+    #[error("{url}: the server does not answer; is the node's lmcache-tier launch running, on this HTTP port?")]
+    NoAnswer {
+        /// The polled URL, redacted.
+        url: String,
+    },
+    /// The server answered, but not as a healthy LMCache server.
+    #[error("{url}: the server answers but is not healthy")]
+    Unhealthy {
+        /// The polled URL, redacted.
+        url: String,
+    },
+}
+
+/// Checks that `url` can be polled: an `http://` URL with a host.
+///
+/// # Errors
+/// [`InspectError::BadUrl`].
+pub fn check_url(url: &str) -> Result<(), InspectError> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.scheme() == "http" && u.host().is_some() => Ok(()),
+        _ => Err(InspectError::BadUrl {
+            url: url.to_string(),
+        }),
+    }
+}
 
 /// Everything `inspect` reports: one JSON object.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -258,231 +297,34 @@ impl Inspection {
             if let Some(addr) = tier.loopback_endpoint() {
                 match gateway_state::fetch(addr, timeout).await {
                     Ok(state) => tier.gateway = state,
-                    Err(cause) => tier.endpoint_down = Some(cause),
+                    Err(cause) => tier.endpoint_down = Some(cause.to_string()),
                 }
             }
         }
     }
 
-    /// The exit status `inspect` ends with: 0 healthy, 8 unreachable, 9
-    /// answering but unhealthy (non-200, unusable body, or a part reporting
-    /// `is_healthy: false`).
-    pub fn exit_code(&self) -> u8 {
+    /// What the report says of the server: `Ok` when it is healthy.
+    ///
+    /// # Errors
+    /// [`InspectError::NoAnswer`] when it is unreachable,
+    /// [`InspectError::Unhealthy`] when it answers but is not healthy
+    /// (non-200, unusable body, or a part reporting `is_healthy: false`).
+    pub fn verdict(&self) -> Result<(), InspectError> {
+        let url = self.url.clone();
         match (&self.server.reachable, &self.server.healthy) {
-            (false, _) => 8,
-            (true, false) => 9,
-            (true, true) => 0,
+            (false, _) => Err(InspectError::NoAnswer { url }),
+            (true, false) => Err(InspectError::Unhealthy { url }),
+            (true, true) => Ok(()),
         }
     }
 
-    /// Aligned tables for people.
-    pub fn to_text(&self) -> String {
-        let mut out = String::new();
-        let s = &self.server;
-        let verdict = match (s.reachable, s.healthy) {
-            (false, _) => "UNREACHABLE: showing what the disk tier holds".to_string(),
-            (true, true) => "healthy".to_string(),
-            (true, false) if s.unhealthy_parts.is_empty() => "UNHEALTHY".to_string(),
-            (true, false) => format!("UNHEALTHY: {}", s.unhealthy_parts.join(", ")),
-        };
-        let mut head = vec![row([
-            "server",
-            &self.url,
-            &format!("{}, {verdict}", s.answer),
-        ])];
-        if let Some(install) = &self.lmcache {
-            head.push(row([
-                "lmcache",
-                install.version.as_deref().unwrap_or("?"),
-                &install.describe(),
-            ]));
-        }
-        if let Some(engine) = &s.engine_type {
-            head.push(row([
-                "engine",
-                engine,
-                &format!(
-                    "chunk size {} tokens, hash {}",
-                    opt(s.chunk_size),
-                    s.hash_algorithm.as_deref().unwrap_or("-")
-                ),
-            ]));
-        }
-        if let Some(w) = &self.worker_liveness {
-            head.push(row([
-                "workers",
-                &format!("{} tracked", opt(w.tracked_instances)),
-                &format!(
-                    "reaping {}, timeout {} s, registration grace {} s",
-                    yes_no(w.enabled, "on", "off"),
-                    opt(w.reap_timeout_seconds),
-                    opt(w.registration_grace_seconds)
-                ),
-            ]));
-        }
-        if let Some(l1) = &self.l1 {
-            head.push(row([
-                "L1",
-                &format!("{} of {}", bytes(l1.used_bytes), bytes(l1.total_bytes)),
-                &format!("{} objects", opt(l1.objects)),
-            ]));
-        }
-        if let Some(c) = &self.store_controller {
-            head.push(row([
-                "store controller",
-                yes_no(c.is_healthy, "healthy", "UNHEALTHY"),
-                &format!(
-                    "thread {}, {} pending keys, {} tasks in flight, {}/{} tiers active, {} draining",
-                    yes_no(c.thread_alive, "alive", "DEAD"),
-                    opt(c.pending_keys_count),
-                    opt(c.in_flight_task_count),
-                    opt(c.num_active_adapters),
-                    opt(c.num_l2_adapters),
-                    opt(c.num_draining_adapters)
-                ),
-            ]));
-        }
-        out.push_str(&table(&head));
-        if !self.tiers.is_empty() {
-            out.push_str("\nL2 tiers, in cascade order\n");
-            let mut rows = vec![row([
-                "#", "type", "location", "healthy", "workers", "O_DIRECT", "capacity", "used",
-                "eviction",
-            ])];
-            for t in &self.tiers {
-                rows.push(vec![
-                    t.position.to_string(),
-                    t.adapter_type.clone().unwrap_or_else(|| "-".into()),
-                    t.location.clone().unwrap_or_else(|| "-".into()),
-                    yes_no(t.healthy, "yes", "NO").to_string(),
-                    opt(t.workers),
-                    yes_no(t.use_odirect, "on", "off").to_string(),
-                    bytes(t.capacity_bytes),
-                    bytes(t.used_bytes),
-                    t.eviction_policy.clone().unwrap_or_else(|| "-".into()),
-                ]);
-            }
-            out.push_str(&table(&rows));
-        }
-        for t in &self.tiers {
-            if let Some(g) = &t.gateway {
-                out.push_str(&gateway_text(t, g));
-            }
-            if let (Some(cause), Some(endpoint)) = (&t.endpoint_down, &t.location) {
-                out.push_str(&format!(
-                    "\nS3 tier {} on {}: nothing answers ({}): its gateway (or whatever should listen there) is down; writes to this tier fail until the server is restarted\n",
-                    t.position,
-                    printable(endpoint),
-                    printable(cause)
-                ));
-            }
-        }
-        for d in &self.disk {
-            out.push_str(&format!("\ndisk tier {}\n", d.path.display()));
-            let mut rows = Vec::new();
-            let identity = match &d.identity {
-                Some(i) => format!(
-                    "model {}, TP {}, PP {}, KV dtype {}, block {}, chunk {} (written {})",
-                    i.model,
-                    i.tensor_parallel_size,
-                    i.pipeline_parallel_size,
-                    i.kv_cache_dtype,
-                    i.block_size,
-                    i.chunk_size,
-                    d.written_at.as_deref().unwrap_or("-")
-                ),
-                None => format!("manifest {}", d.manifest),
-            };
-            rows.push(row(["  identity", &identity]));
-            if let Some(u) = &d.usage {
-                rows.push(row([
-                    "  on disk",
-                    &format!(
-                        "{} objects {}; {} stale temp files {}; {} other entries {} (kept)",
-                        u.objects.count,
-                        fmt_gib(u.objects.bytes),
-                        u.stale_temps.count,
-                        fmt_gib(u.stale_temps.bytes),
-                        u.foreign.count,
-                        fmt_gib(u.foreign.bytes)
-                    ),
-                ]));
-            }
-            if let Some(g) = &d.guard {
-                let state = match d.guard_running {
-                    Some(false) => "STOPPED, last state",
-                    _ => "running, state",
-                };
-                rows.push(row([
-                    "  capacity guard",
-                    &format!(
-                        "pid {} ({state} {} s old): {} objects {} of {} (evicts from {}); {} eviction cycles deleted {} objects {}",
-                        g.pid,
-                        d.guard_state_age_seconds.unwrap_or(0),
-                        g.tracked.objects,
-                        fmt_gib(g.tracked.bytes),
-                        fmt_gib(g.capacity_bytes),
-                        fmt_gib(g.trigger_bytes),
-                        g.evictions.cycles,
-                        g.evictions.deleted.objects,
-                        fmt_gib(g.evictions.deleted.bytes)
-                    ),
-                ]));
-            }
-            if let Some(p) = &d.problem {
-                rows.push(row(["  problem", p]));
-            }
-            out.push_str(&table(&rows));
-        }
-        out
+    /// The exit status `inspect` ends with ([`Inspection::verdict`]): 0
+    /// healthy, 8 unreachable, 9 answering but unhealthy.
+    pub fn exit_code(&self) -> u8 {
+        self.verdict()
+            .map_or_else(|e| e.exit_status(), |()| ExitStatus::Success)
+            .code()
     }
-}
-
-/// The text section of one tier's gateway.
-fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
-    let r = &g.requests;
-    let prefix = match g.key_prefix.as_str() {
-        "" => String::new(),
-        p => format!(", key prefix {p}"),
-    };
-    let last = match &g.last_upstream_error {
-        Some(e) => format!("; last at {}: {}", e.at, e.message),
-        None => String::new(),
-    };
-    let rows = [
-        row([
-            "  upstream",
-            &format!(
-                "{}, bucket {}{prefix}, region {}, credentials from {}",
-                g.upstream, g.bucket, g.region, g.credential_source
-            ),
-        ]),
-        row([
-            "  requests",
-            &format!(
-                "HEAD {}, GET {}, PUT {}, POST {}, DELETE {}, other {}; {} refused (403)",
-                r.head, r.get, r.put, r.post, r.delete, r.other, g.rejected
-            ),
-        ]),
-        row([
-            "  traffic",
-            &format!("{} bytes up, {} bytes down", g.bytes_up, g.bytes_down),
-        ]),
-        row([
-            "  upstream errors",
-            &format!(
-                "{} (5xx or broken off), {} unreachable{last}",
-                g.upstream_errors, g.upstream_unreachable
-            ),
-        ]),
-    ];
-    format!(
-        "\nS3 gateway of tier {} on {} (started {})\n{}",
-        tier.position,
-        printable(tier.location.as_deref().unwrap_or("-")),
-        printable(&g.started_at),
-        table(&rows)
-    )
 }
 
 fn read_disk(path: &Path) -> DiskRow {
@@ -529,7 +371,7 @@ fn read_disk(path: &Path) -> DiskRow {
             disk.guard_state_age_seconds = guard.as_ref().map(|g| age_seconds(g.updated_unix_ms));
             disk.guard = guard;
         }
-        Err(e) => disk.problem = Some(e),
+        Err(e) => disk.problem = Some(e.to_string()),
     }
     disk
 }
@@ -600,63 +442,6 @@ fn age_seconds(unix_ms: u64) -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
     now.saturating_sub(unix_ms) / 1000
-}
-
-/// A table row. Control characters in a cell (the values come from the
-/// server and the gateways, which any local process can impersonate) are
-/// shown as `?`, so no answer can draw rows or move the terminal's cursor.
-fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
-    cells.iter().map(|c| printable(c)).collect()
-}
-
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
-}
-
-fn yes_no(v: Option<bool>, yes: &'static str, no: &'static str) -> &'static str {
-    match v {
-        Some(true) => yes,
-        Some(false) => no,
-        None => "-",
-    }
-}
-
-fn bytes(v: Option<u64>) -> String {
-    v.map(fmt_gib).unwrap_or_else(|| "-".into())
-}
-
-/// Left-aligned columns separated by two spaces; the last column is not padded.
-fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            if c + 1 == r.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]
@@ -849,14 +634,6 @@ mod tests {
             }
         });
         port
-    }
-
-    #[test]
-    fn text_cells_show_control_characters_as_question_marks() {
-        assert_eq!(
-            row(["a\u{1b}[2Jb\nserver  healthy", "ok"]),
-            ["a?[2Jb?server  healthy", "ok"]
-        );
     }
 
     #[test]

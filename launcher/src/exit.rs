@@ -1,0 +1,313 @@
+//! How a run of `lmcache-tier` or `erebine-lmcache` ends: the exit statuses
+//! both binaries use ([`ExitStatus`], the table of `lmcache-tier --help`
+//! and `docs/configuration.md`, "Exit status"), and the one mapping from
+//! each error a run can end with to its status ([`HasExitStatus`]).
+//!
+//! A binary's own failure enum wraps these errors and asks each for its
+//! status; it picks none itself, except for what only that binary does
+//! (`erebine-lmcache` running the stock `lmcache` in its place: 126 and
+//! 127, as a shell says of a command it cannot run or find).
+
+use std::io;
+
+use lmcache_capacity_guard::capacity::CapacityError;
+use lmcache_capacity_guard::GuardError;
+use lmcache_housekeeping::HousekeepingError;
+use lmcache_s3_gateway::spec::BucketSpecError;
+use lmcache_s3_gateway::GatewayError;
+use lmcache_tier_spec::SpecError;
+
+use crate::config_error::ConfigError;
+use crate::inspect::InspectError;
+use crate::launch::LaunchError;
+use crate::launch_plan::PlanError;
+use crate::locate::NotFound;
+
+/// How a run ends. Command-line errors that `clap` reports (an unknown
+/// flag, a value that does not parse) end with 2 too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// 0: success; for `launch`, the server was stopped on request, or
+    /// there is nothing to launch.
+    Success,
+    /// 1: this process itself failed ([`ProcessError`]: its runtime,
+    /// signals, stdout, the host's memory size, the server it lost track of).
+    Failure,
+    /// 2: bad input: a flag, a variable, the cache directory, a tier spec
+    /// (a capacity guard's or an S3 gateway's settings): the message names it.
+    BadInput,
+    /// 3: an executable is missing: `erebine-lmcache`, or the stock
+    /// `lmcache` (every place looked is listed).
+    MissingExecutable,
+    /// 4: a port the server needs is in use on 127.0.0.1.
+    PortInUse,
+    /// 5: the server exited, or did not answer `/status` in time; after it
+    /// was ready once: it failed fast too many times in a row.
+    ServerFailed,
+    /// 6: another launch or housekeeping holds the disk tier's lock.
+    TierLocked,
+    /// 7: housekeeping failed part-way.
+    HousekeepingFailed,
+    /// 8: `inspect`: the server does not answer.
+    NoAnswer,
+    /// 9: `inspect`: the server answers but is not healthy.
+    Unhealthy,
+    /// 126: `erebine-lmcache`: the stock `lmcache` was found but cannot be
+    /// run.
+    CannotRun,
+    /// 127: `erebine-lmcache`: the stock `lmcache` was not found.
+    CommandNotFound,
+    /// `erebine-lmcache`: the server's own status, passed on (128+N when
+    /// signal N ended it).
+    Server(
+        /// The server's status.
+        u8,
+    ),
+}
+
+impl ExitStatus {
+    /// The process exit status.
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failure => 1,
+            ExitStatus::BadInput => 2,
+            ExitStatus::MissingExecutable => 3,
+            ExitStatus::PortInUse => 4,
+            ExitStatus::ServerFailed => 5,
+            ExitStatus::TierLocked => 6,
+            ExitStatus::HousekeepingFailed => 7,
+            ExitStatus::NoAnswer => 8,
+            ExitStatus::Unhealthy => 9,
+            ExitStatus::CannotRun => 126,
+            ExitStatus::CommandNotFound => 127,
+            ExitStatus::Server(code) => code,
+        }
+    }
+
+    /// The status of a server that ended with `code`
+    /// ([`crate::supervise::exit_code`]); one outside 0 to 255 is a failure.
+    pub fn of_server(code: i32) -> Self {
+        u8::try_from(code).map_or(ExitStatus::Failure, ExitStatus::Server)
+    }
+}
+
+impl From<ExitStatus> for std::process::ExitCode {
+    fn from(status: ExitStatus) -> Self {
+        std::process::ExitCode::from(status.code())
+    }
+}
+
+/// An error a run can end with: the status it ends with.
+pub trait HasExitStatus: std::error::Error {
+    /// The exit status of a run that ends with this error.
+    fn exit_status(&self) -> ExitStatus;
+}
+
+/// What keeps this process itself from working (not its input, not the
+/// server): exit 1.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The async runtime cannot start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(
+        /// The OS error.
+        #[source]
+        io::Error,
+    ),
+    /// A terminating signal cannot be caught.
+    #[error("cannot catch the terminating signals: {0}")]
+    Signals(
+        /// The error naming the signal.
+        #[source]
+        io::Error,
+    ),
+    /// Stdout cannot be written (a closed pipe is not this error).
+    #[error("cannot write to stdout: {0}")]
+    Stdout(
+        /// The write error.
+        #[source]
+        io::Error,
+    ),
+    /// The report cannot be written as JSON.
+    #[error("cannot print the report as JSON: {0}")]
+    Json(
+        /// The serialisation error.
+        #[source]
+        serde_json::Error,
+    ),
+    /// Waiting on the server failed.
+    #[error("lost track of the server: {0}")]
+    LostServer(
+        /// The OS error.
+        #[source]
+        io::Error,
+    ),
+}
+
+impl HasExitStatus for ProcessError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::Failure
+    }
+}
+
+impl HasExitStatus for ConfigError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
+    }
+}
+
+impl HasExitStatus for SpecError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
+    }
+}
+
+impl HasExitStatus for NotFound {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::MissingExecutable
+    }
+}
+
+impl HasExitStatus for PlanError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            PlanError::Config(e) => e.exit_status(),
+            PlanError::Executable(e) => e.exit_status(),
+            PlanError::Tier(e) => e.exit_status(),
+            PlanError::Memory(_) | PlanError::NotMeasured => ExitStatus::Failure,
+            PlanError::DiskPath { .. }
+            | PlanError::NothingToCache { .. }
+            | PlanError::Engine { .. } => ExitStatus::BadInput,
+        }
+    }
+}
+
+impl HasExitStatus for HousekeepingError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            HousekeepingError::Identity(_) | HousekeepingError::Dir(_) => ExitStatus::BadInput,
+            HousekeepingError::Lock(_) => ExitStatus::TierLocked,
+            HousekeepingError::Scan(_)
+            | HousekeepingError::Incomplete { .. }
+            | HousekeepingError::Manifest(_) => ExitStatus::HousekeepingFailed,
+        }
+    }
+}
+
+impl HasExitStatus for BucketSpecError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
+    }
+}
+
+/// Every gateway error is the tier's: its spec cannot work, or its gateway
+/// cannot start.
+impl HasExitStatus for GatewayError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
+    }
+}
+
+impl HasExitStatus for CapacityError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
+    }
+}
+
+/// A guard that cannot start leaves its tier unbounded: the tier's
+/// directory or capacity is at fault.
+impl HasExitStatus for GuardError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
+    }
+}
+
+impl HasExitStatus for LaunchError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            LaunchError::PortInUse { .. } => ExitStatus::PortInUse,
+            LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
+            LaunchError::Gateway(e) => e.exit_status(),
+            LaunchError::Housekeeping(e) => e.exit_status(),
+            LaunchError::Guard(e) => e.exit_status(),
+            LaunchError::ExitedBeforeReady { .. }
+            | LaunchError::NotReady { .. }
+            | LaunchError::Exited { .. }
+            | LaunchError::GaveUp { .. }
+            | LaunchError::Io(_) => ExitStatus::ServerFailed,
+        }
+    }
+}
+
+impl HasExitStatus for InspectError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            InspectError::BadUrl { .. } => ExitStatus::BadInput,
+            InspectError::NoAnswer { .. } => ExitStatus::NoAnswer,
+            InspectError::Unhealthy { .. } => ExitStatus::Unhealthy,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_codes_are_the_documented_ones() {
+        let documented = [
+            (ExitStatus::Success, 0),
+            (ExitStatus::Failure, 1),
+            (ExitStatus::BadInput, 2),
+            (ExitStatus::MissingExecutable, 3),
+            (ExitStatus::PortInUse, 4),
+            (ExitStatus::ServerFailed, 5),
+            (ExitStatus::TierLocked, 6),
+            (ExitStatus::HousekeepingFailed, 7),
+            (ExitStatus::NoAnswer, 8),
+            (ExitStatus::Unhealthy, 9),
+            (ExitStatus::CannotRun, 126),
+            (ExitStatus::CommandNotFound, 127),
+            (ExitStatus::Server(143), 143),
+        ];
+        for (status, code) in documented {
+            assert_eq!(status.code(), code, "{status:?}");
+        }
+        assert_eq!(ExitStatus::of_server(137), ExitStatus::Server(137));
+        assert_eq!(ExitStatus::of_server(-1), ExitStatus::Failure);
+    }
+
+    #[test]
+    fn a_missing_executable_is_3_even_inside_a_plan_or_a_launch() {
+        let missing = || NotFound {
+            what: "erebine-lmcache".into(),
+            looked: Vec::new(),
+            fix: String::new(),
+        };
+        assert_eq!(missing().exit_status(), ExitStatus::MissingExecutable);
+        assert_eq!(
+            PlanError::Executable(missing()).exit_status(),
+            ExitStatus::MissingExecutable
+        );
+        let spawn = LaunchError::Spawn {
+            executable: "erebine-lmcache".into(),
+            detail: "No such file or directory".into(),
+        };
+        assert_eq!(spawn.exit_status(), ExitStatus::MissingExecutable);
+    }
+
+    #[test]
+    fn housekeeping_inside_a_launch_keeps_its_own_status() {
+        let held = HousekeepingError::Lock(lmcache_housekeeping::LockError::Held {
+            dir: "/t".into(),
+            path: "/t/.lock".into(),
+            holder: "pid 1".into(),
+        });
+        assert_eq!(held.exit_status(), ExitStatus::TierLocked);
+        assert_eq!(
+            LaunchError::Housekeeping(held).exit_status(),
+            ExitStatus::TierLocked
+        );
+    }
+}

@@ -1,0 +1,317 @@
+//! The text form of an [`Inspection`]: aligned tables for people, in the
+//! order `inspect` prints them: the server and what it reports, the L2
+//! tiers, each S3 gateway (or the endpoint where none answers), each disk
+//! tier as read from disk.
+//!
+//! Every value shown may come from the server or a gateway, which any
+//! local process can impersonate: cells go through [`row`], which shows
+//! control characters as `?`.
+
+use lmcache_s3_gateway::state::GatewayState;
+use lmcache_sizing::fmt_gib;
+
+use super::{DiskRow, Inspection, TierRow};
+
+impl Inspection {
+    /// Aligned tables for people.
+    pub fn to_text(&self) -> String {
+        let mut out = table(&self.head_rows());
+        if !self.tiers.is_empty() {
+            out.push_str("\nL2 tiers, in cascade order\n");
+            out.push_str(&tiers_table(&self.tiers));
+        }
+        for t in &self.tiers {
+            out.push_str(&gateway_sections(t));
+        }
+        for d in &self.disk {
+            out.push_str(&disk_section(d));
+        }
+        out
+    }
+
+    /// The first table: the server and its verdict, the stock `lmcache`,
+    /// the engine, the workers, L1 and the store controller, each when
+    /// known.
+    fn head_rows(&self) -> Vec<Vec<String>> {
+        let s = &self.server;
+        let verdict = match (s.reachable, s.healthy) {
+            (false, _) => "UNREACHABLE: showing what the disk tier holds".to_string(),
+            (true, true) => "healthy".to_string(),
+            (true, false) if s.unhealthy_parts.is_empty() => "UNHEALTHY".to_string(),
+            (true, false) => format!("UNHEALTHY: {}", s.unhealthy_parts.join(", ")),
+        };
+        let mut head = vec![row([
+            "server",
+            &self.url,
+            &format!("{}, {verdict}", s.answer),
+        ])];
+        if let Some(install) = &self.lmcache {
+            head.push(row([
+                "lmcache",
+                install.version.as_deref().unwrap_or("?"),
+                &install.describe(),
+            ]));
+        }
+        if let Some(engine) = &s.engine_type {
+            head.push(row([
+                "engine",
+                engine,
+                &format!(
+                    "chunk size {} tokens, hash {}",
+                    opt(s.chunk_size),
+                    s.hash_algorithm.as_deref().unwrap_or("-")
+                ),
+            ]));
+        }
+        if let Some(w) = &self.worker_liveness {
+            head.push(row([
+                "workers",
+                &format!("{} tracked", opt(w.tracked_instances)),
+                &format!(
+                    "reaping {}, timeout {} s, registration grace {} s",
+                    yes_no(w.enabled, "on", "off"),
+                    opt(w.reap_timeout_seconds),
+                    opt(w.registration_grace_seconds)
+                ),
+            ]));
+        }
+        if let Some(l1) = &self.l1 {
+            head.push(row([
+                "L1",
+                &format!("{} of {}", bytes(l1.used_bytes), bytes(l1.total_bytes)),
+                &format!("{} objects", opt(l1.objects)),
+            ]));
+        }
+        if let Some(c) = &self.store_controller {
+            head.push(row([
+                "store controller",
+                yes_no(c.is_healthy, "healthy", "UNHEALTHY"),
+                &format!(
+                    "thread {}, {} pending keys, {} tasks in flight, {}/{} tiers active, {} draining",
+                    yes_no(c.thread_alive, "alive", "DEAD"),
+                    opt(c.pending_keys_count),
+                    opt(c.in_flight_task_count),
+                    opt(c.num_active_adapters),
+                    opt(c.num_l2_adapters),
+                    opt(c.num_draining_adapters)
+                ),
+            ]));
+        }
+        head
+    }
+}
+
+/// The L2 tiers, one row each, in cascade order.
+fn tiers_table(tiers: &[TierRow]) -> String {
+    let mut rows = vec![row([
+        "#", "type", "location", "healthy", "workers", "O_DIRECT", "capacity", "used", "eviction",
+    ])];
+    for t in tiers {
+        rows.push(vec![
+            t.position.to_string(),
+            t.adapter_type.clone().unwrap_or_else(|| "-".into()),
+            t.location.clone().unwrap_or_else(|| "-".into()),
+            yes_no(t.healthy, "yes", "NO").to_string(),
+            opt(t.workers),
+            yes_no(t.use_odirect, "on", "off").to_string(),
+            bytes(t.capacity_bytes),
+            bytes(t.used_bytes),
+            t.eviction_policy.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    table(&rows)
+}
+
+/// What tier `t` says about its S3 gateway: the gateway's state, and the
+/// endpoint where nothing answers; empty for a tier without either.
+fn gateway_sections(t: &TierRow) -> String {
+    let mut out = String::new();
+    if let Some(g) = &t.gateway {
+        out.push_str(&gateway_text(t, g));
+    }
+    if let (Some(cause), Some(endpoint)) = (&t.endpoint_down, &t.location) {
+        out.push_str(&format!(
+            "\nS3 tier {} on {}: nothing answers ({}): its gateway (or whatever should listen there) is down; writes to this tier fail until the server is restarted\n",
+            t.position,
+            printable(endpoint),
+            printable(cause)
+        ));
+    }
+    out
+}
+
+/// The text section of one tier's gateway.
+fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
+    let r = &g.requests;
+    let prefix = match g.key_prefix.as_str() {
+        "" => String::new(),
+        p => format!(", key prefix {p}"),
+    };
+    let last = match &g.last_upstream_error {
+        Some(e) => format!("; last at {}: {}", e.at, e.message),
+        None => String::new(),
+    };
+    let rows = [
+        row([
+            "  upstream",
+            &format!(
+                "{}, bucket {}{prefix}, region {}, credentials from {}",
+                g.upstream, g.bucket, g.region, g.credential_source
+            ),
+        ]),
+        row([
+            "  requests",
+            &format!(
+                "HEAD {}, GET {}, PUT {}, POST {}, DELETE {}, other {}; {} refused (403)",
+                r.head, r.get, r.put, r.post, r.delete, r.other, g.rejected
+            ),
+        ]),
+        row([
+            "  traffic",
+            &format!("{} bytes up, {} bytes down", g.bytes_up, g.bytes_down),
+        ]),
+        row([
+            "  upstream errors",
+            &format!(
+                "{} (5xx or broken off), {} unreachable{last}",
+                g.upstream_errors, g.upstream_unreachable
+            ),
+        ]),
+    ];
+    format!(
+        "\nS3 gateway of tier {} on {} (started {})\n{}",
+        tier.position,
+        printable(tier.location.as_deref().unwrap_or("-")),
+        printable(&g.started_at),
+        table(&rows)
+    )
+}
+
+/// The section of one disk tier directory: its identity, what is on disk,
+/// its capacity guard and any problem reading it.
+fn disk_section(d: &DiskRow) -> String {
+    let mut rows = Vec::new();
+    let identity = match &d.identity {
+        Some(i) => format!(
+            "model {}, TP {}, PP {}, KV dtype {}, block {}, chunk {} (written {})",
+            i.model,
+            i.tensor_parallel_size,
+            i.pipeline_parallel_size,
+            i.kv_cache_dtype,
+            i.block_size,
+            i.chunk_size,
+            d.written_at.as_deref().unwrap_or("-")
+        ),
+        None => format!("manifest {}", d.manifest),
+    };
+    rows.push(row(["  identity", &identity]));
+    if let Some(u) = &d.usage {
+        rows.push(row([
+            "  on disk",
+            &format!(
+                "{} objects {}; {} stale temp files {}; {} other entries {} (kept)",
+                u.objects.count,
+                fmt_gib(u.objects.bytes),
+                u.stale_temps.count,
+                fmt_gib(u.stale_temps.bytes),
+                u.foreign.count,
+                fmt_gib(u.foreign.bytes)
+            ),
+        ]));
+    }
+    if let Some(g) = &d.guard {
+        let state = match d.guard_running {
+            Some(false) => "STOPPED, last state",
+            _ => "running, state",
+        };
+        rows.push(row([
+            "  capacity guard",
+            &format!(
+                "pid {} ({state} {} s old): {} objects {} of {} (evicts from {}); {} eviction cycles deleted {} objects {}",
+                g.pid,
+                d.guard_state_age_seconds.unwrap_or(0),
+                g.tracked.objects,
+                fmt_gib(g.tracked.bytes),
+                fmt_gib(g.capacity_bytes),
+                fmt_gib(g.trigger_bytes),
+                g.evictions.cycles,
+                g.evictions.deleted.objects,
+                fmt_gib(g.evictions.deleted.bytes)
+            ),
+        ]));
+    }
+    if let Some(p) = &d.problem {
+        rows.push(row(["  problem", p]));
+    }
+    format!("\ndisk tier {}\n{}", d.path.display(), table(&rows))
+}
+
+/// A table row. Control characters in a cell (the values come from the
+/// server and the gateways, which any local process can impersonate) are
+/// shown as `?`, so no answer can draw rows or move the terminal's cursor.
+fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.iter().map(|c| printable(c)).collect()
+}
+
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn yes_no(v: Option<bool>, yes: &'static str, no: &'static str) -> &'static str {
+    match v {
+        Some(true) => yes,
+        Some(false) => no,
+        None => "-",
+    }
+}
+
+fn bytes(v: Option<u64>) -> String {
+    v.map(fmt_gib).unwrap_or_else(|| "-".into())
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_cells_show_control_characters_as_question_marks() {
+        assert_eq!(
+            row(["a\u{1b}[2Jb\nserver  healthy", "ok"]),
+            ["a?[2Jb?server  healthy", "ok"]
+        );
+    }
+}
