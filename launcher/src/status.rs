@@ -6,8 +6,8 @@
 //! tolerant: every field is optional, a field of an unexpected type reads as
 //! absent instead of failing the whole body, and unknown fields are ignored,
 //! so a newer LMCache that adds or moves fields still parses. The store
-//! controller is read from the top level (the seed's layout, `000_*.txt`,
-//! "Inspecting LMCache") or from under `storage_manager` (LMCache 0.5.6).
+//! controller is read from under `storage_manager`, where LMCache 0.5.4 to
+//! 0.5.6 put it, else from the top level (`docs/inspect.md`).
 
 use std::time::Duration;
 
@@ -151,7 +151,8 @@ pub struct ServerStatus {
     /// L1, L2 tiers and their controllers.
     #[serde(default, deserialize_with = "lenient")]
     pub storage_manager: Option<StorageManager>,
-    /// The store controller where the seed documents it (top level).
+    /// The store controller at the top level, read when `storage_manager`
+    /// has none (no LMCache 0.5.4 to 0.5.6 puts it there).
     #[serde(default, deserialize_with = "lenient")]
     pub store_controller: Option<StoreController>,
     /// Engine workers registered with the server.
@@ -356,7 +357,7 @@ impl ServerStatus {
     }
 
     /// The store controller: under `storage_manager` (LMCache 0.5.6), else
-    /// at the top level (the seed's layout).
+    /// at the top level.
     pub fn store_controller(&self) -> Option<&StoreController> {
         self.storage_manager
             .as_ref()
