@@ -97,15 +97,33 @@ def timed_start(cmd, env, http_port, watch_process):
     return process_at, ready_at
 
 
+def timed_launch(tier, base, release):
+    """`lmcache-tier launch` of MODEL at TP=2 on `tier`, timed by timed_start."""
+    mp, http = free_port(), free_port()
+    env = dict(base, EREBINE_AGENT_KV_CACHE_BACKEND="lmcache",
+               EREBINE_AGENT_KV_OFFLOAD_SIZE_GB="1",
+               EREBINE_AGENT_LMCACHE_DISK_PATH=tier,
+               EREBINE_AGENT_LMCACHE_DISK_SIZE_GB="8",
+               EREBINE_AGENT_LMCACHE_MP_PORT=str(mp),
+               EREBINE_AGENT_LMCACHE_HTTP_PORT=str(http),
+               EREBINE_AGENT_LMCACHE_PATH=os.path.join(release, "erebine-lmcache"))
+    launch = [os.path.join(release, "lmcache-tier"), "launch", "--model", MODEL,
+              "--tensor-parallel-size", "2"]
+    return timed_start(launch, env, http, True)
+
+
 def main():
     work, count, rounds, venv, release = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     tier, empty = os.path.join(work, "tier"), os.path.join(work, "empty")
     os.makedirs(empty, mode=0o700)
+    base = dict(os.environ, VIRTUAL_ENV=venv, PATH=f"{venv}/bin:{os.environ['PATH']}",
+                LMCACHE_TRACK_USAGE="false")
+    # A first launch on the empty tier records the launch identity, so the
+    # objects made next are this launch's and housekeeping keeps them all.
+    timed_launch(tier, base, release)
     t = time.monotonic()
     make_tier(tier, count)
     print(f"# created {count} objects in {time.monotonic() - t:.0f} s")
-    base = dict(os.environ, VIRTUAL_ENV=venv, PATH=f"{venv}/bin:{os.environ['PATH']}",
-                LMCACHE_TRACK_USAGE="false")
     scan_bin = os.path.join(release, "examples", "housekeeping-bench")
     results = {"scan": [], "stock_ready": [], "launch_process": [], "launch_ready": []}
     subprocess.run([scan_bin, "scan", tier], stdout=subprocess.DEVNULL, check=True)  # warm the cache
@@ -123,19 +141,12 @@ def main():
         _, at = timed_start(stock, base, http, False)
         results["stock_ready"].append(at)
 
-        mp, http = free_port(), free_port()
-        env = dict(base, EREBINE_AGENT_KV_CACHE_BACKEND="lmcache",
-                   EREBINE_AGENT_KV_OFFLOAD_SIZE_GB="1",
-                   EREBINE_AGENT_LMCACHE_DISK_PATH=tier,
-                   EREBINE_AGENT_LMCACHE_DISK_SIZE_GB="8",
-                   EREBINE_AGENT_LMCACHE_MP_PORT=str(mp),
-                   EREBINE_AGENT_LMCACHE_HTTP_PORT=str(http),
-                   EREBINE_AGENT_LMCACHE_PATH=os.path.join(release, "erebine-lmcache"))
-        launch = [os.path.join(release, "lmcache-tier"), "launch", "--model", MODEL,
-                  "--tensor-parallel-size", "2"]
-        process_at, ready_at = timed_start(launch, env, http, True)
+        process_at, ready_at = timed_launch(tier, base, release)
         results["launch_process"].append(process_at)
         results["launch_ready"].append(ready_at)
+        objects = sum(1 for n in os.listdir(tier) if n.endswith(".data"))
+        if objects != count:
+            raise SystemExit(f"the launch left {objects} of {count} objects: not a same-identity tier")
         print(f"round={r} scan_s={results['scan'][-1]:.2f} stock_ready_s={results['stock_ready'][-1]:.2f} "
               f"launch_to_server_process_s={process_at:.2f} launch_ready_s={ready_at:.2f}", flush=True)
     med = {k: statistics.median(v) for k, v in results.items()}

@@ -197,11 +197,9 @@ pub struct NodeEnv {
 
 impl NodeEnv {
     /// Reads every variable from `vars` (name -> value). Empty values count
-    /// as unset. `HOME` locates the default cache directory. A custom
-    /// cascade (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
-    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) is checked with
-    /// [`crate::extensions::check_extensions`], which reads an `s3_ca_bundle` file and
-    /// resolves guarded `base_path`s but writes nothing.
+    /// as unset. `HOME` locates the default cache directory. Reads nothing
+    /// but `vars`: the checks of a custom cascade that read files are
+    /// [`NodeEnv::check_tiers`].
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         let text = |name: &str| -> Result<Option<String>, ConfigError> {
             match vars.get(OsStr::new(name)).map(|v| v.to_str()) {
@@ -278,20 +276,40 @@ impl NodeEnv {
             lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
             disk_path,
         };
-        let custom = match (env.extra_args.l2_adapters(), &env.l2_adapter) {
-            (Some(tiers), _) => Some((LMCACHE_EXTRA_ARGS, tiers)),
-            (None, Some(tiers)) => Some((L2_ADAPTER, tiers)),
-            (None, None) => None,
-        };
-        if let Some((variable, tiers)) = custom {
-            crate::extensions::check_extensions(tiers, &get)
-                .map_err(|problem| ConfigError::Tier { variable, problem })?;
-        }
         Ok(env)
     }
 }
 
 impl NodeEnv {
+    /// Checks the keys this project adds to a custom cascade
+    /// (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) as the server's start would
+    /// ([`crate::extensions::check_extensions`]; `vars` gives the `AWS_*`
+    /// variables the server will get). It reads what the tiers name (an
+    /// `s3_ca_bundle` file, the AWS files the variables point at) and
+    /// resolves guarded `base_path`s, so it belongs to measuring
+    /// ([`crate::Facts::measure`]), not to the pure plan. Writes nothing.
+    ///
+    /// Errors: [`ConfigError::Tier`], naming the variable, the tier and the
+    /// key.
+    pub fn check_tiers(&self, vars: &Vars) -> Result<(), ConfigError> {
+        let custom = match (self.extra_args.l2_adapters(), &self.l2_adapter) {
+            (Some(tiers), _) => (LMCACHE_EXTRA_ARGS, tiers),
+            (None, Some(tiers)) => (L2_ADAPTER, tiers),
+            (None, None) => return Ok(()),
+        };
+        let get = |name: &str| {
+            vars.get(OsStr::new(name))
+                .and_then(|v| v.to_str())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        let (variable, tiers) = custom;
+        crate::extensions::check_extensions(tiers, &get)
+            .map_err(|problem| ConfigError::Tier { variable, problem })
+    }
+
     /// Whether the node runs its built-in `fs_native` disk tier: no custom
     /// cascade (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) replaces it.
@@ -819,7 +837,9 @@ mod tests {
             ),
         ];
         for (var, val, needle) in cases {
-            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
+            let vars = vars(&[(var, val)]);
+            let err = NodeEnv::from_vars(&vars)
+                .and_then(|node| node.check_tiers(&vars))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(var), "{var}={val}: {err}");

@@ -133,6 +133,7 @@ impl Facts {
         access: DiskAccess,
     ) -> Result<Self, PlanError> {
         let node = NodeEnv::from_vars(vars)?;
+        node.check_tiers(vars)?;
         let mut facts = Facts::host()?;
         if node.kv_cache_backend != KvCacheBackend::Lmcache {
             return Ok(facts);
