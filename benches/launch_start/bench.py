@@ -20,7 +20,6 @@ PREFIX = "meta-llama-SEP-Llama-3.1-8B-Instruct"
 
 def make_tier(tier, count):
     """COUNT empty objects of MODEL at TP=2, ranks 0 and 1 (LMCache 0.5.6 names)."""
-    os.makedirs(tier, mode=0o700)
     dfd = os.open(tier, os.O_RDONLY | os.O_DIRECTORY)
     for i in range(count):
         h = hashlib.blake2b(b"launch:%d" % i, digest_size=32).hexdigest()

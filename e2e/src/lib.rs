@@ -601,3 +601,24 @@ sys.exit(main())
     .expect("chmod");
     venv
 }
+
+/// A loopback HTTP server that answers every request with `status` (e.g.
+/// `"404 Not Found"`) and an empty body, on a thread of its own for the
+/// rest of the test process; its port. Stands in for an object store, or
+/// for whatever else may hold a port, in tests of what a client makes of
+/// the answer.
+pub fn answering_store(status: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let port = listener.local_addr().expect("a bound address").port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let reply =
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+    port
+}

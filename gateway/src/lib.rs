@@ -231,6 +231,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use lmcache_tier_e2e::answering_store;
 
     #[tokio::test(flavor = "current_thread")]
     async fn arguments_without_bucket_tiers_pass_through_untouched() {
@@ -353,26 +354,9 @@ mod tests {
         );
     }
 
-    /// An upstream that answers every request with `status` and no body.
-    async fn answering(status: &'static str) -> u16 {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf).await;
-                let reply =
-                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                let _ = stream.write_all(reply.as_bytes()).await;
-            }
-        });
-        port
-    }
-
     #[tokio::test(flavor = "current_thread")]
     async fn the_state_route_answers_unsigned_counts_requests_and_holds_no_secret() {
-        let port = answering("200 OK").await;
+        let port = answering_store("200 OK");
         let args = vec![
             "--l2-adapter".to_string(),
             format!(
@@ -414,7 +398,7 @@ mod tests {
             !raw.contains("TOPSECRET") && !raw.contains("AKIATOPSECRETID"),
             "{raw}"
         );
-        let elsewhere = answering("404 Not Found").await;
+        let elsewhere = answering_store("404 Not Found");
         let not_ours = SocketAddr::from(([127, 0, 0, 1], elsewhere));
         assert_eq!(state::fetch(not_ours, timeout).await, Ok(None));
         drop(gateways);
@@ -449,7 +433,7 @@ mod tests {
             ),
             ("404 Not Found", "s3_bucket", "does not exist"),
         ] {
-            let port = answering(status).await;
+            let port = answering_store(status);
             let args = vec![
                 "--l2-adapter".to_string(),
                 format!(

@@ -268,7 +268,14 @@ fn scan_tier(path: &Path, access: DiskAccess) -> Result<TierScan, PlanError> {
             .ok(),
         DiskAccess::Inspect => None,
     };
+    let started = std::time::Instant::now();
     let inventory = scan(&dir).map_err(|e| cannot_scan(&e))?;
+    tracing::debug!(
+        "scanned {}: {} objects in {} ms",
+        path.display(),
+        inventory.objects().len(),
+        started.elapsed().as_millis()
+    );
     Ok(TierScan {
         scanned: ScannedTier {
             dir,

@@ -2,12 +2,7 @@
 //! the server starts (`docs/operations.md`, "Launch housekeeping"), from the
 //! scan the launch measured the tier with.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::mpsc;
-use std::time::Duration;
-
-use indicatif::{ProgressBar, ProgressStyle};
 
 use lmcache_capacity_guard::Watch;
 use lmcache_housekeeping::{
@@ -75,40 +70,4 @@ impl DiskHousekeeping {
             watch,
         })
     }
-}
-
-/// How long work runs before a spinner appears on the terminal.
-const PROGRESS_AFTER: Duration = Duration::from_secs(1);
-
-/// Runs `work`, showing `message` with a spinner and the elapsed time on
-/// stderr once it has taken longer than a second. Nothing is drawn when
-/// stderr is not a terminal (logs and pipes stay clean). For the binaries:
-/// the libraries' long work takes a [`crate::launch::ShowProgress`] instead.
-pub fn with_progress<T>(message: &str, work: impl FnOnce() -> T) -> T {
-    if !std::io::stderr().is_terminal() {
-        return work();
-    }
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            if done_rx.recv_timeout(PROGRESS_AFTER).is_ok() {
-                return;
-            }
-            let spinner = ProgressBar::new_spinner().with_message(message.to_string());
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-                spinner.set_style(style);
-            }
-            spinner.enable_steady_tick(Duration::from_millis(120));
-            let _ = done_rx.recv();
-            spinner.finish_and_clear();
-        });
-        let out = work();
-        let _ = done_tx.send(());
-        out
-    })
-}
-
-/// [`with_progress`] as a [`crate::launch::ShowProgress`].
-pub fn spinner(message: &str, work: &mut dyn FnMut()) {
-    with_progress(message, work)
 }

@@ -380,6 +380,7 @@ async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, La
             guard: None,
         });
     };
+    let started = Instant::now();
     let mut housekept = None;
     (options.progress)(&format!("housekeeping {}", hk.path.display()), &mut || {
         housekept = Some(hk.run(Mode::Apply));
@@ -388,6 +389,11 @@ async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, La
     tracing::info!("{}", housekept.housekeeping.report);
     let lock = housekept.tier.lock.take();
     let guard = start_guard(plan, &hk.path, housekept)?;
+    tracing::debug!(
+        "housekept {} and started its capacity guard in {} ms",
+        hk.path.display(),
+        started.elapsed().as_millis()
+    );
     Ok(Prepared {
         args,
         gateways,

@@ -12,12 +12,12 @@ use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, T
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
 use lmcache_launcher::facts::measure_disk;
-use lmcache_launcher::housekeep::with_progress;
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::locate;
 use lmcache_launcher::output;
+use lmcache_launcher::output::with_progress;
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
 use lmcache_launcher::{DiskAccess, Facts};
@@ -418,7 +418,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
             fast_failure: Duration::from_secs(args.fast_failure_window),
             ..default_restart
         },
-        progress: lmcache_launcher::housekeep::spinner,
+        progress: lmcache_launcher::output::spinner,
         ..RunOptions::default()
     };
     match signals {

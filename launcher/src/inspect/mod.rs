@@ -448,6 +448,7 @@ fn age_seconds(unix_ms: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::status::tests::fixture;
+    use lmcache_tier_e2e::answering_store;
 
     fn up(name: &str) -> Poll {
         Poll::Up(Box::new(ServerStatus::parse(&fixture(name)).unwrap()))
@@ -619,23 +620,6 @@ mod tests {
         let _ = other.wait();
     }
 
-    /// A loopback object store that answers every request with `status`.
-    async fn answering(status: &'static str) -> u16 {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf).await;
-                let reply =
-                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                let _ = stream.write_all(reply.as_bytes()).await;
-            }
-        });
-        port
-    }
-
     #[test]
     fn the_url_is_shown_without_credentials() {
         let report = Inspection::build(
@@ -653,7 +637,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn an_s3_tier_behind_a_gateway_shows_the_gateway_state_and_others_show_none() {
-        let store = answering("200 OK").await;
+        let store = answering_store("200 OK");
         let args = vec![
             "--l2-adapter".to_string(),
             format!(
@@ -664,7 +648,7 @@ mod tests {
             .await
             .unwrap();
         let (_, gateway) = gateways.addresses()[0];
-        let not_a_gateway = answering("404 Not Found").await;
+        let not_a_gateway = answering_store("404 Not Found");
         let nothing = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
