@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use lmcache_capacity_guard::capacity::guard_specs;
 use lmcache_capacity_guard::status::{read_status, Following, GuardStatus};
-use lmcache_capacity_guard::{Guard, GuardOptions};
-use lmcache_housekeeping::{Access, TierDir};
+use lmcache_capacity_guard::{Guard, GuardOptions, PriorScan, Watch};
+use lmcache_housekeeping::{scan, Access, TierDir};
 use lmcache_tier_spec::Cascade;
 
 const OBJECT: usize = 64 * 1024;
@@ -91,6 +91,65 @@ fn fast() -> GuardOptions {
         fallback_rescan: Duration::from_millis(50),
         ..GuardOptions::default()
     }
+}
+
+/// The guard of a launch starts from the launch's scan: the objects it
+/// found, less the ones housekeeping deleted since, plus what was written
+/// after the watch was added; and it bounds the tier from there.
+#[test]
+fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tier");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..10 {
+        store(&dir, i);
+    }
+    let tier = TierDir::open(&dir, Access::ReadWrite).unwrap();
+    let watch = Watch::add(&tier).unwrap();
+    let inventory = scan(&tier).unwrap();
+    // Housekeeping deletes three of the scanned objects; a writer adds one.
+    let deleted: Vec<u32> = inventory
+        .objects()
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| {
+            let name = inventory.names().name(&o.key).to_string();
+            [1, 2, 3].iter().any(|&i| name == object_name(i))
+        })
+        .map(|(i, _)| i as u32)
+        .collect();
+    assert_eq!(deleted.len(), 3);
+    for i in 1..4 {
+        fs::remove_file(dir.join(object_name(i))).unwrap();
+    }
+    store(&dir, 10);
+    let json = format!(
+        r#"[{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}]"#,
+        dir.display(),
+        1.0 / 1024.0
+    );
+    let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
+        .unwrap()
+        .remove(0);
+    let prior = PriorScan {
+        dir: tier,
+        watch: Some(watch),
+        inventory,
+        deleted,
+    };
+    let guard = Guard::start_from_scan(spec, fast(), prior).unwrap();
+    let status = wait_status(&dir, "taken over", |s| s.tracked.objects == 8);
+    assert_eq!(status.start.found.objects, 7, "{status:#?}");
+    assert_eq!(status.tracked.bytes, allocated(&dir));
+    for i in 11..40 {
+        store(&dir, i);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = wait_status(&dir, "bounded", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
+    });
+    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    guard.stop();
 }
 
 #[test]
