@@ -381,6 +381,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         if args.json {
             let mut json = planned.to_json();
             json["lmcache"] = serde_json::to_value(&lmcache).unwrap_or_default();
+            json["facts"] = serde_json::to_value(&measured).unwrap_or_default();
             outln!("{json:#}");
         } else {
             outln!("{}", plan.log_line());
@@ -530,9 +531,10 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     let node = NodeEnv::from_vars(&vars)?;
     let mut facts = Facts::host()?;
     let message = format!("measuring the cache in {}", node.disk_path.display());
-    facts.disk = Some(with_progress(&message, || {
+    let measured_disk = with_progress(&message, || {
         measure_disk(&node.disk_path, DiskAccess::Inspect)
-    })?);
+    })?;
+    facts.disk = Some(measured_disk.clone());
     let host = HostFacts::from(&facts);
     let l1 = rules::l1_budget(
         node.kv_offload_bytes,
@@ -546,6 +548,8 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
             "volume_bytes": disk.volume.total_bytes,
             "free_bytes": disk.volume.free_bytes,
             "block_size": disk.volume.block_size,
+            "fs_type": measured_disk.filesystem.fs_type,
+            "read_only": measured_disk.filesystem.read_only,
             "reclaimable_bytes": disk.reclaimable_bytes,
             "memory_bytes": host.memory.value,
             "memory_reason": host.memory.reason,
@@ -580,10 +584,16 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
             "volume",
             fmt_gib(disk.volume.total_bytes),
             format!(
-                "free {}, reclaimable cache {}, block size {}",
+                "free {}, reclaimable cache {}, block size {}, {}{}",
                 fmt_gib(disk.volume.free_bytes),
                 fmt_gib(disk.reclaimable_bytes),
-                disk.volume.block_size
+                disk.volume.block_size,
+                measured_disk.filesystem.fs_type,
+                if measured_disk.filesystem.read_only {
+                    " (read-only)"
+                } else {
+                    ""
+                }
             ),
         ),
         ("L1", fmt_gib(l1.value), l1.reason),
