@@ -142,6 +142,12 @@ impl Facts {
         effective_chunk_size(engine, &node)?;
         facts.executable = Some(server_executable(&node, vars)?);
         if node.builtin_tier() {
+            // A tier the operator disabled is never housekept: its volume
+            // is measured for the record, its contents are left alone.
+            let access = match node.disk_size_bytes {
+                Some(0) => DiskAccess::Inspect,
+                _ => access,
+            };
             facts.disk = Some(measure_disk(&node.disk_path, access)?);
         }
         if let (Some(log), DiskAccess::Create) = (node.lookup_hash_log_dir(), access) {

@@ -437,7 +437,13 @@ pub fn plan_launch(
         .clone()
         .filter(|_| !extra.replaces("--lookup-hash-log-dir"));
     let mut decisions = Decisions {
-        host: host.clone(),
+        // The record of what the rules read: the scan it may hold stays
+        // with the housekeeping below.
+        host: HostFacts {
+            executable: None,
+            disk: None,
+            ..host.clone()
+        },
         l1_budget,
         l1_size,
         l1_mode,

@@ -422,6 +422,8 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         progress: lmcache_launcher::output::spinner,
         ..RunOptions::default()
     };
+    // The tier's scan and lock go on with the plan's housekeeping, if any.
+    drop(measured);
     match signals {
         Some(signals) => runtime.block_on(launch::run_with_signals(plan, &options, signals))?,
         None => runtime.block_on(launch::run(plan, &options))?,
