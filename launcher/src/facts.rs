@@ -395,3 +395,87 @@ fn nearest_existing_ancestor(path: &Path) -> Result<PathBuf, PlanError> {
     }
     Ok(PathBuf::from("/"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::text_vars;
+
+    fn engine() -> EngineFacts {
+        EngineFacts {
+            model: "org/model".into(),
+            tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            data_parallel_size: 1,
+            kv_cache_dtype: "auto".into(),
+            block_size: 16,
+            max_num_batched_tokens: 2048,
+            hybrid_attention: false,
+        }
+    }
+
+    /// The variables of a node with the lmcache backend, its cache at
+    /// `cache`, and `/bin/sh` standing in for the server executable.
+    fn node(cache: &Path, extra: &[(&str, &str)]) -> Vars {
+        let cache = cache.to_str().unwrap();
+        let mut pairs = vec![
+            ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache"),
+            ("EREBINE_AGENT_LMCACHE_DISK_PATH", cache),
+            ("EREBINE_AGENT_LMCACHE_PATH", "/bin/sh"),
+        ];
+        pairs.extend_from_slice(extra);
+        text_vars(pairs)
+    }
+
+    #[test]
+    fn a_dry_run_of_a_missing_directory_measures_its_ancestor_and_creates_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("a/b/cache");
+        let facts = Facts::measure(&engine(), &node(&cache, &[]), DiskAccess::Inspect).unwrap();
+        let disk = facts.disk.unwrap();
+        assert_eq!(disk.measured_at, tmp.path());
+        assert_eq!(disk.reclaimable_bytes, 0);
+        assert!(disk.tier.take().is_none());
+        assert!(!tmp.path().join("a").exists());
+    }
+
+    #[test]
+    fn a_launch_locks_the_tier_and_hands_its_one_scan_on_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let vars = node(&cache, &[]);
+        let facts = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap();
+        let disk = facts.disk.as_ref().unwrap();
+        assert_eq!(disk.measured_at, cache);
+        let second = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap_err();
+        assert!(matches!(second, PlanError::Tier(_)), "{second}");
+        let scan = disk.tier.take().expect("the scan is handed on once");
+        assert!(scan.scanned.lock.is_some() && scan.watch.is_some());
+        assert!(disk.tier.take().is_none());
+        drop(scan);
+        Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap();
+    }
+
+    #[test]
+    fn a_disabled_tier_is_measured_but_neither_created_nor_locked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let vars = node(&cache, &[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0")]);
+        let facts = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap();
+        assert!(facts.disk.unwrap().tier.take().is_none());
+        assert!(!cache.exists());
+    }
+
+    #[test]
+    fn another_backend_measures_no_disk_and_needs_no_executable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vars = text_vars([
+            ("EREBINE_AGENT_KV_CACHE_BACKEND", "native"),
+            ("EREBINE_AGENT_LMCACHE_PATH", "/nonexistent/erebine-lmcache"),
+            ("HOME", tmp.path().to_str().unwrap()),
+        ]);
+        let facts = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap();
+        assert!(facts.disk.is_none() && facts.executable.is_none());
+        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+}
