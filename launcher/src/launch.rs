@@ -385,7 +385,8 @@ async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, La
     (options.progress)(&format!("housekeeping {}", hk.path.display()), &mut || {
         housekept = Some(hk.run(Mode::Apply));
     });
-    let mut housekept = housekept.expect("the progress display runs the work")?;
+    // A display that did not run the work leaves it to be done here.
+    let mut housekept = housekept.unwrap_or_else(|| hk.run(Mode::Apply))?;
     tracing::info!("{}", housekept.housekeeping.report);
     let lock = housekept.tier.lock.take();
     let guard = start_guard(plan, &hk.path, housekept)?;
