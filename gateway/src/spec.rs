@@ -60,6 +60,13 @@ pub struct BucketTier {
     pub credentials: CredentialSource,
 }
 
+/// Whether [`BucketTier`] reads the files a spec names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Files {
+    Read,
+    Skip,
+}
+
 impl BucketTier {
     /// Reads the gateway settings of `spec`, the tier at `position`.
     ///
@@ -82,6 +89,30 @@ impl BucketTier {
         spec: &TierSpec,
         position: usize,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<Option<Self>, BucketSpecError> {
+        Self::read(spec, position, env, Files::Read)
+    }
+
+    /// What [`BucketTier::from_spec`] checks that needs no file: every
+    /// error it names but an unreadable CA bundle (the bundle's path must
+    /// still be a string). The AWS files the environment names are not
+    /// looked at either.
+    ///
+    /// # Errors
+    /// As [`BucketTier::from_spec`].
+    pub fn check_keys(
+        spec: &TierSpec,
+        position: usize,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<(), BucketSpecError> {
+        Self::read(spec, position, env, Files::Skip).map(drop)
+    }
+
+    fn read(
+        spec: &TierSpec,
+        position: usize,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+        files: Files,
     ) -> Result<Option<Self>, BucketSpecError> {
         let object = spec.as_object();
         let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {
@@ -146,6 +177,13 @@ impl BucketTier {
                 ))
             }
         };
+        let fix_pair = "Set both \"aws_access_key_id\" and \"aws_secret_access_key\" in the tier, or neither (then the AWS default chain is used, see docs/s3-gateway.md).";
+        let static_keys = static_credentials(&string, env)
+            .map_err(|(key, problem)| err(key, problem, fix_pair))?;
+        if files == Files::Skip {
+            string("s3_ca_bundle")?;
+            return Ok(None);
+        }
         let ca_bundle_pem = match string("s3_ca_bundle")? {
             None => None,
             Some(path) => {
@@ -166,9 +204,8 @@ impl BucketTier {
                 Some(pem)
             }
         };
-        let credentials = credentials(&string, env, &region).map_err(|(key, problem)| {
-            err(key, problem, "Set both \"aws_access_key_id\" and \"aws_secret_access_key\" in the tier, or neither (then the AWS default chain is used, see docs/s3-gateway.md).")
-        })?;
+        let credentials = static_keys
+            .unwrap_or_else(|| CredentialSource::Chain(ChainSettings::from_env(env, &region)));
         Ok(Some(BucketTier {
             position,
             endpoint,
@@ -231,24 +268,25 @@ pub fn orphan_keys(spec: &TierSpec, position: usize) -> Result<(), BucketSpecErr
 
 type StringKey<'a> = dyn Fn(&'static str) -> Result<Option<String>, BucketSpecError> + 'a;
 
-/// The tier's credential source: static keys in the spec, else
-/// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` from `env`, else the rest of
-/// the AWS default chain. Errors (key, problem) when the spec or the
-/// environment has only half a key pair, or a key is not a string.
-fn credentials(
+/// The tier's static key pair: `aws_access_key_id` and
+/// `aws_secret_access_key` (and `aws_session_token`) from the spec, else
+/// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` from `env`; `None` when
+/// neither has one (the rest of the AWS default chain then applies). Errors
+/// (key, problem) when the spec or the environment has only half a key
+/// pair, or a key is not a string.
+fn static_credentials(
     string: &StringKey<'_>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-    region: &str,
-) -> Result<CredentialSource, (&'static str, String)> {
+) -> Result<Option<CredentialSource>, (&'static str, String)> {
     let id = string("aws_access_key_id").map_err(|e| (e.key, e.problem))?;
     let secret = string("aws_secret_access_key").map_err(|e| (e.key, e.problem))?;
     let token = string("aws_session_token").map_err(|e| (e.key, e.problem))?;
     match (id, secret) {
-        (Some(id), Some(secret)) => Ok(CredentialSource::Spec(KeyPair {
+        (Some(id), Some(secret)) => Ok(Some(CredentialSource::Spec(KeyPair {
             access_key_id: id,
             secret_access_key: secret,
             session_token: token,
-        })),
+        }))),
         (Some(_), None) => Err((
             "aws_secret_access_key",
             "is missing while aws_access_key_id is set".into(),
@@ -259,11 +297,11 @@ fn credentials(
         )),
         (None, None) => match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
             (Some(id), Some(secret)) if !id.is_empty() && !secret.is_empty() => {
-                Ok(CredentialSource::Environment(KeyPair {
+                Ok(Some(CredentialSource::Environment(KeyPair {
                     access_key_id: id,
                     secret_access_key: secret,
                     session_token: env("AWS_SESSION_TOKEN").filter(|t| !t.is_empty()),
-                }))
+                })))
             }
             (Some(id), _) if !id.is_empty() => Err((
                 "aws_access_key_id",
@@ -273,7 +311,7 @@ fn credentials(
                 "aws_access_key_id",
                 "is not in the tier, and AWS_SECRET_ACCESS_KEY is set in the environment without AWS_ACCESS_KEY_ID".into(),
             )),
-            _ => Ok(CredentialSource::Chain(ChainSettings::from_env(env, region))),
+            _ => Ok(None),
         },
     }
 }

@@ -219,10 +219,30 @@ pub enum CapacityError {
 /// guarded tiers whose `base_path`s name one directory (compared
 /// canonicalized, `/d` and `/d/` or a symlink to `/d` included).
 pub fn guard_specs(cascade: &Cascade) -> Result<Vec<GuardSpec>, CapacityError> {
+    specs_keyed(cascade, same_directory_key)
+}
+
+/// What [`guard_specs`] checks that needs no filesystem: the values, and
+/// that no two guarded tiers' `base_path`s are one path written two ways
+/// (`/d`, `/d/`, `/d/.`). Symlinks are not resolved: [`guard_specs`] finds
+/// a tier named through one.
+///
+/// # Errors
+/// As [`guard_specs`].
+pub fn check_guard_keys(cascade: &Cascade) -> Result<(), CapacityError> {
+    specs_keyed(cascade, lexical_directory_key).map(drop)
+}
+
+/// The guard specs of `cascade`, two of them refused when `key` gives their
+/// `base_path`s the same directory key.
+fn specs_keyed(
+    cascade: &Cascade,
+    key: fn(&Path) -> PathBuf,
+) -> Result<Vec<GuardSpec>, CapacityError> {
     let mut specs: Vec<(PathBuf, GuardSpec)> = Vec::new();
     for (position, tier) in cascade.tiers().iter().enumerate() {
         if let Some(spec) = guard_spec(position, tier)? {
-            let directory = same_directory_key(&spec.base_path);
+            let directory = key(&spec.base_path);
             if let Some((_, first)) = specs.iter().find(|(other, _)| *other == directory) {
                 return Err(CapacityError::SameDirectory {
                     first: first.position,
@@ -235,6 +255,15 @@ pub fn guard_specs(cascade: &Cascade) -> Result<Vec<GuardSpec>, CapacityError> {
         }
     }
     Ok(specs.into_iter().map(|(_, spec)| spec).collect())
+}
+
+/// `path` made absolute, without `.` components or repeated and trailing
+/// slashes.
+fn lexical_directory_key(path: &Path) -> PathBuf {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .components()
+        .collect()
 }
 
 /// `path` canonicalized as far as it exists (symlinks resolved), the rest

@@ -198,8 +198,9 @@ pub struct NodeEnv {
 impl NodeEnv {
     /// Reads every variable from `vars` (name -> value). Empty values count
     /// as unset. `HOME` locates the default cache directory. Reads nothing
-    /// but `vars`: the checks of a custom cascade that read files are
-    /// [`NodeEnv::check_tiers`].
+    /// but `vars`: a custom cascade's keys are checked here as far as no
+    /// file is needed ([`crate::extensions::check_extension_keys`]); the
+    /// rest is [`NodeEnv::check_tiers`].
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         let text = |name: &str| -> Result<Option<String>, ConfigError> {
             match vars.get(OsStr::new(name)).map(|v| v.to_str()) {
@@ -276,6 +277,10 @@ impl NodeEnv {
             lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
             disk_path,
         };
+        if let Some((variable, tiers)) = env.custom_tiers() {
+            crate::extensions::check_extension_keys(tiers, &get)
+                .map_err(|problem| ConfigError::Tier { variable, problem })?;
+        }
         Ok(env)
     }
 }
@@ -293,10 +298,8 @@ impl NodeEnv {
     /// Errors: [`ConfigError::Tier`], naming the variable, the tier and the
     /// key.
     pub fn check_tiers(&self, vars: &Vars) -> Result<(), ConfigError> {
-        let custom = match (self.extra_args.l2_adapters(), &self.l2_adapter) {
-            (Some(tiers), _) => (LMCACHE_EXTRA_ARGS, tiers),
-            (None, Some(tiers)) => (L2_ADAPTER, tiers),
-            (None, None) => return Ok(()),
+        let Some(custom) = self.custom_tiers() else {
+            return Ok(());
         };
         let get = |name: &str| {
             vars.get(OsStr::new(name))
@@ -308,6 +311,15 @@ impl NodeEnv {
         let (variable, tiers) = custom;
         crate::extensions::check_extensions(tiers, &get)
             .map_err(|problem| ConfigError::Tier { variable, problem })
+    }
+
+    /// The custom cascade and the variable it came from, if any.
+    fn custom_tiers(&self) -> Option<(&'static str, &Cascade)> {
+        match (self.extra_args.l2_adapters(), &self.l2_adapter) {
+            (Some(tiers), _) => Some((LMCACHE_EXTRA_ARGS, tiers)),
+            (None, Some(tiers)) => Some((L2_ADAPTER, tiers)),
+            (None, None) => None,
+        }
     }
 
     /// Whether the node runs its built-in `fs_native` disk tier: no custom
@@ -837,9 +849,7 @@ mod tests {
             ),
         ];
         for (var, val, needle) in cases {
-            let vars = vars(&[(var, val)]);
-            let err = NodeEnv::from_vars(&vars)
-                .and_then(|node| node.check_tiers(&vars))
+            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(var), "{var}={val}: {err}");

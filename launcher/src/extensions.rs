@@ -5,7 +5,7 @@
 //! `docs/s3-gateway.md`). Each check is the one its crate applies when the
 //! server starts, so `--dry-run` refuses what `erebine-lmcache server` would.
 
-use lmcache_capacity_guard::capacity::{guard_specs, CapacityError};
+use lmcache_capacity_guard::capacity::{check_guard_keys, guard_specs, CapacityError};
 use lmcache_s3_gateway::spec::{BucketSpecError, BucketTier};
 use lmcache_tier_spec::Cascade;
 
@@ -40,6 +40,25 @@ pub fn check_extensions(
     guard_specs(cascade)?;
     for (position, tier) in cascade.tiers().iter().enumerate() {
         BucketTier::from_spec(tier, position, env)?;
+    }
+    Ok(())
+}
+
+/// What [`check_extensions`] checks without reading any file: every value,
+/// the pairing of credential keys, and two guarded tiers whose `base_path`s
+/// are one path written two ways. Not checked here: a CA bundle's contents,
+/// the AWS files the environment names, and `base_path`s that meet through
+/// a symlink.
+///
+/// # Errors
+/// As [`check_extensions`].
+pub fn check_extension_keys(
+    cascade: &Cascade,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), ExtensionError> {
+    check_guard_keys(cascade)?;
+    for (position, tier) in cascade.tiers().iter().enumerate() {
+        BucketTier::check_keys(tier, position, env)?;
     }
     Ok(())
 }

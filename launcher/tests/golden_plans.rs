@@ -362,7 +362,7 @@ fn the_plan_refuses_an_s3_key_prefix_with_path_syntax_naming_the_tier_and_the_ke
              "aws_access_key_id": "AK", "aws_secret_access_key": "SK"}
         ]);
         let node = node(&[("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade.to_string())]);
-        let err = plan_measured(&facts(1), &node.vars, DiskAccess::Inspect)
+        let err = lmcache_launcher::plan(&facts(1), &node.vars, &host())
             .unwrap_err()
             .to_string();
         assert!(
