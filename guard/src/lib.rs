@@ -162,9 +162,13 @@ impl Guard {
         prior: PriorScan,
     ) -> Result<Self, GuardError> {
         spec.check_volume()?;
+        // Without a watch from before the scan, one from now: what changed
+        // in between is found by the next rescan.
         let watch = match (options.inotify, prior.watch) {
             (true, Some(watch)) => Ok(watch.0),
-            (true, None) => Err(Unwatched::NotByTheLaunch),
+            (true, None) => Watch::add(&prior.dir)
+                .map(|w| w.0)
+                .map_err(Unwatched::Failed),
             (false, _) => Err(Unwatched::Disabled),
         };
         let runner = Runner::new(spec, options, prior.dir, watch);
@@ -217,9 +221,13 @@ impl Watch {
     /// The inotify error (`EMFILE`/`ENOSPC` when the user's instances or
     /// watches are exhausted).
     pub fn add(dir: &TierDir) -> io::Result<Self> {
+        use std::os::fd::AsRawFd;
         let inotify = Inotify::init()?;
+        // The directory the descriptor holds, whatever path led to it (a
+        // symlink to the tier included): no second lookup of the path.
+        let opened = format!("/proc/self/fd/{}", dir.fd().as_raw_fd());
         inotify.watches().add(
-            dir.path(),
+            opened,
             WatchMask::CREATE
                 | WatchMask::CLOSE_WRITE
                 | WatchMask::MOVED_TO
@@ -230,7 +238,6 @@ impl Watch {
                 | WatchMask::DELETE_SELF
                 | WatchMask::MOVE_SELF
                 | WatchMask::ONLYDIR
-                | WatchMask::DONT_FOLLOW
                 | WatchMask::EXCL_UNLINK,
         )?;
         Ok(Self(inotify))
@@ -259,9 +266,6 @@ enum Unwatched {
     /// [`GuardOptions::inotify`] is `false`.
     #[error("inotify disabled by the caller")]
     Disabled,
-    /// The launch that scanned the tier could not watch it (it warned why).
-    #[error("the launch could not watch the directory")]
-    NotByTheLaunch,
     /// inotify could not watch the directory.
     #[error(transparent)]
     Failed(

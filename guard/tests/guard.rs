@@ -152,6 +152,26 @@ fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
     guard.stop();
 }
 
+/// A tier named through a symlink to its directory is watched like the
+/// directory itself.
+#[test]
+fn a_tier_named_through_a_symlink_is_followed_by_inotify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tier");
+    fs::create_dir(&dir).unwrap();
+    store(&dir, 0);
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    let guard = start(&link, fast());
+    let status = wait_status(&link, "start count", |s| s.start.found.objects == 1);
+    assert_eq!(status.following, Following::Inotify, "{status:#?}");
+    store(&dir, 1);
+    wait_status(&link, "a write through the directory", |s| {
+        s.tracked.objects == 2
+    });
+    guard.stop();
+}
+
 #[test]
 fn evicts_the_least_recently_used_and_touches_nothing_else() {
     let tmp = tempfile::tempdir().unwrap();

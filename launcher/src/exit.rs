@@ -12,7 +12,7 @@ use std::io;
 
 use lmcache_capacity_guard::capacity::CapacityError;
 use lmcache_capacity_guard::GuardError;
-use lmcache_housekeeping::HousekeepingError;
+use lmcache_housekeeping::{HousekeepingError, LockError};
 use lmcache_s3_gateway::spec::BucketSpecError;
 use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
@@ -187,7 +187,12 @@ impl HasExitStatus for HousekeepingError {
     fn exit_status(&self) -> ExitStatus {
         match self {
             HousekeepingError::Identity(_) | HousekeepingError::Dir(_) => ExitStatus::BadInput,
-            HousekeepingError::Lock(_) => ExitStatus::TierLocked,
+            HousekeepingError::Lock(LockError::Held { .. }) => ExitStatus::TierLocked,
+            // The lock file cannot be made or locked (a directory or a
+            // symlink in its place, a read-only tier): the tier is at fault.
+            HousekeepingError::Lock(LockError::Dir(_) | LockError::Io { .. }) => {
+                ExitStatus::BadInput
+            }
             HousekeepingError::Scan(_)
             | HousekeepingError::Incomplete { .. }
             | HousekeepingError::Manifest(_) => ExitStatus::HousekeepingFailed,

@@ -144,11 +144,10 @@ impl Facts {
         if node.builtin_tier() {
             // A tier the operator disabled is never housekept: its volume
             // is measured for the record, its contents are left alone.
-            let access = match node.disk_size_bytes {
-                Some(0) => DiskAccess::Inspect,
-                _ => access,
-            };
-            facts.disk = Some(measure_disk(&node.disk_path, access)?);
+            facts.disk = Some(match node.disk_size_bytes {
+                Some(0) => measure_disk_as(&node.disk_path, DiskAccess::Inspect, Tier::Disabled)?,
+                _ => measure_disk(&node.disk_path, access)?,
+            });
         }
         if let (Some(log), DiskAccess::Create) = (node.lookup_hash_log_dir(), access) {
             create_private_dir(log, env::LOOKUP_HASH_LOG_DIR)?;
@@ -204,6 +203,18 @@ pub(crate) fn server_executable(node: &NodeEnv, vars: &Vars) -> Result<PathBuf, 
 /// Errors: an unusable cache directory ([`PlanError::DiskPath`]), or
 /// another launch holding it ([`PlanError::Tier`]).
 pub fn measure_disk(path: &Path, access: DiskAccess) -> Result<DiskFacts, PlanError> {
+    measure_disk_as(path, access, Tier::Enabled)
+}
+
+/// Whether the disk tier will be used: a disabled one is measured for the
+/// record only, so a directory it could not write to is no error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Enabled,
+    Disabled,
+}
+
+fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<DiskFacts, PlanError> {
     let measured_at = prepare_disk_path(path, access)?;
     let volume = probe::volume_stats(&measured_at).map_err(|e| {
         disk_error(
@@ -220,14 +231,14 @@ pub fn measure_disk(path: &Path, access: DiskAccess) -> Result<DiskFacts, PlanEr
         )
     })?;
     let odirect = probe::probe_odirect(&measured_at);
-    if let OdirectProbe::NotWritable(why) = &odirect {
+    if let (OdirectProbe::NotWritable(why), Tier::Enabled) = (&odirect, purpose) {
         return Err(disk_error(
             path,
             format!("cannot create a file in {}: {why}", measured_at.display()),
             "Make the directory writable by this user, or point the variable at a writable directory",
         ));
     }
-    let (reclaimable_bytes, tier) = if measured_at == path {
+    let (reclaimable_bytes, tier) = if measured_at == path && purpose == Tier::Enabled {
         let scan = scan_tier(path, access)?;
         let reclaimable = scan.scanned.inventory.reclaimable_bytes();
         (reclaimable, MeasuredTier::new(scan))
@@ -454,6 +465,23 @@ mod tests {
         assert!(disk.tier.take().is_none());
         drop(scan);
         Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap();
+    }
+
+    #[test]
+    fn a_lock_file_that_cannot_be_a_lock_is_bad_input_and_a_held_one_is_locked() {
+        use crate::exit::{ExitStatus, HasExitStatus};
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let vars = node(&cache, &[]);
+        let held = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap();
+        let second = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap_err();
+        assert_eq!(second.exit_status(), ExitStatus::TierLocked, "{second}");
+        drop(held);
+        let lock = cache.join(".lmcache-tier.lock");
+        fs::remove_file(&lock).unwrap();
+        fs::create_dir(&lock).unwrap();
+        let broken = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap_err();
+        assert_eq!(broken.exit_status(), ExitStatus::BadInput, "{broken}");
     }
 
     #[test]

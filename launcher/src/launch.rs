@@ -528,6 +528,8 @@ fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchErr
     for variable in prepared.gateways.env_to_remove() {
         command.env_remove(variable);
     }
+    // Set by this launch alone: one inherited would leave a tier unguarded.
+    command.env_remove(GUARDED_BY_LAUNCH);
     if let Some((path, _)) = &prepared.guard {
         let guarded = serde_json::json!([path]).to_string();
         command.env(GUARDED_BY_LAUNCH, guarded);
