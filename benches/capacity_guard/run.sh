@@ -19,7 +19,7 @@ WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/guard-bench.XXXXXX")
 EWORK=$(mktemp -d "${EVICT_DIR:-/dev/shm}/guard-bench.XXXXXX")
 trap 'rm -rf "$WORK" "$EWORK"' EXIT
 cargo build --quiet --release -p lmcache-capacity-guard --example guard-bench
-BIN=target/release/examples/guard-bench
+BIN=${CARGO_TARGET_DIR:-target}/release/examples/guard-bench
 MAKE="python3 benches/housekeeping/make_tier.py"
 
 echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(uname -r)"

@@ -27,7 +27,7 @@ WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/housekeeping-bench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 cargo build --quiet --release -p lmcache-housekeeping --example housekeeping-bench
-BIN=target/release/examples/housekeeping-bench
+BIN=${CARGO_TARGET_DIR:-target}/release/examples/housekeeping-bench
 MAKE="python3 benches/housekeeping/make_tier.py"
 REF="python3 benches/housekeeping/scan_reference.py"
 
