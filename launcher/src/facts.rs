@@ -263,44 +263,52 @@ fn scan_tier(path: &Path, access: DiskAccess) -> Result<TierScan, PlanError> {
         DiskAccess::Create => Mode::Apply,
         DiskAccess::Inspect => Mode::DryRun,
     };
-    let cannot_scan = |e: &dyn std::fmt::Display| {
-        disk_error(
-            path,
-            format!("cannot scan the cache directory: {e}"),
-            "Check its permissions",
-        )
-    };
-    let (dir, lock) = ScannedTier::lock(path, mode).map_err(|e| match e {
+    TierScan::take(path, mode).map_err(|e| match e {
         HousekeepingError::Lock(_) => PlanError::Tier(e),
-        other => cannot_scan(&other),
-    })?;
-    let watch = match access {
-        DiskAccess::Create => Watch::add(&dir)
-            .inspect_err(|e| {
-                tracing::warn!(
-                    "cannot watch {} with inotify ({e}); its capacity guard follows it by rescans",
-                    path.display()
-                )
-            })
-            .ok(),
-        DiskAccess::Inspect => None,
-    };
-    let started = std::time::Instant::now();
-    let inventory = scan(&dir).map_err(|e| cannot_scan(&e))?;
-    tracing::debug!(
-        "scanned {}: {} objects in {} ms",
-        path.display(),
-        inventory.objects().len(),
-        started.elapsed().as_millis()
-    );
-    Ok(TierScan {
-        scanned: ScannedTier {
-            dir,
-            lock,
-            inventory,
-        },
-        watch,
+        other => disk_error(
+            path,
+            format!("cannot scan the cache directory: {other}"),
+            "Check its permissions",
+        ),
     })
+}
+
+impl TierScan {
+    /// Opens the tier at `path`, for [`Mode::Apply`] locks it and adds the
+    /// capacity guard's watch, then scans it.
+    ///
+    /// Errors: the directory, the lock or the scan ([`HousekeepingError`]);
+    /// a watch inotify cannot add is a warning (the guard then rescans).
+    pub fn take(path: &Path, mode: Mode) -> Result<Self, HousekeepingError> {
+        let (dir, lock) = ScannedTier::lock(path, mode)?;
+        let watch = match mode {
+            Mode::Apply => Watch::add(&dir)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "cannot watch {} with inotify ({e}); its capacity guard follows it by rescans",
+                        path.display()
+                    )
+                })
+                .ok(),
+            Mode::DryRun => None,
+        };
+        let started = std::time::Instant::now();
+        let inventory = scan(&dir)?;
+        tracing::debug!(
+            "scanned {}: {} objects in {} ms",
+            path.display(),
+            inventory.objects().len(),
+            started.elapsed().as_millis()
+        );
+        Ok(TierScan {
+            scanned: ScannedTier {
+                dir,
+                lock,
+                inventory,
+            },
+            watch,
+        })
+    }
 }
 
 fn disk_error(path: &Path, problem: String, fix: &'static str) -> PlanError {

@@ -54,7 +54,7 @@ impl DiskHousekeeping {
         self.identity.validate()?;
         let TierScan { scanned, watch } = match self.tier.take() {
             Some(scan) if mode == Mode::DryRun || scan.scanned.lock.is_some() => scan,
-            _ => self.scan(mode)?,
+            _ => TierScan::take(&self.path, mode)?,
         };
         let policy = TierPolicy {
             capacity_bytes: Some(self.capacity_bytes),
@@ -64,25 +64,6 @@ impl DiskHousekeeping {
         Ok(Housekept {
             housekeeping,
             tier: scanned,
-            watch,
-        })
-    }
-
-    /// The tier opened, locked for [`Mode::Apply`] and scanned here, with
-    /// the capacity guard's watch added before the scan.
-    fn scan(&self, mode: Mode) -> Result<TierScan, HousekeepingError> {
-        let (dir, lock) = ScannedTier::lock(&self.path, mode)?;
-        let watch = match mode {
-            Mode::Apply => Watch::add(&dir).ok(),
-            Mode::DryRun => None,
-        };
-        let inventory = lmcache_housekeeping::scan(&dir)?;
-        Ok(TierScan {
-            scanned: ScannedTier {
-                dir,
-                lock,
-                inventory,
-            },
             watch,
         })
     }
