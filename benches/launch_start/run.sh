@@ -26,4 +26,4 @@ cargo build --quiet --release -p lmcache-housekeeping --example housekeeping-ben
 echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(uname -r)"
 echo "# volume: $(df -T "$WORK" | awk 'NR==2{print $2}')"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-exec python3 benches/launch_start/bench.py "$WORK" "$COUNT" "$ROUNDS" "$VENV" target/release
+exec python3 benches/launch_start/bench.py "$WORK" "$COUNT" "$ROUNDS" "$VENV" "${CARGO_TARGET_DIR:-target}/release"

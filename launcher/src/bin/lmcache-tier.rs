@@ -340,7 +340,6 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string().into());
     }
     let node = NodeEnv::from_vars(&vars)?;
-    node.check_tiers(&vars)?;
     let e = args.engine;
     let facts = EngineFacts {
         model: e.model,
