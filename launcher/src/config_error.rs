@@ -34,6 +34,16 @@ pub enum ConfigError {
     /// The adapter JSON is unusable.
     #[error(transparent)]
     Adapter(#[from] SpecError),
+    /// Two listeners of the launch on one port ([`crate::ports`]).
+    #[error("{first} and {second} both ask for port {port} on 127.0.0.1: only one could listen there, and the server would fail at start. Give each its own port")]
+    PortClash {
+        /// The first setting with its value and role.
+        first: String,
+        /// The second setting with its value and role.
+        second: String,
+        /// The port both ask for.
+        port: u16,
+    },
     /// A tier the server would refuse at start: a bad `max_capacity_gb` or
     /// `eviction` block, two guarded tiers in one directory, or unusable
     /// `s3_bucket` settings ([`crate::extensions::check_extensions`]).

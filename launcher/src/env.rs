@@ -338,30 +338,12 @@ impl NodeEnv {
             .map(|log| log.dir.as_path())
     }
 
-    /// The server's ZMQ port as a launch plans it: `--port` in
-    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` wins over
-    /// `EREBINE_AGENT_LMCACHE_MP_PORT`.
-    pub fn server_mp_port(&self) -> u16 {
-        self.port_flag("--port").unwrap_or(self.mp_port)
-    }
-
-    /// The server's HTTP port (`/status`) as a launch plans it:
-    /// `--http-port` in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` wins over
-    /// `EREBINE_AGENT_LMCACHE_HTTP_PORT`.
-    pub fn server_http_port(&self) -> u16 {
-        self.port_flag("--http-port").unwrap_or(self.http_port)
-    }
-
     /// The cascade that replaces the built-in disk tier, as a launch plans
     /// it: the `--l2-adapter`s of `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else
     /// `EREBINE_AGENT_LMCACHE_L2_ADAPTER`; `None`: the built-in `fs_native`
     /// tier in [`NodeEnv::disk_path`].
     pub fn custom_cascade(&self) -> Option<&Cascade> {
         self.extra_args.l2_adapters().or(self.l2_adapter.as_ref())
-    }
-
-    fn port_flag(&self, flag: &str) -> Option<u16> {
-        self.extra_args.value(flag).and_then(|v| v.parse().ok())
     }
 }
 

@@ -177,6 +177,7 @@ impl HasExitStatus for PlanError {
             PlanError::Tier(e) => e.exit_status(),
             PlanError::Memory(_) | PlanError::NotMeasured => ExitStatus::Failure,
             PlanError::DiskPath { .. }
+            | PlanError::Sizing { .. }
             | PlanError::NothingToCache { .. }
             | PlanError::Engine { .. } => ExitStatus::BadInput,
         }

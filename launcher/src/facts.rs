@@ -20,13 +20,14 @@ use std::sync::{Arc, Mutex};
 
 use lmcache_capacity_guard::Watch;
 use lmcache_housekeeping::{scan, HousekeepingError, Mode, ScannedTier};
-use lmcache_sizing::probe::{self, Filesystem};
+use lmcache_sizing::probe;
 use lmcache_sizing::rules::{self, MemoryFacts, OdirectProbe, VolumeStats};
+use lmcache_sizing::volume::Filesystem;
 use serde::{Deserialize, Serialize};
 
 use crate::env::{self, KvCacheBackend, NodeEnv};
 use crate::launch_plan::{check_engine, effective_chunk_size, EngineFacts, HostFacts, PlanError};
-use crate::{locate, Vars};
+use crate::{locate, ports, Vars};
 
 /// Whether measuring may create the cache directory and lock the tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +125,8 @@ impl Facts {
     /// first, so a bad value touches nothing. The disk is measured only
     /// when the node runs its built-in disk tier.
     ///
-    /// Errors: a bad variable or engine fact, the host's memory unreadable,
+    /// Errors: a bad variable or engine fact, two listeners on one port,
+    /// the host's memory unreadable,
     /// the server executable missing, an unusable cache or lookup-hash
     /// directory, another launch holding the tier ([`PlanError`]).
     pub fn measure(
@@ -140,6 +142,7 @@ impl Facts {
         }
         check_engine(engine)?;
         effective_chunk_size(engine, &node)?;
+        ports::check_distinct(&ports::listeners(&node))?;
         facts.executable = Some(server_executable(&node, vars)?);
         if node.builtin_tier() {
             // A tier the operator disabled is never housekept: its volume

@@ -17,6 +17,7 @@ use lmcache_housekeeping::Mode;
 use crate::env;
 use crate::housekeep::Housekept;
 use crate::launch_plan::LaunchPlan;
+use crate::ports::{Listener, PortSource};
 use crate::status::{Poll, StatusClient};
 use crate::supervise::{
     describe, listener_owned_by_tree, reap_orphans, signal_name, Output, Supervised,
@@ -108,10 +109,10 @@ impl Default for RestartPolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     /// A port the server needs is taken.
-    #[error("{variable}={port}: port {port} on 127.0.0.1 is already in use ({detail}). Stop what holds it (`ss -ltnp 'sport = :{port}'`) or choose another port with {variable}")]
+    #[error("{listener}: port {port} on 127.0.0.1 is already in use ({detail}). Stop what holds it (`ss -ltnp 'sport = :{port}'`) or choose another port with {}", listener.setting())]
     PortInUse {
-        /// The variable that sets the port.
-        variable: &'static str,
+        /// The listener whose port is taken, with its setting.
+        listener: Listener,
         /// The port.
         port: u16,
         /// The bind error.
@@ -181,16 +182,14 @@ pub enum LaunchError {
     Io(#[from] std::io::Error),
 }
 
-/// Fails when a port the plan binds is already taken on 127.0.0.1.
-pub fn check_ports(plan: &LaunchPlan) -> Result<(), LaunchError> {
-    for (variable, port) in [
-        (env::MP_PORT, plan.mp_port),
-        (env::HTTP_PORT, plan.http_port),
-    ] {
-        if let Err(e) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+/// Fails when a port of `listeners` ([`LaunchPlan::listeners`],
+/// [`crate::ports::listeners`]) is already taken on 127.0.0.1.
+pub fn check_ports(listeners: &[Listener]) -> Result<(), LaunchError> {
+    for listener in listeners {
+        if let Err(e) = TcpListener::bind((Ipv4Addr::LOCALHOST, listener.port)) {
             return Err(LaunchError::PortInUse {
-                variable,
-                port,
+                listener: listener.clone(),
+                port: listener.port,
                 detail: e.to_string(),
             });
         }
@@ -360,7 +359,7 @@ struct Prepared {
 /// started, the disk tier housekept from the plan's scan, and its capacity
 /// guard started from that scan.
 async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, LaunchError> {
-    check_ports(plan)?;
+    check_ports(&plan.listeners)?;
     // Path-style gateways for `s3_bucket` tiers, held until the launch
     // returns; the server gets specs with per-launch keys only.
     let lookup = |k: &str| match plan.base_env.is_empty() {
@@ -461,7 +460,7 @@ async fn start_once(
     if start > 1 {
         // The last server's processes may still be letting go of them.
         let deadline = Instant::now() + options.stop_grace;
-        while let Err(e) = check_ports(plan) {
+        while let Err(e) = check_ports(&plan.listeners) {
             if Instant::now() >= deadline {
                 return Err(e);
             }
@@ -746,8 +745,18 @@ async fn supervise(
                     return Ok(Ended::Exited(status?));
                 }
                 server.stop(options.stop_grace).await?;
+                let listener = plan
+                    .listeners
+                    .iter()
+                    .find(|l| l.port == plan.http_port)
+                    .cloned()
+                    .unwrap_or(Listener {
+                        role: "the server's HTTP port",
+                        source: PortSource::Variable(env::HTTP_PORT),
+                        port: plan.http_port,
+                    });
                 return Err(LaunchError::PortInUse {
-                    variable: env::HTTP_PORT,
+                    listener,
                     port: plan.http_port,
                     detail:
                         "another process answers /status there, not the server this launch started"

@@ -10,6 +10,7 @@ use std::io;
 use std::path::PathBuf;
 
 use lmcache_sizing::rules::{self, VolumeStats, WRITE_BUFFER_L1_BYTES};
+use lmcache_sizing::volume::{self, MemoryBudget, SizingError, TierSizing, VolumeKind};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 use lmcache_tier_spec::{fs_native_tier, Cascade};
 use serde::Serialize;
@@ -19,6 +20,7 @@ use crate::env::{self, ConfigError, LookupHashLog, NodeEnv};
 use crate::extra_args::{self, ExtraArgs};
 use crate::facts::DiskFacts;
 use crate::housekeep::DiskHousekeeping;
+use crate::ports::{self, Listener};
 use lmcache_housekeeping::LaunchIdentity;
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
@@ -103,6 +105,18 @@ pub enum PlanError {
         /// Why both budgets are zero.
         reason: String,
     },
+    /// The cache directory's volume cannot hold the tier as asked: its
+    /// figures cannot size it (FUSE, network, implausible) and no size was
+    /// given, or an explicit size on memory passes the node's budget.
+    #[error("{variable}={path}: {source}")]
+    Sizing {
+        /// The variable that named the directory.
+        variable: &'static str,
+        /// The cache directory.
+        path: String,
+        /// What the sizing rules refused.
+        source: SizingError,
+    },
     /// The host's memory size could not be read.
     #[error("cannot read the host's memory size: {0}")]
     Memory(#[source] io::Error),
@@ -143,6 +157,9 @@ pub struct DiskTier {
     pub path: PathBuf,
     /// Statistics of the volume that holds it.
     pub volume: VolumeStats,
+    /// What kind of storage the volume is: local, memory-backed, or one
+    /// whose figures are not trusted (`docs/sizing.md`, "Filesystems").
+    pub volume_kind: Decision<VolumeKind>,
     /// Allocated bytes of cache objects already in the directory (R).
     pub reclaimable_bytes: u64,
     /// Capacity in bytes; 0 means no disk tier.
@@ -176,6 +193,11 @@ pub struct Decisions {
     pub lookup_hash_log: Option<LookupHashLog>,
     /// The node's flags that `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` replaced.
     pub replaced_by_extra_args: Vec<Replaced>,
+    /// What an operator should know about this plan, one sentence each
+    /// with the numbers: a memory-backed disk tier, a disk tier smaller
+    /// than L1, a filesystem type the rules do not know. A launch logs each
+    /// as a warning.
+    pub warnings: Vec<String>,
 }
 
 /// A node flag that `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` repeats: the node's
@@ -212,6 +234,9 @@ pub struct LaunchPlan {
     pub mp_port: u16,
     /// The server's HTTP port (127.0.0.1), where `/status` answers.
     pub http_port: u16,
+    /// Every port the launch listens on, with the setting that chose it
+    /// (no two alike: [`ports::check_distinct`]).
+    pub listeners: Vec<Listener>,
     /// The engine's `--kv-transfer-config` JSON object:
     /// `{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_connector_extra_config":{"lmcache.mp.host":"tcp://127.0.0.1","lmcache.mp.port":<MP port>, ...}}`,
     /// with `EREBINE_AGENT_LMCACHE_EXTRA_CONFIG` merged into
@@ -257,7 +282,7 @@ impl LaunchPlan {
     }
 
     /// The plan as one JSON object (secrets redacted): `executable`, `argv`,
-    /// `env`, `status_url`, `connector_config`, `cascade`, `decisions`,
+    /// `env`, `status_url`, `listeners`, `connector_config`, `cascade`, `decisions`,
     /// `housekeeping`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -265,6 +290,7 @@ impl LaunchPlan {
             "argv": self.redacted_args(),
             "env": self.env,
             "status_url": self.status_url(),
+            "listeners": self.listeners,
             "connector_config": self.connector_config,
             "cascade": self.cascade.redacted(),
             "decisions": self.decisions,
@@ -292,8 +318,10 @@ impl LaunchPlan {
         );
         if let Some(disk) = &d.disk {
             line.push_str(&format!(
-                "; disk_path={}; capacity={} ({}); workers={} ({}); use_odirect={} ({})",
+                "; disk_path={}; volume={} ({}); capacity={} ({}); workers={} ({}); use_odirect={} ({})",
                 disk.path.display(),
+                kind_name(disk.volume_kind.value),
+                disk.volume_kind.reason,
                 fmt_gib(disk.capacity.value),
                 disk.capacity.reason,
                 disk.io_workers.value,
@@ -312,6 +340,15 @@ impl LaunchPlan {
             ));
         }
         line
+    }
+}
+
+/// A volume kind as the launch log and `size` name it.
+pub fn kind_name(kind: VolumeKind) -> &'static str {
+    match kind {
+        VolumeKind::Local => "local",
+        VolumeKind::Memory => "memory-backed",
+        VolumeKind::Untrusted => "untrusted figures",
     }
 }
 
@@ -341,6 +378,8 @@ pub fn plan_launch(
     executable: PathBuf,
 ) -> Result<LaunchPlan, PlanError> {
     check_engine(facts)?;
+    let listeners = ports::listeners(node);
+    ports::check_distinct(&listeners)?;
     let extra = &node.extra_args;
     let (node_chunk, chunk_size) = effective_chunk_size(facts, node)?;
     let l1_budget = rules::l1_budget(
@@ -348,6 +387,7 @@ pub fn plan_launch(
         host.memory.value,
         node.host_agent_count,
     );
+    let server_l1 = server_l1_bytes(node, l1_budget.value)?;
     let (cascade, disk, cascade_source) = if let Some(tiers) = extra.l2_adapters() {
         (
             tiers.clone(),
@@ -370,7 +410,7 @@ pub fn plan_launch(
                 ),
             ),
             None => {
-                let disk = size_disk_tier(node, host, l1_budget.value)?;
+                let disk = size_disk_tier(node, host, server_l1)?;
                 let cascade = if disk.capacity.value > 0 {
                     Cascade(vec![fs_native_tier(
                         &disk.path,
@@ -390,10 +430,7 @@ pub fn plan_launch(
             }
         }
     };
-    let extra_l1 = extra
-        .value("--l1-size-gb")
-        .map(|v| env::parse_gib(env::LMCACHE_EXTRA_ARGS, v))
-        .transpose()?;
+    let extra_l1 = extra_l1_bytes(node)?;
     let (l1_size, l1_mode) = match (l1_budget.value, cascade.tiers().is_empty()) {
         (0, true) if extra_l1.unwrap_or(0) == 0 => {
             return Err(PlanError::NothingToCache {
@@ -452,7 +489,11 @@ pub fn plan_launch(
         cascade_source,
         lookup_hash_log,
         replaced_by_extra_args: Vec::new(),
+        warnings: Vec::new(),
     };
+    if let Some(disk) = &decisions.disk {
+        decisions.warnings = disk.warnings(decisions.l1_size.value);
+    }
     let housekeeping = decisions
         .disk
         .as_ref()
@@ -477,8 +518,8 @@ pub fn plan_launch(
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
     decisions.replaced_by_extra_args = replaced;
-    let mp_port = node.server_mp_port();
-    let http_port = node.server_http_port();
+    let mp_port = ports::zmq_listener(node).port;
+    let http_port = ports::http_listener(node).port;
     let mut env = BTreeMap::new();
     env.insert("LMCACHE_TRACK_USAGE".to_string(), "false".to_string());
     env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
@@ -493,6 +534,7 @@ pub fn plan_launch(
         cascade,
         mp_port,
         http_port,
+        listeners,
         connector_config: connector_config(mp_port, &node.extra_config),
         decisions,
         housekeeping,
@@ -681,28 +723,90 @@ fn gib_arg(bytes: u64) -> String {
     format!("{}", bytes as f64 / GIB as f64)
 }
 
-/// Sizes the node's built-in disk tier under `node.disk_path` for an L1 of
-/// `l1_bytes` from the measured disk facts in `host`: capacity, I/O workers
-/// and O_DIRECT (`docs/sizing.md`).
+/// The L1 the server gets, in bytes: `--l1-size-gb` in
+/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else the budget, else (a budget of 0)
+/// the write buffer's 1 GiB.
 ///
-/// Errors: [`PlanError::NotMeasured`] when `host` carries no disk facts.
+/// Errors: an extra `--l1-size-gb` that is not a size.
+pub fn server_l1_bytes(node: &NodeEnv, budget_bytes: u64) -> Result<u64, PlanError> {
+    Ok(match (extra_l1_bytes(node)?, budget_bytes) {
+        (Some(bytes), _) => bytes,
+        (None, 0) => WRITE_BUFFER_L1_BYTES,
+        (None, budget) => budget,
+    })
+}
+
+fn extra_l1_bytes(node: &NodeEnv) -> Result<Option<u64>, PlanError> {
+    Ok(node
+        .extra_args
+        .value("--l1-size-gb")
+        .map(|v| env::parse_gib(env::LMCACHE_EXTRA_ARGS, v))
+        .transpose()?)
+}
+
+/// Sizes the node's built-in disk tier under `node.disk_path` beside an L1
+/// of `l1_bytes` (the L1 the server gets, [`server_l1_bytes`]) from the
+/// measured disk facts in `host`: the kind of volume, the capacity, I/O
+/// workers and O_DIRECT (`docs/sizing.md`).
+///
+/// Errors: [`PlanError::NotMeasured`] when `host` carries no disk facts;
+/// [`PlanError::Sizing`] for a volume whose figures cannot size the tier
+/// without an explicit size, or an explicit memory-backed tier beyond the
+/// node's memory budget.
 pub fn size_disk_tier(
     node: &NodeEnv,
     host: &HostFacts,
     l1_bytes: u64,
 ) -> Result<DiskTier, PlanError> {
     let disk = host.disk.as_ref().ok_or(PlanError::NotMeasured)?;
+    let volume_kind = volume::volume_kind(&disk.filesystem, &disk.volume);
+    let share = rules::memory_share(host.memory.value, node.host_agent_count);
+    let capacity = volume::tier_capacity(&TierSizing {
+        volume: &disk.volume,
+        kind: &volume_kind,
+        reclaimable_bytes: disk.reclaimable_bytes,
+        l1_bytes,
+        explicit: node.disk_size_bytes,
+        memory: MemoryBudget::new(share),
+    })
+    .map_err(|source| PlanError::Sizing {
+        variable: env::DISK_PATH,
+        path: node.disk_path.display().to_string(),
+        source,
+    })?;
     Ok(DiskTier {
-        capacity: rules::disk_capacity(
-            &disk.volume,
-            disk.reclaimable_bytes,
-            l1_bytes,
-            node.disk_size_bytes,
-        ),
+        capacity,
         io_workers: rules::io_workers(host.physical_cores),
         use_odirect: rules::use_odirect(disk.volume.block_size, &disk.odirect),
         path: node.disk_path.clone(),
         volume: disk.volume,
+        volume_kind,
         reclaimable_bytes: disk.reclaimable_bytes,
     })
+}
+
+impl DiskTier {
+    /// What an operator should know about this tier beside an L1 of
+    /// `l1_bytes`: a memory-backed volume, a tier smaller than L1, a
+    /// filesystem type the rules do not know.
+    pub fn warnings(&self, l1_bytes: u64) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let capacity = self.capacity.value;
+        if self.volume_kind.value == VolumeKind::Memory && capacity > 0 {
+            warnings.push(format!(
+                "the {} disk tier in {} is RAM beside the {} L1 and counts against a container's memory limit ({})",
+                fmt_gib(capacity),
+                self.path.display(),
+                fmt_gib(l1_bytes),
+                self.volume_kind.reason,
+            ));
+        }
+        if let Some(warning) = volume::below_l1_warning(capacity, l1_bytes) {
+            warnings.push(warning);
+        }
+        if self.volume_kind.rule == "unrecognised-type" {
+            warnings.push(self.volume_kind.reason.clone());
+        }
+        warnings
+    }
 }

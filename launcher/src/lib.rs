@@ -26,7 +26,7 @@
 //! ```
 //! use lmcache_launcher::env::text_vars;
 //! use lmcache_launcher::{plan, DiskFacts, EngineFacts, HostFacts, Planned};
-//! use lmcache_sizing::probe::Filesystem;
+//! use lmcache_sizing::volume::Filesystem;
 //! use lmcache_sizing::{rules::{OdirectProbe, VolumeStats}, Decision, GIB};
 //! # let dir = tempfile::tempdir()?;
 //! # let erebine_lmcache = dir.path().join("erebine-lmcache");
@@ -59,7 +59,7 @@
 //!     disk: Some(DiskFacts {
 //!         measured_at: "/var/lib/inference/.cache/erebine/lmcache".into(),
 //!         volume: VolumeStats { total_bytes: 1024 * GIB, free_bytes: 900 * GIB, block_size: 4096 },
-//!         filesystem: Filesystem { fs_type: "xfs".into(), read_only: false },
+//!         filesystem: Filesystem { fs_type: "xfs".into(), read_only: false, source: None },
 //!         reclaimable_bytes: 0,
 //!         odirect: OdirectProbe::Succeeded,
 //!         tier: Default::default(),
@@ -92,6 +92,7 @@ pub mod launch;
 pub mod launch_plan;
 pub mod locate;
 pub mod output;
+pub mod ports;
 pub mod server_flags;
 pub mod status;
 pub mod supervise;

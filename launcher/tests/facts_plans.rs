@@ -125,6 +125,19 @@ const RULES: &[(&str, &[&str])] = &[
             "derived-8x-l1",
             "derived-12.5pct-volume",
             "derived-room",
+            "explicit-unmeasured",
+            "memory-bound",
+        ],
+    ),
+    (
+        "disk.volume_kind",
+        &[
+            "local",
+            "memory-backed",
+            "fuse",
+            "network",
+            "implausible-statistics",
+            "unrecognised-type",
         ],
     ),
     ("disk.io_workers", &["half-physical-cores"]),
@@ -133,6 +146,29 @@ const RULES: &[(&str, &[&str])] = &[
         &["block-size-misaligned", "probe-succeeded", "probe-failed"],
     ),
 ];
+
+/// Every refusal of a plan from its facts: each must be the recorded
+/// error of at least one fixture.
+const REFUSALS: &[&str] = &[
+    "is a FUSE filesystem",
+    "is a network or shared filesystem",
+    "reports figures that cannot be true",
+    "on a memory-backed volume",
+    "both ask for port",
+];
+
+#[test]
+fn the_fixtures_cover_every_refusal() {
+    let errors: Vec<String> = fixtures()
+        .into_iter()
+        .filter_map(|(_, f)| f["plan"]["error"].as_str().map(str::to_string))
+        .collect();
+    let missing: Vec<&&str> = REFUSALS
+        .iter()
+        .filter(|r| !errors.iter().any(|e| e.contains(**r)))
+        .collect();
+    assert!(missing.is_empty(), "no fixture is refused with {missing:?}");
+}
 
 #[test]
 fn the_fixtures_cover_every_sizing_rule() {

@@ -15,8 +15,8 @@ use lmcache_launcher::{
     plan, DiskAccess, DiskFacts, EngineFacts, Facts, HostFacts, LaunchPlan, PlanError, Planned,
     Vars,
 };
-use lmcache_sizing::probe::Filesystem;
 use lmcache_sizing::rules::{OdirectProbe, VolumeStats};
+use lmcache_sizing::volume::Filesystem;
 use lmcache_sizing::{Decision, GIB};
 
 const DISK_PATH: &str = "/var/lib/inference/.cache/erebine/lmcache";
@@ -54,6 +54,7 @@ fn host() -> HostFacts {
             filesystem: Filesystem {
                 fs_type: "ext4".into(),
                 read_only: false,
+                source: None,
             },
             reclaimable_bytes: 0,
             odirect: OdirectProbe::Succeeded,

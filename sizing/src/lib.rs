@@ -14,6 +14,7 @@
 
 pub mod probe;
 pub mod rules;
+pub mod volume;
 
 use serde::Serialize;
 
@@ -45,14 +46,21 @@ impl<T> Decision<T> {
     }
 }
 
-/// Formats a byte count as GiB with two decimals, e.g. `"12.50 GiB"`.
+/// Formats a byte count as GiB with two decimals, e.g. `"12.50 GiB"`; a
+/// count above 0 that would show as 0.00 is `"<0.01 GiB"`, so that no
+/// size shows as nothing.
 pub fn fmt_gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / GIB as f64)
+    let gib = bytes as f64 / GIB as f64;
+    if bytes > 0 && gib < 0.005 {
+        return "<0.01 GiB".to_string();
+    }
+    format!("{gib:.2} GiB")
 }
 
 /// Converts a size in GiB (as operators write it, possibly fractional) into
-/// bytes, rounding down to whole bytes. `None` when the value is negative,
-/// not finite, or does not fit in `u64`.
+/// bytes, rounding down to whole bytes; a size above 0 is at least 1 byte,
+/// so that it never reads as 0 ("off" for some variables). `None` when
+/// the value is negative, not finite, or does not fit in `u64`.
 pub fn gib_to_bytes(gib: f64) -> Option<u64> {
     if !gib.is_finite() || gib < 0.0 {
         return None;
@@ -61,5 +69,27 @@ pub fn gib_to_bytes(gib: f64) -> Option<u64> {
     if bytes >= u64::MAX as f64 {
         return None;
     }
-    Some(bytes as u64)
+    Some(match bytes as u64 {
+        0 if gib > 0.0 => 1,
+        whole => whole,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_positive_size_never_reads_or_shows_as_zero() {
+        assert_eq!(gib_to_bytes(1e-300), Some(1));
+        assert_eq!(gib_to_bytes(f64::MIN_POSITIVE), Some(1));
+        assert_eq!(gib_to_bytes(0.0), Some(0));
+        assert_eq!(gib_to_bytes(-0.0), Some(0));
+        assert_eq!(gib_to_bytes(1.5), Some(3 * GIB / 2));
+        assert_eq!(gib_to_bytes(-1e-300), None);
+        assert_eq!(fmt_gib(0), "0.00 GiB");
+        assert_eq!(fmt_gib(1), "<0.01 GiB");
+        assert_eq!(fmt_gib(GIB / 100), "0.01 GiB");
+        assert_eq!(fmt_gib(3 * GIB / 2), "1.50 GiB");
+    }
 }

@@ -8,6 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::rules::{MemoryFacts, OdirectProbe, VolumeStats, ODIRECT_ALIGN_BYTES};
+use crate::volume::Filesystem;
 
 /// Reads the statistics of the volume that holds `path` (statvfs).
 ///
@@ -22,21 +23,11 @@ pub fn volume_stats(path: &Path) -> io::Result<VolumeStats> {
     })
 }
 
-/// The filesystem that holds a path.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Filesystem {
-    /// Its type as the kernel's mount table names it (`ext4`, `xfs`,
-    /// `tmpfs`, `overlay`, `fuse.s3fs`, `nfs4`, ...), else the name of its
-    /// statfs magic number.
-    pub fs_type: String,
-    /// Whether it is mounted read-only (statvfs `ST_RDONLY`).
-    pub read_only: bool,
-}
-
-/// The type and the read-only flag of the filesystem that holds `path`
-/// (which must exist): the type from the `/proc/self/mountinfo` entry of the
-/// path's device, else from statfs `f_type` (btrfs subvolumes, for one,
-/// report a device of their own).
+/// The type, mount source and read-only flag of the filesystem that holds
+/// `path` (which must exist): the type and source from the
+/// `/proc/self/mountinfo` entry of the path's device, else the type from
+/// statfs `f_type` (btrfs subvolumes, for one, report a device of their
+/// own) and no source.
 ///
 /// Errors: the `statvfs`, `stat` or `statfs` error for `path`.
 pub fn filesystem(path: &Path) -> io::Result<Filesystem> {
@@ -45,33 +36,61 @@ pub fn filesystem(path: &Path) -> io::Result<Filesystem> {
         .map_err(io::Error::from)?
         .flags();
     let dev = fs::metadata(path)?.dev();
-    let fs_type = match mount_type(dev) {
-        Some(name) => name,
+    let (fs_type, source) = match mount_entry(dev) {
+        Some(entry) => entry,
         None => {
             let magic = nix::sys::statfs::statfs(path)
                 .map_err(io::Error::from)?
                 .filesystem_type();
-            magic_name(magic.0 as u64)
+            (magic_name(magic.0 as u64), None)
         }
     };
     Ok(Filesystem {
         fs_type,
         read_only: flags.contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+        source,
     })
 }
 
-/// The filesystem type of the last `/proc/self/mountinfo` entry for device
-/// `dev` (fields: id, parent, major:minor, root, mount point, options,
-/// optional fields, `-`, type, source, super options).
-fn mount_type(dev: u64) -> Option<String> {
+/// The filesystem type and mount source of the last `/proc/self/mountinfo`
+/// entry for device `dev` (fields: id, parent, major:minor, root, mount
+/// point, options, optional fields, `-`, type, source, super options).
+fn mount_entry(dev: u64) -> Option<(String, Option<String>)> {
     let wanted = format!("{}:{}", libc::major(dev), libc::minor(dev));
     let table = fs::read_to_string("/proc/self/mountinfo").ok()?;
     table
         .lines()
         .filter(|line| line.split(' ').nth(2) == Some(wanted.as_str()))
-        .filter_map(|line| line.split(" - ").nth(1)?.split(' ').next())
-        .map(str::to_string)
+        .filter_map(|line| {
+            let mut tail = line.split(" - ").nth(1)?.split(' ');
+            let fs_type = tail.next()?.to_string();
+            let source = tail.next().map(unescape_octal);
+            Some((fs_type, source))
+        })
         .next_back()
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) undone.
+fn unescape_octal(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let digits = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], digits) {
+            (b'\\', Some(d)) => {
+                out.push(d.iter().fold(0u8, |n, b| n.wrapping_mul(8) + (b - b'0')));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A name for a statfs magic number (`linux/magic.h`).
@@ -230,6 +249,16 @@ mod tests {
         );
         assert!(!here.read_only);
         assert_eq!(filesystem(Path::new("/proc")).unwrap().fs_type, "proc");
+    }
+
+    #[test]
+    fn the_source_of_dev_shm_is_named_and_escapes_are_undone() {
+        let shm = filesystem(Path::new("/dev/shm")).unwrap();
+        assert_eq!(shm.fs_type, "tmpfs");
+        assert!(shm.source.is_some(), "{shm:?}");
+        assert_eq!(unescape_octal("/mnt/a\\040b\\011c"), "/mnt/a b\tc");
+        assert_eq!(unescape_octal("trailing\\04"), "trailing\\04");
+        assert_eq!(unescape_octal("/dev/zram0"), "/dev/zram0");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub fn l1_budget(explicit: Option<u64>, memory_bytes: u64, host_agent_count: u32
         );
     }
     let agents = u64::from(host_agent_count.max(1));
-    let share = memory_bytes / agents;
+    let share = memory_share(memory_bytes, host_agent_count);
     let quarter = share / 4;
     let value = quarter.clamp(L1_MIN_BYTES, L1_MAX_BYTES);
     let clamp = if quarter < L1_MIN_BYTES {
@@ -66,6 +66,12 @@ pub fn l1_budget(explicit: Option<u64>, memory_bytes: u64, host_agent_count: u32
             clamp
         ),
     )
+}
+
+/// This node's share of `memory_bytes`: the memory divided by the nodes
+/// sharing the host (`host_agent_count`, 0 counted as 1).
+pub fn memory_share(memory_bytes: u64, host_agent_count: u32) -> u64 {
+    memory_bytes / u64::from(host_agent_count.max(1))
 }
 
 /// What the host says about its memory, in bytes: the facts
@@ -156,18 +162,25 @@ pub fn disk_capacity(
         ),
         None => derived_capacity(volume, available, l1_bytes),
     };
-    if value < MIN_DISK_TIER_BYTES {
-        return Decision::new(
-            0,
-            "below-1gib",
-            format!(
-                "disk tier not configured: {} ({reason}) is below the 1 GiB minimum; \
-                 the server runs L1-only",
-                fmt_gib(value)
-            ),
-        );
+    at_least_minimum(Decision::new(value, rule, reason))
+}
+
+/// `capacity`, or no disk tier (rule `below-1gib`) when it is below the
+/// 1 GiB minimum.
+pub fn at_least_minimum(capacity: Decision<u64>) -> Decision<u64> {
+    if capacity.value >= MIN_DISK_TIER_BYTES {
+        return capacity;
     }
-    Decision::new(value, rule, reason)
+    Decision::new(
+        0,
+        "below-1gib",
+        format!(
+            "disk tier not configured: {} ({}) is below the 1 GiB minimum; \
+             the server runs L1-only",
+            fmt_gib(capacity.value),
+            capacity.reason
+        ),
+    )
 }
 
 fn derived_capacity(
@@ -229,7 +242,7 @@ fn derived_capacity(
     )
 }
 
-fn round_down_mib(bytes: u64) -> u64 {
+pub(crate) fn round_down_mib(bytes: u64) -> u64 {
     bytes & !((1 << 20) - 1)
 }
 
@@ -271,7 +284,8 @@ pub enum OdirectProbe {
 /// size divides the 4096-byte buffer alignment AND a test write with O_DIRECT
 /// succeeded. Otherwise buffered writes are correct: with a block size that
 /// does not divide the alignment every O_DIRECT read and write of LMCache
-/// fails ("O_DIRECT buffer address is not aligned"), see lmcache-facts.md.
+/// fails ("O_DIRECT buffer address is not aligned"; `docs/sizing.md`,
+/// "O_DIRECT").
 pub fn use_odirect(block_size: u64, probe: &OdirectProbe) -> Decision<bool> {
     if block_size == 0 || !ODIRECT_ALIGN_BYTES.is_multiple_of(block_size) {
         return Decision::new(

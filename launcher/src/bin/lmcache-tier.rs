@@ -18,6 +18,7 @@ use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::locate;
 use lmcache_launcher::output;
 use lmcache_launcher::output::with_progress;
+use lmcache_launcher::ports;
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
 use lmcache_launcher::{DiskAccess, Facts};
@@ -358,6 +359,13 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     let access = if args.dry_run {
         DiskAccess::Inspect
     } else {
+        // A port in use stops the launch before the cache directory is
+        // created or locked.
+        if node.kv_cache_backend == KvCacheBackend::Lmcache {
+            let listeners = ports::listeners(&node);
+            ports::check_distinct(&listeners)?;
+            launch::check_ports(&listeners)?;
+        }
         DiskAccess::Create
     };
     let measured = measure(&facts, &vars, access)?;
@@ -376,6 +384,9 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
             return Ok(());
         }
     };
+    for warning in &plan.decisions.warnings {
+        tracing::warn!("{warning}");
+    }
     if args.dry_run {
         if args.json {
             let mut json = planned.to_json();
@@ -479,9 +490,12 @@ fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {
 
 fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
     let node = NodeEnv::from_vars(&vars)?;
-    let url = args
-        .url
-        .unwrap_or_else(|| format!("http://127.0.0.1:{}/status", node.server_http_port()));
+    let url = args.url.unwrap_or_else(|| {
+        format!(
+            "http://127.0.0.1:{}/status",
+            ports::http_listener(&node).port
+        )
+    });
     inspect::check_url(&url)?;
     let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match node.custom_cascade() {
         None => (vec![node.disk_path.clone()], vec![true]),
@@ -542,7 +556,12 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
         host.memory.value,
         node.host_agent_count,
     );
-    let disk = launch_plan::size_disk_tier(&node, &host, l1.value)?;
+    let server_l1 = launch_plan::server_l1_bytes(&node, l1.value)?;
+    let disk = launch_plan::size_disk_tier(&node, &host, server_l1)?;
+    let warnings = disk.warnings(server_l1);
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
     if args.json {
         let report = json!({
             "path": disk.path,
@@ -551,6 +570,9 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
             "block_size": disk.volume.block_size,
             "fs_type": measured_disk.filesystem.fs_type,
             "read_only": measured_disk.filesystem.read_only,
+            "volume_kind": disk.volume_kind.value,
+            "volume_kind_rule": disk.volume_kind.rule,
+            "volume_kind_reason": disk.volume_kind.reason,
             "reclaimable_bytes": disk.reclaimable_bytes,
             "memory_bytes": host.memory.value,
             "memory_reason": host.memory.reason,
@@ -566,6 +588,7 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
             "use_odirect": disk.use_odirect.value,
             "odirect_rule": disk.use_odirect.rule,
             "odirect_reason": disk.use_odirect.reason,
+            "warnings": warnings,
         });
         outln!("{report:#}");
         return Ok(());
@@ -596,6 +619,11 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
                     ""
                 }
             ),
+        ),
+        (
+            "volume kind",
+            launch_plan::kind_name(disk.volume_kind.value).to_string(),
+            disk.volume_kind.reason,
         ),
         ("L1", fmt_gib(l1.value), l1.reason),
         ("disk capacity", capacity, disk.capacity.reason),

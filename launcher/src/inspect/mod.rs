@@ -579,7 +579,7 @@ mod tests {
         assert_eq!(report.disk[0].guard_running, Some(true));
         let text = report.to_text();
         assert!(
-            text.contains("capacity guard") && text.contains("of 0.00 GiB"),
+            text.contains("capacity guard") && text.contains("of <0.01 GiB"),
             "{text}"
         );
         assert!(text.contains("(running, state 0 s old)"), "{text}");

@@ -1,0 +1,203 @@
+//! The TCP ports a launch listens on, the setting each comes from, and the
+//! check that no two of them share a port (`docs/configuration.md`,
+//! "Ports").
+//!
+//! The server listens on two ports on 127.0.0.1: ZMQ for the engine and
+//! HTTP for `/status` (LMCache 0.5.6 opens no other; its Prometheus
+//! fallback server is off in `lmcache server`). Each comes from its
+//! variable, or from `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, whose flag wins.
+
+use std::fmt;
+
+use crate::config_error::ConfigError;
+use crate::env::{NodeEnv, HTTP_PORT, LMCACHE_EXTRA_ARGS, MP_PORT};
+
+/// Where a port's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortSource {
+    /// A variable (set, or its default).
+    Variable(&'static str),
+    /// A flag in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`.
+    ExtraArgs(&'static str),
+}
+
+/// A port the launch listens on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Listener {
+    /// What listens there, in words (`"the server's ZMQ port"`).
+    pub role: &'static str,
+    /// The setting it comes from.
+    pub source: PortSource,
+    /// The TCP port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Listener {
+    /// The setting to change, in words: `EREBINE_AGENT_LMCACHE_MP_PORT`,
+    /// or `--port in EREBINE_AGENT_LMCACHE_EXTRA_ARGS`.
+    pub fn setting(&self) -> String {
+        match self.source {
+            PortSource::Variable(name) => name.to_string(),
+            PortSource::ExtraArgs(flag) => format!("{flag} in {LMCACHE_EXTRA_ARGS}"),
+        }
+    }
+}
+
+impl fmt::Display for Listener {
+    /// The setting with its value: `EREBINE_AGENT_LMCACHE_MP_PORT=6555`, or
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS --port 6555`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.source {
+            PortSource::Variable(name) => write!(f, "{name}={}", self.port),
+            PortSource::ExtraArgs(flag) => write!(f, "{LMCACHE_EXTRA_ARGS} {flag} {}", self.port),
+        }
+    }
+}
+
+/// The ports a launch of `node` listens on, in the order the server opens
+/// them, each with the setting that chose it.
+pub fn listeners(node: &NodeEnv) -> Vec<Listener> {
+    vec![zmq_listener(node), http_listener(node)]
+}
+
+/// The server's ZMQ port: `--port` in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`,
+/// else `EREBINE_AGENT_LMCACHE_MP_PORT`.
+pub fn zmq_listener(node: &NodeEnv) -> Listener {
+    pick(
+        node,
+        "the server's ZMQ port",
+        "--port",
+        MP_PORT,
+        node.mp_port,
+    )
+}
+
+/// The server's HTTP port (`/status`): `--http-port` in
+/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else
+/// `EREBINE_AGENT_LMCACHE_HTTP_PORT`.
+pub fn http_listener(node: &NodeEnv) -> Listener {
+    pick(
+        node,
+        "the server's HTTP port",
+        "--http-port",
+        HTTP_PORT,
+        node.http_port,
+    )
+}
+
+fn pick(
+    node: &NodeEnv,
+    role: &'static str,
+    flag: &'static str,
+    variable: &'static str,
+    value: u16,
+) -> Listener {
+    let (source, port) = match node.extra_args.value(flag).and_then(|v| v.parse().ok()) {
+        Some(port) => (PortSource::ExtraArgs(flag), port),
+        None => (PortSource::Variable(variable), value),
+    };
+    Listener { role, source, port }
+}
+
+/// Fails when two of `listeners` ask for the same port: only one of them
+/// could bind it, and the server would fail at start.
+///
+/// Errors: [`ConfigError::PortClash`], naming both settings.
+pub fn check_distinct(listeners: &[Listener]) -> Result<(), ConfigError> {
+    for (i, first) in listeners.iter().enumerate() {
+        if let Some(second) = listeners[i + 1..].iter().find(|l| l.port == first.port) {
+            return Err(ConfigError::PortClash {
+                first: format!("{first} ({})", first.role),
+                second: format!("{second} ({})", second.role),
+                port: first.port,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::text_vars;
+
+    fn node(vars: &[(&str, &str)]) -> NodeEnv {
+        let home = [("HOME", "/home/node")];
+        NodeEnv::from_vars(&text_vars(home.iter().chain(vars).copied())).unwrap()
+    }
+
+    fn clash(vars: &[(&str, &str)]) -> String {
+        check_distinct(&listeners(&node(vars)))
+            .expect_err("the ports clash")
+            .to_string()
+    }
+
+    #[test]
+    fn two_listeners_on_one_port_are_refused_whatever_sets_them() {
+        let x = LMCACHE_EXTRA_ARGS;
+        type Vars<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(Vars, [&str; 2])] = &[
+            (
+                &[(MP_PORT, "19700"), (HTTP_PORT, "19700")],
+                [
+                    "EREBINE_AGENT_LMCACHE_MP_PORT=19700 (the server's ZMQ port)",
+                    "EREBINE_AGENT_LMCACHE_HTTP_PORT=19700 (the server's HTTP port)",
+                ],
+            ),
+            (
+                &[(HTTP_PORT, "6555")],
+                [
+                    "EREBINE_AGENT_LMCACHE_MP_PORT=6555",
+                    "EREBINE_AGENT_LMCACHE_HTTP_PORT=6555",
+                ],
+            ),
+            (
+                &[(MP_PORT, "7000"), (x, "--http-port 7000")],
+                [
+                    "EREBINE_AGENT_LMCACHE_MP_PORT=7000",
+                    "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --http-port 7000",
+                ],
+            ),
+            (
+                &[(x, "--port=8090")],
+                [
+                    "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --port 8090",
+                    "EREBINE_AGENT_LMCACHE_HTTP_PORT=8090",
+                ],
+            ),
+            (
+                &[(x, "--port 7100 --http-port 7100")],
+                [
+                    "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --port 7100",
+                    "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --http-port 7100",
+                ],
+            ),
+        ];
+        for (vars, needles) in cases {
+            let text = clash(vars);
+            for needle in needles {
+                assert!(text.contains(needle), "{needle:?} not in {text}");
+            }
+            assert!(text.contains("Give each its own port"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_flag_that_moves_a_port_away_ends_the_clash() {
+        let vars = [
+            (MP_PORT, "7000"),
+            (HTTP_PORT, "7000"),
+            (LMCACHE_EXTRA_ARGS, "--http-port 7001"),
+        ];
+        let found = listeners(&node(&vars));
+        check_distinct(&found).unwrap();
+        assert_eq!(found[1].port, 7001);
+        assert_eq!(
+            found[1].setting(),
+            "--http-port in EREBINE_AGENT_LMCACHE_EXTRA_ARGS"
+        );
+        assert_eq!(found[0].setting(), "EREBINE_AGENT_LMCACHE_MP_PORT");
+        check_distinct(&listeners(&node(&[]))).unwrap();
+    }
+}
