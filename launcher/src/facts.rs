@@ -26,7 +26,9 @@ use lmcache_sizing::volume::Filesystem;
 use serde::{Deserialize, Serialize};
 
 use crate::env::{self, KvCacheBackend, NodeEnv};
-use crate::launch_plan::{check_engine, effective_chunk_size, EngineFacts, HostFacts, PlanError};
+use crate::launch_plan::{
+    self, check_engine, effective_chunk_size, EngineFacts, HostFacts, PlanError,
+};
 use crate::{locate, ports, Vars};
 
 /// Whether measuring may create the cache directory and lock the tier.
@@ -149,7 +151,12 @@ impl Facts {
             // is measured for the record, its contents are left alone.
             facts.disk = Some(match node.disk_size_bytes {
                 Some(0) => measure_disk_as(&node.disk_path, DiskAccess::Inspect, Tier::Disabled)?,
-                _ => measure_disk(&node.disk_path, access)?,
+                _ => {
+                    if access == DiskAccess::Create {
+                        check_volume_first(&node, &facts)?;
+                    }
+                    measure_disk(&node.disk_path, access)?
+                }
             });
         }
         if let (Some(log), DiskAccess::Create) = (node.lookup_hash_log_dir(), access) {
@@ -198,6 +205,18 @@ pub(crate) fn server_executable(node: &NodeEnv, vars: &Vars) -> Result<PathBuf, 
     )?)
 }
 
+/// Refuses a volume the tier cannot be sized on (FUSE, network or
+/// implausible figures without an explicit size; an explicit memory-backed
+/// tier beyond the node's memory) before a launch creates or locks the
+/// cache directory: from the figures of the directory, or of its nearest
+/// existing ancestor, which is on the same filesystem.
+fn check_volume_first(node: &NodeEnv, facts: &Facts) -> Result<(), PlanError> {
+    let at = prepare_disk_path(&node.disk_path, DiskAccess::Inspect)?;
+    let (volume, filesystem) = volume_facts(&node.disk_path, &at)?;
+    let memory = rules::memory(&facts.memory).value;
+    launch_plan::check_volume(node, memory, &volume, &filesystem)
+}
+
 /// Measures the volume of the cache directory `path` and scans it:
 /// statvfs, filesystem type, the O_DIRECT test write, and the tier's scan
 /// (under its lock, with the guard's watch added first, for
@@ -219,20 +238,7 @@ enum Tier {
 
 fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<DiskFacts, PlanError> {
     let measured_at = prepare_disk_path(path, access)?;
-    let volume = probe::volume_stats(&measured_at).map_err(|e| {
-        disk_error(
-            path,
-            format!("cannot read the volume statistics: {e}"),
-            "Check that the path is on a mounted filesystem",
-        )
-    })?;
-    let filesystem = probe::filesystem(&measured_at).map_err(|e| {
-        disk_error(
-            path,
-            format!("cannot read the filesystem type: {e}"),
-            "Check that the path is on a mounted filesystem",
-        )
-    })?;
+    let (volume, filesystem) = volume_facts(path, &measured_at)?;
     let odirect = probe::probe_odirect(&measured_at);
     if let (OdirectProbe::NotWritable(why), Tier::Enabled) = (&odirect, purpose) {
         return Err(disk_error(
@@ -256,6 +262,26 @@ fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<Dis
         odirect,
         tier,
     })
+}
+
+/// The statistics and the filesystem of the volume of `measured_at`, for
+/// the cache directory `path` (named in errors).
+fn volume_facts(path: &Path, measured_at: &Path) -> Result<(VolumeStats, Filesystem), PlanError> {
+    let volume = probe::volume_stats(measured_at).map_err(|e| {
+        disk_error(
+            path,
+            format!("cannot read the volume statistics: {e}"),
+            "Check that the path is on a mounted filesystem",
+        )
+    })?;
+    let filesystem = probe::filesystem(measured_at).map_err(|e| {
+        disk_error(
+            path,
+            format!("cannot read the filesystem type: {e}"),
+            "Check that the path is on a mounted filesystem",
+        )
+    })?;
+    Ok((volume, filesystem))
 }
 
 /// The tier's one scan: for [`DiskAccess::Create`] the directory is
@@ -503,6 +529,44 @@ mod tests {
         let facts = Facts::measure(&engine(), &vars, DiskAccess::Create).unwrap();
         assert!(facts.disk.unwrap().tier.take().is_none());
         assert!(!cache.exists());
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_created_is_named_with_the_os_error() {
+        let err = create_private_dir(Path::new("/proc/self/erebine-cache"), env::DISK_PATH)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "EREBINE_AGENT_LMCACHE_DISK_PATH=/proc/self/erebine-cache: cannot create it:"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_launch_refused_by_the_sizing_rules_creates_and_locks_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        for (cache, extra) in [
+            (
+                shm.path().join("cache"),
+                ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1000000"),
+            ),
+            (
+                tmp.path().join("cache"),
+                ("EREBINE_AGENT_LMCACHE_MP_PORT", "8090"),
+            ),
+        ] {
+            let err =
+                Facts::measure(&engine(), &node(&cache, &[extra]), DiskAccess::Create).unwrap_err();
+            assert_eq!(
+                crate::exit::HasExitStatus::exit_status(&err),
+                crate::exit::ExitStatus::BadInput,
+                "{err}"
+            );
+            assert!(!cache.exists(), "{err}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::io;
 use std::path::PathBuf;
 
 use lmcache_sizing::rules::{self, VolumeStats, WRITE_BUFFER_L1_BYTES};
-use lmcache_sizing::volume::{self, MemoryBudget, SizingError, TierSizing, VolumeKind};
+use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, SizingError, TierSizing, VolumeKind};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 use lmcache_tier_spec::{fs_native_tier, Cascade};
 use serde::Serialize;
@@ -349,6 +349,7 @@ pub fn kind_name(kind: VolumeKind) -> &'static str {
         VolumeKind::Local => "local",
         VolumeKind::Memory => "memory-backed",
         VolumeKind::Untrusted => "untrusted figures",
+        VolumeKind::NotStorage => "not storage",
     }
 }
 
@@ -759,21 +760,14 @@ pub fn size_disk_tier(
     l1_bytes: u64,
 ) -> Result<DiskTier, PlanError> {
     let disk = host.disk.as_ref().ok_or(PlanError::NotMeasured)?;
-    let volume_kind = volume::volume_kind(&disk.filesystem, &disk.volume);
-    let share = rules::memory_share(host.memory.value, node.host_agent_count);
-    let capacity = volume::tier_capacity(&TierSizing {
-        volume: &disk.volume,
-        kind: &volume_kind,
-        reclaimable_bytes: disk.reclaimable_bytes,
+    let (volume_kind, capacity) = tier_capacity(
+        node,
+        host.memory.value,
         l1_bytes,
-        explicit: node.disk_size_bytes,
-        memory: MemoryBudget::new(share),
-    })
-    .map_err(|source| PlanError::Sizing {
-        variable: env::DISK_PATH,
-        path: node.disk_path.display().to_string(),
-        source,
-    })?;
+        &disk.volume,
+        &disk.filesystem,
+        disk.reclaimable_bytes,
+    )?;
     Ok(DiskTier {
         capacity,
         io_workers: rules::io_workers(host.physical_cores),
@@ -783,6 +777,50 @@ pub fn size_disk_tier(
         volume_kind,
         reclaimable_bytes: disk.reclaimable_bytes,
     })
+}
+
+/// The refusals of [`size_disk_tier`] for a volume with figures `volume`
+/// of `filesystem` on a host with `memory_bytes` for the node: they depend
+/// on neither the tier's contents nor the O_DIRECT probe, so a launch
+/// checks them before it creates or locks the cache directory.
+///
+/// Errors: [`PlanError::Sizing`], and a bad extra `--l1-size-gb`.
+pub fn check_volume(
+    node: &NodeEnv,
+    memory_bytes: u64,
+    volume: &VolumeStats,
+    filesystem: &Filesystem,
+) -> Result<(), PlanError> {
+    let budget = rules::l1_budget(node.kv_offload_bytes, memory_bytes, node.host_agent_count);
+    let l1_bytes = server_l1_bytes(node, budget.value)?;
+    tier_capacity(node, memory_bytes, l1_bytes, volume, filesystem, 0).map(drop)
+}
+
+/// The kind of the volume and the tier's capacity on it.
+fn tier_capacity(
+    node: &NodeEnv,
+    memory_bytes: u64,
+    l1_bytes: u64,
+    volume: &VolumeStats,
+    filesystem: &Filesystem,
+    reclaimable_bytes: u64,
+) -> Result<(Decision<VolumeKind>, Decision<u64>), PlanError> {
+    let kind = volume::volume_kind(filesystem, volume);
+    let share = rules::memory_share(memory_bytes, node.host_agent_count);
+    let capacity = volume::tier_capacity(&TierSizing {
+        volume,
+        kind: &kind,
+        reclaimable_bytes,
+        l1_bytes,
+        explicit: node.disk_size_bytes,
+        memory: MemoryBudget::new(share),
+    })
+    .map_err(|source| PlanError::Sizing {
+        variable: env::DISK_PATH,
+        path: node.disk_path.display().to_string(),
+        source,
+    })?;
+    Ok((kind, capacity))
 }
 
 impl DiskTier {

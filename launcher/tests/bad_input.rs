@@ -310,18 +310,22 @@ fn a_disk_path_that_is_a_file_is_refused_and_left_intact() {
 }
 
 #[test]
-fn a_disk_path_that_cannot_be_created_is_refused() {
+fn a_disk_path_on_a_pseudo_filesystem_or_relative_is_refused() {
     let mut case = Case::new();
     case.set(
         "EREBINE_AGENT_LMCACHE_DISK_PATH",
         "/proc/self/erebine-cache",
     );
-    let out = case.run(&["launch"]);
-    assert_fails(
-        &out,
-        2,
-        &["EREBINE_AGENT_LMCACHE_DISK_PATH", "cannot create"],
-    );
+    for args in [&["launch"][..], &["launch", "--dry-run"], &["size"]] {
+        assert_fails(
+            &case.run(args),
+            2,
+            &[
+                "EREBINE_AGENT_LMCACHE_DISK_PATH=/proc/self/erebine-cache",
+                "proc is a kernel pseudo-filesystem, not storage",
+            ],
+        );
+    }
     let mut case = Case::new();
     case.set("EREBINE_AGENT_LMCACHE_DISK_PATH", "relative/cache");
     assert_fails(&case.run(&["launch"]), 2, &["absolute"]);
@@ -702,4 +706,191 @@ fn erebine_lmcache_server_refuses_an_s3_key_prefix_with_path_syntax_before_lmcac
             &[&format!("L2 tier 0 (s3): s3_key_prefix: {prefix:?}")],
         );
     }
+}
+
+#[test]
+fn two_listeners_on_one_port_are_refused_whatever_sets_them_before_anything_is_created() {
+    type Vars<'a> = &'a [(&'a str, &'a str)];
+    let cases: &[(Vars, [&str; 2])] = &[
+        (
+            &[
+                ("EREBINE_AGENT_LMCACHE_MP_PORT", "19700"),
+                ("EREBINE_AGENT_LMCACHE_HTTP_PORT", "19700"),
+            ],
+            [
+                "EREBINE_AGENT_LMCACHE_MP_PORT=19700",
+                "EREBINE_AGENT_LMCACHE_HTTP_PORT=19700",
+            ],
+        ),
+        (
+            &[("EREBINE_AGENT_LMCACHE_HTTP_PORT", "6555")],
+            [
+                "EREBINE_AGENT_LMCACHE_MP_PORT=6555",
+                "EREBINE_AGENT_LMCACHE_HTTP_PORT=6555",
+            ],
+        ),
+        (
+            &[
+                ("EREBINE_AGENT_LMCACHE_HTTP_PORT", "19701"),
+                ("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--port=19701"),
+            ],
+            [
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --port 19701",
+                "EREBINE_AGENT_LMCACHE_HTTP_PORT=19701",
+            ],
+        ),
+        (
+            &[(
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+                "--port 19702 --http-port 19702",
+            )],
+            [
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --port 19702",
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --http-port 19702",
+            ],
+        ),
+    ];
+    for (vars, both) in cases {
+        let mut case = Case::new();
+        for (k, v) in *vars {
+            case.set(k, *v);
+        }
+        for args in [&["launch", "--dry-run"][..], &["launch"]] {
+            let out = case.run(args);
+            assert_fails(&out, 2, &[both[0], both[1], "Give each its own port"]);
+            assert!(
+                !case.path().join("cache").exists(),
+                "{args:?} created the cache directory"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_port_in_use_stops_a_launch_before_the_cache_directory_is_made() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", format!("--port {port}"));
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        4,
+        &[
+            &format!("EREBINE_AGENT_LMCACHE_EXTRA_ARGS --port {port}"),
+            "choose another port with --port in EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+        ],
+    );
+    assert!(!case.path().join("cache").exists());
+}
+
+/// A cache directory under /dev/shm (tmpfs on every Linux host), unique to
+/// the test; a dry run and `size` create nothing there.
+fn dev_shm_dir() -> String {
+    format!(
+        "/dev/shm/erebine-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+#[test]
+fn a_tier_on_dev_shm_is_memory_backed_and_l1_plus_the_tier_stay_within_memory() {
+    let shm = dev_shm_dir();
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_DISK_PATH", &shm)
+        .set("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "2");
+    let out = case.run(&["launch", "--dry-run", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let decisions = &plan["decisions"];
+    assert_eq!(decisions["disk"]["volume_kind"]["value"], "memory");
+    assert!(decisions["disk"]["volume_kind"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("tmpfs is memory-backed"));
+    let memory = decisions["host"]["memory"]["value"].as_u64().unwrap();
+    let budget = memory - (memory / 4).max(8 << 30);
+    let capacity = decisions["disk"]["capacity"]["value"].as_u64().unwrap();
+    assert!(
+        (2u64 << 30) + capacity <= budget,
+        "L1 2 GiB + tier {capacity} > {budget} of {memory}"
+    );
+    let warned = decisions["warnings"].to_string();
+    if capacity > 0 {
+        assert!(warned.contains("is RAM beside the 2.00 GiB L1"), "{warned}");
+        assert!(stderr(&out).contains("is RAM beside the 2.00 GiB L1"));
+    }
+    let text = case.run(&["size"]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(shown.contains("memory-backed"), "{shown}");
+    let json = case.run(&["size", "--json"]);
+    let sized: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(sized["volume_kind"], "memory");
+    assert_eq!(sized["fs_type"], "tmpfs");
+    assert_eq!(sized["capacity_bytes"].as_u64(), Some(capacity));
+    assert!(!Path::new(&shm).exists(), "a dry run created {shm}");
+}
+
+#[test]
+fn an_explicit_tier_on_dev_shm_beyond_the_memory_budget_is_refused_with_the_numbers() {
+    let shm = dev_shm_dir();
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_DISK_PATH", &shm)
+        .set("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "2")
+        .set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "100000");
+    for args in [&["launch", "--dry-run"][..], &["launch"], &["size"]] {
+        let out = case.run(args);
+        assert_fails(
+            &out,
+            2,
+            &[
+                &format!("EREBINE_AGENT_LMCACHE_DISK_PATH={shm}"),
+                "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB asks",
+                "on a memory-backed volume (tmpfs",
+                "with the 2.00 GiB L1",
+                "Set it to at most",
+            ],
+        );
+    }
+    assert!(!Path::new(&shm).exists() || fs::read_dir(&shm).unwrap().next().is_none());
+    let _ = fs::remove_dir_all(&shm);
+}
+
+#[test]
+fn a_positive_disk_size_below_a_byte_is_below_the_minimum_not_off() {
+    for tiny in ["1e-300", "0.0000000001", "5e-324"] {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", tiny);
+        let plan = dry_run_plan(&case, &[]);
+        let capacity = &plan["decisions"]["disk"]["capacity"];
+        assert_eq!(capacity["rule"], "below-1gib", "{tiny}: {capacity}");
+        let reason = capacity["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("below the 1 GiB minimum") && !reason.contains("disables"),
+            "{tiny}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn a_disk_tier_smaller_than_l1_is_kept_and_the_launch_warns_with_both_sizes() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "3")
+        .set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1.5");
+    let out = case.run(&["launch", "--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warning = "the 1.50 GiB disk tier is smaller than the 3.00 GiB L1";
+    assert!(stderr(&out).contains(warning), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("capacity=1.50 GiB"));
+    let plan = dry_run_plan(&case, &[]);
+    assert_eq!(plan["decisions"]["disk"]["capacity"]["value"], 3u64 << 29);
+    assert!(plan["decisions"]["warnings"][0]
+        .as_str()
+        .unwrap()
+        .contains(warning));
 }

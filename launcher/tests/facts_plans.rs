@@ -155,6 +155,7 @@ const REFUSALS: &[&str] = &[
     "reports figures that cannot be true",
     "on a memory-backed volume",
     "both ask for port",
+    "is a kernel pseudo-filesystem",
 ];
 
 #[test]

@@ -110,6 +110,9 @@ fn magic_name(magic: u64) -> String {
         0x0102_1997 => "9p",
         0x00C3_6400 => "ceph",
         0x7371_7368 => "squashfs",
+        0x9FA0 => "proc",
+        0x6265_6572 => "sysfs",
+        0x6367_7270 => "cgroup2",
         _ => return format!("unknown (statfs magic {magic:#x})"),
     };
     name.to_string()

@@ -33,7 +33,31 @@ pub struct Filesystem {
 }
 
 /// Filesystem types whose pages are memory: a tier there is RAM.
-pub const MEMORY_TYPES: &[&str] = &["tmpfs", "ramfs", "devtmpfs", "rootfs", "hugetlbfs", "shm"];
+pub const MEMORY_TYPES: &[&str] = &["tmpfs", "ramfs", "devtmpfs", "rootfs", "shm"];
+
+/// Kernel pseudo-filesystems: views of kernel state, not storage.
+pub const PSEUDO_TYPES: &[&str] = &[
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "devpts",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "configfs",
+    "bpf",
+    "pstore",
+    "efivarfs",
+    "mqueue",
+    "autofs",
+    "binfmt_misc",
+    "fusectl",
+    "nsfs",
+    "rpc_pipefs",
+    "selinuxfs",
+    "hugetlbfs",
+];
 
 /// Block devices whose blocks are memory (`/dev/zram0`, `/dev/ram0`): a
 /// local filesystem on them is memory-backed too.
@@ -104,10 +128,14 @@ pub enum VolumeKind {
     /// FUSE, a network or shared filesystem, or figures that cannot be
     /// true: only an explicit size sizes the tier.
     Untrusted,
+    /// A kernel pseudo-filesystem (`proc`, `sysfs`, ...): no tier lives
+    /// there, whatever its size.
+    NotStorage,
 }
 
-/// Classifies the volume of `filesystem` with statistics `volume`:
-/// memory-backed by type or device first (`memory-backed`), then FUSE
+/// Classifies the volume of `filesystem` with statistics `volume`: kernel
+/// pseudo-filesystems first (`pseudo-filesystem`), then memory-backed by
+/// type or device (`memory-backed`), then FUSE
 /// (`fuse`) and network or shared types (`network`), then figures that
 /// cannot be true (`implausible-statistics`: no size, more free than size,
 /// or 1 PiB and above), then the known local types (`local`) and any other
@@ -115,6 +143,13 @@ pub enum VolumeKind {
 /// warning in its reason).
 pub fn volume_kind(filesystem: &Filesystem, volume: &VolumeStats) -> Decision<VolumeKind> {
     let fs = filesystem.fs_type.as_str();
+    if PSEUDO_TYPES.contains(&fs) {
+        return Decision::new(
+            VolumeKind::NotStorage,
+            "pseudo-filesystem",
+            format!("{fs} is a kernel pseudo-filesystem, not storage"),
+        );
+    }
     if let Some(why) = memory_backed(filesystem) {
         return Decision::new(
             VolumeKind::Memory,
@@ -260,6 +295,12 @@ impl MemoryBudget {
 /// A disk tier that cannot be sized from what was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizingError {
+    /// The directory is on a kernel pseudo-filesystem.
+    #[error("{why}: no disk tier can live there. Point EREBINE_AGENT_LMCACHE_DISK_PATH at a directory on a disk, or set EREBINE_AGENT_LMCACHE_DISK_SIZE_GB=0 for no disk tier")]
+    NotStorage {
+        /// The classification's reason, naming the filesystem type.
+        why: String,
+    },
     /// The volume's figures cannot size the tier and no size was given.
     #[error("{why}: the tier cannot be sized from its figures. Set EREBINE_AGENT_LMCACHE_DISK_SIZE_GB to the GiB the tier may use there (it is then used as given), or to 0 for no disk tier")]
     Unmeasurable {
@@ -321,6 +362,14 @@ pub fn tier_capacity(tier: &TierSizing) -> Result<Decision<u64>, SizingError> {
             tier.explicit,
         ),
         VolumeKind::Untrusted => unmeasured_capacity(tier)?,
+        VolumeKind::NotStorage if tier.explicit == Some(0) => {
+            disk_capacity(tier.volume, 0, 0, Some(0))
+        }
+        VolumeKind::NotStorage => {
+            return Err(SizingError::NotStorage {
+                why: tier.kind.reason.clone(),
+            })
+        }
         VolumeKind::Memory => memory_capacity(tier)?,
     };
     Ok(match below_l1_warning(capacity.value, tier.l1_bytes) {
@@ -469,6 +518,15 @@ mod tests {
             ("lustre", None, VolumeKind::Untrusted, "network"),
             ("virtiofs", None, VolumeKind::Untrusted, "network"),
             ("zonefs-new", None, VolumeKind::Local, "unrecognised-type"),
+            ("proc", None, VolumeKind::NotStorage, "pseudo-filesystem"),
+            ("sysfs", None, VolumeKind::NotStorage, "pseudo-filesystem"),
+            ("cgroup2", None, VolumeKind::NotStorage, "pseudo-filesystem"),
+            (
+                "hugetlbfs",
+                None,
+                VolumeKind::NotStorage,
+                "pseudo-filesystem",
+            ),
             (
                 "unknown (statfs magic 0x1234)",
                 None,
@@ -626,6 +684,20 @@ mod tests {
             let tiny = sized(fs_type, figures, 8 * GIB, Some(GIB / 2), 64 * GIB).unwrap();
             assert_eq!(tiny.rule, "below-1gib");
         }
+    }
+
+    #[test]
+    fn no_tier_lives_on_a_pseudo_filesystem_whatever_its_size() {
+        for explicit in [None, Some(100 * GIB)] {
+            let err = sized("proc", vol(0, 0), 8 * GIB, explicit, 64 * GIB).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("proc is a kernel pseudo-filesystem, not storage"),
+                "{err}"
+            );
+        }
+        let off = sized("sysfs", vol(0, 0), 8 * GIB, Some(0), 64 * GIB).unwrap();
+        assert_eq!(off.rule, "disabled-explicit");
     }
 
     #[test]
