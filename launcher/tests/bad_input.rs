@@ -501,6 +501,10 @@ fn size_json_has_every_documented_field() {
         "io_workers",
         "use_odirect",
         "odirect_reason",
+        "fs_type",
+        "volume_kind",
+        "volume_kind_rule",
+        "warnings",
     ] {
         assert!(!v[field].is_null(), "{field} missing in {v:#}");
     }
