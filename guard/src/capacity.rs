@@ -97,7 +97,9 @@ impl GuardSpec {
     /// Checks the capacity against the size of the volume that holds
     /// `base_path`, or would hold it: a missing directory is measured at its
     /// nearest existing ancestor, and nothing is created (the guard creates
-    /// it once the server runs).
+    /// it once the server runs). A volume that reports a size of 0 has none
+    /// to compare with (a tmpfs mounted with `size=0`, ramfs, some FUSE
+    /// filesystems) and passes.
     ///
     /// # Errors
     /// [`CapacityError::LargerThanVolume`]; [`CapacityError::Directory`] when
@@ -110,7 +112,7 @@ impl GuardSpec {
             measured: measured.to_path_buf(),
             errno,
         })?;
-        if self.capacity_bytes > volume {
+        if !fits_volume(self.capacity_bytes, volume) {
             return Err(CapacityError::LargerThanVolume {
                 position: self.position,
                 base_path: self.base_path.display().to_string(),
@@ -120,6 +122,14 @@ impl GuardSpec {
         }
         Ok(())
     }
+}
+
+/// Whether a capacity of `capacity_bytes` fits a volume whose statistics
+/// give `volume_bytes`; a volume that reports 0 bytes reports no size (a
+/// tmpfs without a size limit, ramfs, a FUSE daemon with no figures), and
+/// anything fits it as far as the guard can tell.
+fn fits_volume(capacity_bytes: u64, volume_bytes: u64) -> bool {
+    volume_bytes == 0 || capacity_bytes <= volume_bytes
 }
 
 /// `path`, or its nearest ancestor that exists (`.` when none does).
@@ -541,6 +551,14 @@ mod tests {
             missing.display()
         );
         assert_eq!(specs(&json).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_volume_that_reports_no_size_takes_any_capacity_and_others_their_size() {
+        assert!(fits_volume(u64::MAX, 0));
+        assert!(fits_volume(1 << 30, 1 << 30));
+        assert!(!fits_volume((1 << 30) + 1, 1 << 30));
+        assert!(fits_volume(0, 1));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use lmcache_capacity_guard::Watch;
 use lmcache_housekeeping::{scan, HousekeepingError, Mode, ScannedTier};
 use lmcache_sizing::probe;
 use lmcache_sizing::rules::{self, MemoryFacts, OdirectProbe, VolumeStats};
-use lmcache_sizing::volume::Filesystem;
+use lmcache_sizing::volume::{self, Filesystem, SizingError, VolumeKind};
 use serde::{Deserialize, Serialize};
 
 use crate::env::{self, KvCacheBackend, NodeEnv};
@@ -146,21 +146,14 @@ impl Facts {
         effective_chunk_size(engine, &node)?;
         ports::check_distinct(&ports::listeners(&node))?;
         facts.executable = Some(server_executable(&node, vars)?);
-        if node.builtin_tier() {
-            // A tier the operator disabled is never housekept: its volume
-            // is measured for the record, its contents are left alone.
-            facts.disk = Some(match node.disk_size_bytes {
-                Some(0) => measure_disk_as(&node.disk_path, DiskAccess::Inspect, Tier::Disabled)?,
-                _ => {
-                    if access == DiskAccess::Create {
-                        check_volume_first(&node, &facts)?;
-                    }
-                    measure_disk(&node.disk_path, access)?
-                }
-            });
+        if access == DiskAccess::Create {
+            check_before_creating(engine, &node, &facts)?;
+            if let Some(log) = node.lookup_hash_log_dir() {
+                create_private_dir(log, env::LOOKUP_HASH_LOG_DIR)?;
+            }
         }
-        if let (Some(log), DiskAccess::Create) = (node.lookup_hash_log_dir(), access) {
-            create_private_dir(log, env::LOOKUP_HASH_LOG_DIR)?;
+        if node.builtin_tier() {
+            facts.disk = Some(measure_node_disk(&node, access)?);
         }
         Ok(facts)
     }
@@ -205,16 +198,46 @@ pub(crate) fn server_executable(node: &NodeEnv, vars: &Vars) -> Result<PathBuf, 
     )?)
 }
 
-/// Refuses a volume the tier cannot be sized on (FUSE, network or
-/// implausible figures without an explicit size; an explicit memory-backed
-/// tier beyond the node's memory) before a launch creates or locks the
-/// cache directory: from the figures of the directory, or of its nearest
-/// existing ancestor, which is on the same filesystem.
-fn check_volume_first(node: &NodeEnv, facts: &Facts) -> Result<(), PlanError> {
-    let at = prepare_disk_path(&node.disk_path, DiskAccess::Inspect)?;
-    let (volume, filesystem) = volume_facts(&node.disk_path, &at)?;
-    let memory = rules::memory(&facts.memory).value;
-    launch_plan::check_volume(node, memory, &volume, &filesystem)
+/// The built-in tier's volume as `node` asks for it: a tier the operator
+/// disabled (`EREBINE_AGENT_LMCACHE_DISK_SIZE_GB=0`) is never created or
+/// housekept, and its volume is measured for the record only; any other is
+/// [`measure_disk`].
+///
+/// Errors: those of [`measure_disk`].
+pub fn measure_node_disk(node: &NodeEnv, access: DiskAccess) -> Result<DiskFacts, PlanError> {
+    match node.disk_size_bytes {
+        Some(0) => measure_disk_as(&node.disk_path, DiskAccess::Inspect, Tier::Disabled),
+        _ => measure_disk(&node.disk_path, access),
+    }
+}
+
+/// What a launch refuses, found before it creates anything (the cache and
+/// lookup-hash directories, the lock file): with a cache directory still
+/// to be made, the whole plan from its nearest existing ancestor's volume
+/// (there is nothing to scan, so the plan is the one the launch will
+/// make); with one that exists, the refusals of the sizing rules, which do
+/// not need its scan ([`launch_plan::check_volume`]).
+fn check_before_creating(
+    engine: &EngineFacts,
+    node: &NodeEnv,
+    facts: &Facts,
+) -> Result<(), PlanError> {
+    let disk = match (node.builtin_tier(), node.disk_size_bytes) {
+        (false, _) => None,
+        (true, Some(0)) => Some(measure_node_disk(node, DiskAccess::Inspect)?),
+        (true, _) if node.disk_path.is_dir() => {
+            let (volume, filesystem) = volume_facts(&node.disk_path, &node.disk_path)?;
+            let memory = rules::memory(&facts.memory).value;
+            return launch_plan::check_volume(node, memory, &volume, &filesystem);
+        }
+        (true, _) => Some(measure_disk(&node.disk_path, DiskAccess::Inspect)?),
+    };
+    let preview = Facts {
+        disk,
+        ..facts.clone()
+    };
+    let executable = facts.executable.clone().unwrap_or_default();
+    launch_plan::plan_launch(engine, node, &HostFacts::from(&preview), executable).map(drop)
 }
 
 /// Measures the volume of the cache directory `path` and scans it:
@@ -239,6 +262,14 @@ enum Tier {
 fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<DiskFacts, PlanError> {
     let measured_at = prepare_disk_path(path, access)?;
     let (volume, filesystem) = volume_facts(path, &measured_at)?;
+    let kind = volume::volume_kind(&filesystem, &volume);
+    if kind.value == VolumeKind::NotStorage && purpose == Tier::Enabled {
+        return Err(PlanError::Sizing {
+            variable: env::DISK_PATH,
+            path: path.display().to_string(),
+            source: SizingError::NotStorage { why: kind.reason },
+        });
+    }
     let odirect = probe::probe_odirect(&measured_at);
     if let (OdirectProbe::NotWritable(why), Tier::Enabled) = (&odirect, purpose) {
         return Err(disk_error(
@@ -545,21 +576,40 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_refused_by_the_sizing_rules_creates_and_locks_nothing() {
+    fn a_launch_refused_by_its_plan_creates_and_locks_nothing() {
         let tmp = tempfile::tempdir().unwrap();
         let shm = tempfile::tempdir_in("/dev/shm").unwrap();
-        for (cache, extra) in [
+        let cases: [(PathBuf, &[(&str, &str)]); 5] = [
             (
                 shm.path().join("cache"),
-                ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1000000"),
+                &[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1000000")],
             ),
             (
                 tmp.path().join("cache"),
-                ("EREBINE_AGENT_LMCACHE_MP_PORT", "8090"),
+                &[("EREBINE_AGENT_LMCACHE_MP_PORT", "8090")],
             ),
-        ] {
+            (
+                tmp.path().join("a/cache"),
+                &[
+                    ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "0"),
+                    ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0.5"),
+                ],
+            ),
+            (
+                tmp.path().join("b/cache"),
+                &[(
+                    "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR",
+                    "/proc/erebine-log",
+                )],
+            ),
+            (
+                PathBuf::from("/proc/self/erebine-cache"),
+                &[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "10")],
+            ),
+        ];
+        for (cache, extra) in cases {
             let err =
-                Facts::measure(&engine(), &node(&cache, &[extra]), DiskAccess::Create).unwrap_err();
+                Facts::measure(&engine(), &node(&cache, extra), DiskAccess::Create).unwrap_err();
             assert_eq!(
                 crate::exit::HasExitStatus::exit_status(&err),
                 crate::exit::ExitStatus::BadInput,
@@ -567,6 +617,8 @@ mod tests {
             );
             assert!(!cache.exists(), "{err}");
         }
+        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
+        assert_eq!(fs::read_dir(shm.path()).unwrap().count(), 0);
     }
 
     #[test]

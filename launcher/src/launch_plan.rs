@@ -388,7 +388,7 @@ pub fn plan_launch(
         host.memory.value,
         node.host_agent_count,
     );
-    let server_l1 = server_l1_bytes(node, l1_budget.value)?;
+    let server_l1 = server_l1(node, l1_budget.clone())?.value;
     let (cascade, disk, cascade_source) = if let Some(tiers) = extra.l2_adapters() {
         (
             tiers.clone(),
@@ -438,14 +438,7 @@ pub fn plan_launch(
                 reason: format!("the L1 budget is 0 and {}", cascade_source.reason),
             })
         }
-        (0, false) => (
-            Decision::new(
-                WRITE_BUFFER_L1_BYTES,
-                "write-buffer",
-                "L1 budget is 0: L1 runs as a write buffer only (eviction noop, l2-store-policy skip_l1) with the smallest L1 that stages chunks, 1 GiB",
-            ),
-            L1Mode::WriteBuffer,
-        ),
+        (0, false) => (write_buffer_l1(), L1Mode::WriteBuffer),
         _ => (l1_budget.clone(), L1Mode::Cache),
     };
     let own = NodeValues {
@@ -458,18 +451,7 @@ pub fn plan_launch(
             (None, Some(_)) => "the built-in fs_native tier (not sized)".to_string(),
         },
     };
-    let l1_size = match (extra_l1, extra.value("--l1-size-gb")) {
-        (Some(bytes), Some(text)) => Decision::new(
-            bytes,
-            "extra-args",
-            format!(
-                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l1-size-gb {text} replaces the node's {} ({})",
-                fmt_gib(l1_size.value),
-                l1_size.reason
-            ),
-        ),
-        _ => l1_size,
-    };
+    let l1_size = with_extra_l1(node, l1_size)?;
     let lookup_hash_log = node
         .lookup_hash_log
         .clone()
@@ -495,6 +477,9 @@ pub fn plan_launch(
     if let Some(disk) = &decisions.disk {
         decisions.warnings = disk.warnings(decisions.l1_size.value);
     }
+    decisions
+        .warnings
+        .extend(small_l1_warning(decisions.l1_size.value));
     let housekeeping = decisions
         .disk
         .as_ref()
@@ -724,17 +709,57 @@ fn gib_arg(bytes: u64) -> String {
     format!("{}", bytes as f64 / GIB as f64)
 }
 
-/// The L1 the server gets, in bytes: `--l1-size-gb` in
-/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else the budget, else (a budget of 0)
-/// the write buffer's 1 GiB.
+/// The L1 the server gets: `--l1-size-gb` in
+/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else the `budget`, else (a budget of
+/// 0) the write buffer's 1 GiB.
 ///
 /// Errors: an extra `--l1-size-gb` that is not a size.
-pub fn server_l1_bytes(node: &NodeEnv, budget_bytes: u64) -> Result<u64, PlanError> {
-    Ok(match (extra_l1_bytes(node)?, budget_bytes) {
-        (Some(bytes), _) => bytes,
-        (None, 0) => WRITE_BUFFER_L1_BYTES,
-        (None, budget) => budget,
+pub fn server_l1(node: &NodeEnv, budget: Decision<u64>) -> Result<Decision<u64>, PlanError> {
+    let own = match budget.value {
+        0 => write_buffer_l1(),
+        _ => budget,
+    };
+    with_extra_l1(node, own)
+}
+
+/// A warning for an L1 above 0 but below the 1 GiB a write buffer gets:
+/// LMCache stages every chunk in L1 on its way to L2 and serves hits from
+/// it, and one 256-token chunk of an 8B model is already 32 MiB.
+fn small_l1_warning(l1_bytes: u64) -> Option<String> {
+    (l1_bytes > 0 && l1_bytes < WRITE_BUFFER_L1_BYTES).then(|| {
+        format!(
+            "L1 is {}, below 1 GiB: LMCache stages every chunk in L1 on its way to L2 and serves hits from it, and one 256-token chunk of an 8B model is 32 MiB; give L1 at least 1 GiB, or 0 for a write buffer",
+            fmt_gib(l1_bytes)
+        )
     })
+}
+
+/// The L1 of a write-buffer-only server.
+fn write_buffer_l1() -> Decision<u64> {
+    Decision::new(
+        WRITE_BUFFER_L1_BYTES,
+        "write-buffer",
+        "L1 budget is 0: L1 runs as a write buffer only (eviction noop, l2-store-policy skip_l1) with the smallest L1 that stages chunks, 1 GiB",
+    )
+}
+
+/// `own`, or the `--l1-size-gb` of `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` that
+/// replaces it.
+fn with_extra_l1(node: &NodeEnv, own: Decision<u64>) -> Result<Decision<u64>, PlanError> {
+    Ok(
+        match (extra_l1_bytes(node)?, node.extra_args.value("--l1-size-gb")) {
+            (Some(bytes), Some(text)) => Decision::new(
+                bytes,
+                "extra-args",
+                format!(
+                    "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l1-size-gb {text} replaces the node's {} ({})",
+                    fmt_gib(own.value),
+                    own.reason
+                ),
+            ),
+            _ => own,
+        },
+    )
 }
 
 fn extra_l1_bytes(node: &NodeEnv) -> Result<Option<u64>, PlanError> {
@@ -746,7 +771,7 @@ fn extra_l1_bytes(node: &NodeEnv) -> Result<Option<u64>, PlanError> {
 }
 
 /// Sizes the node's built-in disk tier under `node.disk_path` beside an L1
-/// of `l1_bytes` (the L1 the server gets, [`server_l1_bytes`]) from the
+/// of `l1_bytes` (the L1 the server gets, [`server_l1`]) from the
 /// measured disk facts in `host`: the kind of volume, the capacity, I/O
 /// workers and O_DIRECT (`docs/sizing.md`).
 ///
@@ -792,7 +817,7 @@ pub fn check_volume(
     filesystem: &Filesystem,
 ) -> Result<(), PlanError> {
     let budget = rules::l1_budget(node.kv_offload_bytes, memory_bytes, node.host_agent_count);
-    let l1_bytes = server_l1_bytes(node, budget.value)?;
+    let l1_bytes = server_l1(node, budget)?.value;
     tier_capacity(node, memory_bytes, l1_bytes, volume, filesystem, 0).map(drop)
 }
 

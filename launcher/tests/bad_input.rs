@@ -311,20 +311,27 @@ fn a_disk_path_that_is_a_file_is_refused_and_left_intact() {
 
 #[test]
 fn a_disk_path_on_a_pseudo_filesystem_or_relative_is_refused() {
-    let mut case = Case::new();
-    case.set(
-        "EREBINE_AGENT_LMCACHE_DISK_PATH",
-        "/proc/self/erebine-cache",
-    );
-    for args in [&["launch"][..], &["launch", "--dry-run"], &["size"]] {
-        assert_fails(
-            &case.run(args),
-            2,
-            &[
-                "EREBINE_AGENT_LMCACHE_DISK_PATH=/proc/self/erebine-cache",
-                "proc is a kernel pseudo-filesystem, not storage",
-            ],
-        );
+    for (path, fs_type) in [
+        ("/proc/self/erebine-cache", "proc"),
+        ("/sys/erebine-cache", "sysfs"),
+    ] {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_LMCACHE_DISK_PATH", path);
+        for args in [&["launch"][..], &["launch", "--dry-run"], &["size"]] {
+            assert_fails(
+                &case.run(args),
+                2,
+                &[
+                    &format!("EREBINE_AGENT_LMCACHE_DISK_PATH={path}"),
+                    &format!("{fs_type} is a kernel pseudo-filesystem, not storage"),
+                ],
+            );
+        }
+        case.set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0");
+        for args in [&["launch", "--dry-run"][..], &["size"]] {
+            let out = case.run(args);
+            assert!(out.status.success(), "{path} {args:?}: {}", stderr(&out));
+        }
     }
     let mut case = Case::new();
     case.set("EREBINE_AGENT_LMCACHE_DISK_PATH", "relative/cache");
@@ -878,6 +885,17 @@ fn a_positive_disk_size_below_a_byte_is_below_the_minimum_not_off() {
             reason.contains("below the 1 GiB minimum") && !reason.contains("disables"),
             "{tiny}: {reason}"
         );
+    }
+}
+
+#[test]
+fn an_l1_below_1_gib_is_kept_with_a_warning() {
+    for tiny in ["1e-300", "0.5"] {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", tiny);
+        let out = case.run(&["launch", "--dry-run"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stderr(&out).contains("below 1 GiB: LMCache stages every chunk in L1"));
     }
 }
 

@@ -158,3 +158,123 @@ fn a_server_that_cannot_import_its_modules_is_named_with_the_import() {
         "{log}"
     );
 }
+
+/// A tier on tmpfs is memory: the plan bounds it so that L1 and the tier
+/// leave the engine its headroom, the real server gets exactly that
+/// capacity, and KV traffic lands in RAM.
+#[test]
+fn a_tier_on_dev_shm_is_bounded_by_memory_and_the_real_server_gets_that_capacity() {
+    let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = tmp.path();
+    let (mp_port, http_port) = (free_port(), free_port());
+    // Two nodes share the host, so the memory bound, not the volume,
+    // decides on a host whose /dev/shm is the usual half or all of RAM.
+    let shared = |mut cmd: std::process::Command| {
+        cmd.env("EREBINE_AGENT_HOST_AGENT_COUNT", "2");
+        cmd
+    };
+    let mut dry = shared(BINS.launch_command(dir, mp_port, http_port, &[]));
+    dry.args(["--dry-run", "--json"]);
+    let out = dry.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let decisions = &plan["decisions"];
+    assert_eq!(decisions["disk"]["volume_kind"]["value"], "memory");
+    let memory = decisions["host"]["memory"]["value"].as_u64().unwrap();
+    let share = memory / 2;
+    let budget = share - (share / 4).max(8 << 30);
+    let capacity = decisions["disk"]["capacity"]["value"].as_u64().unwrap();
+    assert!(capacity >= 1 << 30, "no tier planned: {decisions:#}");
+    assert!(
+        (1 << 30) + capacity <= budget,
+        "L1 1 GiB + tier {capacity} > budget {budget}: {decisions:#}"
+    );
+    assert!(stderr.contains("is RAM beside the 1.00 GiB L1"), "{stderr}");
+
+    let mut launch = Proc::spawn(
+        shared(BINS.launch_command(dir, mp_port, http_port, &[])),
+        &dir.join("launch.log"),
+    );
+    let url = format!("http://127.0.0.1:{http_port}/status");
+    let status = wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    let evicted = &status["storage_manager"]["l2_eviction_controller"]["adapters"];
+    let served = evicted[0]["total_capacity_bytes"].as_u64().unwrap();
+    assert_eq!(served >> 20, capacity >> 20, "{status:#}");
+    let bench = run_bench(dir, mp_port, http_port, 0, 2);
+    assert!(bench.status.success(), "bench failed:\n{}", bench.output);
+    assert!(!data_objects(&dir.join("cache")).is_empty());
+    let log = launch.output();
+    assert!(log.contains("volume=memory-backed (tmpfs"), "{log}");
+    stop_launch(&mut launch);
+}
+
+/// A ramfs mounted for the test, unmounted when dropped. The end-to-end
+/// tests run as root (`scripts/test.sh` on the CI machine), which mounting
+/// needs.
+struct Ramfs(std::path::PathBuf);
+
+impl Ramfs {
+    fn mount(at: &std::path::Path) -> Ramfs {
+        std::fs::create_dir_all(at).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "ramfs", "erebine-test"])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mounting a ramfs needs root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ramfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A memory-backed volume that reports no size (ramfs, a tmpfs mounted
+/// with `size=0`) is bounded by memory alone, and the launch's capacity
+/// check takes a size of 0 as "no size", so the real server starts.
+#[test]
+fn a_tier_on_a_ramfs_without_a_size_is_bounded_by_memory_and_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ramfs = Ramfs::mount(&dir.join("ram"));
+    let (mp_port, http_port) = (free_port(), free_port());
+    let command = || {
+        let mut cmd = BINS.launch_command(dir, mp_port, http_port, &[]);
+        cmd.env("EREBINE_AGENT_LMCACHE_DISK_PATH", ramfs.0.join("cache"))
+            .env("EREBINE_AGENT_HOST_AGENT_COUNT", "2");
+        cmd
+    };
+    let out = command().args(["--dry-run", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let disk = &plan["decisions"]["disk"];
+    assert_eq!(
+        disk["volume_kind"]["reason"],
+        "ramfs is memory-backed: its pages are this node's RAM"
+    );
+    assert_eq!(disk["capacity"]["rule"], "memory-bound", "{disk:#}");
+    let capacity = disk["capacity"]["value"].as_u64().unwrap();
+
+    let mut launch = Proc::spawn(command(), &dir.join("launch.log"));
+    let url = format!("http://127.0.0.1:{http_port}/status");
+    let status = wait_for_status(&url, &mut launch, Duration::from_secs(180));
+    let evicted = &status["storage_manager"]["l2_eviction_controller"]["adapters"];
+    let served = evicted[0]["total_capacity_bytes"].as_u64().unwrap();
+    assert_eq!(served >> 20, capacity >> 20, "{status:#}");
+    stop_launch(&mut launch);
+}

@@ -30,7 +30,14 @@ fn child_and_gateway(proc: &mut Proc) -> (i32, u16) {
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|p| p.parse().ok());
-        if let (Some(port), Some(&child)) = (port, children_of(proc.pid()).first()) {
+        // A child that has not yet exec'd LMCache still shows this
+        // process's command line and environment.
+        let exec_done = |child: i32| {
+            let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            exe(child).is_some_and(|e| Some(e) != exe(proc.pid()))
+        };
+        let child = children_of(proc.pid()).first().copied();
+        if let (Some(port), Some(child)) = (port, child.filter(|&c| exec_done(c))) {
             return (child, port);
         }
         if let Some(status) = proc.try_status() {

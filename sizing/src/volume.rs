@@ -234,6 +234,15 @@ fn implausible(volume: &VolumeStats) -> Option<String> {
     }
 }
 
+/// Formats a byte count as GiB with two decimals rounded down, for a
+/// largest value to write: `"9.65 GiB"` for 9.6551 GiB.
+fn fmt_gib_down(bytes: u64) -> String {
+    format!(
+        "{:.2} GiB",
+        (bytes as f64 / GIB as f64 * 100.0).floor() / 100.0
+    )
+}
+
 /// Formats a byte count as PiB with two decimals, e.g. `"64.00 PiB"`.
 fn fmt_pib(bytes: u64) -> String {
     format!("{:.2} PiB", bytes as f64 / (1u64 << 50) as f64)
@@ -311,7 +320,7 @@ pub enum SizingError {
     /// for its cache.
     #[error("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB asks {} on a memory-backed volume ({why}): with the {} L1 that is {} of memory, above {}. Set it to at most {} (0 disables the tier), lower L1 (EREBINE_AGENT_KV_OFFLOAD_SIZE_GB), or put EREBINE_AGENT_LMCACHE_DISK_PATH on a disk",
         fmt_gib(*.asked_bytes), fmt_gib(*.l1_bytes), fmt_gib(.asked_bytes.saturating_add(*.l1_bytes)),
-        .budget.describe(), fmt_gib(.budget.tier_bytes(*.l1_bytes)))]
+        .budget.describe(), fmt_gib_down(.budget.tier_bytes(*.l1_bytes)))]
     OverMemory {
         /// The tier asked for, in bytes (after the 75%-of-volume cap).
         asked_bytes: u64,
@@ -414,11 +423,11 @@ fn unmeasured_capacity(tier: &TierSizing) -> Result<Decision<u64>, SizingError> 
 fn memory_capacity(tier: &TierSizing) -> Result<Decision<u64>, SizingError> {
     let room = tier.memory.tier_bytes(tier.l1_bytes);
     let by_volume = match (tier.explicit, tier.volume.total_bytes) {
-        (Some(bytes), 0) if bytes > 0 => Decision::new(
+        (Some(bytes), 0) if bytes > 0 => at_least_minimum(Decision::new(
             bytes,
             "explicit",
             format!("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB sets {}", fmt_gib(bytes)),
-        ),
+        )),
         (None, 0) => Decision::new(u64::MAX, "memory-bound", "the volume has no size limit"),
         (explicit, _) => {
             disk_capacity(tier.volume, tier.reclaimable_bytes, tier.l1_bytes, explicit)
@@ -433,6 +442,9 @@ fn memory_capacity(tier: &TierSizing) -> Result<Decision<u64>, SizingError> {
                 why: tier.kind.reason.clone(),
             });
         }
+        return Ok(by_volume);
+    }
+    if by_volume.value == 0 {
         return Ok(by_volume);
     }
     if by_volume.value <= room {
@@ -453,7 +465,7 @@ fn memory_capacity(tier: &TierSizing) -> Result<Decision<u64>, SizingError> {
             tier.kind.reason,
             fmt_gib(tier.l1_bytes),
             tier.memory.describe(),
-            fmt_gib(room),
+            fmt_gib(round_down_mib(room)),
             by_volume.reason
         ),
     )))
@@ -627,12 +639,37 @@ mod tests {
         assert!(d.reason.contains("no size limit"), "{}", d.reason);
         let d = sized("tmpfs", vol(0, 0), 16 * GIB, Some(40 * GIB), 128 * GIB).unwrap();
         assert_eq!((d.value, d.rule), (40 * GIB, "explicit"));
+        for tiny in [1, GIB / 2] {
+            let d = sized("ramfs", vol(0, 0), 16 * GIB, Some(tiny), 128 * GIB).unwrap();
+            assert_eq!((d.value, d.rule), (0, "below-1gib"), "{tiny}");
+        }
     }
 
     #[test]
     fn l1_that_fills_the_memory_budget_leaves_no_memory_backed_tier() {
         let d = sized("tmpfs", vol(16 * GIB, 16 * GIB), 8 * GIB, None, 16 * GIB).unwrap();
         assert_eq!((d.value, d.rule), (0, "below-1gib"));
+        let small = sized("tmpfs", vol(GIB, GIB), 8 * GIB, None, 64 * GIB).unwrap();
+        assert_eq!((small.value, small.rule), (0, "below-1gib"));
+        assert!(!small.reason.contains("within"), "{}", small.reason);
+    }
+
+    #[test]
+    fn the_largest_size_a_refusal_suggests_is_accepted() {
+        // 23.54 GiB of memory, L1 5.89 GiB: the room is 9.6551 GiB.
+        let share = 25_275_711_488;
+        let l1 = share / 4;
+        let text = sized("tmpfs", vol(0, 0), l1, Some(12 * GIB), share)
+            .unwrap_err()
+            .to_string();
+        let most: f64 = text
+            .split("Set it to at most ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        let bytes = crate::gib_to_bytes(most).unwrap();
+        sized("tmpfs", vol(0, 0), l1, Some(bytes), share).unwrap();
     }
 
     #[test]

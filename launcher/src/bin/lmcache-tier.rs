@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
-use lmcache_launcher::facts::measure_disk;
+use lmcache_launcher::facts::measure_node_disk;
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, PlanError};
@@ -546,9 +546,7 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     let node = NodeEnv::from_vars(&vars)?;
     let mut facts = Facts::host()?;
     let message = format!("measuring the cache in {}", node.disk_path.display());
-    let measured_disk = with_progress(&message, || {
-        measure_disk(&node.disk_path, DiskAccess::Inspect)
-    })?;
+    let measured_disk = with_progress(&message, || measure_node_disk(&node, DiskAccess::Inspect))?;
     facts.disk = Some(measured_disk.clone());
     let host = HostFacts::from(&facts);
     let l1 = rules::l1_budget(
@@ -556,9 +554,9 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
         host.memory.value,
         node.host_agent_count,
     );
-    let server_l1 = launch_plan::server_l1_bytes(&node, l1.value)?;
-    let disk = launch_plan::size_disk_tier(&node, &host, server_l1)?;
-    let warnings = disk.warnings(server_l1);
+    let l1 = launch_plan::server_l1(&node, l1)?;
+    let disk = launch_plan::size_disk_tier(&node, &host, l1.value)?;
+    let warnings = disk.warnings(l1.value);
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
