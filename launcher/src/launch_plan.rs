@@ -389,48 +389,7 @@ pub fn plan_launch(
         node.host_agent_count,
     );
     let server_l1 = server_l1(node, l1_budget.clone())?.value;
-    let (cascade, disk, cascade_source) = if let Some(tiers) = extra.l2_adapters() {
-        (
-            tiers.clone(),
-            None,
-            Decision::new(
-                (),
-                "extra-args",
-                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l2-adapter replaces the node's tiers (not added to them); disk sizing does not apply",
-            ),
-        )
-    } else {
-        match &node.l2_adapter {
-            Some(custom) => (
-                custom.clone(),
-                None,
-                Decision::new(
-                    (),
-                    "custom",
-                    "EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces the built-in tier; disk sizing does not apply",
-                ),
-            ),
-            None => {
-                let disk = size_disk_tier(node, host, server_l1)?;
-                let cascade = if disk.capacity.value > 0 {
-                    Cascade(vec![fs_native_tier(
-                        &disk.path,
-                        disk.io_workers.value,
-                        disk.use_odirect.value,
-                        disk.capacity.value,
-                    )])
-                } else {
-                    Cascade::default()
-                };
-                let source = if disk.capacity.value > 0 {
-                    Decision::new((), "built-in", "built-in fs_native disk tier")
-                } else {
-                    Decision::new((), "l1-only", "no disk tier: L1 only")
-                };
-                (cascade, Some(disk), source)
-            }
-        }
-    };
+    let (cascade, disk, cascade_source) = choose_cascade(node, host, server_l1)?;
     let extra_l1 = extra_l1_bytes(node)?;
     let (l1_size, l1_mode) = match (l1_budget.value, cascade.tiers().is_empty()) {
         (0, true) if extra_l1.unwrap_or(0) == 0 => {
@@ -480,42 +439,16 @@ pub fn plan_launch(
     decisions
         .warnings
         .extend(small_l1_warning(decisions.l1_size.value));
-    let housekeeping = decisions
-        .disk
-        .as_ref()
-        .filter(|disk| disk.capacity.value > 0)
-        .map(|disk| DiskHousekeeping {
-            path: disk.path.clone(),
-            identity: LaunchIdentity {
-                model: facts.model.clone(),
-                tensor_parallel_size: facts.tensor_parallel_size,
-                pipeline_parallel_size: facts.pipeline_parallel_size,
-                kv_cache_dtype: facts.kv_cache_dtype.clone(),
-                block_size: facts.block_size,
-                chunk_size: decisions.chunk_size.value,
-            },
-            capacity_bytes: disk.capacity.value,
-            tier: host
-                .disk
-                .as_ref()
-                .map(|d| d.tier.clone())
-                .unwrap_or_default(),
-        });
+    let housekeeping = disk_housekeeping(facts, host, &decisions);
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
     decisions.replaced_by_extra_args = replaced;
     let mp_port = ports::zmq_listener(node).port;
     let http_port = ports::http_listener(node).port;
-    let mut env = BTreeMap::new();
-    env.insert("LMCACHE_TRACK_USAGE".to_string(), "false".to_string());
-    env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
-    if let Some(level) = &node.lmcache_log_level {
-        env.insert("LMCACHE_LOG_LEVEL".to_string(), level.clone());
-    }
     Ok(LaunchPlan {
         executable,
         args,
-        env,
+        env: server_env(node),
         base_env: BTreeMap::new(),
         cascade,
         mp_port,
@@ -525,6 +458,93 @@ pub fn plan_launch(
         decisions,
         housekeeping,
     })
+}
+
+/// The node's L2 cascade, the built-in disk tier when it is the node's, and
+/// where the cascade came from: the `--l2-adapter`s of
+/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else `EREBINE_AGENT_LMCACHE_L2_ADAPTER`,
+/// else the built-in `fs_native` tier sized beside an L1 of `l1_bytes`
+/// (none when its capacity is 0).
+fn choose_cascade(
+    node: &NodeEnv,
+    host: &HostFacts,
+    l1_bytes: u64,
+) -> Result<(Cascade, Option<DiskTier>, Decision<()>), PlanError> {
+    if let Some(tiers) = node.extra_args.l2_adapters() {
+        return Ok((
+            tiers.clone(),
+            None,
+            Decision::new(
+                (),
+                "extra-args",
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l2-adapter replaces the node's tiers (not added to them); disk sizing does not apply",
+            ),
+        ));
+    }
+    if let Some(custom) = &node.l2_adapter {
+        return Ok((
+            custom.clone(),
+            None,
+            Decision::new(
+                (),
+                "custom",
+                "EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces the built-in tier; disk sizing does not apply",
+            ),
+        ));
+    }
+    let disk = size_disk_tier(node, host, l1_bytes)?;
+    if disk.capacity.value == 0 {
+        let source = Decision::new((), "l1-only", "no disk tier: L1 only");
+        return Ok((Cascade::default(), Some(disk), source));
+    }
+    let cascade = Cascade(vec![fs_native_tier(
+        &disk.path,
+        disk.io_workers.value,
+        disk.use_odirect.value,
+        disk.capacity.value,
+    )]);
+    let source = Decision::new((), "built-in", "built-in fs_native disk tier");
+    Ok((cascade, Some(disk), source))
+}
+
+/// The housekeeping of the built-in disk tier before the server starts,
+/// from the launch's scan in `host`; `None` without a disk tier.
+fn disk_housekeeping(
+    facts: &EngineFacts,
+    host: &HostFacts,
+    decisions: &Decisions,
+) -> Option<DiskHousekeeping> {
+    let disk = decisions.disk.as_ref().filter(|d| d.capacity.value > 0)?;
+    Some(DiskHousekeeping {
+        path: disk.path.clone(),
+        identity: LaunchIdentity {
+            model: facts.model.clone(),
+            tensor_parallel_size: facts.tensor_parallel_size,
+            pipeline_parallel_size: facts.pipeline_parallel_size,
+            kv_cache_dtype: facts.kv_cache_dtype.clone(),
+            block_size: facts.block_size,
+            chunk_size: decisions.chunk_size.value,
+        },
+        capacity_bytes: disk.capacity.value,
+        tier: host
+            .disk
+            .as_ref()
+            .map(|d| d.tier.clone())
+            .unwrap_or_default(),
+    })
+}
+
+/// The variables the server gets on top of its environment
+/// (`docs/configuration.md`): no usage reports, unbuffered output, and
+/// the log level when the node sets one.
+fn server_env(node: &NodeEnv) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert("LMCACHE_TRACK_USAGE".to_string(), "false".to_string());
+    env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
+    if let Some(level) = &node.lmcache_log_level {
+        env.insert("LMCACHE_LOG_LEVEL".to_string(), level.clone());
+    }
+    env
 }
 
 /// The engine's `--kv-transfer-config` for a server on 127.0.0.1:`mp_port`,

@@ -25,11 +25,12 @@ const BINS: Binaries = binaries!();
 /// A stand-in for the server, used where the question is what the launcher
 /// does around it, which the real server cannot report: it records its pid
 /// and one forwarded variable's bytes, and on SIGTERM whether the tier's
-/// lock is still held at that moment.
+/// lock is still held at that moment. The trap is set before the pid is written: the test signals once the
+/// pid is there, and a SIGTERM before the trap would end the shell unseen.
 const STAND_IN: &str = r#"#!/bin/sh
+trap 'if flock -n "$EREBINE_TEST_LOCK" true; then echo released; else echo held; fi > "$EREBINE_TEST_STATE/at-stop"; exit 0' TERM
 printf '%s' "$EREBINE_TEST_BYTES" > "$EREBINE_TEST_STATE/bytes"
 echo $$ > "$EREBINE_TEST_STATE/pid"
-trap 'if flock -n "$EREBINE_TEST_LOCK" true; then echo released; else echo held; fi > "$EREBINE_TEST_STATE/at-stop"; exit 0' TERM
 while :; do sleep 0.1; done
 "#;
 
