@@ -99,6 +99,10 @@ impl Binaries {
             .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
             .env("EREBINE_AGENT_LMCACHE_MP_PORT", mp_port.to_string())
             .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
+            .env(
+                "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+                free_port().to_string(),
+            )
             .args(["launch", "--model", "test-model"])
             .args(extra);
         cmd
@@ -211,6 +215,38 @@ pub fn get_json(url: &str) -> Option<serde_json::Value> {
         return None;
     }
     resp.json().ok()
+}
+
+/// GET `url` (loopback): the body of a 200 answer as text, else `None`.
+pub fn get_text(url: &str) -> Option<String> {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .no_proxy()
+        .build()
+        .ok()?;
+    let resp = client.get(url).send().ok()?;
+    if resp.status().as_u16() != 200 {
+        return None;
+    }
+    resp.text().ok()
+}
+
+/// Prometheus's `promtool`: `$EREBINE_TEST_PROMTOOL`, else `promtool` on
+/// `PATH`. Panics with what to run when it is missing.
+pub fn promtool() -> PathBuf {
+    let tool = std::env::var_os("EREBINE_TEST_PROMTOOL")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|dir| dir.join("promtool"))
+                .find(|p| p.is_file())
+        });
+    match tool {
+        Some(tool) if tool.is_file() => tool,
+        _ => panic!(
+            "no promtool: run scripts/test.sh (scripts/setup-prometheus.sh installs Debian's prometheus package), or set EREBINE_TEST_PROMTOOL"
+        ),
+    }
 }
 
 /// Polls `url` until it answers 200 with JSON, or panics after `limit` with

@@ -89,6 +89,27 @@ pub struct Gateways {
     runtime: Option<tokio::runtime::Runtime>,
     addresses: Vec<(usize, SocketAddr)>,
     every_s3_tier_gatewayed: bool,
+    view: GatewaysView,
+}
+
+/// The counters of a launch's gateways, readable from anywhere while they
+/// run: the same numbers each gateway answers on [`state::STATE_PATH`]
+/// (which `lmcache-tier inspect` reads). Reading takes no lock a request
+/// takes, except for the last upstream error.
+#[derive(Clone, Default)]
+pub struct GatewaysView(Vec<Arc<Stats>>);
+
+impl GatewaysView {
+    /// Each gateway's state as of now, in cascade order.
+    pub fn states(&self) -> Vec<state::GatewayState> {
+        self.0.iter().map(|stats| stats.snapshot()).collect()
+    }
+}
+
+impl std::fmt::Debug for GatewaysView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GatewaysView({} gateways)", self.0.len())
+    }
 }
 
 impl std::fmt::Debug for Gateways {
@@ -145,6 +166,7 @@ impl Gateways {
                     runtime: None,
                     addresses: Vec::new(),
                     every_s3_tier_gatewayed,
+                    view: GatewaysView::default(),
                 },
             ));
         }
@@ -160,14 +182,16 @@ impl Gateways {
             runtime: Some(runtime),
             addresses: Vec::new(),
             every_s3_tier_gatewayed,
+            view: GatewaysView::default(),
         };
         for (index, flag, spec, tier) in tiers {
             let position = tier.position;
             let key = KeyPair::random()?;
-            let (addr, source) = handle
+            let (addr, source, stats) = handle
                 .spawn(start_one(tier, key.clone()))
                 .await
                 .map_err(std::io::Error::other)??;
+            gateways.view.0.push(stats);
             out[index] = format!("{flag}{}", BucketTier::rewrite(&spec, addr, &key).to_arg());
             tracing::info!(
                 tier = position,
@@ -181,6 +205,12 @@ impl Gateways {
             gateways.addresses.push((position, addr));
         }
         Ok((out, gateways))
+    }
+
+    /// The gateways' counters, for a reader that outlives this borrow
+    /// (the metrics endpoint).
+    pub fn view(&self) -> GatewaysView {
+        self.view.clone()
     }
 
     /// Where each gateway listens: (tier position, `127.0.0.1:<port>`).
@@ -212,18 +242,18 @@ impl Drop for Gateways {
 
 /// Checks the tier's bucket and starts its gateway; returns where it
 /// listens and the source of the credentials the start-up check used (also
-/// in the gateway's state, [`state::GatewayState::credential_source`]).
-async fn start_one(tier: BucketTier, key: KeyPair) -> Result<(SocketAddr, String), GatewayError> {
+/// in the gateway's state, [`state::GatewayState::credential_source`]), and
+/// its counters.
+async fn start_one(
+    tier: BucketTier,
+    key: KeyPair,
+) -> Result<(SocketAddr, String, Arc<Stats>), GatewayError> {
     let stats = Stats::new(&tier);
     let (upstream, source) = gateway::Upstream::connect(tier, key).await?;
-    let stats = stats.with_credential_source(&source);
+    let stats = Arc::new(stats.with_credential_source(&source));
     let (listener, addr) = gateway::bind().await?;
-    tokio::spawn(gateway::serve(
-        listener,
-        Arc::new(upstream),
-        Arc::new(stats),
-    ));
-    Ok((addr, source))
+    tokio::spawn(gateway::serve(listener, Arc::new(upstream), stats.clone()));
+    Ok((addr, source, stats))
 }
 
 #[cfg(test)]

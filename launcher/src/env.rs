@@ -36,6 +36,10 @@ pub const CHUNK_SIZE: &str = "EREBINE_AGENT_LMCACHE_CHUNK_SIZE";
 pub const MP_PORT: &str = "EREBINE_AGENT_LMCACHE_MP_PORT";
 /// Port of the server's HTTP frontend (`/status`).
 pub const HTTP_PORT: &str = "EREBINE_AGENT_LMCACHE_HTTP_PORT";
+/// Port of the node's Prometheus metrics endpoint; `0` turns it off.
+pub const METRICS_PORT: &str = "EREBINE_AGENT_LMCACHE_METRICS_PORT";
+/// Address the metrics endpoint listens on (default 127.0.0.1).
+pub const METRICS_HOST: &str = "EREBINE_AGENT_LMCACHE_METRICS_HOST";
 /// Executable that starts the cache server.
 pub const LMCACHE_PATH: &str = "EREBINE_AGENT_LMCACHE_PATH";
 /// The operator's L2 adapter JSON (object or array).
@@ -76,6 +80,10 @@ pub const LOOKUP_HASH_SUBDIR: &str = "lookup_hashes";
 pub const DEFAULT_MP_PORT: u16 = 6555;
 /// Default HTTP port of the server (`docs/configuration.md`).
 pub const DEFAULT_HTTP_PORT: u16 = 8090;
+/// Default port of the node's metrics endpoint (`docs/metrics.md`): beside
+/// the server's HTTP port 8090, clear of LMCache's Prometheus fallback port
+/// 9090, of vLLM's 8000 and of the kernel's ephemeral range.
+pub const DEFAULT_METRICS_PORT: u16 = 8091;
 
 /// An environment as the OS gives it: variable name -> value, bytes that
 /// need not be UTF-8. Variables the node forwards to the server keep their
@@ -174,6 +182,11 @@ pub struct NodeEnv {
     pub mp_port: u16,
     /// `EREBINE_AGENT_LMCACHE_HTTP_PORT`, default 8090.
     pub http_port: u16,
+    /// `EREBINE_AGENT_LMCACHE_METRICS_PORT`, default 8091; 0 turns the
+    /// metrics endpoint off.
+    pub metrics_port: u16,
+    /// `EREBINE_AGENT_LMCACHE_METRICS_HOST`, default 127.0.0.1.
+    pub metrics_host: std::net::IpAddr,
     /// `EREBINE_AGENT_LMCACHE_PATH`: the executable that starts the server.
     pub lmcache_path: Option<PathBuf>,
     /// `EREBINE_AGENT_LMCACHE_L2_ADAPTER`: replaces the built-in tier.
@@ -249,6 +262,14 @@ impl NodeEnv {
                 .map(|v| parse_port(HTTP_PORT, &v))
                 .transpose()?
                 .unwrap_or(DEFAULT_HTTP_PORT),
+            metrics_port: get(METRICS_PORT)
+                .map(|v| parse_port_or_off(METRICS_PORT, &v))
+                .transpose()?
+                .unwrap_or(DEFAULT_METRICS_PORT),
+            metrics_host: get(METRICS_HOST)
+                .map(|v| parse_host(METRICS_HOST, &v))
+                .transpose()?
+                .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
             lmcache_path: get_path(LMCACHE_PATH),
             l2_adapter: get(L2_ADAPTER)
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
@@ -505,6 +526,8 @@ const TEXT_VARIABLES: &[&str] = &[
     CHUNK_SIZE,
     MP_PORT,
     HTTP_PORT,
+    METRICS_PORT,
+    METRICS_HOST,
     L2_ADAPTER,
     LMCACHE_LOG_LEVEL,
     AGENT_LOG_LEVEL,
@@ -560,6 +583,27 @@ fn parse_positive(variable: &str, value: &str, what: &str) -> Result<u32, Config
             expected: format!("write a whole number of at least 1: {what}"),
         }),
     }
+}
+
+/// A port, or 0 for "off".
+fn parse_port_or_off(variable: &str, value: &str) -> Result<u16, ConfigError> {
+    match value.trim() {
+        "0" => Ok(0),
+        _ => parse_port(variable, value).map_err(|_| ConfigError::Invalid {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: "write a TCP port from 1 to 65535, or 0 to turn it off".to_string(),
+        }),
+    }
+}
+
+/// An IP address to listen on (no host names: nothing is resolved).
+fn parse_host(variable: &str, value: &str) -> Result<std::net::IpAddr, ConfigError> {
+    value.trim().parse().map_err(|_| ConfigError::Invalid {
+        variable: variable.to_string(),
+        value: value.to_string(),
+        expected: "write an IP address to listen on: 127.0.0.1 (the default, this host only), 0.0.0.0 or :: (every interface), or one of the host's addresses".to_string(),
+    })
 }
 
 fn parse_port(variable: &str, value: &str) -> Result<u16, ConfigError> {

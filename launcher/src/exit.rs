@@ -232,7 +232,9 @@ impl HasExitStatus for GuardError {
 impl HasExitStatus for LaunchError {
     fn exit_status(&self) -> ExitStatus {
         match self {
-            LaunchError::PortInUse { .. } => ExitStatus::PortInUse,
+            // The metrics port is taken (another process, or an address
+            // this host does not have).
+            LaunchError::PortInUse { .. } | LaunchError::Metrics(_) => ExitStatus::PortInUse,
             LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
             LaunchError::Gateway(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),

@@ -4,6 +4,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -17,6 +18,7 @@ use lmcache_housekeeping::Mode;
 use crate::env;
 use crate::housekeep::Housekept;
 use crate::launch_plan::LaunchPlan;
+use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::ports::{Listener, PortSource};
 use crate::status::{Poll, StatusClient};
 use crate::supervise::{
@@ -109,7 +111,7 @@ impl Default for RestartPolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     /// A port the server needs is taken.
-    #[error("{listener}: port {port} on 127.0.0.1 is already in use ({detail}). Stop what holds it (`ss -ltnp 'sport = :{port}'`) or choose another port with {}", listener.setting())]
+    #[error("{listener}: port {port} on {} is already in use ({detail}). Stop what holds it (`ss -ltnp 'sport = :{port}'`) or choose another port with {}", listener.host, listener.setting())]
     PortInUse {
         /// The listener whose port is taken, with its setting.
         listener: Listener,
@@ -174,6 +176,9 @@ pub enum LaunchError {
     /// started.
     #[error("{0}; the server was not started")]
     Guard(#[from] GuardError),
+    /// The metrics endpoint cannot listen; the server was not started.
+    #[error("{0}; the server was not started")]
+    Metrics(#[from] MetricsError),
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
@@ -186,7 +191,7 @@ pub enum LaunchError {
 /// [`crate::ports::listeners`]) is already taken on 127.0.0.1.
 pub fn check_ports(listeners: &[Listener]) -> Result<(), LaunchError> {
     for listener in listeners {
-        if let Err(e) = TcpListener::bind((Ipv4Addr::LOCALHOST, listener.port)) {
+        if let Err(e) = TcpListener::bind((listener.host, listener.port)) {
             return Err(LaunchError::PortInUse {
                 listener: listener.clone(),
                 port: listener.port,
@@ -298,12 +303,15 @@ async fn run_launch(
         tracing::info!("{why} received before the LMCache server started: not starting it");
         return Ok(ExitStatus::from_raw(0));
     }
-    let prepared = prepare(plan, options).await?;
+    let metrics = Arc::new(NodeMetrics::new(Some(plan)));
+    let _endpoint = start_metrics(plan, &metrics).await?;
+    let prepared = prepare(plan, options, &metrics).await?;
     if let Some(why) = signals.already_received().await {
         tracing::info!("{why} received before the LMCache server started: not starting it");
         return Ok(ExitStatus::from_raw(0));
     }
     let emit = |event: Event| {
+        metrics.server().observe(&event);
         match &event {
             // The "LMCache server ready in ..." line right after says it.
             Event::Ready => tracing::debug!(event = ?event, "{event}"),
@@ -318,6 +326,7 @@ async fn run_launch(
     };
     let mut restarts = Restarts::new(plan, options);
     loop {
+        metrics.server().started(restarts.starts);
         let run = start_once(
             plan,
             &prepared,
@@ -355,11 +364,39 @@ struct Prepared {
     guard: Option<(std::path::PathBuf, Guard)>,
 }
 
+/// The server's listeners: the plan's, less the metrics endpoint, which
+/// the launch itself holds while the server starts.
+fn server_listeners(plan: &LaunchPlan) -> Vec<Listener> {
+    plan.listeners
+        .iter()
+        .filter(|l| Some(*l) != plan.metrics.as_ref())
+        .cloned()
+        .collect()
+}
+
+/// The plan's metrics endpoint, started; `None` when it is off.
+async fn start_metrics(
+    plan: &LaunchPlan,
+    metrics: &Arc<NodeMetrics>,
+) -> Result<Option<MetricsEndpoint>, LaunchError> {
+    let Some(listener) = &plan.metrics else {
+        return Ok(None);
+    };
+    let address = std::net::SocketAddr::new(listener.host, listener.port);
+    let endpoint = MetricsEndpoint::start(address, &listener.setting(), metrics.clone()).await?;
+    tracing::info!("metrics on http://{}/metrics", endpoint.address());
+    Ok(Some(endpoint))
+}
+
 /// Everything before the first start: the ports checked, the gateways
 /// started, the disk tier housekept from the plan's scan, and its capacity
-/// guard started from that scan.
-async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, LaunchError> {
-    check_ports(&plan.listeners)?;
+/// guard started from that scan; each of them then read by `metrics`.
+async fn prepare(
+    plan: &LaunchPlan,
+    options: &RunOptions,
+    metrics: &NodeMetrics,
+) -> Result<Prepared, LaunchError> {
+    check_ports(&server_listeners(plan))?;
     // Path-style gateways for `s3_bucket` tiers, held until the launch
     // returns; the server gets specs with per-launch keys only.
     let lookup = |k: &str| match plan.base_env.is_empty() {
@@ -371,6 +408,10 @@ async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, La
             .map(str::to_string),
     };
     let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
+    metrics.watch_gateways(gateways.view());
+    if let Ok(specs) = guard_specs(&plan.cascade) {
+        metrics.watch_guards(specs.into_iter().map(|spec| spec.base_path));
+    }
     let Some(hk) = &plan.housekeeping else {
         return Ok(Prepared {
             args,
@@ -387,6 +428,7 @@ async fn prepare(plan: &LaunchPlan, options: &RunOptions) -> Result<Prepared, La
     // A display that did not run the work leaves it to be done here.
     let mut housekept = housekept.unwrap_or_else(|| hk.run(Mode::Apply))?;
     tracing::info!("{}", housekept.housekeeping.report);
+    metrics.housekept(&housekept.housekeeping.report, started.elapsed());
     let lock = housekept.tier.lock.take();
     let guard = start_guard(plan, &hk.path, housekept)?;
     tracing::debug!(
@@ -460,7 +502,7 @@ async fn start_once(
     if start > 1 {
         // The last server's processes may still be letting go of them.
         let deadline = Instant::now() + options.stop_grace;
-        while let Err(e) = check_ports(&plan.listeners) {
+        while let Err(e) = check_ports(&server_listeners(plan)) {
             if Instant::now() >= deadline {
                 return Err(e);
             }
@@ -753,6 +795,7 @@ async fn supervise(
                     .unwrap_or(Listener {
                         role: "the server's HTTP port",
                         source: PortSource::Variable(env::HTTP_PORT),
+                        host: Ipv4Addr::LOCALHOST.into(),
                         port: plan.http_port,
                     });
                 return Err(LaunchError::PortInUse {

@@ -237,6 +237,9 @@ pub struct LaunchPlan {
     /// Every port the launch listens on, with the setting that chose it
     /// (no two alike: [`ports::check_distinct`]).
     pub listeners: Vec<Listener>,
+    /// The node's metrics endpoint (`docs/metrics.md`); `None` when
+    /// `EREBINE_AGENT_LMCACHE_METRICS_PORT` is 0.
+    pub metrics: Option<Listener>,
     /// The engine's `--kv-transfer-config` JSON object:
     /// `{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_connector_extra_config":{"lmcache.mp.host":"tcp://127.0.0.1","lmcache.mp.port":<MP port>, ...}}`,
     /// with `EREBINE_AGENT_LMCACHE_EXTRA_CONFIG` merged into
@@ -250,6 +253,15 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// The metrics endpoint's URL, `None` when it is off.
+    pub fn metrics_url(&self) -> Option<String> {
+        let m = self.metrics.as_ref()?;
+        Some(format!(
+            "http://{}/metrics",
+            std::net::SocketAddr::new(m.host, m.port)
+        ))
+    }
+
     /// The `/status` URL of the planned server.
     pub fn status_url(&self) -> String {
         format!("http://127.0.0.1:{}/status", self.http_port)
@@ -291,6 +303,7 @@ impl LaunchPlan {
             "env": self.env,
             "status_url": self.status_url(),
             "listeners": self.listeners,
+            "metrics_url": self.metrics_url(),
             "connector_config": self.connector_config,
             "cascade": self.cascade.redacted(),
             "decisions": self.decisions,
@@ -454,6 +467,7 @@ pub fn plan_launch(
         mp_port,
         http_port,
         listeners,
+        metrics: ports::metrics_listener(node),
         connector_config: connector_config(mp_port, &node.extra_config),
         decisions,
         housekeeping,

@@ -91,6 +91,7 @@ pub mod inspect;
 pub mod launch;
 pub mod launch_plan;
 pub mod locate;
+pub mod metrics;
 pub mod output;
 pub mod ports;
 pub mod server_flags;

@@ -6,11 +6,14 @@
 //! HTTP for `/status` (LMCache 0.5.6 opens no other; its Prometheus
 //! fallback server is off in `lmcache server`). Each comes from its
 //! variable, or from `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, whose flag wins.
+//! The launch itself serves its metrics on a third (`docs/metrics.md`),
+//! unless that is turned off.
 
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
 
 use crate::config_error::ConfigError;
-use crate::env::{NodeEnv, HTTP_PORT, LMCACHE_EXTRA_ARGS, MP_PORT};
+use crate::env::{NodeEnv, HTTP_PORT, LMCACHE_EXTRA_ARGS, METRICS_PORT, MP_PORT};
 
 /// Where a port's value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -29,7 +32,10 @@ pub struct Listener {
     pub role: &'static str,
     /// The setting it comes from.
     pub source: PortSource,
-    /// The TCP port on 127.0.0.1.
+    /// The address it listens on: 127.0.0.1, or the metrics endpoint's
+    /// `EREBINE_AGENT_LMCACHE_METRICS_HOST`.
+    pub host: IpAddr,
+    /// The TCP port.
     pub port: u16,
 }
 
@@ -55,10 +61,24 @@ impl fmt::Display for Listener {
     }
 }
 
-/// The ports a launch of `node` listens on, in the order the server opens
-/// them, each with the setting that chose it.
+/// The ports a launch of `node` listens on, each with the setting that
+/// chose it: the server's, in the order it opens them, then the metrics
+/// endpoint's when it is on.
 pub fn listeners(node: &NodeEnv) -> Vec<Listener> {
-    vec![zmq_listener(node), http_listener(node)]
+    let mut all = vec![zmq_listener(node), http_listener(node)];
+    all.extend(metrics_listener(node));
+    all
+}
+
+/// The node's metrics endpoint: `EREBINE_AGENT_LMCACHE_METRICS_PORT` on
+/// `EREBINE_AGENT_LMCACHE_METRICS_HOST`; `None` when the port is 0 (off).
+pub fn metrics_listener(node: &NodeEnv) -> Option<Listener> {
+    (node.metrics_port > 0).then_some(Listener {
+        role: "the metrics endpoint",
+        source: PortSource::Variable(METRICS_PORT),
+        host: node.metrics_host,
+        port: node.metrics_port,
+    })
 }
 
 /// The server's ZMQ port: `--port` in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`,
@@ -97,11 +117,18 @@ fn pick(
         Some(port) => (PortSource::ExtraArgs(flag), port),
         None => (PortSource::Variable(variable), value),
     };
-    Listener { role, source, port }
+    Listener {
+        role,
+        source,
+        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        port,
+    }
 }
 
 /// Fails when two of `listeners` ask for the same port: only one of them
-/// could bind it, and the server would fail at start.
+/// could bind it, and the server would fail at start. (A port on
+/// 127.0.0.1 and the same port on another address of the host could both
+/// be bound, but one on 0.0.0.0 covers 127.0.0.1, so any two are refused.)
 ///
 /// Errors: [`ConfigError::PortClash`], naming both settings.
 pub fn check_distinct(listeners: &[Listener]) -> Result<(), ConfigError> {
@@ -181,6 +208,29 @@ mod tests {
             }
             assert!(text.contains("Give each its own port"), "{text}");
         }
+    }
+
+    #[test]
+    fn the_metrics_endpoint_is_a_listener_unless_it_is_off() {
+        let text = clash(&[(METRICS_PORT, "8090")]);
+        assert!(
+            text.contains("EREBINE_AGENT_LMCACHE_HTTP_PORT=8090 (the server's HTTP port) and EREBINE_AGENT_LMCACHE_METRICS_PORT=8090 (the metrics endpoint)"),
+            "{text}"
+        );
+        let text = clash(&[(LMCACHE_EXTRA_ARGS, "--port 8091")]);
+        assert!(
+            text.contains("EREBINE_AGENT_LMCACHE_METRICS_PORT=8091"),
+            "{text}"
+        );
+        let off = listeners(&node(&[(METRICS_PORT, "0"), (HTTP_PORT, "8091")]));
+        assert_eq!(off.len(), 2);
+        check_distinct(&off).unwrap();
+        let everywhere = node(&[(crate::env::METRICS_HOST, "0.0.0.0")]);
+        let metrics = metrics_listener(&everywhere).unwrap();
+        assert_eq!(
+            (metrics.host.to_string(), metrics.port),
+            ("0.0.0.0".into(), 8091)
+        );
     }
 
     #[test]

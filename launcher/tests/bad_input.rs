@@ -46,6 +46,8 @@ impl Case {
         );
         vars.insert("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB".into(), "1".into());
         vars.insert("EREBINE_AGENT_KV_CACHE_BACKEND".into(), "lmcache".into());
+        // Cases run side by side: none may take the default metrics port.
+        vars.insert("EREBINE_AGENT_LMCACHE_METRICS_PORT".into(), "0".into());
         Case { dir, vars }
     }
 

@@ -31,6 +31,10 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
         ("EREBINE_AGENT_LMCACHE_MP_PORT", free_port().to_string()),
         ("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string()),
         (
+            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+            free_port().to_string(),
+        ),
+        (
             "EREBINE_AGENT_LMCACHE_PATH",
             BINS.erebine_lmcache().display().to_string(),
         ),

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    binaries, children_of, cmdline_and_environ, data_objects, free_port, lmcache_venv, run_bench,
-    stop_launch, wait_for_status, Binaries, Proc, S3Server, TlsFiles,
+    binaries, children_of, cmdline_and_environ, data_objects, free_port, get_text, lmcache_venv,
+    run_bench, stop_launch, wait_for_status, Binaries, Proc, S3Server, TlsFiles,
 };
 
 const BINS: Binaries = binaries!();
@@ -184,9 +184,13 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
          "aws_secret_access_key": REAL_SECRET, "max_capacity_gb": 20,
          "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}}
     ]);
-    let (mp_port, http_port) = (free_port(), free_port());
+    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
     let mut cmd = BINS.launch_command(dir, mp_port, http_port, &[]);
     cmd.env("EREBINE_AGENT_LMCACHE_L2_ADAPTER", cascade.to_string())
+        .env(
+            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+            metrics_port.to_string(),
+        )
         .env("LMCACHE_TRACK_USAGE", "false");
     let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
     let url = format!("http://127.0.0.1:{http_port}/status");
@@ -240,6 +244,30 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     assert!(stores >= 1, "no store counted: {gateway:#}");
     assert!(gateway["bytes_up"].as_u64().unwrap() > 0, "{gateway:#}");
     assert_eq!(gateway["upstream_unreachable"], 0, "{gateway:#}");
+
+    // The metrics show the same counters, and the fs tier's guard (run by
+    // erebine-lmcache beside the server) from its status file.
+    let metrics = get_text(&format!("http://127.0.0.1:{metrics_port}/metrics")).unwrap();
+    let sample = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+            .parse()
+            .unwrap()
+    };
+    let put = r#"lmcache_tier_gateway_requests_total{tier="1",method="PUT"}"#;
+    let post = r#"lmcache_tier_gateway_requests_total{tier="1",method="POST"}"#;
+    assert!(sample(put) + sample(post) >= stores as f64, "{metrics}");
+    assert!(sample(r#"lmcache_tier_gateway_sent_bytes_total{tier="1"}"#) > 0.0);
+    assert!(metrics.contains(r#"lmcache_tier_gateway_info{tier="1",bucket="kv-cache",credential_source="the tier's aws_access_key_id"} 1"#), "{metrics}");
+    assert_eq!(
+        sample(r#"lmcache_tier_guard_capacity_bytes{tier="0"}"#),
+        (50u64 << 30) as f64
+    );
+    for secret in [REAL_SECRET, REAL_KEY_ID] {
+        assert!(!metrics.contains(secret), "{secret} in the metrics");
+    }
 
     // Outage: the bucket goes away mid-run; the node keeps serving from the
     // fs tier and the S3 errors do not hang it.

@@ -1,0 +1,963 @@
+//! The node's Prometheus metrics (`docs/metrics.md`): what this project
+//! knows and LMCache's own `/metrics` does not. That is the plan's
+//! decisions, what housekeeping deleted, the capacity guards' usage and
+//! evictions, the S3 gateways' traffic, and the server's starts, exits and
+//! liveness.
+//!
+//! Every family has the prefix `lmcache_tier_`, base units (`_bytes`,
+//! `_seconds`) and `_total` on counters; every label is bounded (a tier's
+//! position, a method, a rule name), never an object key, a path per
+//! object or a secret.
+//!
+//! One source of truth: the guards' and gateways' families are read at
+//! scrape time from what `lmcache-tier inspect` reads too (each guard's
+//! status file, each gateway's counters), so nothing is counted twice. The
+//! plan, housekeeping and server families are set by the launch as it goes.
+
+mod endpoint;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lmcache_capacity_guard::status::{read_status, GuardStatus};
+use lmcache_housekeeping::execute::Report;
+use lmcache_housekeeping::{Access, TierDir};
+use lmcache_s3_gateway::state::GatewayState;
+use lmcache_s3_gateway::GatewaysView;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+pub use endpoint::{MetricsEndpoint, MetricsError};
+
+use crate::launch_plan::LaunchPlan;
+use crate::watch::Event;
+
+/// The prefix of every family.
+pub const PREFIX: &str = "lmcache_tier";
+
+/// The metrics of one node: a registry, the families the launch sets, and
+/// the sources read at scrape time.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    registry: Registry,
+    server: ServerMetrics,
+    housekeeping: HousekeepingMetrics,
+    tiers: Arc<TierSources>,
+}
+
+impl NodeMetrics {
+    /// The families of a node; `plan` sets the plan's (none for
+    /// `erebine-lmcache` run alone, which has no plan).
+    pub fn new(plan: Option<&LaunchPlan>) -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+        if let Some(plan) = plan {
+            register_plan(&mut registry, plan);
+        }
+        let server = ServerMetrics::register(&mut registry);
+        let housekeeping = HousekeepingMetrics::register(&mut registry);
+        let tiers = Arc::new(TierSources::default());
+        registry.register_collector(Box::new(tiers.clone()));
+        NodeMetrics {
+            registry,
+            server,
+            housekeeping,
+            tiers,
+        }
+    }
+
+    /// The server's families.
+    pub fn server(&self) -> &ServerMetrics {
+        &self.server
+    }
+
+    /// Records what the launch's housekeeping did, `took` long.
+    pub fn housekept(&self, report: &Report, took: Duration) {
+        self.housekeeping.record(report, took);
+    }
+
+    /// Reads each guard's status file in `dirs` (tier directories) at
+    /// every scrape, from now on.
+    pub fn watch_guards(&self, dirs: impl IntoIterator<Item = PathBuf>) {
+        if let Ok(mut guarded) = self.tiers.guard_dirs.lock() {
+            guarded.extend(dirs);
+        }
+    }
+
+    /// Reads the gateways' counters at every scrape, from now on.
+    pub fn watch_gateways(&self, view: GatewaysView) {
+        if let Ok(mut gateways) = self.tiers.gateways.lock() {
+            *gateways = view;
+        }
+    }
+
+    /// Every family in `format`, as a scrape gets it.
+    ///
+    /// Errors: formatting (only a bug can cause one).
+    pub fn render(&self, format: Format) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        match format {
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut text, &self.registry)?
+            }
+            Format::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?
+            }
+        }
+        Ok(text)
+    }
+}
+
+/// The text formats a scrape can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text (`application/openmetrics-text`), what
+    /// Prometheus asks for first.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4 (`text/plain`), for every other
+    /// client (`curl`, `promtool check metrics`).
+    Prometheus,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for.
+    pub fn accepted(accept: Option<&str>) -> Self {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    /// The `Content-Type` of this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
+/// The plan's decisions: the numbers, and one info series with the rule
+/// that chose each.
+fn register_plan(registry: &mut Registry, plan: &LaunchPlan) {
+    let d = &plan.decisions;
+    let disk = d.disk.as_ref();
+    let gauge = |value: u64| {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge
+    };
+    registry.register_with_unit(
+        "plan_l1",
+        "The L1 (CPU memory) the server gets",
+        Unit::Bytes,
+        gauge(d.l1_size.value),
+    );
+    let capacity = disk.map_or(0, |disk| disk.capacity.value);
+    registry.register_with_unit(
+        "plan_disk_capacity",
+        "Capacity of the built-in disk tier; 0 when there is none",
+        Unit::Bytes,
+        gauge(capacity),
+    );
+    if let Some(disk) = disk {
+        registry.register(
+            "plan_io_workers",
+            "I/O worker threads of the built-in disk tier",
+            gauge(u64::from(disk.io_workers.value)),
+        );
+        registry.register(
+            "plan_odirect",
+            "1 when the built-in disk tier uses O_DIRECT",
+            gauge(u64::from(disk.use_odirect.value)),
+        );
+    }
+    let rule = |decision: Option<&'static str>| decision.unwrap_or("none").to_string();
+    let labels = vec![
+        ("l1_rule".to_string(), d.l1_size.rule.to_string()),
+        (
+            "cascade_source".to_string(),
+            d.cascade_source.rule.to_string(),
+        ),
+        (
+            "capacity_rule".to_string(),
+            rule(disk.map(|x| x.capacity.rule)),
+        ),
+        (
+            "volume_kind".to_string(),
+            rule(disk.map(|x| x.volume_kind.rule)),
+        ),
+        (
+            "io_workers_rule".to_string(),
+            rule(disk.map(|x| x.io_workers.rule)),
+        ),
+        (
+            "odirect_rule".to_string(),
+            rule(disk.map(|x| x.use_odirect.rule)),
+        ),
+        ("chunk_size_rule".to_string(), d.chunk_size.rule.to_string()),
+    ];
+    registry.register(
+        "plan",
+        "The rule that chose each number of the plan (docs/sizing.md)",
+        Info::new(labels),
+    );
+}
+
+/// The liveness states a server is in, one series each (1 for the current).
+const LIVENESS: [&str; 5] = ["starting", "ready", "unhealthy", "unresponsive", "exited"];
+
+/// How a server process ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExitLabels {
+    /// `status` (an exit code), `signal`, or `oom_kill` (SIGKILL, the
+    /// out-of-memory signature).
+    cause: String,
+}
+
+/// A liveness state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+/// The server's families, set from the launch's starts and [`Event`]s.
+#[derive(Debug, Clone)]
+pub struct ServerMetrics {
+    up: Gauge,
+    starts: Counter,
+    restarts: Counter,
+    exits: Family<ExitLabels, Counter>,
+    liveness: Family<StateLabels, Gauge>,
+    workers: Gauge,
+    workers_lost: Counter,
+    ready_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// When the server last started, for the time to ready.
+    started_at: Arc<Mutex<Option<std::time::Instant>>>,
+}
+
+impl ServerMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let server = ServerMetrics {
+            up: Gauge::default(),
+            starts: Counter::default(),
+            restarts: Counter::default(),
+            exits: Family::default(),
+            liveness: Family::default(),
+            workers: Gauge::default(),
+            workers_lost: Counter::default(),
+            ready_seconds: Gauge::default(),
+            started_at: Arc::default(),
+        };
+        registry.register(
+            "server_up",
+            "1 while the LMCache server answers /status healthily",
+            server.up.clone(),
+        );
+        registry.register(
+            "server_starts",
+            "Starts of the LMCache server",
+            server.starts.clone(),
+        );
+        registry.register(
+            "server_restarts",
+            "Restarts of the LMCache server after it ended",
+            server.restarts.clone(),
+        );
+        registry.register(
+            "server_exits",
+            "Ends of the LMCache server process by cause (status, signal, oom_kill)",
+            server.exits.clone(),
+        );
+        registry.register(
+            "server_liveness",
+            "1 for the server's liveness state now (starting, ready, unhealthy, unresponsive, exited)",
+            server.liveness.clone(),
+        );
+        registry.register(
+            "engine_workers",
+            "Engine workers attached to the server (worker_liveness.tracked_instances)",
+            server.workers.clone(),
+        );
+        registry.register(
+            "engine_workers_lost",
+            "Engine workers lost while the server answered",
+            server.workers_lost.clone(),
+        );
+        registry.register_with_unit(
+            "server_ready",
+            "Seconds from the last start to the first healthy /status",
+            Unit::Seconds,
+            server.ready_seconds.clone(),
+        );
+        server
+    }
+
+    /// A start of the server: the `start`-th of the launch (1 for the first).
+    pub fn started(&self, start: u64) {
+        self.starts.inc();
+        if start > 1 {
+            self.restarts.inc();
+        }
+        self.up.set(0);
+        self.state("starting");
+        if let Ok(mut at) = self.started_at.lock() {
+            *at = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Counts and shows what `event` says.
+    pub fn observe(&self, event: &Event) {
+        match event {
+            Event::Ready => {
+                let since = self.started_at.lock().ok().and_then(|at| *at);
+                if let Some(started) = since {
+                    self.ready_seconds.set(started.elapsed().as_secs_f64());
+                }
+                self.up.set(1);
+                self.state("ready");
+            }
+            Event::Recovered => {
+                self.up.set(1);
+                self.state("ready");
+            }
+            Event::WorkersAttached { count } => {
+                self.workers.set(i64::try_from(*count).unwrap_or(i64::MAX));
+            }
+            Event::WorkersLost { before, now } => {
+                self.workers_lost.inc_by(before.saturating_sub(*now));
+                self.workers.set(i64::try_from(*now).unwrap_or(i64::MAX));
+            }
+            Event::Unhealthy { .. } => {
+                self.up.set(0);
+                self.state("unhealthy");
+            }
+            Event::Unresponsive { .. } => {
+                self.up.set(0);
+                self.state("unresponsive");
+            }
+            Event::Exited { signal, .. } => {
+                let cause = match signal {
+                    Some(9) => "oom_kill",
+                    Some(_) => "signal",
+                    None => "status",
+                };
+                self.exits
+                    .get_or_create(&ExitLabels {
+                        cause: cause.to_string(),
+                    })
+                    .inc();
+                self.up.set(0);
+                self.workers.set(0);
+                self.state("exited");
+            }
+        }
+    }
+
+    fn state(&self, now: &str) {
+        for state in LIVENESS {
+            let labels = StateLabels {
+                state: state.to_string(),
+            };
+            self.liveness
+                .get_or_create(&labels)
+                .set(i64::from(state == now));
+        }
+    }
+}
+
+/// A housekeeping reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+/// What the launch's housekeeping did.
+#[derive(Debug, Clone, Default)]
+struct HousekeepingMetrics {
+    deleted_objects: Family<ReasonLabels, Counter>,
+    deleted_bytes: Family<ReasonLabels, Counter>,
+    kept_objects: Gauge,
+    kept_bytes: Gauge,
+    foreign_entries: Gauge,
+    duration: Gauge<f64, std::sync::atomic::AtomicU64>,
+    last_run: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl HousekeepingMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let hk = HousekeepingMetrics::default();
+        let sub = registry.sub_registry_with_prefix("housekeeping");
+        sub.register(
+            "deleted_objects",
+            "Entries housekeeping deleted, by reason",
+            hk.deleted_objects.clone(),
+        );
+        sub.register_with_unit(
+            "deleted",
+            "Allocated bytes housekeeping deleted, by reason",
+            Unit::Bytes,
+            hk.deleted_bytes.clone(),
+        );
+        sub.register(
+            "kept_objects",
+            "Cache objects housekeeping kept",
+            hk.kept_objects.clone(),
+        );
+        sub.register_with_unit(
+            "kept",
+            "Allocated bytes of the cache objects housekeeping kept",
+            Unit::Bytes,
+            hk.kept_bytes.clone(),
+        );
+        sub.register(
+            "foreign_entries",
+            "Entries in the tier directory that are not the cache's, left alone",
+            hk.foreign_entries.clone(),
+        );
+        sub.register_with_unit(
+            "duration",
+            "How long the last housekeeping took",
+            Unit::Seconds,
+            hk.duration.clone(),
+        );
+        sub.register_with_unit(
+            "last_run_timestamp",
+            "When the last housekeeping ended, Unix time",
+            Unit::Seconds,
+            hk.last_run.clone(),
+        );
+        hk
+    }
+
+    fn record(&self, report: &Report, took: Duration) {
+        for total in &report.deleted {
+            let labels = ReasonLabels {
+                reason: total.reason.to_string(),
+            };
+            self.deleted_objects
+                .get_or_create(&labels)
+                .inc_by(total.count);
+            self.deleted_bytes
+                .get_or_create(&labels)
+                .inc_by(total.bytes);
+        }
+        let set = |gauge: &Gauge, value: u64| gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        set(&self.kept_objects, report.kept_objects.count);
+        set(&self.kept_bytes, report.kept_objects.bytes);
+        set(&self.foreign_entries, report.foreign.count);
+        self.duration.set(took.as_secs_f64());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.last_run.set(now.as_secs_f64());
+    }
+}
+
+/// The guards and gateways whose state a scrape reads.
+#[derive(Debug, Default)]
+struct TierSources {
+    guard_dirs: Mutex<Vec<PathBuf>>,
+    gateways: Mutex<GatewaysView>,
+}
+
+impl TierSources {
+    fn guard_statuses(&self) -> Vec<GuardStatus> {
+        let dirs = self
+            .guard_dirs
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default();
+        dirs.iter()
+            .filter_map(|dir| TierDir::open(dir, Access::ReadOnly).ok())
+            .filter_map(|dir| read_status(&dir).ok().flatten())
+            .collect()
+    }
+
+    fn gateway_states(&self) -> Vec<GatewayState> {
+        let view = self.gateways.lock().map(|v| v.clone()).unwrap_or_default();
+        view.states()
+    }
+}
+
+/// A tier's position in the cascade.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    tier: String,
+}
+
+/// A gateway request method.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    tier: String,
+    method: String,
+}
+
+/// A gateway's identity.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GatewayLabels {
+    tier: String,
+    bucket: String,
+    credential_source: String,
+}
+
+impl Collector for TierSources {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        encode_guards(&mut encoder, &self.guard_statuses())?;
+        encode_gateways(&mut encoder, &self.gateway_states())
+    }
+}
+
+/// One family of per-tier values: `name`, `help`, `unit`, and for each
+/// tier its labels and value; counters when `counter`.
+fn encode_per_tier<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    counter: bool,
+    series: &[(L, u64)],
+) -> Result<(), std::fmt::Error> {
+    if series.is_empty() {
+        return Ok(());
+    }
+    let kind = match counter {
+        true => ConstCounter::new(0u64).metric_type(),
+        false => ConstGauge::new(0i64).metric_type(),
+    };
+    let mut family = encoder.encode_descriptor(name, help, unit, kind)?;
+    for (labels, value) in series {
+        let metric = family.encode_family(labels)?;
+        match counter {
+            true => ConstCounter::new(*value).encode(metric)?,
+            false => ConstGauge::new(i64::try_from(*value).unwrap_or(i64::MAX)).encode(metric)?,
+        }
+    }
+    Ok(())
+}
+
+/// One per-tier family read from each snapshot of type `S`: a counter
+/// when `counter`, in bytes when `bytes`.
+struct TierFamily<S> {
+    name: &'static str,
+    help: &'static str,
+    bytes: bool,
+    counter: bool,
+    value: fn(&S) -> u64,
+}
+
+impl<S> TierFamily<S> {
+    /// Encodes the family with one series per snapshot, labelled by
+    /// `labels` of it.
+    fn encode<L: EncodeLabelSet>(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        snapshots: &[S],
+        labels: impl Fn(&S) -> L,
+    ) -> Result<(), std::fmt::Error> {
+        let series: Vec<(L, u64)> = snapshots
+            .iter()
+            .map(|s| (labels(s), (self.value)(s)))
+            .collect();
+        let unit = self.bytes.then_some(&Unit::Bytes);
+        encode_per_tier(encoder, self.name, self.help, unit, self.counter, &series)
+    }
+}
+
+/// The capacity guards' families, from their status files.
+const GUARD_FAMILIES: [TierFamily<GuardStatus>; 8] = [
+    TierFamily {
+        name: "guard_usage",
+        help: "Allocated bytes of the tier's cache objects, as the capacity guard counts them",
+        bytes: true,
+        counter: false,
+        value: |s| s.tracked.bytes,
+    },
+    TierFamily {
+        name: "guard_usage_objects",
+        help: "Cache objects in the tier, as the capacity guard counts them",
+        bytes: false,
+        counter: false,
+        value: |s| s.tracked.objects,
+    },
+    TierFamily {
+        name: "guard_capacity",
+        help: "The tier's capacity",
+        bytes: true,
+        counter: false,
+        value: |s| s.capacity_bytes,
+    },
+    TierFamily {
+        name: "guard_trigger",
+        help: "Usage at which the capacity guard starts an eviction cycle",
+        bytes: true,
+        counter: false,
+        value: |s| s.trigger_bytes,
+    },
+    TierFamily {
+        name: "guard_eviction_cycles",
+        help: "Eviction cycles the capacity guard ran",
+        bytes: false,
+        counter: true,
+        value: |s| s.evictions.cycles,
+    },
+    TierFamily {
+        name: "guard_evicted_objects",
+        help: "Cache objects the capacity guard deleted",
+        bytes: false,
+        counter: true,
+        value: |s| s.evictions.deleted.objects,
+    },
+    TierFamily {
+        name: "guard_evicted",
+        help: "Allocated bytes the capacity guard deleted",
+        bytes: true,
+        counter: true,
+        value: |s| s.evictions.deleted.bytes,
+    },
+    TierFamily {
+        name: "guard_rescans",
+        help: "Full rescans of the tier (inotify queue overflows, rescans instead of inotify)",
+        bytes: false,
+        counter: true,
+        value: |s| s.rescans,
+    },
+];
+
+/// The S3 gateways' per-tier families, from their counters.
+const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
+    TierFamily {
+        name: "gateway_rejected",
+        help: "Requests the gateway refused with 403 (bad or missing signature, unknown key)",
+        bytes: false,
+        counter: true,
+        value: |s| s.rejected,
+    },
+    TierFamily {
+        name: "gateway_upstream_errors",
+        help: "Upstream answers with a 5xx status, and answers that broke off",
+        bytes: false,
+        counter: true,
+        value: |s| s.upstream_errors,
+    },
+    TierFamily {
+        name: "gateway_upstream_unreachable",
+        help: "Requests the upstream did not answer (the gateway said 503)",
+        bytes: false,
+        counter: true,
+        value: |s| s.upstream_unreachable,
+    },
+    TierFamily {
+        name: "gateway_sent",
+        help: "Request body bytes forwarded to the upstream",
+        bytes: true,
+        counter: true,
+        value: |s| s.bytes_up,
+    },
+    TierFamily {
+        name: "gateway_received",
+        help: "Response body bytes received from the upstream",
+        bytes: true,
+        counter: true,
+        value: |s| s.bytes_down,
+    },
+];
+
+fn encode_guards(
+    encoder: &mut DescriptorEncoder,
+    statuses: &[GuardStatus],
+) -> Result<(), std::fmt::Error> {
+    let labels = |s: &GuardStatus| TierLabels {
+        tier: s.tier.to_string(),
+    };
+    for family in &GUARD_FAMILIES {
+        family.encode(encoder, statuses, labels)?;
+    }
+    Ok(())
+}
+
+fn encode_gateways(
+    encoder: &mut DescriptorEncoder,
+    states: &[GatewayState],
+) -> Result<(), std::fmt::Error> {
+    if states.is_empty() {
+        return Ok(());
+    }
+    let tier = |s: &GatewayState| s.tier.to_string();
+    let requests: Vec<(MethodLabels, u64)> = states
+        .iter()
+        .flat_map(|s| {
+            let r = s.requests;
+            [
+                ("HEAD", r.head),
+                ("GET", r.get),
+                ("PUT", r.put),
+                ("POST", r.post),
+                ("DELETE", r.delete),
+                ("other", r.other),
+            ]
+            .map(|(method, count)| {
+                let labels = MethodLabels {
+                    tier: tier(s),
+                    method: method.to_string(),
+                };
+                (labels, count)
+            })
+        })
+        .collect();
+    let help = "Requests LMCache sent to the tier's S3 gateway, by method";
+    encode_per_tier(encoder, "gateway_requests", help, None, true, &requests)?;
+    for family in &GATEWAY_FAMILIES {
+        family.encode(encoder, states, |s| TierLabels { tier: tier(s) })?;
+    }
+    let info: Vec<(GatewayLabels, u64)> = states
+        .iter()
+        .map(|s| {
+            let labels = GatewayLabels {
+                tier: tier(s),
+                bucket: s.bucket.clone(),
+                credential_source: s.credential_source.clone(),
+            };
+            (labels, 1)
+        })
+        .collect();
+    let help = "One series per S3 gateway: its bucket and where its real credentials come from";
+    encode_per_tier(encoder, "gateway_info", help, None, false, &info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::text_vars;
+    use crate::launch_plan::{EngineFacts, HostFacts};
+    use crate::{plan, DiskFacts, Planned};
+    use lmcache_sizing::rules::{OdirectProbe, VolumeStats};
+    use lmcache_sizing::volume::Filesystem;
+    use lmcache_sizing::{Decision, GIB};
+
+    /// The plan of a node with an 8 GiB L1 and the built-in tier on a
+    /// 1 TiB xfs volume.
+    fn a_plan() -> LaunchPlan {
+        let vars = text_vars([
+            ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache"),
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "8"),
+            ("EREBINE_AGENT_LMCACHE_DISK_PATH", "/cache"),
+            ("EREBINE_AGENT_LMCACHE_PATH", "/bin/sh"),
+        ]);
+        let engine = EngineFacts {
+            model: "m".into(),
+            tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            data_parallel_size: 1,
+            kv_cache_dtype: "auto".into(),
+            block_size: 16,
+            max_num_batched_tokens: 2048,
+            hybrid_attention: false,
+        };
+        let host = HostFacts {
+            memory: Decision::new(64 * GIB, "given", "test"),
+            physical_cores: 16,
+            executable: None,
+            disk: Some(DiskFacts {
+                measured_at: "/cache".into(),
+                volume: VolumeStats {
+                    total_bytes: 1024 * GIB,
+                    free_bytes: 1024 * GIB,
+                    block_size: 4096,
+                },
+                filesystem: Filesystem {
+                    fs_type: "xfs".into(),
+                    read_only: false,
+                    source: None,
+                },
+                reclaimable_bytes: 0,
+                odirect: OdirectProbe::Succeeded,
+                tier: Default::default(),
+            }),
+        };
+        match plan(&engine, &vars, &host).unwrap() {
+            Planned::Server(plan) => *plan,
+            Planned::NothingToLaunch(why) => panic!("{}", why.reason),
+        }
+    }
+
+    /// The value of the one sample of `series` (a name with its labels).
+    fn sample(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_plan_is_exported_with_the_rule_of_each_number() {
+        let text = NodeMetrics::new(Some(&a_plan()))
+            .render(Format::OpenMetrics)
+            .unwrap();
+        assert_eq!(
+            sample(&text, "lmcache_tier_plan_l1_bytes"),
+            8.0 * GIB as f64
+        );
+        assert_eq!(
+            sample(&text, "lmcache_tier_plan_disk_capacity_bytes"),
+            128.0 * GIB as f64
+        );
+        assert_eq!(sample(&text, "lmcache_tier_plan_io_workers"), 8.0);
+        assert_eq!(sample(&text, "lmcache_tier_plan_odirect"), 1.0);
+        let info = text
+            .lines()
+            .find(|l| l.starts_with("lmcache_tier_plan_info{"))
+            .unwrap();
+        for label in [
+            r#"l1_rule="explicit""#,
+            r#"capacity_rule="derived-12.5pct-volume""#,
+            r#"volume_kind="local""#,
+            r#"odirect_rule="probe-succeeded""#,
+        ] {
+            assert!(info.contains(label), "{label} not in {info}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn starts_events_and_exits_are_counted_by_cause() {
+        let metrics = NodeMetrics::new(None);
+        let server = metrics.server();
+        server.started(1);
+        server.observe(&Event::Ready);
+        server.observe(&Event::WorkersAttached { count: 2 });
+        server.observe(&Event::WorkersLost { before: 2, now: 1 });
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        assert_eq!(sample(&text, "lmcache_tier_server_up"), 1.0);
+        assert_eq!(sample(&text, "lmcache_tier_engine_workers"), 1.0);
+        assert_eq!(sample(&text, "lmcache_tier_engine_workers_lost_total"), 1.0);
+        assert_eq!(
+            sample(&text, r#"lmcache_tier_server_liveness{state="ready"}"#),
+            1.0
+        );
+        assert!(sample(&text, "lmcache_tier_server_ready_seconds") >= 0.0);
+        server.observe(&Event::exited(
+            std::os::unix::process::ExitStatusExt::from_raw(9),
+        ));
+        server.started(2);
+        server.observe(&Event::exited(
+            std::os::unix::process::ExitStatusExt::from_raw(1 << 8),
+        ));
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        assert_eq!(sample(&text, "lmcache_tier_server_up"), 0.0);
+        assert_eq!(sample(&text, "lmcache_tier_server_starts_total"), 2.0);
+        assert_eq!(sample(&text, "lmcache_tier_server_restarts_total"), 1.0);
+        assert_eq!(
+            sample(
+                &text,
+                r#"lmcache_tier_server_exits_total{cause="oom_kill"}"#
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(&text, r#"lmcache_tier_server_exits_total{cause="status"}"#),
+            1.0
+        );
+        assert_eq!(
+            sample(&text, r#"lmcache_tier_server_liveness{state="exited"}"#),
+            1.0
+        );
+        assert_eq!(
+            sample(&text, r#"lmcache_tier_server_liveness{state="ready"}"#),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_guard_is_read_from_its_status_file_at_every_scrape() {
+        use lmcache_capacity_guard::capacity::guard_specs;
+        use lmcache_capacity_guard::{Guard, GuardOptions};
+        use lmcache_tier_spec::Cascade;
+
+        let tmp = tempfile::tempdir().unwrap();
+        let json = format!(
+            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
+            tmp.path().display()
+        );
+        let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
+            .unwrap()
+            .remove(0);
+        let metrics = NodeMetrics::new(None);
+        metrics.watch_guards([tmp.path().to_path_buf()]);
+        assert!(!metrics
+            .render(Format::OpenMetrics)
+            .unwrap()
+            .contains("guard_"));
+        let guard = Guard::start(spec, GuardOptions::default()).unwrap();
+        let started = std::time::Instant::now();
+        while !metrics
+            .render(Format::OpenMetrics)
+            .unwrap()
+            .contains("lmcache_tier_guard_capacity_bytes")
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no guard status"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        drop(guard);
+        assert_eq!(
+            sample(&text, r#"lmcache_tier_guard_capacity_bytes{tier="0"}"#),
+            GIB as f64
+        );
+        assert_eq!(
+            sample(&text, r#"lmcache_tier_guard_usage_bytes{tier="0"}"#),
+            0.0
+        );
+        assert_eq!(
+            sample(&text, r#"lmcache_tier_guard_evicted_bytes_total{tier="0"}"#),
+            0.0
+        );
+        assert!(
+            text.contains("# TYPE lmcache_tier_guard_rescans counter"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn housekeeping_is_counted_by_reason() {
+        use lmcache_housekeeping::{housekeep, LaunchIdentity, Mode, TierPolicy};
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("notes.txt"), "not ours").unwrap();
+        let identity = LaunchIdentity {
+            model: "m".into(),
+            tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            kv_cache_dtype: "auto".into(),
+            block_size: 16,
+            chunk_size: 256,
+        };
+        let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
+        let metrics = NodeMetrics::new(None);
+        metrics.housekept(&done.report, Duration::from_millis(1500));
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        assert_eq!(
+            sample(&text, "lmcache_tier_housekeeping_foreign_entries"),
+            1.0
+        );
+        assert_eq!(sample(&text, "lmcache_tier_housekeeping_kept_objects"), 0.0);
+        assert_eq!(
+            sample(&text, "lmcache_tier_housekeeping_duration_seconds"),
+            1.5
+        );
+        assert!(
+            sample(
+                &text,
+                "lmcache_tier_housekeeping_last_run_timestamp_seconds"
+            ) > 1.7e9
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! End to end: a launch of the real LMCache 0.5.6 server serves the node's
+//! metrics on its endpoint. A scrape during a CPU bench passes `promtool
+//! check metrics` and shows the plan, the server up, the capacity guard's
+//! usage and the housekeeping; a server killed with SIGKILL is counted as
+//! an exit with the out-of-memory signature and a restart.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lmcache_tier_e2e::{
+    binaries, children_of, free_port, get_text, promtool, run_bench, stop_launch, wait_for_status,
+    Binaries, Proc,
+};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const BINS: Binaries = binaries!();
+
+/// The value of the one sample of `series` (a name with its labels) in a
+/// scrape, if it is there.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+}
+
+/// Scrapes `url` until `done` holds for the scrape, or panics after `limit`
+/// with the last scrape.
+fn scrape_until(url: &str, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let text = get_text(url).unwrap_or_default();
+        if done(&text) {
+            return text;
+        }
+        assert!(start.elapsed() < limit, "not within {limit:?}:\n{text}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// `promtool check metrics` of `text`: its findings, empty when it has none.
+fn promtool_findings(text: &str) -> String {
+    let mut check = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    let findings =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{findings}"
+    );
+    findings
+}
+
+#[test]
+fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
+    let mut cmd = BINS.launch_command(dir, mp_port, http_port, &[]);
+    cmd.env(
+        "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+        metrics_port.to_string(),
+    )
+    .env("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2")
+    .args(["--fast-failure-window", "1"]);
+    let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
+    let status_url = format!("http://127.0.0.1:{http_port}/status");
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    wait_for_status(&status_url, &mut launch, Duration::from_secs(180));
+
+    let bench = run_bench(dir, mp_port, http_port, 0, 2);
+    assert!(bench.status.success(), "bench failed:\n{}", bench.output);
+    let guarded = r#"lmcache_tier_guard_usage_bytes{tier="0"}"#;
+    let text = scrape_until(&url, Duration::from_secs(30), |text| {
+        sample(text, guarded).is_some_and(|usage| usage > 0.0)
+    });
+    assert_eq!(sample(&text, "lmcache_tier_server_up"), Some(1.0));
+    assert_eq!(
+        sample(&text, "lmcache_tier_plan_disk_capacity_bytes"),
+        Some((2u64 << 30) as f64)
+    );
+    assert_eq!(
+        sample(&text, r#"lmcache_tier_guard_capacity_bytes{tier="0"}"#),
+        Some((2u64 << 30) as f64)
+    );
+    assert!(
+        sample(
+            &text,
+            "lmcache_tier_housekeeping_last_run_timestamp_seconds"
+        ) > Some(0.0)
+    );
+    assert!(sample(&text, "lmcache_tier_server_ready_seconds") > Some(0.0));
+    // A scraper that does not ask for OpenMetrics (promtool, curl) gets
+    // the Prometheus text format.
+    let findings = promtool_findings(&text);
+    assert!(findings.trim().is_empty(), "promtool findings:\n{findings}");
+
+    // The server's wrapper, killed as the OOM killer would.
+    let wrapper = children_of(launch.pid())[0];
+    kill(Pid::from_raw(wrapper), Signal::SIGKILL).unwrap();
+    let text = scrape_until(&url, Duration::from_secs(120), |text| {
+        sample(text, "lmcache_tier_server_restarts_total") == Some(1.0)
+            && sample(text, "lmcache_tier_server_up") == Some(1.0)
+    });
+    assert_eq!(
+        sample(
+            &text,
+            r#"lmcache_tier_server_exits_total{cause="oom_kill"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "lmcache_tier_server_starts_total"), Some(2.0));
+    stop_launch(&mut launch);
+    assert!(get_text(&url).is_none(), "the endpoint outlived the launch");
+}
