@@ -249,6 +249,18 @@ pub fn promtool() -> PathBuf {
     }
 }
 
+/// The `prometheus` server beside [`promtool`] (Debian's `prometheus`
+/// package has both).
+pub fn prometheus_binary() -> PathBuf {
+    let server = promtool().with_file_name("prometheus");
+    assert!(
+        server.is_file(),
+        "no prometheus beside promtool at {}: run scripts/setup-prometheus.sh",
+        server.display()
+    );
+    server
+}
+
 /// Polls `url` until it answers 200 with JSON, or panics after `limit` with
 /// `proc`'s output (the process is checked for an early exit each round).
 pub fn wait_for_status(url: &str, proc: &mut Proc, limit: Duration) -> serde_json::Value {
