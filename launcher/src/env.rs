@@ -182,11 +182,10 @@ pub struct NodeEnv {
     pub mp_port: u16,
     /// `EREBINE_AGENT_LMCACHE_HTTP_PORT`, default 8090.
     pub http_port: u16,
-    /// `EREBINE_AGENT_LMCACHE_METRICS_PORT`, default 8091; 0 turns the
-    /// metrics endpoint off.
-    pub metrics_port: u16,
-    /// `EREBINE_AGENT_LMCACHE_METRICS_HOST`, default 127.0.0.1.
-    pub metrics_host: std::net::IpAddr,
+    /// The metrics endpoint's address: `EREBINE_AGENT_LMCACHE_METRICS_HOST`
+    /// (default 127.0.0.1) and `EREBINE_AGENT_LMCACHE_METRICS_PORT`
+    /// (default 8091); `None` when the port is 0 ([`metrics_address`]).
+    pub metrics: Option<std::net::SocketAddr>,
     /// `EREBINE_AGENT_LMCACHE_PATH`: the executable that starts the server.
     pub lmcache_path: Option<PathBuf>,
     /// `EREBINE_AGENT_LMCACHE_L2_ADAPTER`: replaces the built-in tier.
@@ -262,14 +261,7 @@ impl NodeEnv {
                 .map(|v| parse_port(HTTP_PORT, &v))
                 .transpose()?
                 .unwrap_or(DEFAULT_HTTP_PORT),
-            metrics_port: get(METRICS_PORT)
-                .map(|v| parse_port_or_off(METRICS_PORT, &v))
-                .transpose()?
-                .unwrap_or(DEFAULT_METRICS_PORT),
-            metrics_host: get(METRICS_HOST)
-                .map(|v| parse_host(METRICS_HOST, &v))
-                .transpose()?
-                .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+            metrics: metrics_address(vars)?,
             lmcache_path: get_path(LMCACHE_PATH),
             l2_adapter: get(L2_ADAPTER)
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
@@ -583,6 +575,35 @@ fn parse_positive(variable: &str, value: &str, what: &str) -> Result<u32, Config
             expected: format!("write a whole number of at least 1: {what}"),
         }),
     }
+}
+
+/// Where the metrics endpoint listens, from
+/// `EREBINE_AGENT_LMCACHE_METRICS_PORT` and
+/// `EREBINE_AGENT_LMCACHE_METRICS_HOST` alone (for `erebine-lmcache`,
+/// which reads no other node variable); `None` when the port is 0.
+///
+/// Errors: [`ConfigError::Invalid`] for a bad port or address, or one that
+/// is not UTF-8 text.
+pub fn metrics_address(vars: &Vars) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    let text = |name: &str| -> Result<Option<String>, ConfigError> {
+        match vars.get(OsStr::new(name)).map(|v| v.to_str()) {
+            None => Ok(None),
+            Some(Some(v)) => Ok(Some(v.trim()).filter(|v| !v.is_empty()).map(str::to_string)),
+            Some(None) => Err(ConfigError::NotText {
+                variable: name.to_string(),
+                why: text_reason(name),
+            }),
+        }
+    };
+    let port = match text(METRICS_PORT)? {
+        Some(v) => parse_port_or_off(METRICS_PORT, &v)?,
+        None => DEFAULT_METRICS_PORT,
+    };
+    let host = match text(METRICS_HOST)? {
+        Some(v) => parse_host(METRICS_HOST, &v)?,
+        None => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+    };
+    Ok((port > 0).then_some(std::net::SocketAddr::new(host, port)))
 }
 
 /// A port, or 0 for "off".

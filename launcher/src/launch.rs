@@ -571,6 +571,8 @@ fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchErr
     }
     // Set by this launch alone: one inherited would leave a tier unguarded.
     command.env_remove(GUARDED_BY_LAUNCH);
+    // The launch serves the metrics; `erebine-lmcache` would take its port.
+    command.env(env::METRICS_PORT, "0");
     if let Some((path, _)) = &prepared.guard {
         let guarded = serde_json::json!([path]).to_string();
         command.env(GUARDED_BY_LAUNCH, guarded);

@@ -73,11 +73,11 @@ pub fn listeners(node: &NodeEnv) -> Vec<Listener> {
 /// The node's metrics endpoint: `EREBINE_AGENT_LMCACHE_METRICS_PORT` on
 /// `EREBINE_AGENT_LMCACHE_METRICS_HOST`; `None` when the port is 0 (off).
 pub fn metrics_listener(node: &NodeEnv) -> Option<Listener> {
-    (node.metrics_port > 0).then_some(Listener {
+    node.metrics.map(|address| Listener {
         role: "the metrics endpoint",
         source: PortSource::Variable(METRICS_PORT),
-        host: node.metrics_host,
-        port: node.metrics_port,
+        host: address.ip(),
+        port: address.port(),
     })
 }
 

@@ -121,3 +121,72 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
     stop_launch(&mut launch);
     assert!(get_text(&url).is_none(), "the endpoint outlived the launch");
 }
+
+/// `erebine-lmcache server` run alone (the image entrypoint) serves the
+/// families it knows: its capacity guards, its gateways and its server.
+#[test]
+fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
+    let tier = dir.join("fs-tier");
+    let spec = format!(
+        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
+        tier.display()
+    );
+    let mut cmd = Command::new(BINS.erebine_lmcache());
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir)
+        .env("VIRTUAL_ENV", lmcache_tier_e2e::lmcache_venv())
+        .env("LMCACHE_TRACK_USAGE", "false")
+        .env(
+            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+            metrics_port.to_string(),
+        )
+        .args([
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &mp_port.to_string(),
+        ])
+        .args([
+            "--http-host",
+            "127.0.0.1",
+            "--http-port",
+            &http_port.to_string(),
+        ])
+        .args([
+            "--l1-size-gb",
+            "1",
+            "--eviction-policy",
+            "LRU",
+            "--chunk-size",
+            "256",
+        ])
+        .args(["--l2-adapter", &spec]);
+    let mut server = Proc::spawn(cmd, &dir.join("server.log"));
+    let status_url = format!("http://127.0.0.1:{http_port}/status");
+    wait_for_status(&status_url, &mut server, Duration::from_secs(180));
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let text = scrape_until(&url, Duration::from_secs(30), |text| {
+        sample(text, r#"lmcache_tier_guard_capacity_bytes{tier="0"}"#).is_some()
+            && sample(text, "lmcache_tier_server_up") == Some(1.0)
+    });
+    assert_eq!(
+        sample(&text, r#"lmcache_tier_guard_capacity_bytes{tier="0"}"#),
+        Some((1u64 << 30) as f64)
+    );
+    assert!(
+        !text.contains("lmcache_tier_plan_"),
+        "no plan here:\n{text}"
+    );
+    let findings = promtool_findings(&text);
+    assert!(findings.trim().is_empty(), "promtool findings:\n{findings}");
+    server.signal(Signal::SIGTERM);
+    server
+        .wait_timeout(Duration::from_secs(60))
+        .expect("SIGTERM stops erebine-lmcache");
+    assert!(get_text(&url).is_none(), "the endpoint outlived the server");
+}

@@ -13,16 +13,19 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
 use lmcache_capacity_guard::GuardError;
-use lmcache_launcher::env::{process_vars, Vars};
+use lmcache_launcher::env::{metrics_address, process_vars, Vars, METRICS_PORT};
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
 use lmcache_launcher::guards::{check_guards, start_guards, without_launch_guarded};
 use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
+use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use lmcache_launcher::output;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
+use lmcache_launcher::watch::Event;
 use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};
 use lmcache_s3_gateway::{needs_gateway, GatewayError, Gateways};
 use lmcache_tier_spec::{L2AdapterArgs, SpecError};
@@ -48,13 +51,17 @@ An `fs` or `fs_native` --l2-adapter with max_capacity_gb gets a capacity
 guard once the server listens (help and rejected command lines touch
 nothing): LRU eviction at the spec's eviction watermark, usage counted from
 disk at its start, state in <base_path>/.lmcache-tier-guard.json.
+`server` serves Prometheus metrics of its guards, gateways and server on
+127.0.0.1:8091/metrics (EREBINE_AGENT_LMCACHE_METRICS_PORT, 0 turns it off;
+_HOST; docs/metrics.md).
 Every --l2-adapter value must be one JSON object with a \"type\" (NaN,
 Infinity and 1e400 are not JSON), and the flag must be written in full
 (argparse would take an abbreviation such as --l2-adapt, which this process
 does not read).
 Exit 127: the stock lmcache was not found; 2: an --l2-adapter value or
-abbreviation as above, a max_capacity_gb that is unusable, or two guarded
-tiers in one directory.
+abbreviation as above, a max_capacity_gb that is unusable, two guarded
+tiers in one directory, or a bad metrics variable; 4: the metrics port is
+taken.
 The stock help follows.
 ";
 
@@ -110,6 +117,12 @@ enum Failure {
         /// Why the guard did not start.
         GuardError,
     ),
+    /// The metrics variables are unusable (2).
+    #[error(transparent)]
+    MetricsConfig(#[from] lmcache_launcher::env::ConfigError),
+    /// The metrics endpoint cannot listen (4).
+    #[error("{0}; the server was not started")]
+    Metrics(#[from] MetricsError),
     /// This process itself failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
@@ -125,6 +138,8 @@ impl HasExitStatus for Failure {
             Failure::Signals(_) => ExitStatus::Failure,
             Failure::Gateway(e) => e.exit_status(),
             Failure::GuardStart(e) => e.exit_status(),
+            Failure::MetricsConfig(e) => e.exit_status(),
+            Failure::Metrics(_) => ExitStatus::PortInUse,
             Failure::Process(e) => e.exit_status(),
         }
     }
@@ -329,8 +344,12 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
             .and_then(|v| v.to_str())
             .map(str::to_string)
     };
+    let metrics = Arc::new(NodeMetrics::new(None));
+    let _endpoint = start_metrics(&server, &vars, &metrics).await?;
     let (rewritten, gateways) =
         Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
+    metrics.watch_gateways(gateways.view());
+    metrics.watch_guards(server.guards.iter().map(|g| g.base_path.clone()));
     let args = server.args.iter().zip(&server.text_args).zip(rewritten);
     let args = args.map(|((given, read), sent)| match *read == sent {
         true => given.clone(),
@@ -347,7 +366,9 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
             stock: server.stock.clone(),
             source,
         })?;
+    metrics.server().started(1);
     let mut pending = Some(server.guards).filter(|g| !g.is_empty());
+    let mut listening = false;
     // Stopped (last status written) when dropped, after the server exits.
     let mut _guards = Vec::new();
     loop {
@@ -356,11 +377,18 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
                 // Whatever the server left in its group goes with it.
                 child.signal(Signal::SIGKILL);
                 let status = status.map_err(ProcessError::LostServer)?;
+                metrics.server().observe(&Event::exited(status));
                 return Ok(ExitStatus::of_server(exit_code(status)));
             }
             number = signals.recv() => child.forward(number),
-            _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() => {
+            _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() || !listening => {
                 if child.listens() {
+                    // Listening is this process's "ready": it does not poll
+                    // /status, the launch does.
+                    listening = true;
+                    metrics.server().observe(&Event::Ready);
+                }
+                if listening && pending.is_some() {
                     match start_guards(pending.take().unwrap_or_default()) {
                         Ok(started) => _guards = started,
                         Err(e) => {
@@ -375,6 +403,25 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
             }
         }
     }
+}
+
+/// The metrics endpoint of a `server` run alone
+/// (`EREBINE_AGENT_LMCACHE_METRICS_PORT`, `_HOST`; `docs/metrics.md`): the
+/// guards' and gateways' families and the server's exits. Under
+/// `lmcache-tier launch` the launch serves them and sets the port to 0
+/// here. `None` for other commands (`bench l2`) or a port of 0.
+async fn start_metrics(
+    server: &Server,
+    vars: &Vars,
+    metrics: &Arc<NodeMetrics>,
+) -> Result<Option<MetricsEndpoint>, Failure> {
+    let is_server = server.text_args.first().map(String::as_str) == Some("server");
+    let Some(address) = metrics_address(vars)?.filter(|_| is_server) else {
+        return Ok(None);
+    };
+    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone()).await?;
+    say!("metrics on http://{}/metrics", endpoint.address());
+    Ok(Some(endpoint))
 }
 
 /// How long a server stopped because its guard could not start is given
