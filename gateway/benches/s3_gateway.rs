@@ -15,7 +15,11 @@
 //! also serves a third side, `tcp relay`: a plain TCP relay to the upstream
 //! (tokio's `copy_bidirectional` with 256 KiB buffers, the gateway's
 //! forward chunk; no HTTP, no signing, the real key), the floor of what any
-//! gateway that adds a loopback hop can reach.
+//! gateway that adds a loopback hop can reach. A fourth side, `scraped`,
+//! is a second gateway whose counters a thread reads every
+//! `GATEWAY_BENCH_SCRAPE_MS` (default 10 ms), as the metrics endpoint does
+//! at each scrape: the cost of metrics on the data path, side by side with
+//! `gateway`.
 //!
 //! Each phase prints the CPU seconds per GiB moved of the client (this
 //! process), the child (`hop`: gateway or relay), the upstream (when
@@ -88,9 +92,17 @@ async fn serve_gateway() -> Result<(), Error> {
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (rewritten, _gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
+    let (scraped, scraped_gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
+    let every = Duration::from_millis(env_or("GATEWAY_BENCH_SCRAPE_MS", 10)? as u64);
+    let view = scraped_gateways.view();
+    std::thread::spawn(move || loop {
+        std::hint::black_box(view.states());
+        std::thread::sleep(every);
+    });
     let relay = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     println!("{}", rewritten[1]);
     println!("{}", relay.local_addr()?);
+    println!("{}", scraped[1]);
     let upstream = env("GATEWAY_BENCH_UPSTREAM")?;
     tokio::spawn(async move {
         while let Ok((mut client, _)) = relay.accept().await {
@@ -131,12 +143,15 @@ async fn compare() -> Result<(), Error> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
-    let (mut line, mut relay) = (String::new(), String::new());
+    let (mut line, mut relay, mut scraped_line) = (String::new(), String::new(), String::new());
     let mut out = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
     out.read_line(&mut line)?;
     out.read_line(&mut relay)?;
+    out.read_line(&mut scraped_line)?;
     let spec: serde_json::Value = serde_json::from_str(&line)?;
     let field = |k: &str| spec[k].as_str().unwrap_or_default().to_string();
+    let scraped_spec: serde_json::Value = serde_json::from_str(&scraped_line)?;
+    let scraped_field = |k: &str| scraped_spec[k].as_str().unwrap_or_default().to_string();
     let relay = Side {
         name: "tcp relay",
         endpoint: relay.trim().to_string(),
@@ -158,6 +173,13 @@ async fn compare() -> Result<(), Error> {
         key_id: field("aws_access_key_id"),
         secret: field("aws_secret_access_key"),
     };
+    let scraped = Side {
+        name: "scraped",
+        endpoint: scraped_field("s3_endpoint"),
+        base: "/".into(),
+        key_id: scraped_field("aws_access_key_id"),
+        secret: scraped_field("aws_secret_access_key"),
+    };
     let client = reqwest::Client::builder().no_proxy().build()?;
     let data = Bytes::from(vec![0x5au8; OBJECT]);
     println!(
@@ -169,8 +191,9 @@ async fn compare() -> Result<(), Error> {
         .ok()
         .and_then(|p| p.parse().ok());
     let me = std::process::id();
+    let mut rates: Vec<(&str, f64, f64)> = Vec::new();
     for round in 1..=2 {
-        for side in [&direct, &relay, &gateway] {
+        for side in [&direct, &relay, &gateway, &scraped] {
             let before = Budget::take(me, child.id(), upstream_pid)?;
             let put = transfer(&client, side, &data, objects, streams, true, round).await?;
             let middle = Budget::take(me, child.id(), upstream_pid)?;
@@ -180,6 +203,7 @@ async fn compare() -> Result<(), Error> {
                 "round {round} {:<9} PUT {put:>7.1} MiB/s  GET {get:>7.1} MiB/s",
                 side.name
             );
+            rates.push((side.name, put, get));
             println!(
                 "  CPU s/GiB PUT: {}",
                 middle.since(&before, gib, side.name != "direct")
@@ -190,8 +214,21 @@ async fn compare() -> Result<(), Error> {
             );
         }
     }
+    let mean = |name: &str, get: bool| {
+        let picked: Vec<f64> = rates
+            .iter()
+            .filter(|r| r.0 == name)
+            .map(|r| if get { r.2 } else { r.1 })
+            .collect();
+        picked.iter().sum::<f64>() / picked.len() as f64
+    };
+    println!(
+        "scraped / gateway (metrics on / off), mean of both rounds: PUT {:.3}x  GET {:.3}x",
+        mean("scraped", false) / mean("gateway", false),
+        mean("scraped", true) / mean("gateway", true)
+    );
     let rss = peak_rss_kib(child.id())?;
-    for side in [&direct, &relay, &gateway] {
+    for side in [&direct, &relay, &gateway, &scraped] {
         let median = small_requests(&client, side, small).await?;
         println!(
             "{:<9} small HEAD median {:.3} ms",

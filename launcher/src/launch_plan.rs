@@ -884,8 +884,9 @@ fn tier_capacity(
 
 impl DiskTier {
     /// What an operator should know about this tier beside an L1 of
-    /// `l1_bytes`: a memory-backed volume, a tier smaller than L1, a
-    /// filesystem type the rules do not know.
+    /// `l1_bytes`: a memory-backed volume, a tier smaller than L1, an
+    /// explicit size above the volume's free space, a filesystem type the
+    /// rules do not know.
     pub fn warnings(&self, l1_bytes: u64) -> Vec<String> {
         let mut warnings = Vec::new();
         let capacity = self.capacity.value;
@@ -900,6 +901,19 @@ impl DiskTier {
         }
         if let Some(warning) = volume::below_l1_warning(capacity, l1_bytes) {
             warnings.push(warning);
+        }
+        let available = self
+            .volume
+            .free_bytes
+            .saturating_add(self.reclaimable_bytes);
+        let measured = self.volume_kind.value != VolumeKind::Untrusted;
+        if self.capacity.rule.starts_with("explicit") && measured && capacity > available {
+            warnings.push(format!(
+                "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB gives the disk tier {}, more than the {} free on its volume (with {} of cache already there): as the tier fills, the volume fills for everything else on it",
+                fmt_gib(capacity),
+                fmt_gib(self.volume.free_bytes),
+                fmt_gib(self.reclaimable_bytes)
+            ));
         }
         if self.volume_kind.rule == "unrecognised-type" {
             warnings.push(self.volume_kind.reason.clone());

@@ -203,14 +203,24 @@ fn derived_capacity(
     );
     if room < two_pct {
         let value = two_pct.min(available);
+        let room_txt = match available.checked_sub(reserve) {
+            Some(room) => format!(
+                "room after the {} reserve is {}",
+                fmt_gib(reserve),
+                fmt_gib(room)
+            ),
+            None => format!(
+                "free + reclaimable is {} short of the {} reserve",
+                fmt_gib(reserve - available),
+                fmt_gib(reserve)
+            ),
+        };
         return (
             round_down_mib(value),
             "derived-nearly-full",
             format!(
-                "volume nearly full: room after the {} reserve is {}, below 2% of the volume; \
-                 the tier keeps min(2% of volume, free + reclaimable) ({volume_txt})",
-                fmt_gib(reserve),
-                fmt_gib(room)
+                "volume nearly full: {room_txt}, below 2% of the volume; \
+                 the tier keeps min(2% of volume, free + reclaimable) ({volume_txt})"
             ),
         );
     }
@@ -420,6 +430,18 @@ mod tests {
     }
 
     /// Worked example 2: a volume 99% full, nothing cached.
+    #[test]
+    fn a_volume_short_of_its_reserve_says_by_how_much() {
+        let d = disk_capacity(&vol(252 * GIB, 24 * GIB), 0, 6 * GIB, None);
+        assert_eq!(d.rule, "derived-nearly-full");
+        assert!(
+            d.reason
+                .contains("free + reclaimable is 1.20 GiB short of the 25.20 GiB reserve"),
+            "{}",
+            d.reason
+        );
+    }
+
     #[test]
     fn volume_99pct_full_keeps_what_is_free() {
         let v = vol(TIB, TIB / 100);
