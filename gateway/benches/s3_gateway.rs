@@ -8,7 +8,8 @@
 //! `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (its credentials),
 //! optional `GATEWAY_BENCH_OBJECTS` (32 MiB objects per run, default 32),
 //! `GATEWAY_BENCH_STREAMS` (default 8), `GATEWAY_BENCH_SMALL` (small
-//! requests per side, default 300).
+//! requests per side, default 300), `GATEWAY_BENCH_ROUNDS` (default 2; the
+//! sides run in reverse order every other round).
 //!
 //! The gateway runs in a child process (this program started with
 //! `--serve-gateway`) so that its resident memory is its own. The child
@@ -185,15 +186,22 @@ async fn compare() -> Result<(), Error> {
     println!(
         "{objects} objects of 32 MiB, {streams} concurrent streams; {small} small requests per side"
     );
-    // Interleaved twice so no side always meets a warmer upstream.
+    // Interleaved, so no side always meets a warmer upstream.
     let gib = (objects * OBJECT) as f64 / (1u64 << 30) as f64;
     let upstream_pid: Option<u32> = std::env::var("GATEWAY_BENCH_UPSTREAM_PID")
         .ok()
         .and_then(|p| p.parse().ok());
     let me = std::process::id();
     let mut rates: Vec<(&str, f64, f64)> = Vec::new();
-    for round in 1..=2 {
-        for side in [&direct, &relay, &gateway, &scraped] {
+    let rounds = env_or("GATEWAY_BENCH_ROUNDS", 2)?;
+    for round in 1..=rounds {
+        // Every other round in reverse, so no side always runs after the
+        // same one.
+        let mut order = [&direct, &relay, &gateway, &scraped];
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for side in order {
             let before = Budget::take(me, child.id(), upstream_pid)?;
             let put = transfer(&client, side, &data, objects, streams, true, round).await?;
             let middle = Budget::take(me, child.id(), upstream_pid)?;
@@ -223,7 +231,7 @@ async fn compare() -> Result<(), Error> {
         picked.iter().sum::<f64>() / picked.len() as f64
     };
     println!(
-        "scraped / gateway (metrics on / off), mean of both rounds: PUT {:.3}x  GET {:.3}x",
+        "scraped / gateway (metrics on / off), mean of {rounds} rounds: PUT {:.3}x  GET {:.3}x",
         mean("scraped", false) / mean("gateway", false),
         mean("scraped", true) / mean("gateway", true)
     );
