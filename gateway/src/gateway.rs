@@ -74,6 +74,13 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
+    /// Records in `stats` when the real credentials in use expire.
+    pub(crate) async fn note_credential_expiry(&self, stats: &Stats) {
+        if let Ok((credentials, _)) = self.credentials.current().await {
+            stats.credentials_expire(credentials.expiry());
+        }
+    }
+
     /// Builds the upstream client (TLS with the built-in roots plus the
     /// tier's `s3_ca_bundle`), gets the real credentials and checks the
     /// bucket with a HEAD signed with them. Returns the gateway and the
@@ -395,10 +402,12 @@ async fn handle(
         return Ok(state_response(&stats));
     }
     stats.request(&method);
+    let arrived = std::time::Instant::now();
     let response = forward(&upstream, &stats, request)
         .await
         .unwrap_or_else(|e| e.response());
     let status = response.status();
+    stats.answered(status, arrived.elapsed());
     if status.is_server_error() {
         tracing::warn!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request failed");
     } else {
@@ -443,7 +452,7 @@ fn authenticate(
         SystemTime::now(),
     )
     .map_err(|rejection| {
-        stats.rejected();
+        stats.rejected(&rejection);
         ForwardError::Unauthenticated(rejection)
     })?;
     if payload_hash.starts_with("STREAMING-") {
@@ -498,6 +507,7 @@ async fn re_sign(
         .current()
         .await
         .map_err(ForwardError::NoCredentials)?;
+    stats.credentials_expire(credentials.expiry());
     let body = if !body.is_end_stream() {
         upstream_body(body, stats.clone())
     } else {

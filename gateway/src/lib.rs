@@ -251,6 +251,7 @@ async fn start_one(
     let stats = Stats::new(&tier);
     let (upstream, source) = gateway::Upstream::connect(tier, key).await?;
     let stats = Arc::new(stats.with_credential_source(&source));
+    upstream.note_credential_expiry(&stats).await;
     let (listener, addr) = gateway::bind().await?;
     tokio::spawn(gateway::serve(listener, Arc::new(upstream), stats.clone()));
     Ok((addr, source, stats))

@@ -59,7 +59,74 @@ pub struct GatewayState {
     pub bytes_down: u64,
     /// The last upstream error or unreachable request, if any.
     pub last_upstream_error: Option<UpstreamError>,
+    /// The gateway's answers to LMCache, by status class.
+    #[serde(default)]
+    pub answers: StatusClasses,
+    /// The 403 refusals ([`GatewayState::rejected`]) by reason.
+    #[serde(default)]
+    pub rejected_by_reason: Rejections,
+    /// Seconds from a request's arrival to the gateway's answer's headers
+    /// (a streamed body goes on after), as a histogram.
+    #[serde(default)]
+    pub answer_seconds: Histogram,
+    /// When the real credentials in use expire, Unix seconds; `None` for
+    /// credentials that do not expire (static keys).
+    #[serde(default)]
+    pub credential_expiry_unix: Option<u64>,
 }
+
+/// Answers by HTTP status class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusClasses {
+    /// 2xx.
+    pub success: u64,
+    /// 3xx.
+    pub redirection: u64,
+    /// 4xx.
+    pub client_error: u64,
+    /// 5xx.
+    pub server_error: u64,
+    /// Any other status.
+    pub other: u64,
+}
+
+/// 403 refusals by reason ([`crate::sigv4::Rejection`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejections {
+    /// No `Authorization` header, or not in the SigV4 form.
+    pub malformed: u64,
+    /// Signed with another access key id.
+    pub unknown_key: u64,
+    /// Another region or service in the credential scope.
+    pub scope: u64,
+    /// `x-amz-date` missing, malformed or too far from the gateway's clock.
+    pub time: u64,
+    /// The signature does not match.
+    pub signature: u64,
+}
+
+/// The upper bounds, in seconds, of [`Histogram`]'s buckets (the last,
+/// `+Inf`, is implied).
+pub const ANSWER_SECONDS_BOUNDS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// A histogram of durations: cumulative counts per upper bound, as
+/// Prometheus takes them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    /// Upper bounds in seconds ([`ANSWER_SECONDS_BOUNDS`]).
+    pub bounds: Vec<f64>,
+    /// Observations at or below each bound, cumulative.
+    pub cumulative: Vec<u64>,
+    /// Sum of all observations, seconds.
+    pub sum: f64,
+    /// All observations.
+    pub count: u64,
+}
+
+/// The sum is a sum of durations, never NaN.
+impl Eq for Histogram {}
 
 /// Requests by method.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +235,12 @@ pub(crate) struct Stats {
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
     last_upstream_error: Mutex<Option<UpstreamError>>,
+    answers: [AtomicU64; 5],
+    rejections: [AtomicU64; 5],
+    /// Per bucket (not cumulative), the last one `+Inf`.
+    answer_buckets: [AtomicU64; ANSWER_SECONDS_BOUNDS.len() + 1],
+    answer_micros: AtomicU64,
+    credential_expiry_unix: AtomicU64,
 }
 
 impl Stats {
@@ -190,6 +263,10 @@ impl Stats {
                 bytes_up: 0,
                 bytes_down: 0,
                 last_upstream_error: None,
+                answers: StatusClasses::default(),
+                rejected_by_reason: Rejections::default(),
+                answer_seconds: Histogram::default(),
+                credential_expiry_unix: None,
             },
             requests: Default::default(),
             rejected: AtomicU64::new(0),
@@ -198,6 +275,11 @@ impl Stats {
             bytes_up: AtomicU64::new(0),
             bytes_down: AtomicU64::new(0),
             last_upstream_error: Mutex::new(None),
+            answers: Default::default(),
+            rejections: Default::default(),
+            answer_buckets: Default::default(),
+            answer_micros: AtomicU64::new(0),
+            credential_expiry_unix: AtomicU64::new(0),
         }
     }
 
@@ -222,9 +304,47 @@ impl Stats {
         self.requests[slot].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a request refused with 403.
-    pub(crate) fn rejected(&self) {
+    /// Counts a request refused with 403, for `why`.
+    pub(crate) fn rejected(&self, why: &crate::sigv4::Rejection) {
+        use crate::sigv4::Rejection;
         self.rejected.fetch_add(1, Ordering::Relaxed);
+        let slot = match why {
+            Rejection::Malformed => 0,
+            Rejection::UnknownKey => 1,
+            Rejection::Scope(_) => 2,
+            Rejection::Time => 3,
+            Rejection::Signature => 4,
+        };
+        self.rejections[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts the gateway's answer with `status`, `took` after the request
+    /// arrived.
+    pub(crate) fn answered(&self, status: http::StatusCode, took: Duration) {
+        let class = match status.as_u16() / 100 {
+            2 => 0,
+            3 => 1,
+            4 => 2,
+            5 => 3,
+            _ => 4,
+        };
+        self.answers[class].fetch_add(1, Ordering::Relaxed);
+        let seconds = took.as_secs_f64();
+        let bucket = ANSWER_SECONDS_BOUNDS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(ANSWER_SECONDS_BOUNDS.len());
+        self.answer_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.answer_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Records when the real credentials in use expire (`None`: never).
+    pub(crate) fn credentials_expire(&self, at: Option<SystemTime>) {
+        let unix = at
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs().max(1));
+        self.credential_expiry_unix.store(unix, Ordering::Relaxed);
     }
 
     /// Counts a 5xx answer or a broken-off answer of the upstream; `cause`
@@ -284,7 +404,53 @@ impl Stats {
                 .lock()
                 .ok()
                 .and_then(|last| last.clone()),
+            answers: {
+                let [success, redirection, client_error, server_error, other] =
+                    self.answers.each_ref().map(count);
+                StatusClasses {
+                    success,
+                    redirection,
+                    client_error,
+                    server_error,
+                    other,
+                }
+            },
+            rejected_by_reason: {
+                let [malformed, unknown_key, scope, time, signature] =
+                    self.rejections.each_ref().map(count);
+                Rejections {
+                    malformed,
+                    unknown_key,
+                    scope,
+                    time,
+                    signature,
+                }
+            },
+            answer_seconds: self.histogram(),
+            credential_expiry_unix: Some(count(&self.credential_expiry_unix)).filter(|t| *t > 0),
             ..self.identity.clone()
+        }
+    }
+
+    fn histogram(&self) -> Histogram {
+        let mut running = 0;
+        let per_bucket: Vec<u64> = self
+            .answer_buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let cumulative: Vec<u64> = per_bucket[..ANSWER_SECONDS_BOUNDS.len()]
+            .iter()
+            .map(|n| {
+                running += n;
+                running
+            })
+            .collect();
+        Histogram {
+            bounds: ANSWER_SECONDS_BOUNDS.to_vec(),
+            cumulative,
+            sum: self.answer_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            count: per_bucket.iter().sum(),
         }
     }
 }
@@ -322,7 +488,7 @@ mod tests {
         for method in [Method::HEAD, Method::HEAD, Method::PUT, Method::OPTIONS] {
             stats.request(&method);
         }
-        stats.rejected();
+        stats.rejected(&crate::sigv4::Rejection::Signature);
         stats.sent(100);
         stats.sent(28);
         stats.received(7);
@@ -354,5 +520,57 @@ mod tests {
             assert!(!json.contains(secret), "{json}");
         }
         assert_eq!(serde_json::from_str::<GatewayState>(&json).unwrap(), state);
+    }
+
+    #[test]
+    fn answers_refusals_durations_and_expiry_are_counted() {
+        use crate::sigv4::Rejection;
+        use http::StatusCode;
+        let stats = Stats::new(&tier());
+        stats.answered(StatusCode::OK, Duration::from_micros(800));
+        stats.answered(StatusCode::OK, Duration::from_millis(30));
+        stats.answered(StatusCode::FORBIDDEN, Duration::from_millis(2));
+        stats.answered(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(60));
+        for why in [
+            Rejection::Time,
+            Rejection::UnknownKey,
+            Rejection::Scope("r/s3".into()),
+        ] {
+            stats.rejected(&why);
+        }
+        let state = stats.snapshot();
+        assert_eq!(
+            state.answers,
+            StatusClasses {
+                success: 2,
+                client_error: 1,
+                server_error: 1,
+                ..StatusClasses::default()
+            }
+        );
+        assert_eq!(
+            state.rejected_by_reason,
+            Rejections {
+                time: 1,
+                unknown_key: 1,
+                scope: 1,
+                ..Rejections::default()
+            }
+        );
+        let h = &state.answer_seconds;
+        assert_eq!(h.count, 4);
+        assert_eq!(h.bounds.len(), h.cumulative.len());
+        assert_eq!(h.cumulative[0], 1, "0.8 ms <= 1 ms");
+        assert_eq!(h.cumulative[1], 2, "2 ms <= 2.5 ms");
+        assert_eq!(h.cumulative[4], 2, "30 ms > 25 ms");
+        assert_eq!(h.cumulative[5], 3, "30 ms <= 50 ms");
+        assert_eq!(*h.cumulative.last().unwrap(), 3, "60 s is only in +Inf");
+        assert!((h.sum - 60.0328).abs() < 1e-6, "{}", h.sum);
+        assert_eq!(state.credential_expiry_unix, None);
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        stats.credentials_expire(Some(at));
+        assert_eq!(stats.snapshot().credential_expiry_unix, Some(1_800_000_000));
+        stats.credentials_expire(None);
+        assert_eq!(stats.snapshot().credential_expiry_unix, None);
     }
 }

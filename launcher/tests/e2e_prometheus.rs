@@ -241,7 +241,7 @@ fn prometheus_scrapes_two_nodes_and_every_dashboard_query_returns_a_series() {
         .unwrap()
         .iter()
         .collect();
-    assert_eq!(loaded.len(), 9, "{rules:#}");
+    assert_eq!(loaded.len(), 10, "{rules:#}");
     assert!(loaded.iter().all(|r| r["health"] == "ok"), "{rules:#}");
 
     stop_launch(&mut a.launch);

@@ -26,10 +26,11 @@ use lmcache_housekeeping::{Access, TierDir};
 use lmcache_s3_gateway::state::GatewayState;
 use lmcache_s3_gateway::GatewaysView;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -630,14 +631,7 @@ const GUARD_FAMILIES: [TierFamily<GuardStatus>; 8] = [
 ];
 
 /// The S3 gateways' per-tier families, from their counters.
-const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
-    TierFamily {
-        name: "gateway_rejected",
-        help: "Requests the gateway refused with 403 (bad or missing signature, unknown key)",
-        bytes: false,
-        counter: true,
-        value: |s| s.rejected,
-    },
+const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 4] = [
     TierFamily {
         name: "gateway_upstream_errors",
         help: "Upstream answers with a 5xx status, and answers that broke off",
@@ -681,6 +675,62 @@ fn encode_guards(
     Ok(())
 }
 
+/// A counter family of each gateway's values by one label `label`: a
+/// series per (tier, value name) that `values` gives.
+fn encode_labelled(
+    encoder: &mut DescriptorEncoder,
+    states: &[GatewayState],
+    name: &str,
+    help: &str,
+    label: &str,
+    values: fn(&GatewayState) -> Vec<(&'static str, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let series: Vec<(Vec<(String, String)>, u64)> = states
+        .iter()
+        .flat_map(|s| {
+            values(s).into_iter().map(|(value, count)| {
+                let labels = vec![
+                    ("tier".to_string(), s.tier.to_string()),
+                    (label.to_string(), value.to_string()),
+                ];
+                (labels, count)
+            })
+        })
+        .collect();
+    encode_per_tier(encoder, name, help, None, true, &series)
+}
+
+/// Each gateway's answer durations as a Prometheus histogram.
+fn encode_answer_seconds(
+    encoder: &mut DescriptorEncoder,
+    states: &[GatewayState],
+) -> Result<(), std::fmt::Error> {
+    let kind = Histogram::new([1.0]).metric_type();
+    let mut family = encoder.encode_descriptor(
+        "gateway_answer_duration",
+        "Seconds from a request's arrival at the gateway to its answer's headers",
+        Some(&Unit::Seconds),
+        kind,
+    )?;
+    for s in states {
+        let h = &s.answer_seconds;
+        let mut buckets: Vec<(f64, u64)> = h
+            .bounds
+            .iter()
+            .copied()
+            .zip(h.cumulative.iter().copied())
+            .collect();
+        buckets.push((f64::INFINITY, h.count));
+        let labels = TierLabels {
+            tier: s.tier.to_string(),
+        };
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
+    }
+    Ok(())
+}
+
 fn encode_gateways(
     encoder: &mut DescriptorEncoder,
     states: &[GatewayState],
@@ -712,9 +762,44 @@ fn encode_gateways(
         .collect();
     let help = "Requests LMCache sent to the tier's S3 gateway, by method";
     encode_per_tier(encoder, "gateway_requests", help, None, true, &requests)?;
+    encode_labelled(
+        encoder,
+        states,
+        "gateway_responses",
+        "The gateway's answers to LMCache, by status class",
+        "class",
+        |s| {
+            let a = s.answers;
+            vec![
+                ("2xx", a.success),
+                ("3xx", a.redirection),
+                ("4xx", a.client_error),
+                ("5xx", a.server_error),
+                ("other", a.other),
+            ]
+        },
+    )?;
+    encode_labelled(encoder, states, "gateway_rejected", "Requests the gateway refused with 403, by reason (malformed, unknown_key, scope, time, signature)", "reason", |s| {
+        let r = s.rejected_by_reason;
+        vec![("malformed", r.malformed), ("unknown_key", r.unknown_key), ("scope", r.scope), ("time", r.time), ("signature", r.signature)]
+    })?;
     for family in &GATEWAY_FAMILIES {
         family.encode(encoder, states, |s| TierLabels { tier: tier(s) })?;
     }
+    encode_answer_seconds(encoder, states)?;
+    let expiring: Vec<(TierLabels, u64)> = states
+        .iter()
+        .filter_map(|s| Some((TierLabels { tier: tier(s) }, s.credential_expiry_unix?)))
+        .collect();
+    let help = "When the real credentials a gateway signs with expire, Unix time (no series for keys that do not expire)";
+    encode_per_tier(
+        encoder,
+        "gateway_credential_expiry_timestamp",
+        help,
+        Some(&Unit::Seconds),
+        false,
+        &expiring,
+    )?;
     let info: Vec<(GatewayLabels, u64)> = states
         .iter()
         .map(|s| {
