@@ -311,6 +311,10 @@ struct Runner {
     start: StartCount,
     evictions: Evictions,
     rescans: u64,
+    overflows: u64,
+    /// The largest event lag (ctime to counted) of the last batch that
+    /// counted a written object.
+    event_lag: Option<Duration>,
     rescan_due: Option<Instant>,
     last_scan: Duration,
     dirty: bool,
@@ -355,6 +359,8 @@ impl Runner {
             start: StartCount::default(),
             evictions: Evictions::default(),
             rescans: 0,
+            overflows: 0,
+            event_lag: None,
             rescan_due: None,
             last_scan: Duration::ZERO,
             dirty: true,
@@ -515,6 +521,7 @@ impl Runner {
     /// Reads and applies every queued event (no wait).
     fn drain(&mut self, buffer: &mut [u8]) {
         let mut overflow = false;
+        let mut batch_lag: Option<Duration> = None;
         let mut lost_watch = false;
         while let Some(inotify) = &mut self.inotify {
             let events = match inotify.read_events(buffer) {
@@ -543,18 +550,17 @@ impl Runner {
                 ) {
                     lost_watch = true;
                 } else if let Some(name) = event.name {
-                    apply(
-                        &self.dir,
-                        &mut self.tracker,
-                        &mut self.dirty,
-                        event.mask,
-                        name,
-                    );
+                    let dir = &self.dir;
+                    let lag = apply(dir, &mut self.tracker, &mut self.dirty, event.mask, name);
+                    batch_lag = batch_lag.max(lag);
                 }
             }
             if !any || lost_watch {
                 break;
             }
+        }
+        if batch_lag.is_some() {
+            self.event_lag = batch_lag;
         }
         if lost_watch {
             tracing::warn!(
@@ -565,6 +571,7 @@ impl Runner {
             self.schedule_rescan();
         }
         if overflow {
+            self.overflows += 1;
             if !std::mem::replace(&mut self.warned.overflow, true) {
                 tracing::warn!(
                     "{}: the inotify queue overflowed; rescanning the directory (this warning is given once; raise fs.inotify.max_queued_events if it recurs)",
@@ -661,6 +668,10 @@ impl Runner {
                 Following::Rescans
             },
             rescans: self.rescans,
+            overflows: self.overflows,
+            event_lag_ms: self
+                .event_lag
+                .map(|lag| u64::try_from(lag.as_millis()).unwrap_or(u64::MAX)),
             updated_unix_ms: unix_ms(),
         };
         if let Err(e) = status::write_status(self.dir.fd(), &status) {
@@ -677,34 +688,49 @@ impl Runner {
     }
 }
 
-/// Applies one inotify event about `name` to the tracker.
-fn apply(dir: &TierDir, tracker: &mut Tracker, dirty: &mut bool, mask: EventMask, name: &OsStr) {
+/// Applies one inotify event about `name` to the tracker. Returns, for an
+/// object written or renamed into place, how long after its last change
+/// (its ctime: the write or the rename, which no writer can backdate, unlike
+/// the mtime) the guard counted it.
+fn apply(
+    dir: &TierDir,
+    tracker: &mut Tracker,
+    dirty: &mut bool,
+    mask: EventMask,
+    name: &OsStr,
+) -> Option<Duration> {
     if mask.contains(EventMask::ISDIR) {
-        return;
+        return None;
     }
-    let Some(name) = name.to_str().filter(|n| n.ends_with(DATA_SUFFIX)) else {
-        return;
-    };
-    let Ok(object) = parse_object_name(name) else {
-        return;
-    };
+    let name = name.to_str().filter(|n| n.ends_with(DATA_SUFFIX))?;
+    let object = parse_object_name(name).ok()?;
     if mask.intersects(EventMask::DELETE | EventMask::MOVED_FROM) {
         *dirty |= tracker.remove(&object).is_some();
-        return;
+        return None;
     }
     if mask.intersects(EventMask::OPEN | EventMask::ACCESS) && tracker.touch(&object) {
-        return;
+        return None;
     }
+    *dirty = true;
     // Written, renamed into place, or read but not tracked yet: look at it.
     match fstatat(dir.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_dev == dir.device() => {
             tracker.upsert(&object, u64::try_from(st.st_blocks).unwrap_or(0) * 512);
+            let written = mask.intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO);
+            let changed = SystemTime::UNIX_EPOCH
+                + Duration::new(
+                    u64::try_from(st.st_ctime).unwrap_or(0),
+                    u32::try_from(st.st_ctime_nsec).unwrap_or(0),
+                );
+            written
+                .then(|| SystemTime::now().duration_since(changed).ok())
+                .flatten()
         }
         _ => {
             tracker.remove(&object);
+            None
         }
     }
-    *dirty = true;
 }
 
 /// Deletes one object file: `Ok(Some(bytes))` when deleted, `Ok(None)` when

@@ -110,6 +110,16 @@ pub struct GuardStatus {
     /// Full rescans since the start-up count (queue overflows, fallback,
     /// shared tier).
     pub rescans: u64,
+    /// inotify queue overflows (`IN_Q_OVERFLOW`) since the start; each is
+    /// followed by a rescan.
+    #[serde(default)]
+    pub overflows: u64,
+    /// Event lag: in the last batch of inotify events that counted a
+    /// written object, the longest time from an object's last change (its
+    /// ctime: written or renamed into place) to the guard counting it, in
+    /// milliseconds; `None` before the first.
+    #[serde(default)]
+    pub event_lag_ms: Option<u64>,
     /// When this file was written, milliseconds since the Unix epoch.
     pub updated_unix_ms: u64,
 }

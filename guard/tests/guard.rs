@@ -206,6 +206,13 @@ fn evicts_the_least_recently_used_and_touches_nothing_else() {
     });
     assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
     assert_eq!(status.following, Following::Inotify);
+    // Objects written since the start were counted by their events, soon
+    // after they were written; no event was lost.
+    let lag = status
+        .event_lag_ms
+        .expect("an event lag once objects were written");
+    assert!(lag < 10_000, "{status:#?}");
+    assert_eq!(status.overflows, 0);
     let kept = objects_on_disk(&dir);
     assert!(
         kept.contains(&object_name(0)),

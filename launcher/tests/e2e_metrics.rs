@@ -97,6 +97,15 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
         ) > Some(0.0)
     );
     assert!(sample(&text, "lmcache_tier_server_ready_seconds") > Some(0.0));
+    let lag = sample(&text, r#"lmcache_tier_guard_event_lag_seconds{tier="0"}"#);
+    assert!(lag.is_some_and(|s| (0.0..10.0).contains(&s)), "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            r#"lmcache_tier_guard_inotify_overflows_total{tier="0"}"#
+        ),
+        Some(0.0)
+    );
     // A scraper that does not ask for OpenMetrics (promtool, curl) gets
     // the Prometheus text format.
     let findings = promtool_findings(&text);

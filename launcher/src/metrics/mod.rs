@@ -571,7 +571,7 @@ impl<S> TierFamily<S> {
 }
 
 /// The capacity guards' families, from their status files.
-const GUARD_FAMILIES: [TierFamily<GuardStatus>; 8] = [
+const GUARD_FAMILIES: [TierFamily<GuardStatus>; 9] = [
     TierFamily {
         name: "guard_usage",
         help: "Allocated bytes of the tier's cache objects, as the capacity guard counts them",
@@ -628,6 +628,13 @@ const GUARD_FAMILIES: [TierFamily<GuardStatus>; 8] = [
         counter: true,
         value: |s| s.rescans,
     },
+    TierFamily {
+        name: "guard_inotify_overflows",
+        help: "inotify queue overflows (IN_Q_OVERFLOW) of the guard's watch, each followed by a rescan",
+        bytes: false,
+        counter: true,
+        value: |s| s.overflows,
+    },
 ];
 
 /// The S3 gateways' per-tier families, from their counters.
@@ -671,6 +678,22 @@ fn encode_guards(
     };
     for family in &GUARD_FAMILIES {
         family.encode(encoder, statuses, labels)?;
+    }
+    let lags: Vec<(TierLabels, f64)> = statuses
+        .iter()
+        .filter_map(|s| Some((labels(s), s.event_lag_ms? as f64 / 1e3)))
+        .collect();
+    if lags.is_empty() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(
+        "guard_event_lag",
+        "In the guard's last batch of inotify events, the longest time from an object's last change (ctime) to the guard counting it",
+        Some(&Unit::Seconds),
+        ConstGauge::new(0.0f64).metric_type(),
+    )?;
+    for (labels, seconds) in &lags {
+        ConstGauge::new(*seconds).encode(family.encode_family(labels)?)?;
     }
     Ok(())
 }
