@@ -127,6 +127,25 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
         "{text}"
     );
     assert_eq!(sample(&text, "lmcache_tier_server_starts_total"), Some(2.0));
+
+    // `inspect` shows the same figures, read from the endpoint.
+    let out = Command::new(BINS.lmcache_tier())
+        .env_clear()
+        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
+        .env(
+            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+            metrics_port.to_string(),
+        )
+        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
+        .args(["inspect", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = &report["launch"];
+    assert_eq!(seen["state"], "read", "{report:#}");
+    assert_eq!(seen["figures"]["starts"], 2, "{seen:#}");
+    assert_eq!(seen["figures"]["restarts"], 1, "{seen:#}");
+    assert_eq!(seen["figures"]["exits"]["oom_kill"], 1, "{seen:#}");
     stop_launch(&mut launch);
     assert!(get_text(&url).is_none(), "the endpoint outlived the launch");
 }

@@ -40,8 +40,9 @@ Exit status:
   8  inspect: the server does not answer (what the disk tier holds is still printed)
   9  inspect: the server answers but is not healthy (the parts at fault are named)";
 
-/// How long `inspect` waits for one S3 gateway's state (it answers from
-/// memory on loopback, so this only bounds a port that does not answer).
+/// How long `inspect` waits for one S3 gateway's state, and for the
+/// launch's metrics (both answer from memory on loopback, so this only
+/// bounds a port that does not answer).
 const GATEWAY_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Parser)]
@@ -524,6 +525,7 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
         .ok()
         .map(|stock| locate::LmcacheInstall::at(&stock));
     runtime.block_on(report.read_gateways(GATEWAY_TIMEOUT));
+    runtime.block_on(report.read_launch(node.metrics, GATEWAY_TIMEOUT));
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(ProcessError::Json)?;
         outln!("{text}");

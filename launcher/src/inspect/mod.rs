@@ -9,6 +9,7 @@
 //! and endpoints lose any `user:password@` and query string. The text form
 //! ([`Inspection::to_text`]) is in `text`.
 
+pub mod launch_metrics;
 mod text;
 
 use lmcache_capacity_guard::status::{read_status, GuardStatus};
@@ -85,6 +86,9 @@ pub struct Inspection {
     /// (set by the caller: [`crate::locate::LmcacheInstall`]); `None` when
     /// it cannot be found.
     pub lmcache: Option<LmcacheInstall>,
+    /// The launch's own figures from its metrics endpoint
+    /// ([`Inspection::read_launch`]); `None` until read.
+    pub launch: Option<launch_metrics::LaunchMetrics>,
 }
 
 /// The server as one poll saw it.
@@ -284,7 +288,19 @@ impl Inspection {
             worker_liveness: status.and_then(|s| s.worker_liveness.clone()),
             disk: dirs.iter().map(|d| read_disk(d)).collect(),
             lmcache: None,
+            launch: None,
         }
+    }
+
+    /// Reads the launch's figures from its metrics endpoint at `address`
+    /// (`None`: the endpoint is off) within `timeout`.
+    pub async fn read_launch(&mut self, address: Option<SocketAddr>, timeout: Duration) {
+        self.launch = Some(match address {
+            None => launch_metrics::LaunchMetrics::Off,
+            Some(address) => {
+                launch_metrics::read(&launch_metrics::metrics_url(address), timeout).await
+            }
+        });
     }
 
     /// Asks every `S3L2Adapter` tier whose endpoint is `127.0.0.1:<port>`

@@ -10,6 +10,7 @@
 use lmcache_s3_gateway::state::GatewayState;
 use lmcache_sizing::fmt_gib;
 
+use super::launch_metrics::{describe, LaunchMetrics};
 use super::{DiskRow, Inspection, TierRow};
 
 impl Inspection {
@@ -96,6 +97,9 @@ impl Inspection {
                     opt(c.num_draining_adapters)
                 ),
             ]));
+        }
+        if let Some(launch) = &self.launch {
+            head.push(launch_row(launch));
         }
         head
     }
@@ -313,5 +317,18 @@ mod tests {
             row(["a\u{1b}[2Jb\nserver  healthy", "ok"]),
             ["a?[2Jb?server  healthy", "ok"]
         );
+    }
+}
+
+/// The launch's row: its figures, from its metrics endpoint.
+fn launch_row(launch: &LaunchMetrics) -> Vec<String> {
+    match launch {
+        LaunchMetrics::Off => row(["launch", "-", "metrics endpoint off"]),
+        LaunchMetrics::NoAnswer { url, why } => row([
+            "launch",
+            url,
+            &format!("no answer from its metrics endpoint ({why})"),
+        ]),
+        LaunchMetrics::Read { url, figures } => row(["launch", url, &describe(figures)]),
     }
 }

@@ -1,0 +1,212 @@
+//! What `inspect` shows of the launch itself: its server's starts, exits
+//! and time to ready, and what its housekeeping deleted, read back from the
+//! launch's metrics endpoint (`docs/metrics.md`). These are the numbers the
+//! endpoint exports, read, not counted a second time.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The launch's own figures, from its metrics endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LaunchFigures {
+    /// Starts of the server (`server_starts_total`).
+    pub starts: u64,
+    /// Restarts after the server ended (`server_restarts_total`).
+    pub restarts: u64,
+    /// Ends of the server process by cause (`server_exits_total`).
+    pub exits: BTreeMap<String, u64>,
+    /// Seconds from the last start to the first healthy `/status`.
+    pub ready_seconds: Option<f64>,
+    /// Engine workers lost while the server answered.
+    pub workers_lost: u64,
+    /// Entries housekeeping deleted at the launch, by reason.
+    pub housekeeping_deleted: BTreeMap<String, u64>,
+    /// When that housekeeping ended, Unix seconds.
+    pub housekeeping_at_unix: Option<f64>,
+}
+
+/// What was found at the launch's metrics endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum LaunchMetrics {
+    /// `EREBINE_AGENT_LMCACHE_METRICS_PORT` is 0.
+    Off,
+    /// Nothing usable answered: no launch runs, or it serves elsewhere.
+    NoAnswer {
+        /// The scraped URL.
+        url: String,
+        /// Why.
+        why: String,
+    },
+    /// The launch's figures.
+    Read {
+        /// The scraped URL.
+        url: String,
+        /// What it says.
+        figures: LaunchFigures,
+    },
+}
+
+/// The URL to scrape for a launch serving on `address` (an endpoint on
+/// every interface is scraped on loopback).
+pub fn metrics_url(address: SocketAddr) -> String {
+    let host = match address.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_string(),
+        ip if ip.is_unspecified() => "[::1]".to_string(),
+        ip if ip.is_ipv6() => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    format!("http://{host}:{}/metrics", address.port())
+}
+
+/// Scrapes `url` within `timeout` and reads the launch's figures.
+pub async fn read(url: &str, timeout: Duration) -> LaunchMetrics {
+    let no_answer = |why: String| LaunchMetrics::NoAnswer {
+        url: url.to_string(),
+        why,
+    };
+    let client = match reqwest::Client::builder()
+        .timeout(timeout)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => return no_answer(e.to_string()),
+    };
+    let response = match client.get(url).send().await {
+        Ok(response) => response,
+        Err(e) => return no_answer(lmcache_tier_spec::error_chain(&e.without_url())),
+    };
+    if !response.status().is_success() {
+        return no_answer(format!("HTTP {}", response.status().as_u16()));
+    }
+    match response.text().await {
+        Ok(text) if text.contains("lmcache_tier_server_starts_total") => LaunchMetrics::Read {
+            url: url.to_string(),
+            figures: parse(&text),
+        },
+        Ok(_) => no_answer("the answer is not a launch's metrics".to_string()),
+        Err(e) => no_answer(e.to_string()),
+    }
+}
+
+/// The launch's figures in a scrape in the Prometheus text format.
+pub fn parse(text: &str) -> LaunchFigures {
+    let mut figures = LaunchFigures::default();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let count = value.max(0.0) as u64;
+        let label = |key: &str| {
+            labels.split(',').find_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                (k == key).then(|| v.trim_matches('"').to_string())
+            })
+        };
+        match name {
+            "lmcache_tier_server_starts_total" => figures.starts = count,
+            "lmcache_tier_server_restarts_total" => figures.restarts = count,
+            "lmcache_tier_server_ready_seconds" => figures.ready_seconds = Some(value),
+            "lmcache_tier_engine_workers_lost_total" => figures.workers_lost = count,
+            "lmcache_tier_server_exits_total" => {
+                if let Some(cause) = label("cause") {
+                    figures.exits.insert(cause, count);
+                }
+            }
+            "lmcache_tier_housekeeping_deleted_objects_total" => {
+                if let Some(reason) = label("reason") {
+                    figures.housekeeping_deleted.insert(reason, count);
+                }
+            }
+            "lmcache_tier_housekeeping_last_run_timestamp_seconds" if value > 0.0 => {
+                figures.housekeeping_at_unix = Some(value);
+            }
+            _ => {}
+        }
+    }
+    figures
+}
+
+/// The figures in words, for the text view: `2 starts (1 restart; exits:
+/// oom_kill 1), ready in 5.2 s; housekeeping deleted other_model 1`.
+pub fn describe(figures: &LaunchFigures) -> String {
+    let mut out = format!(
+        "{} start(s), {} restart(s)",
+        figures.starts, figures.restarts
+    );
+    if !figures.exits.is_empty() {
+        let exits: Vec<String> = figures
+            .exits
+            .iter()
+            .map(|(cause, n)| format!("{cause} {n}"))
+            .collect();
+        out.push_str(&format!("; exits: {}", exits.join(", ")));
+    }
+    if let Some(seconds) = figures.ready_seconds.filter(|s| *s > 0.0) {
+        out.push_str(&format!("; ready in {seconds:.1} s"));
+    }
+    if figures.workers_lost > 0 {
+        out.push_str(&format!("; engine workers lost: {}", figures.workers_lost));
+    }
+    let deleted: Vec<String> = figures
+        .housekeeping_deleted
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect();
+    match (deleted.is_empty(), figures.housekeeping_at_unix) {
+        (false, _) => out.push_str(&format!("; housekeeping deleted {}", deleted.join(", "))),
+        (true, Some(_)) => out.push_str("; housekeeping deleted nothing"),
+        (true, None) => {}
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Format, NodeMetrics};
+    use crate::watch::Event;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn the_figures_are_the_endpoints_numbers_read_back() {
+        let metrics = NodeMetrics::new(None);
+        let server = metrics.server();
+        server.started(1);
+        server.observe(&Event::Ready);
+        server.observe(&Event::exited(std::process::ExitStatus::from_raw(9)));
+        server.started(2);
+        let figures = parse(&metrics.render(Format::Prometheus).unwrap());
+        assert_eq!((figures.starts, figures.restarts), (2, 1));
+        assert_eq!(figures.exits.get("oom_kill"), Some(&1));
+        assert!(figures.ready_seconds.is_some());
+        assert_eq!(figures.housekeeping_at_unix, None);
+        let text = describe(&figures);
+        assert!(
+            text.starts_with("2 start(s), 1 restart(s); exits: oom_kill 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_endpoint_on_every_interface_is_scraped_on_loopback() {
+        let url = |a: &str| metrics_url(a.parse().unwrap());
+        assert_eq!(url("0.0.0.0:8091"), "http://127.0.0.1:8091/metrics");
+        assert_eq!(url("[::]:8091"), "http://[::1]:8091/metrics");
+        assert_eq!(url("[::1]:9"), "http://[::1]:9/metrics");
+        assert_eq!(url("10.0.0.7:8091"), "http://10.0.0.7:8091/metrics");
+    }
+}
