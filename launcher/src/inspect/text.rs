@@ -307,19 +307,6 @@ fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_cells_show_control_characters_as_question_marks() {
-        assert_eq!(
-            row(["a\u{1b}[2Jb\nserver  healthy", "ok"]),
-            ["a?[2Jb?server  healthy", "ok"]
-        );
-    }
-}
-
 /// The launch's row: its figures, from its metrics endpoint.
 fn launch_row(launch: &LaunchMetrics) -> Vec<String> {
     match launch {
@@ -330,5 +317,18 @@ fn launch_row(launch: &LaunchMetrics) -> Vec<String> {
             &format!("no answer from its metrics endpoint ({why})"),
         ]),
         LaunchMetrics::Read { url, figures } => row(["launch", url, &describe(figures)]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_cells_show_control_characters_as_question_marks() {
+        assert_eq!(
+            row(["a\u{1b}[2Jb\nserver  healthy", "ok"]),
+            ["a?[2Jb?server  healthy", "ok"]
+        );
     }
 }
