@@ -251,10 +251,27 @@ async fn start_one(
     let stats = Stats::new(&tier);
     let (upstream, source) = gateway::Upstream::connect(tier, key).await?;
     let stats = Arc::new(stats.with_credential_source(&source));
+    let upstream = Arc::new(upstream);
     upstream.note_credential_expiry(&stats).await;
     let (listener, addr) = gateway::bind().await?;
-    tokio::spawn(gateway::serve(listener, Arc::new(upstream), stats.clone()));
+    tokio::spawn(gateway::serve(listener, upstream.clone(), stats.clone()));
+    tokio::spawn(keep_credentials_fresh(upstream, stats.clone()));
     Ok((addr, source, stats))
+}
+
+/// How often an idle gateway looks at its credentials.
+const CREDENTIAL_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Looks at the real credentials every [`CREDENTIAL_CHECK`], so that
+/// temporary ones are refreshed ([`credentials::REFRESH_BEFORE`] before
+/// they expire) and their expiry in `stats` stays current while LMCache
+/// sends nothing; a refresh that fails shows as an expiry that comes
+/// closer (`docs/metrics.md`).
+async fn keep_credentials_fresh(upstream: Arc<gateway::Upstream>, stats: Arc<Stats>) {
+    loop {
+        tokio::time::sleep(CREDENTIAL_CHECK).await;
+        upstream.note_credential_expiry(&stats).await;
+    }
 }
 
 #[cfg(test)]

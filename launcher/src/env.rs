@@ -618,13 +618,24 @@ fn parse_port_or_off(variable: &str, value: &str) -> Result<u16, ConfigError> {
     }
 }
 
-/// An IP address to listen on (no host names: nothing is resolved).
+/// An IP address to listen on (no host names: nothing is resolved; no
+/// multicast or broadcast address, which a listener can bind but nothing
+/// can connect to).
 fn parse_host(variable: &str, value: &str) -> Result<std::net::IpAddr, ConfigError> {
-    value.trim().parse().map_err(|_| ConfigError::Invalid {
-        variable: variable.to_string(),
-        value: value.to_string(),
-        expected: "write an IP address to listen on: 127.0.0.1 (the default, this host only), 0.0.0.0 or :: (every interface), or one of the host's addresses".to_string(),
-    })
+    let unusable = |ip: &std::net::IpAddr| match ip {
+        std::net::IpAddr::V4(v4) => v4.is_multicast() || v4.is_broadcast(),
+        std::net::IpAddr::V6(v6) => v6.is_multicast(),
+    };
+    value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|ip| !unusable(ip))
+        .ok_or_else(|| ConfigError::Invalid {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: "write an IP address to listen on: 127.0.0.1 (the default, this host only), 0.0.0.0 or :: (every interface), or one of the host's unicast addresses".to_string(),
+        })
 }
 
 fn parse_port(variable: &str, value: &str) -> Result<u16, ConfigError> {

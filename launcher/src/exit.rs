@@ -235,6 +235,7 @@ impl HasExitStatus for LaunchError {
             // The metrics port is taken (another process, or an address
             // this host does not have).
             LaunchError::PortInUse { .. } | LaunchError::Metrics(_) => ExitStatus::PortInUse,
+            LaunchError::NotAnAddressHere { .. } => ExitStatus::BadInput,
             LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
             LaunchError::Gateway(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),

@@ -120,6 +120,15 @@ pub enum LaunchError {
         /// The bind error.
         detail: String,
     },
+    /// A listener's address is not one of this host's (only the metrics
+    /// endpoint's host can be set).
+    #[error("EREBINE_AGENT_LMCACHE_METRICS_HOST={host}: not an address of this host ({detail}). Set it to one of the host's addresses, 127.0.0.1 (the default) or 0.0.0.0")]
+    NotAnAddressHere {
+        /// The address.
+        host: std::net::IpAddr,
+        /// The bind error.
+        detail: String,
+    },
     /// The executable could not be started.
     #[error("cannot start {executable}: {detail}")]
     Spawn {
@@ -192,6 +201,12 @@ pub enum LaunchError {
 pub fn check_ports(listeners: &[Listener]) -> Result<(), LaunchError> {
     for listener in listeners {
         if let Err(e) = TcpListener::bind((listener.host, listener.port)) {
+            if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+                return Err(LaunchError::NotAnAddressHere {
+                    host: listener.host,
+                    detail: e.to_string(),
+                });
+            }
             return Err(LaunchError::PortInUse {
                 listener: listener.clone(),
                 port: listener.port,

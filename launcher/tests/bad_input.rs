@@ -937,3 +937,64 @@ fn a_disk_tier_smaller_than_l1_is_kept_and_the_launch_warns_with_both_sizes() {
         .unwrap()
         .contains(warning));
 }
+
+#[test]
+fn erebine_lmcache_server_refuses_a_metrics_port_its_server_listens_on() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--http-port", "18090"],
+            "--http-port 18090 (the server's HTTP port)",
+        ),
+        (&["--port=18090"], "--port 18090 (the server's ZMQ port)"),
+    ];
+    for (flags, named) in cases {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_LMCACHE_METRICS_PORT", "18090");
+        let out = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+            .env_clear()
+            .envs(&case.vars)
+            .args(["server", "--l1-size-gb", "1", "--eviction-policy", "LRU"])
+            .args(*flags)
+            .output()
+            .unwrap();
+        assert!(
+            !case.path().join("stand-in-ran").exists(),
+            "LMCache was started"
+        );
+        assert_fails(
+            &out,
+            2,
+            &[
+                "EREBINE_AGENT_LMCACHE_METRICS_PORT=18090 (the metrics endpoint)",
+                named,
+            ],
+        );
+    }
+}
+
+#[test]
+fn a_metrics_host_that_is_no_listening_address_is_refused_by_name() {
+    for host in [
+        "224.0.0.1",
+        "255.255.255.255",
+        "ff02::1",
+        "localhost",
+        "[::1]",
+    ] {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_LMCACHE_METRICS_PORT", "18091")
+            .set("EREBINE_AGENT_LMCACHE_METRICS_HOST", host);
+        let out = case.run(&["launch", "--dry-run"]);
+        assert_fails(&out, 2, &["EREBINE_AGENT_LMCACHE_METRICS_HOST", host]);
+    }
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_METRICS_PORT", "18092")
+        .set("EREBINE_AGENT_LMCACHE_METRICS_HOST", "10.255.255.1");
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        2,
+        &["EREBINE_AGENT_LMCACHE_METRICS_HOST=10.255.255.1: not an address of this host"],
+    );
+    assert!(!case.path().join("cache").exists());
+}

@@ -260,7 +260,12 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     let post = r#"lmcache_tier_gateway_requests_total{tier="1",method="POST"}"#;
     assert!(sample(put) + sample(post) >= stores as f64, "{metrics}");
     assert!(sample(r#"lmcache_tier_gateway_sent_bytes_total{tier="1"}"#) > 0.0);
-    assert!(metrics.contains(r#"lmcache_tier_gateway_info{tier="1",bucket="kv-cache",credential_source="the tier's aws_access_key_id"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(
+            r#"lmcache_tier_gateway_info{tier="1",bucket="kv-cache",credential_source="spec"} 1"#
+        ),
+        "{metrics}"
+    );
     assert_eq!(
         sample(r#"lmcache_tier_guard_capacity_bytes{tier="0"}"#),
         (50u64 << 30) as f64

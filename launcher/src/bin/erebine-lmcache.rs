@@ -18,12 +18,13 @@ use std::time::Duration;
 
 use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
 use lmcache_capacity_guard::GuardError;
-use lmcache_launcher::env::{metrics_address, process_vars, Vars, METRICS_PORT};
+use lmcache_launcher::env::{metrics_address, process_vars, ConfigError, Vars, METRICS_PORT};
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
 use lmcache_launcher::guards::{check_guards, start_guards, without_launch_guarded};
 use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use lmcache_launcher::output;
+use lmcache_launcher::server_flags::server_flags;
 use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
 use lmcache_launcher::watch::Event;
 use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};
@@ -419,9 +420,45 @@ async fn start_metrics(
     let Some(address) = metrics_address(vars)?.filter(|_| is_server) else {
         return Ok(None);
     };
+    for (flag, role, port) in server_ports(&server.text_args) {
+        if port == address.port() {
+            return Err(Failure::MetricsConfig(ConfigError::PortClash {
+                first: format!("{METRICS_PORT}={port} (the metrics endpoint)"),
+                second: format!("{flag} {port} ({role})"),
+                port,
+            }));
+        }
+    }
     let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone()).await?;
     say!("metrics on http://{}/metrics", endpoint.address());
     Ok(Some(endpoint))
+}
+
+/// The server's own ports, as LMCache's parser reads `args` (`server`
+/// first): `--port` (LMCache 0.5.6's default 5555) and `--http-port`
+/// (8080), each with its role. Arguments LMCache would refuse give the
+/// defaults: the server refuses them itself.
+fn server_ports(args: &[String]) -> [(&'static str, &'static str, u16); 2] {
+    let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let read = server_flags().read(&flags).unwrap_or_default();
+    let last = |flag: &str| {
+        read.iter()
+            .rev()
+            .find(|o| o.flag == flag)
+            .and_then(|o| o.values.last()?.parse().ok())
+    };
+    [
+        (
+            "--port",
+            "the server's ZMQ port",
+            last("--port").unwrap_or(5555),
+        ),
+        (
+            "--http-port",
+            "the server's HTTP port",
+            last("--http-port").unwrap_or(8080),
+        ),
+    ]
 }
 
 /// How long a server stopped because its guard could not start is given
@@ -434,6 +471,23 @@ mod tests {
 
     fn specs(args: &[&str]) -> L2AdapterArgs {
         L2AdapterArgs::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_servers_ports_are_read_as_lmcache_reads_them() {
+        let ports = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            server_ports(&args).map(|(_, _, port)| port)
+        };
+        assert_eq!(ports(&["server"]), [5555, 8080]);
+        assert_eq!(
+            ports(&["server", "--port", "7000", "--http-port=7001"]),
+            [7000, 7001]
+        );
+        assert_eq!(
+            ports(&["server", "--http-p", "9000", "--port", "1", "--port", "2"]),
+            [2, 9000]
+        );
     }
 
     #[test]

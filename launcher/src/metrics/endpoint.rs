@@ -23,7 +23,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The endpoint cannot listen.
 #[derive(Debug, thiserror::Error)]
-#[error("{setting}: cannot listen on {address} for the metrics endpoint: {source}. Choose another port with {setting}, or 0 to turn the endpoint off")]
+#[error("{setting}: cannot listen on {address} for the metrics endpoint: {source}. {}", advice(.source, setting))]
 pub struct MetricsError {
     /// The setting that chose the address.
     pub setting: String,
@@ -32,6 +32,14 @@ pub struct MetricsError {
     /// The bind error.
     #[source]
     pub source: std::io::Error,
+}
+
+/// What to do about a bind error `source` of the address `setting` chose.
+fn advice(source: &std::io::Error, setting: &str) -> String {
+    match source.kind() {
+        std::io::ErrorKind::AddrNotAvailable => "The address is not one of this host's: set EREBINE_AGENT_LMCACHE_METRICS_HOST to one of its addresses, 127.0.0.1 (the default) or 0.0.0.0".to_string(),
+        _ => format!("Choose another port with {setting}, or 0 to turn the endpoint off"),
+    }
 }
 
 /// A running endpoint; dropping it stops it.
@@ -117,14 +125,17 @@ async fn answer<B>(
         ));
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
-        return Ok(respond(
+        let mut refused = respond(
             StatusCode::METHOD_NOT_ALLOWED,
             text,
             "GET /metrics\n".into(),
-        ));
+        );
+        let allow = hyper::header::HeaderValue::from_static("GET, HEAD");
+        refused.headers_mut().insert(hyper::header::ALLOW, allow);
+        return Ok(refused);
     }
-    let accept = request.headers().get(hyper::header::ACCEPT);
-    let format = Format::accepted(accept.and_then(|a| a.to_str().ok()));
+    let accept = request.headers().get_all(hyper::header::ACCEPT);
+    let format = Format::accepted(accept.iter().filter_map(|a| a.to_str().ok()));
     // The guard status files are read from disk: off the runtime's threads.
     let rendered = tokio::task::spawn_blocking(move || metrics.render(format)).await;
     Ok(match rendered {
@@ -176,6 +187,7 @@ mod tests {
         assert_eq!(get("/", "*/*").await.unwrap().status(), 404);
         let post = client.post(format!("{base}/metrics")).send().await.unwrap();
         assert_eq!(post.status(), 405);
+        assert_eq!(post.headers()["allow"], "GET, HEAD");
         let taken =
             MetricsEndpoint::start(endpoint.address(), "V", Arc::new(NodeMetrics::new(None)))
                 .await

@@ -48,20 +48,25 @@ pub const PREFIX: &str = "lmcache_tier";
 pub struct NodeMetrics {
     registry: Registry,
     server: ServerMetrics,
-    housekeeping: HousekeepingMetrics,
+    /// A launch's with the built-in disk tier only: nothing else is
+    /// housekept.
+    housekeeping: Option<HousekeepingMetrics>,
     tiers: Arc<TierSources>,
 }
 
 impl NodeMetrics {
-    /// The families of a node; `plan` sets the plan's (none for
-    /// `erebine-lmcache` run alone, which has no plan).
+    /// The families of a node; `plan` (a launch's) adds the plan's, and
+    /// housekeeping's when the plan housekeeps the built-in disk tier
+    /// (`erebine-lmcache` run alone has neither).
     pub fn new(plan: Option<&LaunchPlan>) -> Self {
         let mut registry = Registry::with_prefix(PREFIX);
         if let Some(plan) = plan {
             register_plan(&mut registry, plan);
         }
         let server = ServerMetrics::register(&mut registry);
-        let housekeeping = HousekeepingMetrics::register(&mut registry);
+        let housekeeping = plan
+            .filter(|plan| plan.housekeeping.is_some())
+            .map(|_| HousekeepingMetrics::register(&mut registry));
         let tiers = Arc::new(TierSources::default());
         registry.register_collector(Box::new(tiers.clone()));
         NodeMetrics {
@@ -79,7 +84,9 @@ impl NodeMetrics {
 
     /// Records what the launch's housekeeping did, `took` long.
     pub fn housekept(&self, report: &Report, took: Duration) {
-        self.housekeeping.record(report, took);
+        if let Some(housekeeping) = &self.housekeeping {
+            housekeeping.record(report, took);
+        }
     }
 
     /// Reads each guard's status file in `dirs` (tier directories) at
@@ -126,11 +133,26 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format an `Accept` header asks for.
-    pub fn accepted(accept: Option<&str>) -> Self {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::Prometheus,
+    /// The format the `Accept` header values `accept` ask for: OpenMetrics
+    /// when one of their media ranges is `application/openmetrics-text`
+    /// (any case) with a quality above 0.
+    pub fn accepted<'a>(accept: impl IntoIterator<Item = &'a str>) -> Self {
+        let wants_openmetrics =
+            accept
+                .into_iter()
+                .flat_map(|value| value.split(','))
+                .any(|range| {
+                    let mut parts = range.split(';').map(str::trim);
+                    let media = parts.next().unwrap_or("");
+                    let quality = parts
+                        .filter_map(|p| p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")))
+                        .find_map(|q| q.parse::<f64>().ok())
+                        .unwrap_or(1.0);
+                    media.eq_ignore_ascii_case("application/openmetrics-text") && quality > 0.0
+                });
+        match wants_openmetrics {
+            true => Format::OpenMetrics,
+            false => Format::Prometheus,
         }
     }
 
@@ -212,6 +234,10 @@ fn register_plan(registry: &mut Registry, plan: &LaunchPlan) {
 
 /// The liveness states a server is in, one series each (1 for the current).
 const LIVENESS: [&str; 5] = ["starting", "ready", "unhealthy", "unresponsive", "exited"];
+
+/// The causes of a server's end, one series each from the start (at 0), so
+/// that `increase()` sees the first one.
+const EXIT_CAUSES: [&str; 3] = ["status", "signal", "oom_kill"];
 
 /// How a server process ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -296,6 +322,18 @@ impl ServerMetrics {
             Unit::Seconds,
             server.ready_seconds.clone(),
         );
+        for cause in EXIT_CAUSES {
+            let labels = ExitLabels {
+                cause: cause.to_string(),
+            };
+            server.exits.get_or_create(&labels).inc_by(0);
+        }
+        for state in LIVENESS {
+            let labels = StateLabels {
+                state: state.to_string(),
+            };
+            server.liveness.get_or_create(&labels).set(0);
+        }
         server
     }
 
@@ -698,6 +736,22 @@ fn encode_guards(
     Ok(())
 }
 
+/// The kind of a gateway's credential source, for a label: `spec`,
+/// `environment`, `profile`, `web_identity`, `container`,
+/// `instance_metadata` or `other`. The source's full description (a file
+/// path, a role ARN) stays in the gateway's state, which `inspect` shows.
+fn credential_kind(source: &str) -> &'static str {
+    match source {
+        "the tier's aws_access_key_id" => "spec",
+        "AWS_ACCESS_KEY_ID" => "environment",
+        s if s.starts_with("profile ") => "profile",
+        s if s.starts_with("web identity") => "web_identity",
+        s if s.contains("ECS container") => "container",
+        s if s.starts_with("EC2 instance metadata") => "instance_metadata",
+        _ => "other",
+    }
+}
+
 /// A counter family of each gateway's values by one label `label`: a
 /// series per (tier, value name) that `values` gives.
 fn encode_labelled(
@@ -829,7 +883,7 @@ fn encode_gateways(
             let labels = GatewayLabels {
                 tier: tier(s),
                 bucket: s.bucket.clone(),
-                credential_source: s.credential_source.clone(),
+                credential_source: credential_kind(&s.credential_source).to_string(),
             };
             (labels, 1)
         })
@@ -936,6 +990,15 @@ mod tests {
     #[test]
     fn starts_events_and_exits_are_counted_by_cause() {
         let metrics = NodeMetrics::new(None);
+        let before = metrics.render(Format::OpenMetrics).unwrap();
+        for cause in EXIT_CAUSES {
+            let series = format!(r#"lmcache_tier_server_exits_total{{cause="{cause}"}}"#);
+            assert_eq!(sample(&before, &series), 0.0, "{before}");
+        }
+        assert!(
+            !before.contains("housekeeping"),
+            "no housekeeping without a plan"
+        );
         let server = metrics.server();
         server.started(1);
         server.observe(&Event::Ready);
@@ -1036,6 +1099,60 @@ mod tests {
     }
 
     #[test]
+    fn the_format_follows_the_accept_media_ranges_and_their_quality() {
+        let open = [
+            vec!["application/openmetrics-text;version=1.0.0,text/plain;q=0.5"],
+            vec!["APPLICATION/OPENMETRICS-TEXT"],
+            vec!["text/plain", "application/openmetrics-text; q=0.3"],
+        ];
+        for accept in open {
+            assert_eq!(
+                Format::accepted(accept.clone()),
+                Format::OpenMetrics,
+                "{accept:?}"
+            );
+        }
+        let plain = [
+            vec![],
+            vec!["*/*"],
+            vec!["application/openmetrics-text;q=0, text/plain"],
+            vec!["text/plain;version=0.0.4"],
+        ];
+        for accept in plain {
+            assert_eq!(
+                Format::accepted(accept.clone()),
+                Format::Prometheus,
+                "{accept:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn credential_sources_are_labelled_by_kind_without_paths_or_roles() {
+        let kinds = [
+            ("the tier's aws_access_key_id", "spec"),
+            ("AWS_ACCESS_KEY_ID", "environment"),
+            (
+                "profile \"kv\" in /root/.aws/config and /root/.aws/credentials",
+                "profile",
+            ),
+            (
+                "web identity (role arn:aws:iam::123:role/r, token /var/run/t)",
+                "web_identity",
+            ),
+            ("the ECS container endpoint", "container"),
+            (
+                "EC2 instance metadata at http://169.254.169.254",
+                "instance_metadata",
+            ),
+            ("something new", "other"),
+        ];
+        for (source, kind) in kinds {
+            assert_eq!(credential_kind(source), kind, "{source}");
+        }
+    }
+
+    #[test]
     fn housekeeping_is_counted_by_reason() {
         use lmcache_housekeeping::{housekeep, LaunchIdentity, Mode, TierPolicy};
         let tmp = tempfile::tempdir().unwrap();
@@ -1049,7 +1166,7 @@ mod tests {
             chunk_size: 256,
         };
         let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
-        let metrics = NodeMetrics::new(None);
+        let metrics = NodeMetrics::new(Some(&a_plan()));
         metrics.housekept(&done.report, Duration::from_millis(1500));
         let text = metrics.render(Format::OpenMetrics).unwrap();
         assert_eq!(
