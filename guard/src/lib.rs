@@ -412,10 +412,18 @@ impl Runner {
             if self.inotify.is_some() { "inotify" } else { "rescans" },
         );
         self.schedule_rescan();
+        let mut dir_check = Instant::now() + self.options.fallback_rescan;
         loop {
+            if Instant::now() >= dir_check {
+                self.check_dir_removed();
+                dir_check = Instant::now() + self.options.fallback_rescan;
+            }
             self.drain(&mut buffer);
             self.evict_if_needed(&mut buffer);
             if self.rescan_due.is_some_and(|due| Instant::now() >= due) {
+                if self.inotify.is_none() {
+                    self.follow_replaced_dir();
+                }
                 self.rescan();
                 self.schedule_rescan();
                 continue;
@@ -424,7 +432,7 @@ impl Runner {
             if self.dirty && write_due.is_none_or(|due| Instant::now() >= due) {
                 self.write_status();
             }
-            let mut next = self.rescan_due;
+            let mut next = Some(self.rescan_due.map_or(dir_check, |due| due.min(dir_check)));
             if self.dirty {
                 next = match (next, write_due) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -499,6 +507,47 @@ impl Runner {
         }
     }
 
+    /// Notices that the directory the guard holds was removed: inotify
+    /// reports no removal while the guard's own descriptor keeps it, so
+    /// its link count is looked at every [`GuardOptions::fallback_rescan`].
+    /// Then the guard follows the path by rescans, and a directory made
+    /// there again ([`Runner::follow_replaced_dir`]).
+    fn check_dir_removed(&mut self) {
+        let removed = nix::sys::stat::fstat(self.dir.fd()).is_ok_and(|st| st.st_nlink == 0);
+        if !removed || self.inotify.is_none() {
+            return;
+        }
+        tracing::warn!(
+            "{}: the tier directory was removed; following its path by rescans",
+            self.label()
+        );
+        self.inotify = None;
+        self.follow_replaced_dir();
+        self.schedule_rescan();
+    }
+
+    /// Follows a tier directory that was removed and made again, or
+    /// replaced by another at `base_path`: when the path now names another
+    /// directory than the one the guard holds, the guard opens that one,
+    /// watches it and counts it. Until the path names a directory again,
+    /// the guard rescans the one it holds (which a removal left empty).
+    fn follow_replaced_dir(&mut self) {
+        let Ok(now) = TierDir::open(&self.spec.base_path, Access::ReadWrite) else {
+            return;
+        };
+        if same_dir(&now, &self.dir) {
+            return;
+        }
+        tracing::warn!(
+            "{}: the tier directory was replaced; following the new one",
+            self.label()
+        );
+        self.inotify = Watch::add(&now).ok().map(|watch| watch.0);
+        self.dir = now;
+        self.rescan();
+        self.dirty = true;
+    }
+
     fn rescan(&mut self) {
         if let Some(inventory) = self.scan() {
             self.tracker.reconcile(&inventory);
@@ -568,6 +617,7 @@ impl Runner {
                 self.label()
             );
             self.inotify = None;
+            self.follow_replaced_dir();
             self.schedule_rescan();
         }
         if overflow {
@@ -685,6 +735,17 @@ impl Runner {
         }
         self.dirty = false;
         self.last_write = Some(Instant::now());
+    }
+}
+
+/// Whether `now` is the directory `held` already holds: the same device
+/// and inode, and `held` not removed (a removed directory has no links,
+/// and its inode number may already be the new directory's).
+fn same_dir(now: &TierDir, held: &TierDir) -> bool {
+    let stat = |d: &TierDir| nix::sys::stat::fstat(d.fd());
+    match (stat(now), stat(held)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) && b.st_nlink > 0,
+        _ => false,
     }
 }
 

@@ -72,15 +72,14 @@ fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> Gua
     let started = Instant::now();
     let tier = TierDir::open(dir, Access::ReadOnly).unwrap();
     loop {
-        if let Some(status) = read_status(&tier).unwrap() {
-            if ok(&status) {
-                return status;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "{what}: last status {status:#?}"
-            );
+        let status = read_status(&tier).unwrap();
+        if let Some(status) = status.as_ref().filter(|s| ok(s)) {
+            return status.clone();
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what}: last status {status:#?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -278,5 +277,44 @@ fn without_inotify_rescans_hold_the_capacity() {
     assert_eq!(status.following, Following::Rescans);
     assert!(allocated(dir) < status.trigger_bytes);
     assert!(objects_on_disk(dir).contains(&object_name(29)));
+    guard.stop();
+}
+
+/// A tier directory removed and made again while its guard runs (an
+/// operator's cleanup, a job that recreates it): the guard follows the new
+/// directory, and the bound holds there.
+#[test]
+fn a_tier_directory_removed_and_made_again_is_followed_and_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tier");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..4 {
+        store(&dir, i);
+    }
+    let guard = start(&dir, fast());
+    wait_status(&dir, "start count", |s| s.start.found.objects == 4);
+    // The guard may write its status file while the directory is emptied.
+    let mut tries = 0;
+    while let Err(e) = fs::remove_dir_all(&dir) {
+        tries += 1;
+        assert!(tries < 50, "cannot remove the tier directory: {e}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    fs::create_dir(&dir).unwrap();
+    for i in 100..140 {
+        store(&dir, i);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = wait_status(&dir, "the new directory bounded", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
+    });
+    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    assert_eq!(
+        status.following,
+        Following::Inotify,
+        "watching the new directory"
+    );
+    assert!(objects_on_disk(&dir).contains(&object_name(139)));
     guard.stop();
 }
