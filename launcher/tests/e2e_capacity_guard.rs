@@ -91,6 +91,24 @@ impl Sampler {
     }
 }
 
+/// Waits until the objects in `tier` have not changed for 2 s (at least
+/// 3 s, at most 30 s).
+fn settle(tier: &Path) {
+    let started = std::time::Instant::now();
+    let (mut last, mut still_since) = (objects(tier), std::time::Instant::now());
+    while started.elapsed() < Duration::from_secs(30) {
+        thread::sleep(Duration::from_millis(250));
+        let now = objects(tier);
+        if now != last {
+            (last, still_since) = (now, std::time::Instant::now());
+        } else if still_since.elapsed() >= Duration::from_secs(2)
+            && started.elapsed() >= Duration::from_secs(3)
+        {
+            return;
+        }
+    }
+}
+
 fn status(tier: &Path) -> serde_json::Value {
     let text = fs::read_to_string(tier.join(".lmcache-tier-guard.json"))
         .unwrap_or_else(|e| panic!("no guard status in {}: {e}", tier.display()));
@@ -133,8 +151,9 @@ impl Node {
         let sampler = Sampler::start(&self.tier);
         let run = run_bench(&self.dir, self.mp_port, self.http_port, start, start + FILL);
         assert!(run.status.success(), "{}", run.output);
-        // Let the last stores reach the disk before the samples end.
-        thread::sleep(Duration::from_secs(3));
+        // Let the last stores reach the disk before the samples end:
+        // LMCache writes to L2 behind the bench, later on a loaded host.
+        settle(&self.tier);
         sampler.finish()
     }
 
