@@ -205,16 +205,7 @@ fn remove_bench_shm(pid: i32) {
 
 /// GETs `url` and parses JSON; `None` on any failure or non-200 answer.
 pub fn get_json(url: &str) -> Option<serde_json::Value> {
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .no_proxy()
-        .build()
-        .ok()?;
-    let resp = client.get(url).send().ok()?;
-    if resp.status().as_u16() != 200 {
-        return None;
-    }
-    resp.json().ok()
+    serde_json::from_str(&get_text(url)?).ok()
 }
 
 /// GET `url` (loopback): the body of a 200 answer as text, else `None`.
