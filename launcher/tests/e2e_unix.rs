@@ -76,7 +76,9 @@ fn stand_in_launch(bytes: &[u8]) -> StandInLaunch {
     fs::create_dir(&state).unwrap();
     let lock = dir.join("cache/.lmcache-tier.lock");
     let mut cmd = BINS.launch_command(dir, free_port(), free_port(), &[]);
-    cmd.env("EREBINE_AGENT_LMCACHE_PATH", &server)
+    // Dozens of these run at once: no metrics port to find for each.
+    cmd.env("EREBINE_AGENT_LMCACHE_METRICS_PORT", "0")
+        .env("EREBINE_AGENT_LMCACHE_PATH", &server)
         .env("EREBINE_TEST_STATE", &state)
         .env("EREBINE_TEST_LOCK", &lock)
         .env("EREBINE_TEST_BYTES", OsString::from_vec(bytes.to_vec()));
@@ -99,10 +101,16 @@ fn every_terminating_signal_stops_the_server_before_the_lock_is_released() {
     for (number, l) in &mut launches {
         let pid_file = l.state.join("pid");
         let name = signal_name(*number);
+        let launch = &mut l.launch;
         wait_for(
             &format!("{name}: the server start"),
             Duration::from_secs(60),
-            || pid_file.exists(),
+            || {
+                if let Some(status) = launch.try_status() {
+                    panic!("{name}: the launch ended ({status}):\n{}", launch.output());
+                }
+                pid_file.exists()
+            },
         );
         // SAFETY: kill has no memory effects.
         unsafe { libc::kill(l.launch.pid(), *number) };
