@@ -7,11 +7,13 @@
 //! Nothing here fakes LMCache: every test drives the real `lmcache server`
 //! and the real `lmcache bench` commands.
 
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -109,12 +111,21 @@ impl Binaries {
     }
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, and one this test process
+/// has not handed out before: the kernel may give a just-released ephemeral
+/// port again, and two listeners of one launch must not share a port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("an ephemeral port");
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A child process in its own process group, killed with its whole group
