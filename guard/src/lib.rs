@@ -23,6 +23,14 @@
 //!   filesystem) and `unlinkat` relative to the directory descriptor, never
 //!   `AT_REMOVEDIR`: only names that decode as objects, only inside the
 //!   directory, no symlink followed. One log line per cycle.
+//! - Free space: the guard keeps the line the launch planned to leave free
+//!   on the tier's volume ([`lmcache_sizing::rules::free_space_line`],
+//!   measured when it starts). Every [`GuardOptions::free_check`] it reads
+//!   the volume's free space; below the line (another writer filled the
+//!   volume, LMCache's stores failing with `ENOSPC`) it evicts LRU objects
+//!   of its own tier, the same way, until the line is back or the tier is
+//!   empty. A volume with no free space at all gets at least a regular
+//!   cycle, even when the line is 0.
 //! - State: [`status`], a file in the tier directory.
 //!
 //! LMCache's `fs` adapter checks the disk on every lookup and treats a vanished
@@ -44,6 +52,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use inotify::{EventMask, Inotify, WatchMask};
 use lmcache_housekeeping::codec::{parse_object_name, DATA_SUFFIX};
 use lmcache_housekeeping::{scan, Access, Inventory, TierDir, TierDirError};
+use lmcache_sizing::rules::{free_space_line, volume_reserve};
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::libc;
@@ -52,7 +61,9 @@ use nix::sys::stat::fstatat;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use crate::capacity::{CapacityError, GuardSpec};
-use status::{CountBytes, Cycle, Evictions, Following, GuardStatus, StartCount, STATUS_VERSION};
+use status::{
+    CountBytes, Cycle, Evictions, Following, FreeSpace, GuardStatus, StartCount, STATUS_VERSION,
+};
 use tracker::Tracker;
 
 /// Unlinks between two drains of the event queue during an eviction cycle,
@@ -76,6 +87,10 @@ pub struct GuardOptions {
     /// Follow the tier with inotify (default); `false` follows it by rescans
     /// only, as when inotify is unavailable.
     pub inotify: bool,
+    /// Time between two reads of the volume's free space (a `statvfs`,
+    /// microseconds). Default 250 ms: how soon stores that failed on a full
+    /// volume find room again.
+    pub free_check: Duration,
 }
 
 impl Default for GuardOptions {
@@ -85,6 +100,7 @@ impl Default for GuardOptions {
             shared_rescan: Duration::from_secs(10),
             fallback_rescan: Duration::from_secs(1),
             inotify: true,
+            free_check: Duration::from_millis(250),
         }
     }
 }
@@ -301,6 +317,25 @@ fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// `bytes` in GiB, or in MiB below 1 GiB, where the free space of a small
+/// volume would read 0.00 GiB.
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => gib(b),
+        b => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+    }
+}
+
+/// Bytes to evict for the free space: what `free_bytes` lacks to reach
+/// `line_bytes`, and on a full volume at least `regular_cycle` (stores are
+/// failing with `ENOSPC` there, whatever the line); 0 at or above the line.
+fn below_line(free_bytes: u64, line_bytes: u64, regular_cycle: u64) -> u64 {
+    match free_bytes {
+        0 => line_bytes.max(regular_cycle),
+        free => line_bytes.saturating_sub(free),
+    }
+}
+
 /// The guard's thread.
 struct Runner {
     spec: GuardSpec,
@@ -312,6 +347,8 @@ struct Runner {
     evictions: Evictions,
     rescans: u64,
     overflows: u64,
+    /// The free space kept on the volume; `None` when it reports no size.
+    free_space: Option<FreeSpace>,
     /// The largest event lag (ctime to counted) of the last batch that
     /// counted a written object.
     event_lag: Option<Duration>,
@@ -329,6 +366,7 @@ struct Warned {
     status: bool,
     delete: bool,
     scan: bool,
+    statvfs: bool,
 }
 
 impl Runner {
@@ -360,6 +398,7 @@ impl Runner {
             evictions: Evictions::default(),
             rescans: 0,
             overflows: 0,
+            free_space: None,
             event_lag: None,
             rescan_due: None,
             last_scan: Duration::ZERO,
@@ -411,8 +450,10 @@ impl Runner {
             self.spec.role,
             if self.inotify.is_some() { "inotify" } else { "rescans" },
         );
+        self.free_space = self.measure_line();
         self.schedule_rescan();
         let mut dir_check = Instant::now() + self.options.fallback_rescan;
+        let mut free_check = Instant::now();
         loop {
             if Instant::now() >= dir_check {
                 self.check_dir_removed();
@@ -420,6 +461,10 @@ impl Runner {
             }
             self.drain(&mut buffer);
             self.evict_if_needed(&mut buffer);
+            if Instant::now() >= free_check {
+                self.keep_free_space(&mut buffer);
+                free_check = Instant::now() + self.options.free_check;
+            }
             if self.rescan_due.is_some_and(|due| Instant::now() >= due) {
                 if self.inotify.is_none() {
                     self.follow_replaced_dir();
@@ -432,7 +477,11 @@ impl Runner {
             if self.dirty && write_due.is_none_or(|due| Instant::now() >= due) {
                 self.write_status();
             }
-            let mut next = Some(self.rescan_due.map_or(dir_check, |due| due.min(dir_check)));
+            let mut next = Some(
+                self.rescan_due
+                    .map_or(dir_check, |due| due.min(dir_check))
+                    .min(free_check),
+            );
             if self.dirty {
                 next = match (next, write_due) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -637,22 +686,168 @@ impl Runner {
         if usage < self.spec.trigger_bytes() {
             return;
         }
+        let run = self.evict(self.spec.reclaim_bytes(usage), buffer);
+        self.evictions.add(run.cycle);
+        tracing::info!(
+            "{}: evicted {} least recently used objects ({}) in {} ms at usage {} of capacity {}; now {} objects, {}{}",
+            self.label(),
+            run.cycle.deleted.objects,
+            gib(run.cycle.deleted.bytes),
+            run.cycle.millis,
+            gib(usage),
+            gib(self.spec.capacity_bytes),
+            self.tracker.len(),
+            gib(self.tracker.usage()),
+            run.misses()
+        );
+        self.write_status();
+    }
+
+    /// The free-space line of the tier's volume, measured now, after the
+    /// start-up count: `None` (and a log line) when the volume reports no
+    /// size or cannot be measured.
+    fn measure_line(&mut self) -> Option<FreeSpace> {
+        let volume = match volume_space(&self.dir) {
+            Ok(volume) if volume.total > 0 => volume,
+            Ok(_) => {
+                tracing::info!(
+                    "{}: the volume reports no size (tmpfs without a size limit, ramfs); no free-space line is kept",
+                    self.label()
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "{}: cannot measure the volume ({e}); no free-space line is kept",
+                    self.label()
+                );
+                return None;
+            }
+        };
+        let reserve_bytes = volume_reserve(volume.total);
+        let line_bytes = free_space_line(
+            reserve_bytes,
+            volume.free,
+            self.tracker.usage(),
+            self.spec.capacity_bytes,
+        );
+        tracing::info!(
+            "{}: keeps {} free on the {} volume (reserve {}; free {} + tier {} - capacity {} at start); evicts below that",
+            self.label(),
+            gib(line_bytes),
+            gib(volume.total),
+            gib(reserve_bytes),
+            gib(volume.free),
+            gib(self.tracker.usage()),
+            gib(self.spec.capacity_bytes),
+        );
+        Some(FreeSpace {
+            volume_bytes: volume.total,
+            reserve_bytes,
+            line_bytes,
+            free_bytes: volume.free,
+            ..FreeSpace::default()
+        })
+    }
+
+    /// Reads the volume's free space and, below the line, evicts LRU
+    /// objects of the tier for the difference (at least a regular cycle
+    /// when the volume is full). With nothing left to evict it says so
+    /// once, until the free space is back.
+    fn keep_free_space(&mut self, buffer: &mut [u8]) {
+        let Some(mut kept) = self.free_space else {
+            return;
+        };
+        let Some(free) = self.free_now() else {
+            return;
+        };
+        kept.free_bytes = free;
+        let regular_cycle = self.spec.reclaim_bytes(self.tracker.usage());
+        match below_line(free, kept.line_bytes, regular_cycle) {
+            0 => self.back_above(&mut kept),
+            _ if self.tracker.is_empty() => self.nothing_to_evict(&mut kept),
+            want => self.evict_for_free_space(&mut kept, want, buffer),
+        }
+        self.free_space = Some(kept);
+    }
+
+    /// The volume's free space in bytes; `None`, warned once, when it
+    /// cannot be measured.
+    fn free_now(&mut self) -> Option<u64> {
+        match volume_space(&self.dir) {
+            Ok(volume) => Some(volume.free),
+            Err(e) => {
+                if !std::mem::replace(&mut self.warned.statvfs, true) {
+                    tracing::warn!("{}: cannot measure the volume's free space ({e}); the free-space line is not held meanwhile (this warning is given once)", self.label());
+                }
+                None
+            }
+        }
+    }
+
+    fn back_above(&mut self, kept: &mut FreeSpace) {
+        if kept.short_since_unix_ms.take().is_some() {
+            tracing::info!(
+                "{}: the volume's free space {} is back above the {} line",
+                self.label(),
+                size(kept.free_bytes),
+                size(kept.line_bytes)
+            );
+            self.dirty = true;
+        }
+    }
+
+    fn nothing_to_evict(&mut self, kept: &mut FreeSpace) {
+        if kept.short_since_unix_ms.is_none() {
+            kept.short_since_unix_ms = Some(unix_ms());
+            tracing::warn!(
+                "{}: the volume's free space {} is below the {} line and the tier holds nothing more to evict: something else fills the volume; free space there",
+                self.label(),
+                size(kept.free_bytes),
+                size(kept.line_bytes)
+            );
+            self.dirty = true;
+        }
+    }
+
+    fn evict_for_free_space(&mut self, kept: &mut FreeSpace, want: u64, buffer: &mut [u8]) {
+        let free = kept.free_bytes;
+        let run = self.evict(want, buffer);
+        kept.evictions.add(run.cycle);
+        kept.free_bytes = volume_space(&self.dir).map_or(free, |v| v.free);
+        tracing::warn!(
+            "{}: the volume's free space {} fell below the {} line (something else is filling the volume); evicted {} least recently used objects ({}) in {} ms; now {} free, the tier {} objects, {}{}",
+            self.label(),
+            size(free),
+            size(kept.line_bytes),
+            run.cycle.deleted.objects,
+            size(run.cycle.deleted.bytes),
+            run.cycle.millis,
+            size(kept.free_bytes),
+            self.tracker.len(),
+            size(self.tracker.usage()),
+            run.misses()
+        );
+    }
+
+    /// One eviction cycle: deletes the least recently used objects until
+    /// `bytes` are freed or the tier is empty.
+    fn evict(&mut self, bytes: u64, buffer: &mut [u8]) -> EvictionRun {
         let started = Instant::now();
-        let victims = self.tracker.take_lru(self.spec.reclaim_bytes(usage));
-        let mut deleted = CountBytes::default();
-        let (mut vanished, mut failed) = (0u64, 0u64);
+        let victims = self.tracker.take_lru(bytes);
+        let mut run = EvictionRun::default();
         for (i, victim) in victims.iter().enumerate() {
             self.name.clear();
             // Writing into a String cannot fail.
             let _ = write!(self.name, "{}", self.tracker.file_name(&victim.key));
             match delete_object(&self.dir, &self.name) {
                 Ok(Some(bytes)) => {
-                    deleted.objects += 1;
-                    deleted.bytes += bytes;
+                    run.cycle.deleted.objects += 1;
+                    run.cycle.deleted.bytes += bytes;
                 }
-                Ok(None) => vanished += 1,
+                Ok(None) => run.vanished += 1,
                 Err(e) => {
-                    failed += 1;
+                    run.failed += 1;
                     if !std::mem::replace(&mut self.warned.delete, true) {
                         tracing::warn!(
                             "{}: cannot delete {}: {e}; the file stays (this warning is given once)",
@@ -666,33 +861,10 @@ impl Runner {
                 self.drain(buffer);
             }
         }
-        let cycle = Cycle {
-            at_unix_ms: unix_ms(),
-            deleted,
-            millis: started.elapsed().as_millis() as u64,
-        };
-        self.evictions.cycles += 1;
-        self.evictions.deleted.objects += deleted.objects;
-        self.evictions.deleted.bytes += deleted.bytes;
-        self.evictions.last_cycle = Some(cycle);
-        tracing::info!(
-            "{}: evicted {} least recently used objects ({}) in {} ms at usage {} of capacity {}; now {} objects, {}{}",
-            self.label(),
-            deleted.objects,
-            gib(deleted.bytes),
-            cycle.millis,
-            gib(usage),
-            gib(self.spec.capacity_bytes),
-            self.tracker.len(),
-            gib(self.tracker.usage()),
-            if vanished + failed > 0 {
-                format!("; {vanished} already gone, {failed} failed")
-            } else {
-                String::new()
-            }
-        );
+        run.cycle.at_unix_ms = unix_ms();
+        run.cycle.millis = started.elapsed().as_millis() as u64;
         self.dirty = true;
-        self.write_status();
+        run
     }
 
     fn write_status(&mut self) {
@@ -722,6 +894,7 @@ impl Runner {
             event_lag_ms: self
                 .event_lag
                 .map(|lag| u64::try_from(lag.as_millis()).unwrap_or(u64::MAX)),
+            free_space: self.free_space,
             updated_unix_ms: unix_ms(),
         };
         if let Err(e) = status::write_status(self.dir.fd(), &status) {
@@ -736,6 +909,45 @@ impl Runner {
         self.dirty = false;
         self.last_write = Some(Instant::now());
     }
+}
+
+/// What one eviction cycle did.
+#[derive(Default)]
+struct EvictionRun {
+    cycle: Cycle,
+    /// Victims already gone, or no longer regular files of the volume.
+    vanished: u64,
+    /// Victims that could not be deleted.
+    failed: u64,
+}
+
+impl EvictionRun {
+    /// The tail of a cycle's log line: victims gone or failed, if any.
+    fn misses(&self) -> String {
+        if self.vanished + self.failed == 0 {
+            return String::new();
+        }
+        format!("; {} already gone, {} failed", self.vanished, self.failed)
+    }
+}
+
+/// Size and free space of a volume, in bytes.
+struct VolumeSpace {
+    /// Blocks x fragment size.
+    total: u64,
+    /// Blocks available to an unprivileged writer x fragment size, as the
+    /// launch's sizing measures free space.
+    free: u64,
+}
+
+/// The size and free space of the volume that holds `dir`.
+fn volume_space(dir: &TierDir) -> nix::Result<VolumeSpace> {
+    let st = nix::sys::statvfs::fstatvfs(dir.fd())?;
+    let fragment = st.fragment_size() as u64;
+    Ok(VolumeSpace {
+        total: (st.blocks() as u64).saturating_mul(fragment),
+        free: (st.blocks_available() as u64).saturating_mul(fragment),
+    })
 }
 
 /// Whether `now` is the directory `held` already holds: the same device

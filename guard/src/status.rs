@@ -68,6 +68,40 @@ pub struct Evictions {
     pub last_cycle: Option<Cycle>,
 }
 
+/// The free space the guard keeps on the tier's volume
+/// (`docs/capacity-guard.md`, "The reserve at run time"): the line the launch
+/// planned to leave, measured when the guard started, and the evictions
+/// made to hold it when something else fills the volume.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeSpace {
+    /// Size of the volume, in bytes (statvfs blocks x fragment size).
+    pub volume_bytes: u64,
+    /// The volume's reserve: min(10% of the volume, 256 GiB), in bytes.
+    pub reserve_bytes: u64,
+    /// The line: min(reserve, max(0, free + tier usage - capacity)) at the
+    /// guard's start, in bytes. Below it the guard evicts.
+    pub line_bytes: u64,
+    /// Free space (available to an unprivileged writer) at the last check,
+    /// in bytes.
+    pub free_bytes: u64,
+    /// When the free space last fell below the line with nothing of the
+    /// tier left to evict, milliseconds since the Unix epoch; `None` once
+    /// it is back above the line.
+    pub short_since_unix_ms: Option<u64>,
+    /// Evictions made to bring the free space back to the line.
+    pub evictions: Evictions,
+}
+
+impl Evictions {
+    /// Counts one more cycle, `cycle`, as the last.
+    pub fn add(&mut self, cycle: Cycle) {
+        self.cycles += 1;
+        self.deleted.objects += cycle.deleted.objects;
+        self.deleted.bytes += cycle.deleted.bytes;
+        self.last_cycle = Some(cycle);
+    }
+}
+
 /// How the guard follows the tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -120,6 +154,10 @@ pub struct GuardStatus {
     /// milliseconds; `None` before the first.
     #[serde(default)]
     pub event_lag_ms: Option<u64>,
+    /// The free space kept on the volume; `None` when the volume reports
+    /// no size (a tmpfs without a size limit, ramfs): there is no line.
+    #[serde(default)]
+    pub free_space: Option<FreeSpace>,
     /// When this file was written, milliseconds since the Unix epoch.
     pub updated_unix_ms: u64,
 }

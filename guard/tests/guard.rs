@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lmcache_capacity_guard::capacity::guard_specs;
@@ -84,6 +85,15 @@ fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> Gua
     }
 }
 
+/// Held by every test here: they share the volume of the temporary
+/// directory, and a guard keeps a free-space line on its volume, so one
+/// test's writes would be another's volume filling up (and a cause of
+/// evictions its assertions do not expect) on a volume short of its reserve.
+fn shared_volume() -> MutexGuard<'static, ()> {
+    static VOLUME: Mutex<()> = Mutex::new(());
+    VOLUME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn fast() -> GuardOptions {
     GuardOptions {
         status_interval: Duration::from_millis(10),
@@ -97,6 +107,7 @@ fn fast() -> GuardOptions {
 /// after the watch was added; and it bounds the tier from there.
 #[test]
 fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
+    let _volume = shared_volume();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tier");
     fs::create_dir(&dir).unwrap();
@@ -155,6 +166,7 @@ fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
 /// directory itself.
 #[test]
 fn a_tier_named_through_a_symlink_is_followed_by_inotify() {
+    let _volume = shared_volume();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tier");
     fs::create_dir(&dir).unwrap();
@@ -173,6 +185,7 @@ fn a_tier_named_through_a_symlink_is_followed_by_inotify() {
 
 #[test]
 fn evicts_the_least_recently_used_and_touches_nothing_else() {
+    let _volume = shared_volume();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tier");
     fs::create_dir(&dir).unwrap();
@@ -235,6 +248,7 @@ fn evicts_the_least_recently_used_and_touches_nothing_else() {
 
 #[test]
 fn deletions_by_others_are_forgotten_and_a_restart_counts_the_disk() {
+    let _volume = shared_volume();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let guard = start(dir, fast());
@@ -259,6 +273,7 @@ fn deletions_by_others_are_forgotten_and_a_restart_counts_the_disk() {
 
 #[test]
 fn without_inotify_rescans_hold_the_capacity() {
+    let _volume = shared_volume();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let guard = start(
@@ -285,6 +300,7 @@ fn without_inotify_rescans_hold_the_capacity() {
 /// directory, and the bound holds there.
 #[test]
 fn a_tier_directory_removed_and_made_again_is_followed_and_bounded() {
+    let _volume = shared_volume();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tier");
     fs::create_dir(&dir).unwrap();
@@ -316,5 +332,53 @@ fn a_tier_directory_removed_and_made_again_is_followed_and_bounded() {
         "watching the new directory"
     );
     assert!(objects_on_disk(&dir).contains(&object_name(139)));
+    guard.stop();
+}
+
+/// Sets `fs.inotify.max_queued_events` for as long as it lives, and puts
+/// the old value back when dropped. The kernel reads it when an inotify
+/// instance is made, so only watches added meanwhile get the small queue.
+struct QueueLimit {
+    old: String,
+}
+
+const MAX_QUEUED_EVENTS: &str = "/proc/sys/fs/inotify/max_queued_events";
+
+impl QueueLimit {
+    fn set(events: u32) -> QueueLimit {
+        let old = fs::read_to_string(MAX_QUEUED_EVENTS).unwrap();
+        fs::write(MAX_QUEUED_EVENTS, events.to_string())
+            .unwrap_or_else(|e| panic!("{MAX_QUEUED_EVENTS} needs root: {e}"));
+        QueueLimit { old }
+    }
+}
+
+impl Drop for QueueLimit {
+    fn drop(&mut self) {
+        let _ = fs::write(MAX_QUEUED_EVENTS, self.old.trim());
+    }
+}
+
+/// An inotify queue of 16 events overflows under a burst of writes: the
+/// guard counts the overflow, rescans, and the bound holds on what the
+/// rescan found.
+#[test]
+fn an_inotify_queue_overflow_is_rescanned_and_the_bound_holds() {
+    let _volume = shared_volume();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let guard = {
+        let _limit = QueueLimit::set(16);
+        start(dir, fast())
+    };
+    for i in 0..200 {
+        store(dir, i);
+    }
+    let status = wait_status(dir, "overflowed, rescanned, bounded", |s| {
+        s.overflows > 0 && s.rescans > 0 && s.tracked.bytes == allocated(dir)
+    });
+    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    assert_eq!(status.following, Following::Inotify, "{status:#?}");
+    assert!(objects_on_disk(dir).contains(&object_name(199)));
     guard.stop();
 }

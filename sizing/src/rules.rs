@@ -192,7 +192,7 @@ fn derived_capacity(
     let ceiling = (v * 3 / 4) as u64;
     let eighth = (v / 8) as u64;
     let two_pct = (v / 50) as u64;
-    let reserve = ((v / 10) as u64).min(RESERVE_CAP_BYTES);
+    let reserve = volume_reserve(volume.total_bytes);
     let room = available.saturating_sub(reserve);
     let volume_txt = format!(
         "volume {}, free {} + reclaimable cache {} = {}",
@@ -250,6 +250,35 @@ fn derived_capacity(
         rule,
         format!("bounded by {why} ({volume_txt})"),
     )
+}
+
+/// The free space kept on a cache volume for whatever else shares it, in
+/// bytes: min(10% of the volume, 256 GiB) of `volume_total_bytes`
+/// (`docs/sizing.md`, "Disk tier").
+pub fn volume_reserve(volume_total_bytes: u64) -> u64 {
+    (volume_total_bytes / 10).min(RESERVE_CAP_BYTES)
+}
+
+/// The free space, in bytes, a launch plans to leave on its tier's volume
+/// when the tier is full: `min(reserve, max(0, free + reclaimable -
+/// capacity))`, with `reserve` from [`volume_reserve`], `free_bytes` the
+/// volume's free space, `reclaimable_bytes` what the tier holds now and
+/// `capacity_bytes` the tier's capacity, all measured at launch
+/// (`docs/capacity-guard.md`, "The reserve at run time"). A tier that grows
+/// to its capacity never takes the volume's free space below this line by
+/// itself, whichever rule sized it: the derived rules leave the reserve,
+/// and a tier sized by the nearly-full rule or given an explicit size is
+/// held to what it left.
+pub fn free_space_line(
+    reserve_bytes: u64,
+    free_bytes: u64,
+    reclaimable_bytes: u64,
+    capacity_bytes: u64,
+) -> u64 {
+    free_bytes
+        .saturating_add(reclaimable_bytes)
+        .saturating_sub(capacity_bytes)
+        .min(reserve_bytes)
 }
 
 pub(crate) fn round_down_mib(bytes: u64) -> u64 {
@@ -427,6 +456,38 @@ mod tests {
         // spill = max(256 GiB, 256 GiB) = 256 GiB; ceiling = 1536 GiB.
         assert_eq!(d.value, 256 * GIB);
         assert_eq!(d.rule, "derived-8x-l1");
+    }
+
+    /// Whatever rule sized the tier, a tier grown to its capacity leaves at
+    /// least the line free: free + reclaimable - capacity >= line.
+    #[test]
+    fn a_full_tier_leaves_the_free_space_line_under_every_rule() {
+        let cases = [
+            (vol(2 * TIB, TIB), 0, None),
+            (vol(252 * GIB, 24 * GIB), 0, None),
+            (vol(252 * GIB, 20 * GIB), 10 * GIB, None),
+            (vol(100 * GIB, 50 * GIB), 0, Some(45 * GIB)),
+            (vol(100 * GIB, 50 * GIB), 0, Some(70 * GIB)),
+        ];
+        for (v, reclaimable, explicit) in cases {
+            let capacity = disk_capacity(&v, reclaimable, 4 * GIB, explicit).value;
+            let reserve = volume_reserve(v.total_bytes);
+            let line = free_space_line(reserve, v.free_bytes, reclaimable, capacity);
+            assert!(line <= reserve, "{v:?}");
+            let free_when_full = (v.free_bytes + reclaimable).saturating_sub(capacity);
+            assert!(free_when_full >= line, "{v:?} {explicit:?}: {capacity}");
+        }
+        assert_eq!(volume_reserve(2 * TIB), 2 * TIB / 10);
+        assert_eq!(volume_reserve(4 * TIB), RESERVE_CAP_BYTES);
+        assert_eq!(
+            free_space_line(10 * GIB, 30 * GIB, 5 * GIB, 20 * GIB),
+            10 * GIB
+        );
+        assert_eq!(
+            free_space_line(10 * GIB, 12 * GIB, 2 * GIB, 10 * GIB),
+            4 * GIB
+        );
+        assert_eq!(free_space_line(10 * GIB, 5 * GIB, 0, 10 * GIB), 0);
     }
 
     /// Worked example 2: a volume 99% full, nothing cached.

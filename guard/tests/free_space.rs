@@ -1,0 +1,273 @@
+//! The capacity guard keeps the free-space line on its tier's volume: each
+//! test mounts a tmpfs of its own (the tests need root), so the volume's
+//! free space is what the test makes it.
+//!
+//! - A tier that grows to its capacity alone never crosses the line.
+//! - Another writer that takes the volume below the line makes the guard
+//!   evict the tier's least recently used objects until the line is back,
+//!   and nothing else.
+//! - A full volume (a writer got `ENOSPC`) is freed, and writes resume.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lmcache_capacity_guard::capacity::guard_specs;
+use lmcache_capacity_guard::status::{read_status, GuardStatus};
+use lmcache_capacity_guard::{Guard, GuardOptions};
+use lmcache_housekeeping::{Access, TierDir};
+use lmcache_tier_spec::Cascade;
+
+const KIB: u64 = 1024;
+const OBJECT: usize = 64 * 1024;
+
+/// A tmpfs of `size_kib` KiB mounted on a temporary directory; unmounted
+/// when dropped.
+struct Volume {
+    mount: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Volume {
+    fn mount(size_kib: u64) -> Volume {
+        let tmp = tempfile::tempdir().unwrap();
+        let mount = tmp.path().join("volume");
+        fs::create_dir(&mount).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k"), "tmpfs"])
+            .arg(&mount)
+            .output()
+            .expect("mount(8)");
+        assert!(
+            out.status.success(),
+            "these tests mount a tmpfs and need root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Volume { mount, _tmp: tmp }
+    }
+
+    fn free(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(&self.mount).unwrap();
+        st.blocks_available() as u64 * st.fragment_size() as u64
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+    }
+}
+
+fn object_name(i: u32) -> String {
+    format!("test-model@0x01000100@0@{i:064x}.data")
+}
+
+/// Writes object `i` as LMCache does (a `.tmp` renamed into place), with
+/// times `i` seconds after a fixed instant so that the LRU order is the
+/// write order.
+fn store(dir: &Path, i: u32) -> std::io::Result<()> {
+    let tmp = dir.join(object_name(i).replace(".data", ".tmp"));
+    let mut file = fs::File::create(&tmp)?;
+    if let Err(e) = file.write_all(&vec![7u8; OBJECT]) {
+        drop(file);
+        fs::remove_file(&tmp)?;
+        return Err(e);
+    }
+    let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + u64::from(i));
+    file.set_times(fs::FileTimes::new().set_accessed(at).set_modified(at))?;
+    fs::rename(&tmp, dir.join(object_name(i)))
+}
+
+fn objects_on_disk(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".data"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A guard on `dir` with a capacity of 16 objects (1 MiB), the default
+/// watermark (0.8) and a free-space check every 20 ms.
+fn start(dir: &Path) -> Guard {
+    let json = format!(
+        r#"[{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}]"#,
+        dir.display(),
+        1.0 / 1024.0
+    );
+    let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
+        .unwrap()
+        .remove(0);
+    let options = GuardOptions {
+        status_interval: Duration::from_millis(10),
+        free_check: Duration::from_millis(20),
+        ..GuardOptions::default()
+    };
+    Guard::start(spec, options).unwrap()
+}
+
+fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> GuardStatus {
+    let started = Instant::now();
+    let tier = TierDir::open(dir, Access::ReadOnly).unwrap();
+    loop {
+        let status = read_status(&tier).unwrap();
+        if let Some(status) = status.as_ref().filter(|s| ok(s)) {
+            return status.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what}: last status {status:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A file of `bytes` zeros outside the tier, written until done or the
+/// volume is full; returns the bytes written.
+fn fill_outside(path: &Path, bytes: u64) -> u64 {
+    let mut file = fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 4096];
+    let mut written = 0;
+    while written < bytes {
+        let part = &chunk[..chunk.len().min((bytes - written) as usize)];
+        match file.write(part) {
+            Ok(n) => written += n as u64,
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+            Err(e) => panic!("writing {}: {e}", path.display()),
+        }
+    }
+    written
+}
+
+#[test]
+fn a_tier_that_grows_to_its_capacity_alone_never_crosses_the_line() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    let first = wait_status(&dir, "start", |s| s.free_space.is_some());
+    let line = first.free_space.unwrap();
+    // 4 MiB volume: reserve 409.6 KiB; free 4 MiB - capacity 1 MiB leaves more.
+    assert_eq!(line.reserve_bytes, 4096 * KIB / 10, "{first:#?}");
+    assert_eq!(line.line_bytes, line.reserve_bytes, "{first:#?}");
+    for i in 0..64 {
+        store(&dir, i).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    wait_status(&dir, "evicted for capacity", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes < s.trigger_bytes
+    });
+    // Ten free-space checks later, still no eviction for it.
+    std::thread::sleep(Duration::from_millis(200));
+    let status = wait_status(&dir, "settled", |_| true);
+    let kept = status.free_space.unwrap();
+    assert_eq!(kept.evictions.cycles, 0, "{status:#?}");
+    assert!(volume.free() >= kept.line_bytes);
+    guard.stop();
+}
+
+#[test]
+fn another_writer_below_the_line_costs_the_tier_its_oldest_objects_only() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    wait_status(&dir, "start", |s| s.free_space.is_some());
+    for i in 0..10 {
+        store(&dir, i).unwrap();
+    }
+    let filled = wait_status(&dir, "ten objects", |s| s.tracked.objects == 10);
+    let line = filled.free_space.unwrap().line_bytes;
+    // Leave a quarter of the line free: the guard frees the other three
+    // quarters, five or six 64 KiB objects, the oldest first.
+    let outside = volume.mount.join("model.safetensors");
+    let take = volume.free() - line / 4;
+    assert_eq!(fill_outside(&outside, take), take);
+    let status = wait_status(&dir, "back at the line", |s| {
+        s.free_space
+            .is_some_and(|f| f.evictions.cycles > 0 && f.free_bytes >= line)
+    });
+    let kept = status.free_space.unwrap();
+    assert!(volume.free() >= line, "{status:#?}");
+    let left = objects_on_disk(&dir);
+    assert!(left.len() < 10 && left.len() >= 3, "{left:?}");
+    assert!(left.contains(&object_name(9)), "the newest stays: {left:?}");
+    assert!(!left.contains(&object_name(0)), "the oldest goes: {left:?}");
+    assert_eq!(kept.evictions.deleted.objects as usize, 10 - left.len());
+    assert_eq!(
+        status.evictions.cycles, 0,
+        "no capacity eviction: {status:#?}"
+    );
+    assert_eq!(fs::metadata(&outside).unwrap().len(), take);
+    guard.stop();
+}
+
+#[test]
+fn a_full_volume_is_freed_and_writes_resume() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    wait_status(&dir, "start", |s| s.free_space.is_some());
+    for i in 0..12 {
+        store(&dir, i).unwrap();
+    }
+    wait_status(&dir, "twelve objects", |s| s.tracked.objects == 12);
+    let outside = volume.mount.join("download.part");
+    let written = fill_outside(&outside, u64::MAX);
+    let full = Instant::now();
+    let mut next = 100;
+    let resumed = loop {
+        match store(&dir, next) {
+            Ok(()) => break full.elapsed(),
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {}
+            Err(e) => panic!("store: {e}"),
+        }
+        assert!(
+            full.elapsed() < Duration::from_secs(20),
+            "stores did not resume"
+        );
+        next += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let status = wait_status(&dir, "freed", |s| {
+        s.free_space.is_some_and(|f| f.evictions.cycles > 0)
+    });
+    assert!(
+        objects_on_disk(&dir).contains(&object_name(next)),
+        "{status:#?}"
+    );
+    assert_eq!(fs::metadata(&outside).unwrap().len(), written);
+    eprintln!("stores resumed {resumed:?} after the volume was full");
+    guard.stop();
+}
+
+#[test]
+fn with_nothing_left_to_evict_the_guard_says_the_volume_is_short() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    wait_status(&dir, "start", |s| s.free_space.is_some());
+    // Leave a little room: the guard's status file needs a page.
+    let outside = volume.mount.join("logs");
+    let line = wait_status(&dir, "line", |s| s.free_space.is_some())
+        .free_space
+        .unwrap()
+        .line_bytes;
+    fill_outside(&outside, volume.free() - line / 4);
+    let status = wait_status(&dir, "short", |s| {
+        s.free_space
+            .is_some_and(|f| f.short_since_unix_ms.is_some())
+    });
+    assert_eq!(status.free_space.unwrap().evictions.cycles, 0);
+    fs::remove_file(&outside).unwrap();
+    wait_status(&dir, "back", |s| {
+        s.free_space
+            .is_some_and(|f| f.short_since_unix_ms.is_none())
+    });
+    guard.stop();
+}
