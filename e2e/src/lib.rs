@@ -672,3 +672,71 @@ pub fn answering_store(status: &'static str) -> u16 {
     });
     port
 }
+
+/// A tmpfs of its own mounted at a directory (tests of a volume that fills
+/// up need one whose free space only they change); unmounted when dropped.
+/// Mounting needs root.
+pub struct Tmpfs {
+    mount: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size_kib` KiB at `mount`, made if missing.
+    pub fn mount(mount: &Path, size_kib: u64) -> Tmpfs {
+        std::fs::create_dir_all(mount).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k"), "tmpfs"])
+            .arg(mount)
+            .output()
+            .expect("mount(8)");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs at {} needs root: {}",
+            mount.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs {
+            mount: mount.to_path_buf(),
+        }
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        &self.mount
+    }
+
+    /// Free space on it, in bytes (available blocks x fragment size, as the
+    /// launch and the capacity guard measure it).
+    pub fn free_bytes(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(&self.mount).unwrap();
+        st.blocks_available() as u64 * st.fragment_size() as u64
+    }
+
+    /// Writes zeros to `path` until `bytes` are written or the volume is
+    /// full (`ENOSPC`, which is not an error here); returns the bytes
+    /// written. The file stays, as another writer's would.
+    pub fn fill(&self, path: &Path, bytes: u64) -> u64 {
+        use std::io::Write;
+        let mut file = std::fs::File::create(path).unwrap();
+        let chunk = vec![0u8; 1 << 20];
+        let mut written = 0;
+        while written < bytes {
+            let part = &chunk[..chunk.len().min((bytes - written) as usize)];
+            match file.write(part) {
+                Ok(n) => written += n as u64,
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => panic!("writing {}: {e}", path.display()),
+            }
+        }
+        written
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.mount)
+            .status();
+    }
+}

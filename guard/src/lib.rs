@@ -800,6 +800,7 @@ impl Runner {
     fn nothing_to_evict(&mut self, kept: &mut FreeSpace) {
         if kept.short_since_unix_ms.is_none() {
             kept.short_since_unix_ms = Some(unix_ms());
+            kept.shortages += 1;
             tracing::warn!(
                 "{}: the volume's free space {} is below the {} line and the tier holds nothing more to evict: something else fills the volume; free space there",
                 self.label(),

@@ -88,6 +88,10 @@ pub struct FreeSpace {
     /// tier left to evict, milliseconds since the Unix epoch; `None` once
     /// it is back above the line.
     pub short_since_unix_ms: Option<u64>,
+    /// Times the free space fell below the line with nothing of the tier
+    /// left to evict. On a volume without a free byte the status file
+    /// cannot be replaced, so this is how the state read afterwards tells.
+    pub shortages: u64,
     /// Evictions made to bring the free space back to the line.
     pub evictions: Evictions,
 }

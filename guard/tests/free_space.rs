@@ -11,21 +11,21 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lmcache_capacity_guard::capacity::guard_specs;
 use lmcache_capacity_guard::status::{read_status, GuardStatus};
 use lmcache_capacity_guard::{Guard, GuardOptions};
 use lmcache_housekeeping::{Access, TierDir};
+use lmcache_tier_e2e::Tmpfs;
 use lmcache_tier_spec::Cascade;
 
 const KIB: u64 = 1024;
 const OBJECT: usize = 64 * 1024;
 
-/// A tmpfs of `size_kib` KiB mounted on a temporary directory; unmounted
-/// when dropped.
+/// A tmpfs of `size_kib` KiB mounted in a temporary directory.
 struct Volume {
+    tmpfs: Tmpfs,
     mount: PathBuf,
     _tmp: tempfile::TempDir,
 }
@@ -34,29 +34,15 @@ impl Volume {
     fn mount(size_kib: u64) -> Volume {
         let tmp = tempfile::tempdir().unwrap();
         let mount = tmp.path().join("volume");
-        fs::create_dir(&mount).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k"), "tmpfs"])
-            .arg(&mount)
-            .output()
-            .expect("mount(8)");
-        assert!(
-            out.status.success(),
-            "these tests mount a tmpfs and need root: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Volume { mount, _tmp: tmp }
+        Volume {
+            tmpfs: Tmpfs::mount(&mount, size_kib),
+            mount,
+            _tmp: tmp,
+        }
     }
 
     fn free(&self) -> u64 {
-        let st = nix::sys::statvfs::statvfs(&self.mount).unwrap();
-        st.blocks_available() as u64 * st.fragment_size() as u64
-    }
-}
-
-impl Drop for Volume {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
+        self.tmpfs.free_bytes()
     }
 }
 
@@ -125,23 +111,6 @@ fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> Gua
     }
 }
 
-/// A file of `bytes` zeros outside the tier, written until done or the
-/// volume is full; returns the bytes written.
-fn fill_outside(path: &Path, bytes: u64) -> u64 {
-    let mut file = fs::File::create(path).unwrap();
-    let chunk = vec![0u8; 4096];
-    let mut written = 0;
-    while written < bytes {
-        let part = &chunk[..chunk.len().min((bytes - written) as usize)];
-        match file.write(part) {
-            Ok(n) => written += n as u64,
-            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
-            Err(e) => panic!("writing {}: {e}", path.display()),
-        }
-    }
-    written
-}
-
 #[test]
 fn a_tier_that_grows_to_its_capacity_alone_never_crosses_the_line() {
     let volume = Volume::mount(4096);
@@ -185,7 +154,7 @@ fn another_writer_below_the_line_costs_the_tier_its_oldest_objects_only() {
     // quarters, five or six 64 KiB objects, the oldest first.
     let outside = volume.mount.join("model.safetensors");
     let take = volume.free() - line / 4;
-    assert_eq!(fill_outside(&outside, take), take);
+    assert_eq!(volume.tmpfs.fill(&outside, take), take);
     let status = wait_status(&dir, "back at the line", |s| {
         s.free_space
             .is_some_and(|f| f.evictions.cycles > 0 && f.free_bytes >= line)
@@ -217,7 +186,7 @@ fn a_full_volume_is_freed_and_writes_resume() {
     }
     wait_status(&dir, "twelve objects", |s| s.tracked.objects == 12);
     let outside = volume.mount.join("download.part");
-    let written = fill_outside(&outside, u64::MAX);
+    let written = volume.tmpfs.fill(&outside, u64::MAX);
     let full = Instant::now();
     let mut next = 100;
     let resumed = loop {
@@ -258,16 +227,17 @@ fn with_nothing_left_to_evict_the_guard_says_the_volume_is_short() {
         .free_space
         .unwrap()
         .line_bytes;
-    fill_outside(&outside, volume.free() - line / 4);
+    volume.tmpfs.fill(&outside, volume.free() - line / 4);
     let status = wait_status(&dir, "short", |s| {
         s.free_space
             .is_some_and(|f| f.short_since_unix_ms.is_some())
     });
     assert_eq!(status.free_space.unwrap().evictions.cycles, 0);
     fs::remove_file(&outside).unwrap();
-    wait_status(&dir, "back", |s| {
+    let back = wait_status(&dir, "back", |s| {
         s.free_space
             .is_some_and(|f| f.short_since_unix_ms.is_none())
     });
+    assert_eq!(back.free_space.unwrap().shortages, 1, "{back:#?}");
     guard.stop();
 }

@@ -600,6 +600,10 @@ mod tests {
         );
         assert!(text.contains("(running, state 0 s old)"), "{text}");
         assert!(
+            text.contains("free space") && text.contains("to keep it"),
+            "{text}"
+        );
+        assert!(
             serde_json::to_value(&report).unwrap()["disk"][0]["guard"]["capacity_bytes"] == 1 << 20
         );
 

@@ -7,6 +7,7 @@
 //! local process can impersonate: cells go through [`row`], which shows
 //! control characters as `?`.
 
+use lmcache_capacity_guard::status::FreeSpace;
 use lmcache_s3_gateway::state::GatewayState;
 use lmcache_sizing::fmt_gib;
 
@@ -244,10 +245,36 @@ fn disk_section(d: &DiskRow) -> String {
             ),
         ]));
     }
+    if let Some(f) = d.guard.as_ref().and_then(|g| g.free_space) {
+        rows.push(row(["  free space", &free_space(&f)]));
+    }
     if let Some(p) = &d.problem {
         rows.push(row(["  problem", p]));
     }
     format!("\ndisk tier {}\n{}", d.path.display(), table(&rows))
+}
+
+/// The free space the guard keeps on the tier's volume, what it evicted to
+/// keep it, and whether the volume is short with nothing left to evict.
+fn free_space(f: &FreeSpace) -> String {
+    let short = match (f.short_since_unix_ms, f.shortages) {
+        (Some(_), _) => {
+            "; SHORT NOW: below the line with the tier empty, something else fills the volume"
+                .to_string()
+        }
+        (None, 0) => String::new(),
+        (None, n) => format!("; short {n} times with the tier empty"),
+    };
+    format!(
+        "{} free of {} (keeps {}: reserve {}); {} cycles evicted {} objects {} to keep it{short}",
+        fmt_gib(f.free_bytes),
+        fmt_gib(f.volume_bytes),
+        fmt_gib(f.line_bytes),
+        fmt_gib(f.reserve_bytes),
+        f.evictions.cycles,
+        f.evictions.deleted.objects,
+        fmt_gib(f.evictions.deleted.bytes)
+    )
 }
 
 /// A table row. Control characters in a cell (the values come from the

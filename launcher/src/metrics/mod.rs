@@ -675,6 +675,47 @@ const GUARD_FAMILIES: [TierFamily<GuardStatus>; 9] = [
     },
 ];
 
+/// The families of the free space each guard keeps on its volume, for the
+/// guards whose volume reports a size (read only from statuses that have
+/// [`GuardStatus::free_space`]).
+const FREE_SPACE_FAMILIES: [TierFamily<GuardStatus>; 5] = [
+    TierFamily {
+        name: "guard_volume_free",
+        help: "Free space on the tier's volume at the guard's last check",
+        bytes: true,
+        counter: false,
+        value: |s| s.free_space.unwrap_or_default().free_bytes,
+    },
+    TierFamily {
+        name: "guard_free_space_line",
+        help: "Free space the guard keeps on the volume: min(reserve, free + tier - capacity at start); below it the guard evicts",
+        bytes: true,
+        counter: false,
+        value: |s| s.free_space.unwrap_or_default().line_bytes,
+    },
+    TierFamily {
+        name: "guard_free_space_eviction_cycles",
+        help: "Eviction cycles run because the volume's free space fell below the line",
+        bytes: false,
+        counter: true,
+        value: |s| s.free_space.unwrap_or_default().evictions.cycles,
+    },
+    TierFamily {
+        name: "guard_free_space_evicted_objects",
+        help: "Cache objects deleted because the volume's free space fell below the line",
+        bytes: false,
+        counter: true,
+        value: |s| s.free_space.unwrap_or_default().evictions.deleted.objects,
+    },
+    TierFamily {
+        name: "guard_free_space_evicted",
+        help: "Allocated bytes deleted because the volume's free space fell below the line",
+        bytes: true,
+        counter: true,
+        value: |s| s.free_space.unwrap_or_default().evictions.deleted.bytes,
+    },
+];
+
 /// The S3 gateways' per-tier families, from their counters.
 const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 4] = [
     TierFamily {
@@ -716,6 +757,14 @@ fn encode_guards(
     };
     for family in &GUARD_FAMILIES {
         family.encode(encoder, statuses, labels)?;
+    }
+    let measured: Vec<GuardStatus> = statuses
+        .iter()
+        .filter(|s| s.free_space.is_some())
+        .cloned()
+        .collect();
+    for family in &FREE_SPACE_FAMILIES {
+        family.encode(encoder, &measured, labels)?;
     }
     let lags: Vec<(TierLabels, f64)> = statuses
         .iter()
@@ -1095,6 +1144,20 @@ mod tests {
         assert!(
             text.contains("# TYPE lmcache_tier_guard_rescans counter"),
             "{text}"
+        );
+        assert!(
+            sample(
+                &text,
+                r#"lmcache_tier_guard_free_space_line_bytes{tier="0"}"#
+            ) > 0.0
+        );
+        assert!(sample(&text, r#"lmcache_tier_guard_volume_free_bytes{tier="0"}"#) > 0.0);
+        assert_eq!(
+            sample(
+                &text,
+                r#"lmcache_tier_guard_free_space_eviction_cycles_total{tier="0"}"#
+            ),
+            0.0
         );
     }
 
