@@ -20,18 +20,15 @@
 //! or later version is kept while the identity fields are equal.
 
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Write};
-use std::os::fd::OwnedFd;
+use std::io;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use nix::fcntl::{openat, renameat, OFlag};
-use nix::sys::stat::Mode;
-use nix::unistd::fsync;
 use serde::{Deserialize, Serialize};
 
-use crate::tier_dir::{read_control_file, TierDir, TierDirError};
+use crate::tier_dir::{
+    read_control_file, replace_control_file, ReplaceError, ReplaceStep, TierDir, TierDirError,
+};
 
 /// File name of the identity manifest in a tier directory.
 pub const MANIFEST_FILE_NAME: &str = ".lmcache-tier-identity.json";
@@ -330,10 +327,12 @@ pub enum ManifestError {
     },
 }
 
-/// Writes the manifest for `identity` atomically: to
-/// [`MANIFEST_TEMP_FILE_NAME`], fsync, rename over [`MANIFEST_FILE_NAME`],
-/// fsync the directory. Killed at any point, the directory holds the old
-/// manifest or the new one, plus perhaps a stale temp the next scan removes.
+/// Writes the manifest for `identity` crash-safely
+/// ([`replace_control_file`]): to [`MANIFEST_TEMP_FILE_NAME`], fsync, rename
+/// over [`MANIFEST_FILE_NAME`], fsync the directory. Killed at any point,
+/// the directory holds the old manifest or the new one, plus perhaps a
+/// stale temp the next housekeeping removes; a link placed at the temp
+/// name is unlinked, never written through.
 ///
 /// # Errors
 /// [`ManifestError`] naming the file and step at fault.
@@ -347,38 +346,23 @@ pub fn write_manifest(dir: &TierDir, identity: &LaunchIdentity) -> Result<Manife
         writer: concat!(env!("CARGO_PKG_NAME"), " ", env!("CARGO_PKG_VERSION")).to_owned(),
         written_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
     };
-    let temp_path = dir.entry_path(MANIFEST_TEMP_FILE_NAME);
-    let io_err = |path: &PathBuf, step: &'static str| {
-        let path = path.clone();
-        move |source: io::Error| ManifestError::Io { path, step, source }
-    };
-    let fd: OwnedFd = openat(
-        dir.fd(),
-        MANIFEST_TEMP_FILE_NAME,
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )
-    .map_err(io::Error::from)
-    .map_err(io_err(&temp_path, "create"))?;
-    let mut file = File::from(fd);
     let mut text = serde_json::to_string_pretty(&manifest).expect("a manifest serialises");
     text.push('\n');
-    file.write_all(text.as_bytes())
-        .map_err(io_err(&temp_path, "write"))?;
-    file.sync_all().map_err(io_err(&temp_path, "fsync"))?;
-    drop(file);
-    let final_path = dir.entry_path(MANIFEST_FILE_NAME);
-    renameat(
+    replace_control_file(
         dir.fd(),
         MANIFEST_TEMP_FILE_NAME,
-        dir.fd(),
         MANIFEST_FILE_NAME,
+        text.as_bytes(),
     )
-    .map_err(io::Error::from)
-    .map_err(io_err(&final_path, "rename"))?;
-    fsync(dir.fd())
-        .map_err(io::Error::from)
-        .map_err(io_err(&dir.path().to_path_buf(), "fsync directory"))?;
+    .map_err(|ReplaceError { step, source }| ManifestError::Io {
+        path: match step {
+            ReplaceStep::SyncDirectory => dir.path().to_path_buf(),
+            step if step.on_temp_file() => dir.entry_path(MANIFEST_TEMP_FILE_NAME),
+            _ => dir.entry_path(MANIFEST_FILE_NAME),
+        },
+        step: step.as_str(),
+        source,
+    })?;
     Ok(manifest)
 }
 
@@ -444,6 +428,51 @@ mod tests {
                     assert!(w.to_string().contains(MANIFEST_FILE_NAME), "{w}");
                 }
                 other => panic!("expected Unusable for {content:.40}, got {other:?}"),
+            }
+        }
+    }
+
+    /// What a torn write or a damaged disk can leave: every prefix of a
+    /// written manifest (a truncation), and every byte of it flipped in a
+    /// few ways. Each reads as unusable, with a warning that names the file
+    /// and says it is ignored, or (a byte outside the identity, a dropped
+    /// final newline) as the very identity written: never another one.
+    #[test]
+    fn truncated_or_garbled_manifests_are_ignored_never_misread() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadWrite).unwrap();
+        let path = tmp.path().join(MANIFEST_FILE_NAME);
+        write_manifest(&dir, &identity()).unwrap();
+        let written = std::fs::read(&path).unwrap();
+        let check = |bytes: &[u8], what: &str| match read_manifest(&dir) {
+            ManifestRead::Unusable(w) => {
+                let line = w.to_string();
+                assert!(
+                    line.contains(MANIFEST_FILE_NAME) && line.contains("ignored"),
+                    "{what}: {line}"
+                );
+            }
+            ManifestRead::Found(m) => assert_eq!(
+                m.identity,
+                identity(),
+                "{what}: {:?}",
+                String::from_utf8_lossy(bytes)
+            ),
+            ManifestRead::Missing => panic!("{what}: the manifest is there"),
+        };
+        let mut found = 0;
+        for len in 0..written.len() {
+            std::fs::write(&path, &written[..len]).unwrap();
+            check(&written[..len], &format!("truncated to {len} bytes"));
+            found += usize::from(matches!(read_manifest(&dir), ManifestRead::Found(_)));
+        }
+        assert_eq!(found, 1, "only the final newline may be cut off");
+        for at in 0..written.len() {
+            for flip in [0x01u8, 0x20, 0x80, 0xff] {
+                let mut garbled = written.clone();
+                garbled[at] ^= flip;
+                std::fs::write(&path, &garbled).unwrap();
+                check(&garbled, &format!("byte {at} xor {flip:#04x}"));
             }
         }
     }

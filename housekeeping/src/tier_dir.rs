@@ -2,15 +2,16 @@
 //! works relative to its descriptor, so they all act on the same directory
 //! even if its path is renamed or replaced meanwhile.
 
-use std::io::{self, Read};
+use std::fmt;
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{open, openat, OFlag};
+use nix::fcntl::{open, openat, renameat, OFlag};
 use nix::sys::stat::{fstat, Mode};
 use nix::sys::statvfs::{fstatvfs, FsFlags};
-use nix::unistd::{faccessat, AccessFlags};
+use nix::unistd::{faccessat, fsync, unlinkat, AccessFlags, UnlinkatFlags};
 
 /// What the caller means to do with the directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,4 +266,168 @@ pub fn read_control_file(
         return Err(ControlFileError::TooLarge { max_bytes });
     }
     Ok(Some(bytes))
+}
+
+/// A step of [`replace_control_file`], named in its error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplaceStep {
+    /// Unlinking a temp file a killed writer left.
+    RemoveStaleTemp,
+    /// Creating the temp file.
+    Create,
+    /// Writing the content into the temp file.
+    Write,
+    /// `fsync` of the temp file.
+    SyncFile,
+    /// Renaming the temp file over the control file.
+    Rename,
+    /// `fsync` of the directory.
+    SyncDirectory,
+}
+
+impl ReplaceStep {
+    /// The step as the error message names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RemoveStaleTemp => "remove stale temp",
+            Self::Create => "create",
+            Self::Write => "write",
+            Self::SyncFile => "fsync",
+            Self::Rename => "rename",
+            Self::SyncDirectory => "fsync directory",
+        }
+    }
+
+    /// Whether the step acts on the temp file (else on the control file
+    /// or the directory), for the path an error names.
+    pub fn on_temp_file(self) -> bool {
+        matches!(
+            self,
+            Self::RemoveStaleTemp | Self::Create | Self::Write | Self::SyncFile
+        )
+    }
+}
+
+impl fmt::Display for ReplaceStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why [`replace_control_file`] failed: the step and the OS error. The
+/// control file is then still the previous one, or absent if there was
+/// none.
+#[derive(Debug, thiserror::Error)]
+#[error("{step}: {source}")]
+pub struct ReplaceError {
+    /// The step that failed.
+    pub step: ReplaceStep,
+    /// The OS error.
+    #[source]
+    pub source: io::Error,
+}
+
+/// Replaces the control file `name` in the directory `dir` with `bytes`,
+/// crash-safely: the content goes to the temp file `temp_name`, which is
+/// fsynced, renamed over `name`, and then the directory is fsynced (the
+/// identity manifest, a capacity guard's status). A process killed at any
+/// point leaves the previous file or the new one, never a torn one, plus
+/// perhaps a stale temp; with the two fsyncs the same holds after a power
+/// loss, which a rename alone does not promise (ext4 and xfs may persist
+/// the rename before the data).
+///
+/// The temp file is created with `O_EXCL | O_NOFOLLOW` after any entry at
+/// `temp_name` is unlinked (never `AT_REMOVEDIR`): a stale temp is
+/// replaced, and a symlink or a hard link someone put there to a file
+/// elsewhere is unlinked, never written through. The file gets mode 0644.
+///
+/// # Errors
+/// [`ReplaceError`] naming the step that failed.
+pub fn replace_control_file(
+    dir: BorrowedFd<'_>,
+    temp_name: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), ReplaceError> {
+    let fail = |step: ReplaceStep| {
+        move |e: Errno| ReplaceError {
+            step,
+            source: io::Error::from(e),
+        }
+    };
+    match unlinkat(dir, temp_name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(fail(ReplaceStep::RemoveStaleTemp)(e)),
+    }
+    let fd = openat(
+        dir,
+        temp_name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(fail(ReplaceStep::Create))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes).map_err(|source| ReplaceError {
+        step: ReplaceStep::Write,
+        source,
+    })?;
+    file.sync_all().map_err(|source| ReplaceError {
+        step: ReplaceStep::SyncFile,
+        source,
+    })?;
+    drop(file);
+    renameat(dir, temp_name, dir, name).map_err(fail(ReplaceStep::Rename))?;
+    fsync(dir).map_err(fail(ReplaceStep::SyncDirectory))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const TEMP: &str = "control.json.tmp";
+    const NAME: &str = "control.json";
+
+    fn replace(dir: &Path, bytes: &[u8]) -> Result<(), ReplaceError> {
+        let tier = TierDir::open(dir, Access::ReadWrite).unwrap();
+        replace_control_file(tier.fd(), TEMP, NAME, bytes)
+    }
+
+    #[test]
+    fn a_control_file_is_replaced_whole_and_no_temp_stays() {
+        let tmp = tempfile::tempdir().unwrap();
+        replace(tmp.path(), b"first").unwrap();
+        assert_eq!(fs::read(tmp.path().join(NAME)).unwrap(), b"first");
+        // A temp a killed writer left, longer than the new content.
+        fs::write(tmp.path().join(TEMP), b"a stale temp, longer than the rest").unwrap();
+        replace(tmp.path(), b"second").unwrap();
+        assert_eq!(fs::read(tmp.path().join(NAME)).unwrap(), b"second");
+        assert!(!tmp.path().join(TEMP).exists());
+    }
+
+    #[test]
+    fn links_at_the_temp_name_are_never_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        let tier = tmp.path().join("tier");
+        fs::create_dir(&tier).unwrap();
+        fs::write(&outside, b"not ours").unwrap();
+        fs::hard_link(&outside, tier.join(TEMP)).unwrap();
+        replace(&tier, b"status").unwrap();
+        std::os::unix::fs::symlink(&outside, tier.join(TEMP)).unwrap();
+        replace(&tier, b"status again").unwrap();
+        assert_eq!(fs::read(&outside).unwrap(), b"not ours");
+        assert_eq!(fs::read(tier.join(NAME)).unwrap(), b"status again");
+        assert!(!tier.join(TEMP).exists());
+    }
+
+    #[test]
+    fn a_directory_at_the_temp_name_is_an_error_naming_the_step() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join(TEMP)).unwrap();
+        let err = replace(tmp.path(), b"x").unwrap_err();
+        assert_eq!(err.step, ReplaceStep::RemoveStaleTemp, "{err}");
+        assert!(tmp.path().join(TEMP).is_dir());
+        assert!(!tmp.path().join(NAME).exists());
+    }
 }
