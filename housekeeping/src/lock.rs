@@ -58,6 +58,16 @@ pub enum LockError {
         /// cannot be parsed (a holder between locking and writing).
         holder: String,
     },
+    /// The lock file is not a plain file of its own: another name links
+    /// to it (a hard link from elsewhere, which writing the holder would
+    /// overwrite), or it is not a regular file. Nothing was written.
+    #[error("lock file {path} is not a plain file of its own ({why}): something other than lmcache-tier put it there, and writing into it would change a file outside the tier; remove it and start again")]
+    NotPlain {
+        /// The lock file.
+        path: PathBuf,
+        /// What is wrong with it, e.g. `2 hard links`.
+        why: String,
+    },
     /// The directory was opened read-only.
     #[error(transparent)]
     Dir(#[from] TierDirError),
@@ -99,6 +109,7 @@ impl TierLock {
         )
         .map_err(|e| io_err(e.into()))?;
         let mut file = File::from(fd);
+        check_plain(&file, &path)?;
         if let Err(e) = file.try_lock_exclusive() {
             if e.kind() != fs2::lock_contended_error().kind() {
                 return Err(io_err(e));
@@ -140,6 +151,28 @@ impl TierLock {
     }
 }
 
+/// Refuses a lock file that is not a regular file with a single link: the
+/// holder is written into it, and a hard link planted at the name would
+/// carry that write to a file outside the tier.
+fn check_plain(file: &File, path: &std::path::Path) -> Result<(), LockError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().map_err(|source| LockError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let why = if !meta.file_type().is_file() {
+        "not a regular file".to_string()
+    } else if meta.nlink() != 1 {
+        format!("{} hard links", meta.nlink())
+    } else {
+        return Ok(());
+    };
+    Err(LockError::NotPlain {
+        path: path.to_path_buf(),
+        why,
+    })
+}
+
 impl Drop for TierLock {
     fn drop(&mut self) {
         // Closing the file releases the flock as well; unlocking first only
@@ -173,6 +206,21 @@ mod tests {
         }
         drop(first);
         TierLock::acquire(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_file_linked_from_outside_is_refused_and_left_unwritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tier = tmp.path().join("tier");
+        std::fs::create_dir(&tier).unwrap();
+        let outside = tmp.path().join("precious");
+        std::fs::write(&outside, b"keep me").unwrap();
+        std::fs::hard_link(&outside, tier.join(LOCK_FILE_NAME)).unwrap();
+        let dir = TierDir::open(&tier, Access::ReadWrite).unwrap();
+        let e = TierLock::acquire(&dir).unwrap_err();
+        assert!(matches!(e, LockError::NotPlain { .. }), "{e:?}");
+        assert!(e.to_string().contains("2 hard links"), "{e}");
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep me");
     }
 
     #[test]

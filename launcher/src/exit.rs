@@ -189,11 +189,12 @@ impl HasExitStatus for HousekeepingError {
         match self {
             HousekeepingError::Identity(_) | HousekeepingError::Dir(_) => ExitStatus::BadInput,
             HousekeepingError::Lock(LockError::Held { .. }) => ExitStatus::TierLocked,
-            // The lock file cannot be made or locked (a directory or a
-            // symlink in its place, a read-only tier): the tier is at fault.
-            HousekeepingError::Lock(LockError::Dir(_) | LockError::Io { .. }) => {
-                ExitStatus::BadInput
-            }
+            // The lock file cannot be made or locked (a directory, a
+            // symlink or a hard link from elsewhere in its place, a
+            // read-only tier): the tier is at fault.
+            HousekeepingError::Lock(
+                LockError::Dir(_) | LockError::Io { .. } | LockError::NotPlain { .. },
+            ) => ExitStatus::BadInput,
             HousekeepingError::Scan(_)
             | HousekeepingError::Incomplete { .. }
             | HousekeepingError::Manifest(_) => ExitStatus::HousekeepingFailed,
