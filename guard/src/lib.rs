@@ -29,8 +29,9 @@
 //!   the volume's free space; below the line (another writer filled the
 //!   volume, LMCache's stores failing with `ENOSPC`) it evicts LRU objects
 //!   of its own tier, the same way, until the line is back or the tier is
-//!   empty. A volume with no free space at all gets at least a regular
-//!   cycle, even when the line is 0.
+//!   empty, and at least a regular cycle (`eviction_ratio` x capacity), so
+//!   that a tier giving way to another writer evicts in cycles. A volume
+//!   with no free space at all gets one even when the line is 0.
 //! - State: [`status`], a file in the tier directory.
 //!
 //! LMCache's `fs` adapter checks the disk on every lookup and treats a vanished
@@ -326,14 +327,17 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// Bytes to evict for the free space: what `free_bytes` lacks to reach
-/// `line_bytes`, and on a full volume at least `regular_cycle` (stores are
-/// failing with `ENOSPC` there, whatever the line); 0 at or above the line.
+/// Bytes to evict for the free space: 0 at or above the line; below it, or
+/// on a full volume whatever the line (stores are failing with `ENOSPC`
+/// there), what `free_bytes` lacks to reach `line_bytes` and at least
+/// `regular_cycle`. A tier that gives way to another writer then evicts in
+/// cycles, as at its watermark, not an object at each check while LMCache
+/// goes on storing.
 fn below_line(free_bytes: u64, line_bytes: u64, regular_cycle: u64) -> u64 {
-    match free_bytes {
-        0 => line_bytes.max(regular_cycle),
-        free => line_bytes.saturating_sub(free),
+    if free_bytes > 0 && free_bytes >= line_bytes {
+        return 0;
     }
+    line_bytes.saturating_sub(free_bytes).max(regular_cycle)
 }
 
 /// The guard's thread.
@@ -751,9 +755,9 @@ impl Runner {
     }
 
     /// Reads the volume's free space and, below the line, evicts LRU
-    /// objects of the tier for the difference (at least a regular cycle
-    /// when the volume is full). With nothing left to evict it says so
-    /// once, until the free space is back.
+    /// objects of the tier for the difference, at least a regular cycle
+    /// ([`below_line`]). With nothing left to evict it says so once, until
+    /// the free space is back.
     fn keep_free_space(&mut self, buffer: &mut [u8]) {
         let Some(mut kept) = self.free_space else {
             return;
@@ -1023,5 +1027,23 @@ fn delete_object(dir: &TierDir, name: &str) -> Result<Option<u64>, Errno> {
         Ok(()) => Ok(Some(u64::try_from(st.st_blocks).unwrap_or(0) * 512)),
         Err(Errno::ENOENT) => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::below_line;
+
+    #[test]
+    fn below_the_line_a_cycle_covers_the_deficit_and_at_least_a_regular_cycle() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(below_line(300 * MIB, 200 * MIB, 50 * MIB), 0);
+        assert_eq!(below_line(200 * MIB, 200 * MIB, 50 * MIB), 0);
+        assert_eq!(below_line(190 * MIB, 200 * MIB, 50 * MIB), 50 * MIB);
+        assert_eq!(below_line(100 * MIB, 200 * MIB, 50 * MIB), 100 * MIB);
+        // A full volume: stores fail whatever the line.
+        assert_eq!(below_line(0, 200 * MIB, 50 * MIB), 200 * MIB);
+        assert_eq!(below_line(0, 0, 50 * MIB), 50 * MIB);
+        assert_eq!(below_line(1, 0, 50 * MIB), 0);
     }
 }
