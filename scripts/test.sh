@@ -12,5 +12,22 @@ EREBINE_TEST_S3S_FS="$("$root/scripts/setup-s3s-fs.sh")"
 export EREBINE_TEST_S3S_FS
 EREBINE_TEST_PROMTOOL="$("$root/scripts/setup-prometheus.sh")"
 export EREBINE_TEST_PROMTOOL
+# The tests' temporary directories (TMPDIR) go on a volume of their own: a
+# sparse 32 GiB ext4 image, loop-mounted with discard (deleted files give
+# their blocks back), removed at exit. Each capacity guard keeps a free-space
+# line on its tier's volume (docs/capacity-guard.md), so on a shared volume
+# short of its reserve, one test's writes, or a build beside them, would be
+# another test's volume filling up. Needs root; without it (or with
+# EREBINE_TEST_TMPDIR set to a directory to use instead) TMPDIR is left as is.
+if [ -n "${EREBINE_TEST_TMPDIR:-}" ]; then
+  export TMPDIR="$EREBINE_TEST_TMPDIR"
+elif [ "$(id -u)" = 0 ]; then
+  volume="$(mktemp -d /var/tmp/erebine-test-volume.XXXXXX)"
+  truncate -s 32G "$volume.img"
+  mkfs.ext4 -q -F -m 0 "$volume.img"
+  mount -o loop,discard "$volume.img" "$volume"
+  trap 'umount -l "$volume"; rm -f "$volume.img"; rmdir "$volume"' EXIT
+  export TMPDIR="$volume"
+fi
 cd "$root"
 cargo test --workspace "$@"

@@ -47,11 +47,14 @@ fn objects_on_disk(dir: &Path) -> Vec<String> {
     names
 }
 
+/// Allocated bytes of the regular files named as objects (a symlink with
+/// an object's name is not one: a long target takes a block of its own).
 fn allocated(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     objects_on_disk(dir)
         .iter()
         .filter_map(|n| fs::symlink_metadata(dir.join(n)).ok())
+        .filter(|m| m.file_type().is_file())
         .map(|m| m.blocks() * 512)
         .sum()
 }

@@ -891,25 +891,6 @@ fn a_positive_disk_size_below_a_byte_is_below_the_minimum_not_off() {
 }
 
 #[test]
-fn an_explicit_tier_above_the_free_space_is_kept_with_a_warning() {
-    let mut case = Case::new();
-    case.set("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1000000000");
-    let out = case.run(&["launch", "--dry-run", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        plan["decisions"]["disk"]["capacity"]["rule"],
-        "explicit-capped-75pct"
-    );
-    let warned = plan["decisions"]["warnings"].to_string();
-    assert!(
-        warned.contains("free on its volume") && warned.contains("the volume fills"),
-        "{warned}"
-    );
-    assert!(stderr(&out).contains("free on its volume"));
-}
-
-#[test]
 fn an_l1_below_1_gib_is_kept_with_a_warning() {
     for tiny in ["1e-300", "0.5"] {
         let mut case = Case::new();

@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -186,19 +186,8 @@ impl Node {
     }
 }
 
-/// Held by each test here while it fills its tier: both tiers share the
-/// volume of the temporary directory, and each guard keeps a free-space
-/// line on it, so one test's fill would be the other's volume filling up
-/// (evictions for free space its assertions do not count on) where the
-/// volume is short of its reserve.
-fn shared_volume() -> MutexGuard<'static, ()> {
-    static VOLUME: Mutex<()> = Mutex::new(());
-    VOLUME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Fill, restart, check the count and the hits, fill again.
 fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool) {
-    let _volume = shared_volume();
     let outside = node.dir.join("outside.bin");
     fs::write(&outside, b"not in the tier").unwrap();
     fs::create_dir_all(&node.tier).unwrap();
