@@ -85,6 +85,27 @@ impl ExitStatus {
         }
     }
 
+    /// The status's name for scripts, the `kind` of the error document a
+    /// `--json` run that fails prints (`docs/inspect.md`): `bad_input`,
+    /// `tier_locked`, ...; `server_exit` for a server's own status.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitStatus::Success => "success",
+            ExitStatus::Failure => "failure",
+            ExitStatus::BadInput => "bad_input",
+            ExitStatus::MissingExecutable => "missing_executable",
+            ExitStatus::PortInUse => "port_in_use",
+            ExitStatus::ServerFailed => "server_failed",
+            ExitStatus::TierLocked => "tier_locked",
+            ExitStatus::HousekeepingFailed => "housekeeping_failed",
+            ExitStatus::NoAnswer => "no_answer",
+            ExitStatus::Unhealthy => "unhealthy",
+            ExitStatus::CannotRun => "cannot_run",
+            ExitStatus::CommandNotFound => "command_not_found",
+            ExitStatus::Server(_) => "server_exit",
+        }
+    }
+
     /// The status of a server that ended with `code`
     /// ([`crate::supervise::exit_code`]); one outside 0 to 255 is a failure.
     pub fn of_server(code: i32) -> Self {

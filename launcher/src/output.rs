@@ -11,6 +11,7 @@
 //! How a run ends, the binaries' last output, is [`crate::exit`].
 
 use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -82,10 +83,21 @@ pub fn stderr_line(line: &str) {
     let _ = err.write_all(b"\n");
 }
 
+/// Whether [`stdout_text`] has written anything in this process.
+static STDOUT_WRITTEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`stdout_text`] has written anything yet: a `--json` run that
+/// fails prints its error document only on an empty stdout, so that stdout
+/// always holds one JSON document.
+pub fn stdout_written() -> bool {
+    STDOUT_WRITTEN.load(Ordering::Relaxed)
+}
+
 /// Writes `text` to stdout and flushes it. A reader that closed the pipe
 /// (`| head`) has what it wanted: that is `Ok`. Any other failure is the
 /// error, for the caller to report.
 pub fn stdout_text(text: &str) -> io::Result<()> {
+    STDOUT_WRITTEN.store(true, Ordering::Relaxed);
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),

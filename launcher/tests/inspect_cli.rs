@@ -93,3 +93,49 @@ fn an_answer_without_lmcaches_fields_is_not_a_healthy_server() {
         assert_eq!(report["server"]["healthy"], false, "{report:#}");
     }
 }
+
+/// `inspect --json` prints one JSON document in every case: the report
+/// (with `server.state` up, unhealthy or down, as exit statuses 0, 9 and 8
+/// say), or an error document for input it refuses.
+#[test]
+fn inspect_json_prints_one_document_in_every_case() {
+    let home = tempfile::tempdir().unwrap();
+    let up = serve(fixture()).to_string();
+    let unhealthy = serve(b"{}".to_vec()).to_string();
+    let port = |p: &str| vec![("EREBINE_AGENT_LMCACHE_HTTP_PORT", p.to_string())];
+    let reports = [
+        (&up, 0, "up"),
+        (&unhealthy, 9, "unhealthy"),
+        (&"1".to_string(), 8, "down"),
+    ];
+    for (http_port, code, state) in reports {
+        let out = inspect(home.path(), &port(http_port));
+        assert_eq!(out.status.code(), Some(code), "{state}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{state}: not one JSON document: {e}"));
+        assert_eq!(report["server"]["state"], state, "{report:#}");
+    }
+    let refused: [(&[&str], &str); 3] = [
+        (&["--url", "file:///etc/passwd"], "1"),
+        (&["--no-such-flag"], "1"),
+        (&[], "not-a-port"),
+    ];
+    for (args, http_port) in refused {
+        let vars = port(http_port);
+        let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+            .env_clear()
+            .env("HOME", home.path())
+            .envs(vars.iter().map(|(k, v)| (k, v)))
+            .args(["inspect", "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let document: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not one JSON document: {e}"));
+        assert_eq!(document["error"]["exit_status"], 2, "{document:#}");
+        assert_eq!(document["error"]["kind"], "bad_input", "{document:#}");
+        let message = document["error"]["message"].as_str().unwrap();
+        assert!(!message.is_empty() && !message.contains('\n'), "{message}");
+    }
+}

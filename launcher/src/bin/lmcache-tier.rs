@@ -245,6 +245,18 @@ fn non_negative_gib(s: &str) -> Result<f64, NotGib> {
     }
 }
 
+impl Command {
+    /// Whether the command was asked for JSON (`--json`).
+    fn json(&self) -> bool {
+        match self {
+            Command::Launch(a) => a.json,
+            Command::Size(a) => a.json,
+            Command::Housekeep(a) => a.json,
+            Command::Inspect(a) => a.json,
+        }
+    }
+}
+
 /// `println!` for results on stdout: a closed pipe ends the output quietly,
 /// any other failed write is exit 1 ([`output::stdout_text`]).
 macro_rules! outln {
@@ -310,8 +322,12 @@ fn measure(engine: &EngineFacts, vars: &Vars, access: DiskAccess) -> Result<Fact
 
 fn main() -> ExitCode {
     lmcache_launcher::output::init_logging(std::io::stderr().is_terminal());
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return refused_command_line(e),
+    };
     let vars = env::process_vars();
+    let json = cli.command.json();
     let result = match cli.command {
         Command::Launch(args) => launch_cmd(args, vars),
         Command::Size(args) => size_cmd(args, vars),
@@ -322,9 +338,50 @@ fn main() -> ExitCode {
         Ok(()) => ExitStatus::Success.into(),
         Err(f) => {
             tracing::error!("{f}");
+            if json {
+                print_error_document(&f.to_string(), f.exit_status());
+            }
             f.exit_status().into()
         }
     }
+}
+
+/// A command line clap refuses: its message and usage on stderr, and with
+/// `--json` among the arguments also the error document on stdout; exit 2.
+/// Help and version requests print as usual.
+fn refused_command_line(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || !std::env::args_os().any(|a| a == "--json")
+    {
+        e.exit()
+    }
+    let _ = e.print();
+    let rendered = e.render().to_string();
+    let message = rendered
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ");
+    print_error_document(&format!("{message} (see --help)"), ExitStatus::BadInput);
+    ExitStatus::BadInput.into()
+}
+
+/// Prints `{"error": {"message", "exit_status", "kind"}}` on stdout when
+/// nothing was printed there yet, so that a `--json` run prints one JSON
+/// document whatever happens (`docs/inspect.md`).
+fn print_error_document(message: &str, status: ExitStatus) {
+    if output::stdout_written() {
+        return;
+    }
+    let document = json!({
+        "error": {
+            "message": message,
+            "exit_status": status.code(),
+            "kind": status.name(),
+        }
+    });
+    let _ = output::stdout_text(&format!("{document:#}\n"));
 }
 
 fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {

@@ -91,9 +91,26 @@ pub struct Inspection {
     pub launch: Option<launch_metrics::LaunchMetrics>,
 }
 
+/// The server's state in one word, for scripts: the `state` field of
+/// `inspect --json` (`docs/inspect.md`), the same split as exit statuses 0,
+/// 9 and 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerState {
+    /// `/status` answered 200 and nothing reports `is_healthy: false`.
+    Up,
+    /// It answered HTTP, but not as a healthy server (exit 9).
+    Unhealthy,
+    /// No HTTP answer at all (exit 8).
+    Down,
+}
+
 /// The server as one poll saw it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServerSummary {
+    /// Up, unhealthy or down, from [`ServerSummary::reachable`] and
+    /// [`ServerSummary::healthy`].
+    pub state: ServerState,
     /// Whether it answered HTTP at all.
     pub reachable: bool,
     /// Whether it answered 200 with a body in which nothing reports
@@ -218,9 +235,16 @@ impl Inspection {
         let unhealthy_parts = status
             .map(ServerStatus::unhealthy_parts)
             .unwrap_or_default();
+        let reachable = !matches!(poll, Poll::NoAnswer(_));
+        let healthy = status.is_some() && unhealthy_parts.is_empty();
         let server = ServerSummary {
-            reachable: !matches!(poll, Poll::NoAnswer(_)),
-            healthy: status.is_some() && unhealthy_parts.is_empty(),
+            state: match (reachable, healthy) {
+                (_, true) => ServerState::Up,
+                (true, false) => ServerState::Unhealthy,
+                (false, false) => ServerState::Down,
+            },
+            reachable,
+            healthy,
             answer: poll.describe(),
             unhealthy_parts,
             engine_type: status.and_then(|s| s.engine_type.clone()),
