@@ -85,6 +85,25 @@ impl ExitStatus {
         }
     }
 
+    /// What the status means, as `--help` and `docs/operations.md` say it.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ExitStatus::Success => "success (launch: the server was stopped on request)",
+            ExitStatus::Failure => "this process failed: its runtime, its signals, writing stdout, or reading the host's memory size",
+            ExitStatus::BadInput => "bad input: a flag, an EREBINE_AGENT_* variable or the cache directory (the message names it)",
+            ExitStatus::MissingExecutable => "an executable is missing: erebine-lmcache or the stock lmcache",
+            ExitStatus::PortInUse => "a port the server needs is in use",
+            ExitStatus::ServerFailed => "the LMCache server exited, or did not become ready in time (its last lines are quoted)",
+            ExitStatus::TierLocked => "another launch or housekeeping holds the disk tier's lock (the holder is named)",
+            ExitStatus::HousekeepingFailed => "housekeeping failed part-way (what failed is listed; run it again once fixed)",
+            ExitStatus::NoAnswer => "inspect: the server does not answer (what the disk tier holds is still printed)",
+            ExitStatus::Unhealthy => "inspect: the server answers but is not healthy (the parts at fault are named)",
+            ExitStatus::CannotRun => "erebine-lmcache: the stock lmcache was found but cannot be run",
+            ExitStatus::CommandNotFound => "erebine-lmcache: the stock lmcache was not found",
+            ExitStatus::Server(_) => "erebine-lmcache: the server's own status (128+N when signal N ended it)",
+        }
+    }
+
     /// The status's name for scripts, the `kind` of the error document a
     /// `--json` run that fails prints (`docs/inspect.md`): `bad_input`,
     /// `tier_locked`, ...; `server_exit` for a server's own status.
@@ -117,6 +136,52 @@ impl From<ExitStatus> for std::process::ExitCode {
     fn from(status: ExitStatus) -> Self {
         std::process::ExitCode::from(status.code())
     }
+}
+
+/// Every status `lmcache-tier` can end with, for its top-level `--help`.
+pub const LMCACHE_TIER_STATUSES: [ExitStatus; 10] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+    ExitStatus::MissingExecutable,
+    ExitStatus::PortInUse,
+    ExitStatus::ServerFailed,
+    ExitStatus::TierLocked,
+    ExitStatus::HousekeepingFailed,
+    ExitStatus::NoAnswer,
+    ExitStatus::Unhealthy,
+];
+
+/// Columns an exit-status section of `--help` fits in.
+const HELP_COLUMNS: usize = 79;
+
+/// The `Exit status:` section of a `--help` for `statuses`: one entry each,
+/// its meaning wrapped at 79 columns under itself, so that it reads at an
+/// 80-column terminal and wider.
+pub fn exit_status_help(statuses: &[ExitStatus]) -> String {
+    let mut text = String::from("Exit status:");
+    for status in statuses {
+        let code = status.code().to_string();
+        let indent = 2 + code.len() + 2;
+        text.push_str(&format!(
+            "
+  {code}  "
+        ));
+        let mut column = indent;
+        for (i, word) in status.meaning().split(' ').enumerate() {
+            if i > 0 && column + 1 + word.len() > HELP_COLUMNS {
+                text.push('\n');
+                text.push_str(&" ".repeat(indent));
+                column = indent;
+            } else if i > 0 {
+                text.push(' ');
+                column += 1;
+            }
+            text.push_str(word);
+            column += word.len();
+        }
+    }
+    text
 }
 
 /// An error a run can end with: the status it ends with.
@@ -307,6 +372,27 @@ mod tests {
         }
         assert_eq!(ExitStatus::of_server(137), ExitStatus::Server(137));
         assert_eq!(ExitStatus::of_server(-1), ExitStatus::Failure);
+    }
+
+    #[test]
+    fn the_help_section_fits_80_columns_and_keeps_every_word() {
+        let text = exit_status_help(&LMCACHE_TIER_STATUSES);
+        assert!(text.lines().all(|l| l.chars().count() <= 79), "{text}");
+        for status in LMCACHE_TIER_STATUSES {
+            let entry = format!("\n  {}  ", status.code());
+            assert!(text.contains(&entry), "{text}");
+        }
+        let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        let meanings: Vec<String> = LMCACHE_TIER_STATUSES
+            .iter()
+            .map(|s| format!("{} {}", s.code(), s.meaning()))
+            .collect();
+        assert_eq!(
+            words(&text),
+            words(&format!("Exit status: {}", meanings.join(" ")))
+        );
+        // Continuation lines sit under the meaning, not under the code.
+        assert!(text.contains("\n     the host's memory size"), "{text}");
     }
 
     #[test]

@@ -63,7 +63,7 @@ Exit 127: the stock lmcache was not found; 2: an --l2-adapter value or
 abbreviation as above, a max_capacity_gb that is unusable, two guarded
 tiers in one directory, or a bad metrics variable; 4: the metrics port is
 taken.
-The stock help follows.
+The stock lmcache's own help follows when it is found.
 ";
 
 /// One line of this process's own on stderr, dropped if stderr is gone.
@@ -174,7 +174,15 @@ fn run() -> Result<ExitStatus, Failure> {
     let specs = L2AdapterArgs::parse(&text_args);
     check_args(&args, &text_args, &specs)?;
     let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
-    let stock = find_stock_lmcache(&vars, &own).map_err(Failure::StockNotFound)?;
+    let stock = match find_stock_lmcache(&vars, &own) {
+        Ok(stock) => stock,
+        // Our own help stands without LMCache: it was printed above.
+        Err(e) if matches!(first, Some("-h" | "--help")) => {
+            say!("the stock lmcache's own help cannot follow: {e}");
+            return Ok(ExitStatus::Success);
+        }
+        Err(e) => return Err(Failure::StockNotFound(e)),
+    };
     if !runs_here(first, &specs) || asks_for_help(&args) {
         let source = std::process::Command::new(&stock).args(&args).exec();
         return Err(Failure::CannotRun { stock, source });

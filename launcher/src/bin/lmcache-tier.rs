@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
-use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
+use lmcache_launcher::exit::{
+    exit_status_help, ExitStatus, HasExitStatus, ProcessError, LMCACHE_TIER_STATUSES,
+};
 use lmcache_launcher::facts::measure_node_disk;
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
@@ -26,19 +28,37 @@ use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
 use serde_json::json;
 
-/// The exit statuses of [`ExitStatus`], for `--help`.
-const EXIT_CODES: &str = "\
-Exit status:
-  0  success (launch: the server was stopped on request)
-  1  this process failed: its runtime, its signals, writing stdout, or reading the host's memory size
-  2  bad input: a flag, an EREBINE_AGENT_* variable or the cache directory (the message names it)
-  3  an executable is missing: erebine-lmcache or the stock lmcache
-  4  a port the server needs is in use
-  5  the LMCache server exited, or did not become ready in time (its last lines are quoted)
-  6  another launch or housekeeping holds the disk tier's lock (the holder is named)
-  7  housekeeping failed part-way (what failed is listed; run it again once fixed)
-  8  inspect: the server does not answer (what the disk tier holds is still printed)
-  9  inspect: the server answers but is not healthy (the parts at fault are named)";
+/// The statuses each subcommand can end with, for its `--help`; the top
+/// level lists them all once.
+const LAUNCH_STATUSES: [ExitStatus; 8] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+    ExitStatus::MissingExecutable,
+    ExitStatus::PortInUse,
+    ExitStatus::ServerFailed,
+    ExitStatus::TierLocked,
+    ExitStatus::HousekeepingFailed,
+];
+const SIZE_STATUSES: [ExitStatus; 3] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+];
+const HOUSEKEEP_STATUSES: [ExitStatus; 5] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+    ExitStatus::TierLocked,
+    ExitStatus::HousekeepingFailed,
+];
+const INSPECT_STATUSES: [ExitStatus; 5] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+    ExitStatus::NoAnswer,
+    ExitStatus::Unhealthy,
+];
 
 /// How long `inspect` waits for one S3 gateway's state, and for the
 /// launch's metrics (both answer from memory on loopback, so this only
@@ -53,7 +73,8 @@ const GATEWAY_TIMEOUT: Duration = Duration::from_secs(1);
     long_about = "Size, launch and inspect the LMCache KV cache server of an inference node.\n\n\
 The node's settings come from EREBINE_AGENT_* variables (see docs/configuration.md); \
 engine facts come from flags. Sizes are GiB (1024^3 bytes) wherever a name says GB.",
-    after_help = EXIT_CODES
+    after_help = exit_status_help(&LMCACHE_TIER_STATUSES),
+    disable_help_subcommand = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -64,17 +85,17 @@ struct Cli {
 enum Command {
     /// Plan and run the node's LMCache server: size the tiers, start the server
     /// through erebine-lmcache, wait for /status, run until SIGTERM, SIGINT or another terminating signal.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_status_help(&LAUNCH_STATUSES))]
     Launch(LaunchArgs),
     /// Print the disk tier and L1 sizing decisions, each with its reason.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
     Size(SizeArgs),
     /// Clean a disk tier exactly as a launch does: delete objects written
     /// under another launch identity (model, TP/PP size, KV dtype, block size,
     /// chunk size) and stale temp files, trim the rest oldest-first to the
     /// capacity, record the identity. Only files that decode as cache objects
     /// (or temp files) are deleted; anything else is counted and left alone.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_status_help(&HOUSEKEEP_STATUSES))]
     Housekeep(HousekeepArgs),
     /// Show what the node's tiers hold and do: each L2 tier in cascade order
     /// (type, path or endpoint, health, workers, O_DIRECT, capacity, usage),
@@ -82,8 +103,47 @@ enum Command {
     /// gateways of `s3_bucket` tiers, and the disk tier's identity manifest,
     /// on-disk usage and capacity guard (read from disk, so it works with
     /// the server down). Secrets are never printed.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_status_help(&INSPECT_STATUSES))]
     Inspect(InspectArgs),
+    /// Print this help, or the help of the subcommand named
+    /// (`lmcache-tier help inspect`).
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
+    Help(HelpArgs),
+    /// Print a shell completion script on stdout. Install it where your
+    /// shell looks, e.g. `lmcache-tier completions bash >
+    /// /etc/bash_completion.d/lmcache-tier`, `lmcache-tier completions zsh >
+    /// "${fpath[1]}/_lmcache-tier"`, `lmcache-tier completions fish >
+    /// ~/.config/fish/completions/lmcache-tier.fish`.
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
+    Completions(CompletionsArgs),
+    /// Write the man pages (roff) of lmcache-tier and of each subcommand
+    /// into a directory, e.g. `lmcache-tier man --dir
+    /// /usr/local/share/man/man1`, then `man lmcache-tier-launch`.
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
+    Man(ManArgs),
+}
+
+#[derive(Args)]
+struct HelpArgs {
+    /// The subcommand (and its subcommands) whose help to print; none for
+    /// this program's.
+    #[arg(value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+struct CompletionsArgs {
+    /// The shell to complete in.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+struct ManArgs {
+    /// The directory to write the pages into (made if missing): one
+    /// `<command>.1` file per command.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -100,28 +160,24 @@ struct InspectArgs {
 
 #[derive(Args)]
 struct HousekeepArgs {
-    /// The tier directory (flat, as LMCache writes it).
+    /// The engine facts the launch identity comes from, as `launch` takes
+    /// them.
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// The tier directory (default: the node's, as `launch` plans it:
+    /// EREBINE_AGENT_LMCACHE_DISK_PATH, else ~/.cache/erebine/lmcache; a
+    /// leading ~/ is expanded).
     #[arg(long, value_name = "DIR")]
-    path: PathBuf,
-    /// Served model name of the launch that will use the tier.
+    path: Option<PathBuf>,
+    /// LMCache chunk size in tokens (default: the one `launch` plans:
+    /// EREBINE_AGENT_LMCACHE_CHUNK_SIZE, --chunk-size in
+    /// EREBINE_AGENT_LMCACHE_EXTRA_ARGS, else half of
+    /// --max-num-batched-tokens).
     #[arg(long)]
-    model: String,
-    /// Tensor-parallel size.
-    #[arg(long, default_value_t = 1)]
-    tensor_parallel_size: u32,
-    /// Pipeline-parallel size.
-    #[arg(long, default_value_t = 1)]
-    pipeline_parallel_size: u32,
-    /// KV cache dtype.
-    #[arg(long, default_value = "auto")]
-    kv_cache_dtype: String,
-    /// KV cache block size in tokens.
-    #[arg(long, default_value_t = 16)]
-    block_size: u32,
-    /// LMCache chunk size in tokens.
-    #[arg(long)]
-    chunk_size: u32,
-    /// Trim the remaining objects oldest-first to this many GiB (no trim when absent).
+    chunk_size: Option<u32>,
+    /// Trim the remaining objects oldest-first to this many GiB (default:
+    /// the capacity `launch` plans for the tier; no trim without a disk
+    /// tier).
     #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
     capacity_gb: Option<f64>,
     /// Plan only: delete nothing, take no lock, write no manifest.
@@ -253,6 +309,7 @@ impl Command {
             Command::Size(a) => a.json,
             Command::Housekeep(a) => a.json,
             Command::Inspect(a) => a.json,
+            Command::Help(_) | Command::Completions(_) | Command::Man(_) => false,
         }
     }
 }
@@ -294,6 +351,39 @@ enum Failure {
     /// This process itself failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// `help`, `housekeep` or `man` was asked for something it cannot do.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+}
+
+/// What `help`, `housekeep` and `man` refuse: exit 2, naming the
+/// subcommand, the reason or the directory.
+#[derive(Debug, thiserror::Error)]
+enum UsageError {
+    /// `help` named no subcommand of this program.
+    #[error("help: {name:?} is not a subcommand of {parent}: see `{parent} --help` for them")]
+    NoSuchCommand {
+        /// The name given.
+        name: String,
+        /// The command it was looked for under.
+        parent: String,
+    },
+    /// The node's settings plan no LMCache server, so there is no tier to
+    /// housekeep as a launch would.
+    #[error("housekeep: the node plans no LMCache server: {reason}")]
+    NoServer {
+        /// Why, as the plan says.
+        reason: String,
+    },
+    /// The man pages cannot be written there.
+    #[error("man --dir {}: cannot write the man pages there: {source}", .dir.display())]
+    ManDir {
+        /// The directory given.
+        dir: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl HasExitStatus for Failure {
@@ -306,6 +396,7 @@ impl HasExitStatus for Failure {
             Failure::Housekeeping(e) => e.exit_status(),
             Failure::Inspect(e) => e.exit_status(),
             Failure::Process(e) => e.exit_status(),
+            Failure::Usage(_) => ExitStatus::BadInput,
         }
     }
 }
@@ -331,8 +422,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Launch(args) => launch_cmd(args, vars),
         Command::Size(args) => size_cmd(args, vars),
-        Command::Housekeep(args) => housekeep_cmd(args),
+        Command::Housekeep(args) => housekeep_cmd(args, vars),
         Command::Inspect(args) => inspect_cmd(args, vars),
+        Command::Help(args) => help_cmd(args),
+        Command::Completions(args) => completions_cmd(args),
+        Command::Man(args) => man_cmd(args),
     };
     match result {
         Ok(()) => ExitStatus::Success.into(),
@@ -384,6 +478,113 @@ fn print_error_document(message: &str, status: ExitStatus) {
     let _ = output::stdout_text(&format!("{document:#}\n"));
 }
 
+/// This program's clap command, built (subcommands know their full names,
+/// `lmcache-tier inspect`), for help, completions and man pages.
+fn built_command() -> clap::Command {
+    let mut command = Cli::command();
+    command.build();
+    command
+}
+
+fn help_cmd(args: HelpArgs) -> Result<(), Failure> {
+    let mut command = built_command();
+    let mut target = &mut command;
+    for name in &args.command {
+        let parent = target.get_bin_name().unwrap_or("lmcache-tier").to_string();
+        target = target
+            .find_subcommand_mut(name)
+            .ok_or_else(|| UsageError::NoSuchCommand {
+                name: name.clone(),
+                parent,
+            })?;
+    }
+    Ok(write_out(target.render_long_help().to_string())?)
+}
+
+fn completions_cmd(args: CompletionsArgs) -> Result<(), Failure> {
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut Cli::command(), "lmcache-tier", &mut script);
+    Ok(write_out(String::from_utf8_lossy(&script).into_owned())?)
+}
+
+fn man_cmd(args: ManArgs) -> Result<(), Failure> {
+    let dir = args.dir;
+    let failed = |source| UsageError::ManDir {
+        dir: dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(failed)?;
+    clap_mangen::generate_to(built_command(), &dir).map_err(failed)?;
+    outln!(
+        "wrote the man pages of lmcache-tier and its subcommands into {}",
+        dir.display()
+    );
+    Ok(())
+}
+
+impl EngineArgs {
+    /// The engine facts these flags give.
+    fn facts(&self) -> EngineFacts {
+        EngineFacts {
+            model: self.model.clone(),
+            tensor_parallel_size: self.tensor_parallel_size,
+            pipeline_parallel_size: self.pipeline_parallel_size,
+            data_parallel_size: self.data_parallel_size,
+            kv_cache_dtype: self.kv_cache_dtype.clone(),
+            block_size: self.block_size,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            hybrid_attention: self.hybrid_attention,
+        }
+    }
+}
+
+/// What `housekeep` cleans, planned as `launch --dry-run` plans the node
+/// from the same variables and engine flags (with the `lmcache` backend,
+/// whatever the node's): the tier directory, the launch identity and the
+/// capacity. Without a disk tier in that plan, the directory and identity
+/// still come from it, and there is no capacity to trim to.
+struct NodeTier {
+    path: PathBuf,
+    identity: LaunchIdentity,
+    capacity_bytes: Option<u64>,
+}
+
+fn node_housekeeping(engine: &EngineArgs, mut vars: Vars) -> Result<NodeTier, Failure> {
+    vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
+    let node = NodeEnv::from_vars(&vars)?;
+    let facts = engine.facts();
+    let measured = measure(&facts, &vars, DiskAccess::Inspect)?;
+    let planned = lmcache_launcher::plan(&facts, &vars, &HostFacts::from(&measured))?;
+    let plan = match planned {
+        Planned::Server(plan) => plan,
+        Planned::NothingToLaunch(why) => {
+            return Err(UsageError::NoServer {
+                reason: why.reason.clone(),
+            }
+            .into())
+        }
+    };
+    if let Some(tier) = plan.housekeeping {
+        return Ok(NodeTier {
+            path: tier.path,
+            identity: tier.identity,
+            capacity_bytes: Some(tier.capacity_bytes),
+        });
+    }
+    Ok(NodeTier {
+        path: node.disk_path,
+        identity: LaunchIdentity {
+            model: facts.model,
+            tensor_parallel_size: facts.tensor_parallel_size,
+            pipeline_parallel_size: facts.pipeline_parallel_size,
+            kv_cache_dtype: facts.kv_cache_dtype,
+            block_size: facts.block_size,
+            chunk_size: plan.decisions.chunk_size.value,
+        },
+        capacity_bytes: None,
+    })
+}
+
 fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     // Caught before anything is planned or touched: a signal from here on
     // stops the launch cleanly (docs/operations.md, "Stopping").
@@ -399,17 +600,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string().into());
     }
     let node = NodeEnv::from_vars(&vars)?;
-    let e = args.engine;
-    let facts = EngineFacts {
-        model: e.model,
-        tensor_parallel_size: e.tensor_parallel_size,
-        pipeline_parallel_size: e.pipeline_parallel_size,
-        data_parallel_size: e.data_parallel_size,
-        kv_cache_dtype: e.kv_cache_dtype,
-        block_size: e.block_size,
-        max_num_batched_tokens: e.max_num_batched_tokens,
-        hybrid_attention: e.hybrid_attention,
-    };
+    let facts = args.engine.facts();
     let lmcache = match node.kv_cache_backend {
         KvCacheBackend::Lmcache => stock_lmcache(&node, &vars, args.dry_run)?,
         _ => None,
@@ -701,30 +892,37 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     Ok(())
 }
 
-fn housekeep_cmd(args: HousekeepArgs) -> Result<(), Failure> {
-    let identity = LaunchIdentity {
-        model: args.model,
-        tensor_parallel_size: args.tensor_parallel_size,
-        pipeline_parallel_size: args.pipeline_parallel_size,
-        kv_cache_dtype: args.kv_cache_dtype,
-        block_size: args.block_size,
-        chunk_size: args.chunk_size,
-    };
+fn housekeep_cmd(args: HousekeepArgs, mut vars: Vars) -> Result<(), Failure> {
+    if let Some(path) = &args.path {
+        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
+    }
+    if let Some(chunk) = args.chunk_size {
+        vars.insert(env::CHUNK_SIZE.into(), chunk.to_string().into());
+    }
+    let target = node_housekeeping(&args.engine, vars)?;
     let policy = TierPolicy {
-        capacity_bytes: args.capacity_gb.and_then(gib_to_bytes),
+        capacity_bytes: match args.capacity_gb {
+            Some(gib) => gib_to_bytes(gib),
+            None => target.capacity_bytes,
+        },
         shared: false,
     };
+    let (path, identity) = (target.path, target.identity);
     let mode = if args.dry_run {
         Mode::DryRun
     } else {
         Mode::Apply
     };
-    let done = with_progress(&format!("scanning {}", args.path.display()), || {
-        housekeep(&args.path, &identity, policy, mode)
+    let done = with_progress(&format!("scanning {}", path.display()), || {
+        housekeep(&path, &identity, policy, mode)
     })?;
     if args.json {
-        let report =
-            json!({ "scanned": done.scanned, "report": done.report, "manifest": done.manifest });
+        let report = json!({
+            "identity": identity,
+            "scanned": done.scanned,
+            "report": done.report,
+            "manifest": done.manifest,
+        });
         outln!("{report:#}");
     } else {
         outln!("{}", done.report);

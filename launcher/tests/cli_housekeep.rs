@@ -1,0 +1,100 @@
+//! `lmcache-tier housekeep` knows the node as `launch` does: with no flags
+//! it cleans the tier a launch on the same variables and engine flags
+//! would, under the same launch identity and capacity.
+
+use std::path::Path;
+use std::process::Command;
+
+/// `lmcache-tier <args> --dry-run --json` for a node with home `home`, the
+/// `lmcache` backend, and `vars`; its JSON.
+fn dry_run(home: &Path, vars: &[(&str, &str)], args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home)
+        .env("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache")
+        .env("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1")
+        .envs(vars.iter().copied())
+        .args(args)
+        .args(["--dry-run", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?} {vars:?}: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stderr}"))
+}
+
+/// Variables of a case.
+type Vars<'a> = &'a [(&'a str, &'a str)];
+
+#[test]
+fn housekeep_cleans_the_tier_launch_plans_under_the_same_identity() {
+    let home = tempfile::tempdir().unwrap();
+    for dir in [".cache/erebine/lmcache", "other"] {
+        std::fs::create_dir_all(home.path().join(dir)).unwrap();
+    }
+    let engine = [
+        "--model",
+        "org/Model-7B",
+        "--tensor-parallel-size",
+        "2",
+        "--kv-cache-dtype",
+        "fp8",
+        "--block-size",
+        "32",
+        "--max-num-batched-tokens",
+        "4096",
+    ];
+    let hybrid = [
+        "--hybrid-attention",
+        "--block-size",
+        "48",
+        "--max-num-batched-tokens",
+        "1000",
+    ];
+    let cases: [(Vars, &[&str]); 7] = [
+        (&[], &[]),
+        (&[("EREBINE_AGENT_LMCACHE_CHUNK_SIZE", "768")], &[]),
+        (
+            &[("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--chunk-size 384")],
+            &[],
+        ),
+        (&[], &engine),
+        (&[], &hybrid),
+        (&[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1.5")], &[]),
+        (&[("EREBINE_AGENT_LMCACHE_DISK_PATH", "~/other")], &[]),
+    ];
+    for (vars, flags) in cases {
+        let launch = dry_run(home.path(), vars, &[&["launch"][..], flags].concat());
+        let housekeep = dry_run(home.path(), vars, &[&["housekeep"][..], flags].concat());
+        let planned = &launch["housekeeping"];
+        assert!(planned.is_object(), "{vars:?} {flags:?}: {launch:#}");
+        assert_eq!(
+            housekeep["identity"], planned["identity"],
+            "{vars:?} {flags:?}"
+        );
+        assert_eq!(
+            housekeep["report"]["path"], planned["path"],
+            "{vars:?} {flags:?}"
+        );
+        assert_eq!(
+            housekeep["report"]["capacity_bytes"], planned["capacity_bytes"],
+            "{vars:?} {flags:?}"
+        );
+    }
+    // Flags override the node: the path, the chunk size, the capacity.
+    let other = home.path().join("other");
+    let flags = [
+        "housekeep",
+        "--path",
+        other.to_str().unwrap(),
+        "--chunk-size",
+        "128",
+        "--capacity-gb",
+        "0.5",
+    ];
+    let housekeep = dry_run(home.path(), &[], &flags);
+    assert_eq!(housekeep["identity"]["chunk_size"], 128);
+    assert_eq!(housekeep["report"]["path"], other.to_str().unwrap());
+    assert_eq!(housekeep["report"]["capacity_bytes"], 1u64 << 29);
+}
