@@ -498,7 +498,16 @@ fn help_cmd(args: HelpArgs) -> Result<(), Failure> {
                 parent,
             })?;
     }
-    Ok(write_out(target.render_long_help().to_string())?)
+    // Rendered as `<command> --help` renders it, layout included.
+    let argv = std::iter::once("lmcache-tier")
+        .chain(args.command.iter().map(String::as_str))
+        .chain(["--help"]);
+    let help = Cli::command()
+        .try_get_matches_from(argv)
+        .err()
+        .map(|shown| shown.render().to_string())
+        .unwrap_or_default();
+    Ok(write_out(help)?)
 }
 
 fn completions_cmd(args: CompletionsArgs) -> Result<(), Failure> {

@@ -1,0 +1,112 @@
+//! The command line teaches once: the top-level help lists every exit
+//! status, each subcommand's help only those it can end with, `help` has a
+//! help of its own, `erebine-lmcache --help` needs no LMCache, and shell
+//! completions and man pages cover every subcommand.
+
+use std::process::{Command, Output};
+
+const SUBCOMMANDS: [&str; 7] = [
+    "launch",
+    "size",
+    "housekeep",
+    "inspect",
+    "help",
+    "completions",
+    "man",
+];
+
+fn lmcache_tier(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = lmcache_tier(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The exit statuses a help text lists (`  <n>  ` at a line's start).
+fn statuses(help: &str) -> Vec<u32> {
+    help.split_once("Exit status:")
+        .map(|(_, table)| table)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("  ")?.split("  ").next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn exit_statuses_are_listed_once_at_the_top_and_per_subcommand_what_it_returns() {
+    let top = stdout_of(&["--help"]);
+    assert_eq!(statuses(&top), (0..=9).collect::<Vec<_>>(), "{top}");
+    assert!(top.lines().all(|l| l.chars().count() <= 100), "{top}");
+    for (sub, expected) in [
+        ("launch", vec![0, 1, 2, 3, 4, 5, 6, 7]),
+        ("size", vec![0, 1, 2]),
+        ("housekeep", vec![0, 1, 2, 6, 7]),
+        ("inspect", vec![0, 1, 2, 8, 9]),
+    ] {
+        let help = stdout_of(&[sub, "--help"]);
+        assert_eq!(statuses(&help), expected, "{sub}: {help}");
+        assert_eq!(help.matches("Exit status:").count(), 1, "{sub}: {help}");
+    }
+}
+
+#[test]
+fn help_has_a_help_and_names_a_subcommand_it_does_not_know() {
+    let own = stdout_of(&["help", "--help"]);
+    assert!(own.contains("Usage: lmcache-tier help"), "{own}");
+    let inspect = stdout_of(&["help", "inspect"]);
+    assert!(inspect.contains("Usage: lmcache-tier inspect"), "{inspect}");
+    assert_eq!(inspect, stdout_of(&["inspect", "--help"]));
+    let unknown = lmcache_tier(&["help", "no-such"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("\"no-such\" is not a subcommand"));
+}
+
+#[test]
+fn erebine_lmcache_help_stands_without_lmcache() {
+    let out = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .arg("--help")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--l2-adapter"));
+    assert!(stderr.contains("own help cannot follow"), "{stderr}");
+}
+
+#[test]
+fn completions_and_man_pages_cover_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = stdout_of(&["completions", shell]);
+        for sub in SUBCOMMANDS {
+            assert!(script.contains(sub), "{shell}: no {sub}");
+        }
+        assert!(script.contains("--max-num-batched-tokens"), "{shell}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    stdout_of(&["man", "--dir", pages.to_str().unwrap()]);
+    for page in std::iter::once("lmcache-tier".to_string())
+        .chain(SUBCOMMANDS.iter().map(|s| format!("lmcache-tier-{s}")))
+    {
+        let text = std::fs::read_to_string(pages.join(format!("{page}.1")))
+            .unwrap_or_else(|e| panic!("{page}.1: {e}"));
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
+        assert!(text.contains(&page), "{page}");
+    }
+    let refused = lmcache_tier(&["man", "--dir", "/proc/no-such/man1"]);
+    assert_eq!(refused.status.code(), Some(2));
+}
