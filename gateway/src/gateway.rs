@@ -54,14 +54,14 @@ use lmcache_tier_spec::error_chain;
 ///
 /// Why 5 s: LMCache 0.5.6's S3 adapter (awscrt 0.38.1) drops a connection
 /// that has been silent for about 30 s and tries each request 6 times, so
-/// a stalled upstream behind a bound near 30 s costs a load about 200 s
+/// a stalled upstream behind a bound near 30 s costs a load about 190 s
 /// and reaches LMCache as a dropped connection instead of a status. At 5 s
-/// each attempt gets its 503 and LMCache's load fails after about 37 s in
+/// each attempt gets its 503 and LMCache's load fails after about 40 s in
 /// all (6 x 5 s plus its backoff; `docs/performance.md`, "S3 gateway: a
 /// failing upstream"). A KV chunk whose first byte is 5 s late is worth
 /// less than recomputing it. 5 s is also the connect timeout of the
-/// gateway's client and the default transport timeout of LMCache's own
-/// HTTP L2 adapters (`timeout_ms` 5000).
+/// gateway's client and the default transport timeout of LMCache's
+/// SageMaker HyperPod L2 adapter (`timeout_ms` 5000).
 pub const UPSTREAM_SILENCE: Duration = Duration::from_secs(5);
 /// How long the start-up check of the bucket (a HEAD) may wait for its
 /// answer: as long as a credential source may take (30 s, `credentials`),
