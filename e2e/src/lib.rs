@@ -17,6 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
+
+pub mod fault_proxy;
 use nix::unistd::Pid;
 
 /// The virtual environment holding `lmcache==0.5.6`:

@@ -9,8 +9,10 @@
 //! Answers of its own (S3 XML error bodies): 403 for a bad signature; 400
 //! and 501 for what it does not forward ([`key::Refusal`]: keys it cannot
 //! carry exactly, and requests LMCache never sends); 501 for aws-chunked
-//! payloads; 503 when the upstream cannot be reached or stops answering, so
-//! the adapter's circuit breaker sees an outage.
+//! payloads; 503 when the upstream cannot be reached or is silent for
+//! [`UPSTREAM_SILENCE`]: LMCache's S3 client gets a status it retries and
+//! reports as an S3 error, never a dropped connection, which its circuit
+//! breaker would count towards switching the tier off.
 //!
 //! An unsigned `GET` on [`STATE_PATH`] answers the gateway's own state as
 //! JSON ([`super::state`]); every other request is counted in [`Stats`].
@@ -34,7 +36,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use super::client::{self, Body, BoxError, UpstreamClient};
+use super::client::{self, Body, BoxError, Progress, UpstreamClient};
 use super::credentials::{NoCredentials, RealCredentials};
 use super::key::{self, Route};
 use super::sigv4::{self, KeyPair, Signed};
@@ -42,9 +44,29 @@ use super::spec::{BucketSpecError, BucketTier};
 use super::state::{Stats, STATE_PATH};
 use lmcache_tier_spec::error_chain;
 
-/// How long the upstream may take to start its answer (the request body's
-/// upload included), and stay silent while a response body is read.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest an exchange with the upstream may make no progress before
+/// the gateway gives up on it, in seconds: no request-body byte taken, no
+/// response head once the body is sent, no response-body byte. A request
+/// that gets no head in time is answered `503 ServiceUnavailable`; a
+/// response body that stops is cut off. The bound is on silence, not on
+/// the whole transfer: a slow upload or download that keeps moving is
+/// never cut.
+///
+/// Why 5 s: LMCache 0.5.6's S3 adapter (awscrt 0.38.1) drops a connection
+/// that has been silent for about 30 s and tries each request 6 times, so
+/// a stalled upstream behind a bound near 30 s costs a load about 190 s
+/// and reaches LMCache as a dropped connection instead of a status. At 5 s
+/// each attempt gets its 503 and LMCache's load fails after about 40 s in
+/// all (6 x 5 s plus its backoff; `docs/performance.md`, "S3 gateway: a
+/// failing upstream"). A KV chunk whose first byte is 5 s late is worth
+/// less than recomputing it. 5 s is also the connect timeout of the
+/// gateway's client and the default transport timeout of LMCache's
+/// SageMaker HyperPod L2 adapter (`timeout_ms` 5000).
+pub const UPSTREAM_SILENCE: Duration = Duration::from_secs(5);
+/// How long the start-up check of the bucket (a HEAD) may wait for its
+/// answer: as long as a credential source may take (30 s, `credentials`),
+/// since a failure stops the launch and no request waits on it.
+const BUCKET_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a client may take to send a request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The smallest chunk of a request body written to the upstream (bar the last).
@@ -103,13 +125,15 @@ impl Upstream {
             problem,
             fix: fix.to_string(),
         };
-        let client = UpstreamClient::new(tier.ca_bundle_pem.as_deref()).map_err(|problem| {
-            err(
-                "s3_ca_bundle",
-                problem.to_string(),
-                "Point it at a PEM file of CA certificates.",
-            )
-        })?;
+        let client = UpstreamClient::new(tier.ca_bundle_pem.as_deref(), UPSTREAM_SILENCE).map_err(
+            |problem| {
+                err(
+                    "s3_ca_bundle",
+                    problem.to_string(),
+                    "Point it at a PEM file of CA certificates.",
+                )
+            },
+        )?;
         let no_credentials = |e: super::credentials::NoCredentials| {
             err(
                 "aws_access_key_id",
@@ -156,7 +180,12 @@ impl Upstream {
             "{}://{}{path}",
             upstream.tier.scheme, upstream.tier.endpoint
         );
-        let response = upstream.client.send(request, READ_TIMEOUT).await.map_err(|e| {
+        let started = client::Progress::new();
+        let response = upstream
+            .client
+            .send(request, &started, BUCKET_CHECK_TIMEOUT)
+            .await
+            .map_err(|e| {
             let detail = error_chain(&e);
             if upstream.tier.scheme == "https" && refused_certificate(&e) {
                 err(
@@ -403,13 +432,18 @@ async fn handle(
     }
     stats.request(&method);
     let arrived = std::time::Instant::now();
-    let response = forward(&upstream, &stats, request)
-        .await
-        .unwrap_or_else(|e| e.response());
+    let (response, own_error) = match forward(&upstream, &stats, request).await {
+        Ok(response) => (response, None),
+        Err(e) => (e.response(), Some(e)),
+    };
     let status = response.status();
     stats.answered(status, arrived.elapsed());
     if status.is_server_error() {
-        tracing::warn!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request failed");
+        let cause = match own_error {
+            Some(e) => e.to_string(),
+            None => "the upstream answered it".to_string(),
+        };
+        tracing::warn!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request failed: {cause}");
     } else {
         tracing::debug!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request");
     }
@@ -427,8 +461,10 @@ async fn forward(
     let (parts, body) = request.into_parts();
     let payload_hash = authenticate(upstream, stats, &parts)?;
     let route = route(&upstream.tier, &parts)?;
+    let progress = Progress::new();
+    let body = upstream_body(body, stats.clone(), progress.clone());
     let request = re_sign(upstream, stats, &parts, &route, &payload_hash, body).await?;
-    relay(upstream, stats, &parts.method, &route, request).await
+    relay(upstream, stats, &parts.method, &route, request, &progress).await
 }
 
 /// Checks the request's SigV4 signature against the per-launch key (a
@@ -485,16 +521,16 @@ fn route(tier: &BucketTier, parts: &http::request::Parts) -> Result<Route, Forwa
     })
 }
 
-/// The upstream request for `route`: the headers worth forwarding and the
-/// request body as it streams in (counted in `stats`), signed with the
-/// real credentials for the payload hash LMCache signed.
+/// The upstream request for `route`: the headers worth forwarding and
+/// `body`, signed with the real credentials for the payload hash LMCache
+/// signed.
 async fn re_sign(
     upstream: &Upstream,
     stats: &Arc<Stats>,
     parts: &http::request::Parts,
     route: &Route,
     payload_hash: &str,
-    body: Incoming,
+    body: Body,
 ) -> Result<Request<Body>, ForwardError> {
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
@@ -508,11 +544,6 @@ async fn re_sign(
         .await
         .map_err(ForwardError::NoCredentials)?;
     stats.credentials_expire(credentials.expiry());
-    let body = if !body.is_end_stream() {
-        upstream_body(body, stats.clone())
-    } else {
-        client::empty()
-    };
     upstream
         .signed(
             &credentials,
@@ -527,17 +558,20 @@ async fn re_sign(
 
 /// Sends `request` upstream and passes the answer back as it streams in
 /// (a listing inside a key prefix is read whole, to strip the prefix from
-/// its keys); failures and 5xx answers are counted in `stats`.
+/// its keys); failures and 5xx answers are counted in `stats`. The head
+/// must come within [`UPSTREAM_SILENCE`] of the last `progress` (the
+/// request body's last byte).
 async fn relay(
     upstream: &Upstream,
     stats: &Arc<Stats>,
     method: &Method,
     route: &Route,
     request: Request<Body>,
+    progress: &Progress,
 ) -> Result<Response<Body>, ForwardError> {
     let response = upstream
         .client
-        .send(request, READ_TIMEOUT)
+        .send(request, progress, UPSTREAM_SILENCE)
         .await
         .map_err(|e| {
             let cause = error_chain(&e);
@@ -552,14 +586,25 @@ async fn relay(
     if rewrite_listing {
         listing_back(response, key_prefix, stats, method).await
     } else {
-        streamed_back(response, stats.clone(), method.clone())
+        streamed_back(
+            response,
+            stats.clone(),
+            method.clone(),
+            upstream.tier.position,
+        )
     }
 }
 
 /// The request body LMCache sent, as the upstream gets it: in chunks of at
-/// least [`FORWARD_CHUNK`] bytes ([`coalesce`]), counted in `stats`.
-fn upstream_body(body: Incoming, stats: Arc<Stats>) -> Body {
-    let chunks = coalesce(body).map(move |chunk| match chunk {
+/// least [`FORWARD_CHUNK`] bytes ([`coalesce`]), counted in `stats`. Each
+/// piece read from LMCache moves `progress`: the upstream takes the body
+/// as fast as it reads, so a stalled upstream stops the reading.
+fn upstream_body(body: Incoming, stats: Arc<Stats>, progress: Progress) -> Body {
+    if body.is_end_stream() {
+        return client::empty();
+    }
+    let pieces = BodyDataStream::new(body).inspect(move |_| progress.moved());
+    let chunks = coalesce(pieces).map(move |chunk| match chunk {
         Ok(data) => {
             stats.sent(data.len());
             Ok(Frame::data(data))
@@ -584,13 +629,14 @@ fn response_head(response: &Response<Incoming>, rewritten: bool) -> http::respon
 }
 
 /// The upstream's response passed back as it streams in, counted in
-/// `stats`; an answer that breaks off or stays silent for [`READ_TIMEOUT`]
-/// is cut off (the client sees a short body) and counted as an upstream
-/// error of `method`.
+/// `stats`; an answer that breaks off or stays silent for [`UPSTREAM_SILENCE`]
+/// is cut off (the client sees a short body), logged, and counted as an
+/// upstream error of `method` on tier `tier`.
 fn streamed_back(
     response: Response<Incoming>,
     stats: Arc<Stats>,
     method: Method,
+    tier: usize,
 ) -> Result<Response<Body>, ForwardError> {
     let head = response_head(&response, false);
     let frames = stalling(response.into_body()).map(move |chunk| match chunk {
@@ -599,6 +645,7 @@ fn streamed_back(
             Ok(Frame::data(data))
         }
         Err(cause) => {
+            tracing::warn!(tier, %method, "S3 gateway cut off an answer: {cause}");
             stats.upstream_error(&method, &cause.to_string());
             Err(BoxError::from(cause))
         }
@@ -638,10 +685,10 @@ enum BodyCut {
         /// The cause chain, with no path or query.
         String,
     ),
-    /// No data came for [`READ_TIMEOUT`].
+    /// No data came for [`UPSTREAM_SILENCE`].
     #[error("the answer stalled for {} s", .0.as_secs())]
     Stalled(
-        /// [`READ_TIMEOUT`].
+        /// [`UPSTREAM_SILENCE`].
         Duration,
     ),
 }
@@ -664,15 +711,15 @@ enum ListingError {
 }
 
 /// The data of a response body; an error (the cause, with no path or query)
-/// when it breaks off or stays silent for [`READ_TIMEOUT`], then the end.
+/// when it breaks off or stays silent for [`UPSTREAM_SILENCE`], then the end.
 ///
-/// One timer per body, armed at the last frame's time + [`READ_TIMEOUT`]
+/// One timer per body, armed at the last frame's time + [`UPSTREAM_SILENCE`]
 /// and moved on only when it fires early: a frame costs a clock read, not
 /// a timer.
 fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, BodyCut>> {
     let mut body = Some(body);
     let mut last_frame = tokio::time::Instant::now();
-    let mut timer = Box::pin(tokio::time::sleep_until(last_frame + READ_TIMEOUT));
+    let mut timer = Box::pin(tokio::time::sleep_until(last_frame + UPSTREAM_SILENCE));
     futures_util::stream::poll_fn(move |cx| {
         let Some(incoming) = body.as_mut() else {
             return Poll::Ready(None);
@@ -689,10 +736,10 @@ fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, Bo
                 Poll::Ready(None) => break None,
                 Poll::Pending => {
                     while timer.as_mut().poll(cx).is_ready() {
-                        if last_frame.elapsed() >= READ_TIMEOUT {
-                            break 'frames Some(Err(BodyCut::Stalled(READ_TIMEOUT)));
+                        if last_frame.elapsed() >= UPSTREAM_SILENCE {
+                            break 'frames Some(Err(BodyCut::Stalled(UPSTREAM_SILENCE)));
                         }
-                        timer.as_mut().reset(last_frame + READ_TIMEOUT);
+                        timer.as_mut().reset(last_frame + UPSTREAM_SILENCE);
                     }
                     return Poll::Pending;
                 }
@@ -705,8 +752,11 @@ fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, Bo
 
 /// The request body as a stream of chunks of at least [`FORWARD_CHUNK`]
 /// bytes (the last may be shorter): fewer, larger writes to the upstream.
-fn coalesce(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, hyper::Error>> {
-    futures_util::stream::unfold(Some(BodyDataStream::new(body)), |state| async move {
+fn coalesce<S>(pieces: S) -> impl futures_util::Stream<Item = Result<Bytes, hyper::Error>>
+where
+    S: futures_util::Stream<Item = Result<Bytes, hyper::Error>> + Unpin,
+{
+    futures_util::stream::unfold(Some(pieces), |state| async move {
         let mut stream = state?;
         let mut buffer = bytes::BytesMut::new();
         loop {

@@ -17,6 +17,8 @@ pub mod sigv4;
 pub mod spec;
 pub mod state;
 
+pub use gateway::UPSTREAM_SILENCE;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
