@@ -284,7 +284,8 @@ fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
     cells.iter().map(|c| printable(c)).collect()
 }
 
-fn printable(text: &str) -> String {
+/// `text` with control characters shown as `?`.
+pub(super) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
