@@ -672,6 +672,20 @@ mod tests {
     }
 
     #[test]
+    fn a_disk_tier_path_from_the_server_cannot_move_the_cursor() {
+        let body = serde_json::json!({"is_healthy": true, "engine_type": "mp",
+            "storage_manager": {"l2_adapters": [
+                {"type": "FSL2Adapter", "base_path": "/x\u{1b}[2J/cache"}]}});
+        let poll = Poll::Up(Box::new(
+            ServerStatus::parse(body.to_string().as_bytes()).unwrap(),
+        ));
+        let text = Inspection::build("u", &poll, &[], None).to_text();
+        assert!(text.contains("disk tier /x?[2J/cache"), "{text}");
+        assert!(text.contains("  FSL2Adapter  /x?[2J/cache  "), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
+    }
+
+    #[test]
     fn the_url_is_shown_without_credentials() {
         let report = Inspection::build(
             "http://u:PASS@127.0.0.1:1/status?token=SECRET",
