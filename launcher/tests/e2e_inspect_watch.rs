@@ -6,8 +6,8 @@
 //! keeps refreshing). Ctrl-C and SIGTERM end it with exit status 0 and the
 //! terminal given back (normal screen, cursor shown).
 //!
-//! Each session has a tmux server of its own (`tmux -L`), killed when the
-//! test ends, whatever happens. The command runs under `sh`, which prints
+//! Each session has a tmux server of its own (`tmux -S`, its socket in the
+//! test's directory), killed when the test ends, whatever happens. The command runs under `sh`, which prints
 //! its exit status (`exit=N`) and then sleeps, so that the pane stays
 //! alive and tmux still tells the terminal's state after the command ended;
 //! the shell traps SIGINT, so Ctrl-C in the pane reaches the command's
@@ -41,7 +41,7 @@ fn tmux_binary() -> PathBuf {
 /// A detached tmux session running one command, on a tmux server of its
 /// own; the server is killed on drop.
 struct Tmux {
-    socket: String,
+    socket: PathBuf,
     session: String,
 }
 
@@ -51,12 +51,14 @@ impl Tmux {
         let config = dir.join(format!("{name}.tmux.conf"));
         std::fs::write(&config, "set -g default-shell /bin/sh\n").unwrap();
         let tmux = Tmux {
-            socket: format!("erebine-watch-{}-{name}", std::process::id()),
+            socket: dir.join(format!("{name}.tmux")),
             session: name.to_string(),
         };
         let line = shlex::try_join(command.iter().map(String::as_str)).unwrap();
         let out = Command::new(tmux_binary())
-            .args(["-L", &tmux.socket, "-f"])
+            .arg("-S")
+            .arg(&tmux.socket)
+            .arg("-f")
             .arg(&config)
             .args(["new-session", "-d", "-s", name, "-x", "160", "-y", "50"])
             .arg(format!(
@@ -70,7 +72,8 @@ impl Tmux {
 
     fn run(&self, args: &[&str]) -> Output {
         Command::new(tmux_binary())
-            .args(["-L", &self.socket])
+            .arg("-S")
+            .arg(&self.socket)
             .args(args)
             .output()
             .unwrap()
