@@ -2,7 +2,8 @@
 # Runs every test: unit, property, integration, and the end-to-end suite
 # against the real LMCache 0.5.6 server (installed once by setup-lmcache.sh)
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
-# setup-s3s-fs.sh), and Prometheus's promtool (setup-prometheus.sh).
+# setup-s3s-fs.sh), Prometheus's promtool (setup-prometheus.sh), and tmux for
+# the terminal view of `inspect --watch` (setup-tmux.sh).
 # Extra arguments go to `cargo test`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -12,6 +13,7 @@ EREBINE_TEST_S3S_FS="$("$root/scripts/setup-s3s-fs.sh")"
 export EREBINE_TEST_S3S_FS
 EREBINE_TEST_PROMTOOL="$("$root/scripts/setup-prometheus.sh")"
 export EREBINE_TEST_PROMTOOL
+"$root/scripts/setup-tmux.sh" >/dev/null
 # The tests' temporary directories (TMPDIR) go on a volume of their own: a
 # sparse 32 GiB ext4 image, loop-mounted with discard (deleted files give
 # their blocks back), removed at exit. Each capacity guard keeps a free-space

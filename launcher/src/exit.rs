@@ -339,7 +339,7 @@ impl HasExitStatus for LaunchError {
 impl HasExitStatus for InspectError {
     fn exit_status(&self) -> ExitStatus {
         match self {
-            InspectError::BadUrl { .. } => ExitStatus::BadInput,
+            InspectError::BadUrl { .. } | InspectError::NotATerminal => ExitStatus::BadInput,
             InspectError::NoAnswer { .. } => ExitStatus::NoAnswer,
             InspectError::Unhealthy { .. } => ExitStatus::Unhealthy,
         }

@@ -156,6 +156,20 @@ struct InspectArgs {
     /// Print one JSON object (field names: docs/inspect.md).
     #[arg(long)]
     json: bool,
+    /// Redraw the view in place every SECONDS (default 2, fractions such as
+    /// 0.5 allowed, 0.1 to 86400), with a usage bar per tier and the rows
+    /// that changed since the last refresh marked `*`, until Ctrl-C or
+    /// SIGTERM (exit 0). Needs a terminal on stdout (exit 2 otherwise).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        num_args = 0..=1,
+        default_missing_value = "2",
+        value_parser = inspect::live::interval,
+        allow_negative_numbers = true,
+        conflicts_with = "json"
+    )]
+    watch: Option<Duration>,
 }
 
 #[derive(Args)]
@@ -755,6 +769,9 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
         )
     });
     inspect::check_url(&url)?;
+    if args.watch.is_some() {
+        inspect::live::check_terminal()?;
+    }
     let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match node.custom_cascade() {
         None => (vec![node.disk_path.clone()], vec![true]),
         Some(cascade) => (
@@ -771,18 +788,26 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
                 .collect(),
         ),
     };
-    let client = StatusClient::new(url.clone());
-    let runtime = runtime()?;
-    let poll = runtime.block_on(client.poll());
-    let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
     // What a launch would run, if it can be found; inspect needs no LMCache.
     let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
-    report.lmcache = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)
+    let lmcache = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)
         .and_then(|executable| locate::find_stock_lmcache(&vars, &executable))
         .ok()
         .map(|stock| locate::LmcacheInstall::at(&stock));
-    runtime.block_on(report.read_gateways(GATEWAY_TIMEOUT));
-    runtime.block_on(report.read_launch(node.metrics, GATEWAY_TIMEOUT));
+    let client = StatusClient::new(url.clone());
+    let read = async || {
+        let poll = client.poll().await;
+        let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+        report.lmcache = lmcache.clone();
+        report.read_gateways(GATEWAY_TIMEOUT).await;
+        report.read_launch(node.metrics, GATEWAY_TIMEOUT).await;
+        report
+    };
+    let runtime = runtime()?;
+    if let Some(interval) = args.watch {
+        return Ok(runtime.block_on(inspect::live::run(interval, read))?);
+    }
+    let report = runtime.block_on(read());
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(ProcessError::Json)?;
         outln!("{text}");

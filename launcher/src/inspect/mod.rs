@@ -7,10 +7,13 @@
 //! Nothing secret is printed: adapter entries are read through the typed
 //! model, which keeps only named fields ([`crate::status::L2AdapterStatus`]),
 //! and endpoints lose any `user:password@` and query string. The text form
-//! ([`Inspection::to_text`]) is in `text`.
+//! ([`Inspection::to_text`]) is in `text`; `inspect --watch` redraws it
+//! with usage bars and change marks ([`live`]).
 
 pub mod launch_metrics;
+pub mod live;
 mod text;
+mod watch_view;
 
 use lmcache_capacity_guard::status::{read_status, GuardStatus};
 
@@ -50,6 +53,10 @@ pub enum InspectError {
         /// The polled URL, redacted.
         url: String,
     },
+    /// `--watch` was asked for with a stdout that is not a terminal, which
+    /// it cannot redraw ([`live::check_terminal`]).
+    #[error("--watch redraws the view in place on a terminal, and stdout is not a terminal: run lmcache-tier inspect without --watch (add --json for scripts)")]
+    NotATerminal,
 }
 
 /// Checks that `url` can be polled: an `http://` URL with a host.
@@ -662,6 +669,20 @@ mod tests {
         }
         let _ = other.kill();
         let _ = other.wait();
+    }
+
+    #[test]
+    fn a_disk_tier_path_from_the_server_cannot_move_the_cursor() {
+        let body = serde_json::json!({"is_healthy": true, "engine_type": "mp",
+            "storage_manager": {"l2_adapters": [
+                {"type": "FSL2Adapter", "base_path": "/x\u{1b}[2J/cache"}]}});
+        let poll = Poll::Up(Box::new(
+            ServerStatus::parse(body.to_string().as_bytes()).unwrap(),
+        ));
+        let text = Inspection::build("u", &poll, &[], None).to_text();
+        assert!(text.contains("disk tier /x?[2J/cache"), "{text}");
+        assert!(text.contains("  FSL2Adapter  /x?[2J/cache  "), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
     }
 
     #[test]

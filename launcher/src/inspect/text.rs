@@ -112,17 +112,17 @@ fn tiers_table(tiers: &[TierRow]) -> String {
         "#", "type", "location", "healthy", "workers", "O_DIRECT", "capacity", "used", "eviction",
     ])];
     for t in tiers {
-        rows.push(vec![
-            t.position.to_string(),
-            t.adapter_type.clone().unwrap_or_else(|| "-".into()),
-            t.location.clone().unwrap_or_else(|| "-".into()),
-            yes_no(t.healthy, "yes", "NO").to_string(),
-            opt(t.workers),
-            yes_no(t.use_odirect, "on", "off").to_string(),
-            bytes(t.capacity_bytes),
-            bytes(t.used_bytes),
-            t.eviction_policy.clone().unwrap_or_else(|| "-".into()),
-        ]);
+        rows.push(row([
+            &t.position.to_string(),
+            t.adapter_type.as_deref().unwrap_or("-"),
+            t.location.as_deref().unwrap_or("-"),
+            yes_no(t.healthy, "yes", "NO"),
+            &opt(t.workers),
+            yes_no(t.use_odirect, "on", "off"),
+            &bytes(t.capacity_bytes),
+            &bytes(t.used_bytes),
+            t.eviction_policy.as_deref().unwrap_or("-"),
+        ]));
     }
     table(&rows)
 }
@@ -251,7 +251,8 @@ fn disk_section(d: &DiskRow) -> String {
     if let Some(p) = &d.problem {
         rows.push(row(["  problem", p]));
     }
-    format!("\ndisk tier {}\n{}", d.path.display(), table(&rows))
+    let path = printable(&d.path.display().to_string());
+    format!("\ndisk tier {path}\n{}", table(&rows))
 }
 
 /// The free space the guard keeps on the tier's volume, what it evicted to
@@ -284,7 +285,8 @@ fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
     cells.iter().map(|c| printable(c)).collect()
 }
 
-fn printable(text: &str) -> String {
+/// `text` with control characters shown as `?`.
+pub(super) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
