@@ -58,7 +58,7 @@ pub async fn capped_body(
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| BodyError::CutShort(lmcache_tier_spec::error_chain(&e)))?
+        .map_err(|e| BodyError::CutShort(lmcache_tier_spec::error_chain(&e.without_url())))?
     {
         if body.len() + chunk.len() > limit {
             return Err(BodyError::TooLarge { limit });

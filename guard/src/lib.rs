@@ -47,6 +47,7 @@ use std::fmt::Write as _;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -371,6 +372,8 @@ struct Warned {
     delete: bool,
     scan: bool,
     statvfs: bool,
+    other_filesystem: bool,
+    no_size: bool,
 }
 
 impl Runner {
@@ -591,6 +594,15 @@ impl Runner {
         if same_dir(&now, &self.dir) {
             return;
         }
+        if now.device() != self.dir.device() {
+            if !std::mem::replace(&mut self.warned.other_filesystem, true) {
+                tracing::warn!(
+                    "{}: the path now names a directory on another filesystem; not followed (a guard never enters another filesystem): restart the server to guard the tier there",
+                    self.label()
+                );
+            }
+            return;
+        }
         tracing::warn!(
             "{}: the tier directory was replaced; following the new one",
             self.label()
@@ -762,9 +774,16 @@ impl Runner {
         let Some(mut kept) = self.free_space else {
             return;
         };
+        // One guard at a time in this process measures and evicts, so that
+        // two tiers on one volume do not both evict for one shortfall.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let Some(free) = self.free_now() else {
             return;
         };
+        // Published when it moves by a MiB or more (the status is written at
+        // most once per status interval).
+        self.dirty |= free.abs_diff(kept.free_bytes) >= 1 << 20;
         kept.free_bytes = free;
         let regular_cycle = self.spec.reclaim_bytes(self.tracker.usage());
         match below_line(free, kept.line_bytes, regular_cycle) {
@@ -779,6 +798,12 @@ impl Runner {
     /// cannot be measured.
     fn free_now(&mut self) -> Option<u64> {
         match volume_space(&self.dir) {
+            Ok(volume) if volume.total == 0 => {
+                if !std::mem::replace(&mut self.warned.no_size, true) {
+                    tracing::warn!("{}: the volume reports no size now (remounted without a size limit?); the free-space line is not held while it does (this warning is given once)", self.label());
+                }
+                None
+            }
             Ok(volume) => Some(volume.free),
             Err(e) => {
                 if !std::mem::replace(&mut self.warned.statvfs, true) {

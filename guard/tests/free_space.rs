@@ -11,6 +11,7 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lmcache_capacity_guard::capacity::guard_specs;
@@ -239,5 +240,59 @@ fn with_nothing_left_to_evict_the_guard_says_the_volume_is_short() {
             .is_some_and(|f| f.short_since_unix_ms.is_none())
     });
     assert_eq!(back.free_space.unwrap().shortages, 1, "{back:#?}");
+    guard.stop();
+}
+
+/// A volume remounted without a size limit mid-run reports no size, and
+/// no free space: the guard holds no line then, and deletes nothing for it.
+#[test]
+fn a_volume_remounted_without_a_size_costs_the_tier_nothing() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    wait_status(&dir, "start", |s| s.free_space.is_some());
+    for i in 0..6 {
+        store(&dir, i).unwrap();
+    }
+    wait_status(&dir, "six objects", |s| s.tracked.objects == 6);
+    let remount = Command::new("mount")
+        .args(["-o", "remount,size=0"])
+        .arg(&volume.mount)
+        .status()
+        .unwrap();
+    assert!(remount.success());
+    assert_eq!(
+        nix::sys::statvfs::statvfs(&volume.mount).unwrap().blocks(),
+        0
+    );
+    // Twenty checks later, still everything there.
+    std::thread::sleep(Duration::from_millis(400));
+    let status = wait_status(&dir, "settled", |_| true);
+    assert_eq!(objects_on_disk(&dir).len(), 6, "{status:#?}");
+    assert_eq!(status.free_space.unwrap().evictions.cycles, 0);
+    guard.stop();
+}
+
+/// A tier directory replaced, mid-run, by a symlink to a directory on
+/// another filesystem is not followed there: nothing on that filesystem is
+/// counted or deleted.
+#[test]
+fn a_tier_replaced_by_a_link_to_another_filesystem_is_not_followed() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    wait_status(&dir, "start", |s| s.free_space.is_some());
+    let elsewhere = volume._tmp.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    for i in 0..40 {
+        store(&elsewhere, i).unwrap();
+    }
+    fs::rename(&dir, volume.mount.join("tier.old")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    // The guard looks at its directory every fallback interval (1 s).
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(objects_on_disk(&elsewhere).len(), 40);
     guard.stop();
 }

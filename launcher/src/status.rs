@@ -529,7 +529,8 @@ impl StatusClient {
                 Err(e) => Poll::Malformed(e.to_string()),
             },
             Ok(resp) => Poll::NotReady(resp.status().as_u16()),
-            Err(e) => Poll::NoAnswer(error_chain(&e)),
+            // Without the URL: its query or user info may hold a secret.
+            Err(e) => Poll::NoAnswer(error_chain(&e.without_url())),
         }
     }
 }

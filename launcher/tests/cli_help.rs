@@ -110,3 +110,26 @@ fn completions_and_man_pages_cover_every_subcommand() {
     let refused = lmcache_tier(&["man", "--dir", "/proc/no-such/man1"]);
     assert_eq!(refused.status.code(), Some(2));
 }
+
+/// Pages go to temp files renamed into place: a symlink (or a hard link)
+/// already at a page's name is replaced, never written through.
+#[test]
+fn man_pages_never_write_through_a_link_at_their_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    std::fs::create_dir(&pages).unwrap();
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, b"keep").unwrap();
+    std::os::unix::fs::symlink(&victim, pages.join("lmcache-tier-size.1")).unwrap();
+    std::fs::hard_link(&victim, pages.join("lmcache-tier-inspect.1")).unwrap();
+    stdout_of(&["man", "--dir", pages.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    let page = std::fs::symlink_metadata(pages.join("lmcache-tier-size.1")).unwrap();
+    assert!(page.file_type().is_file());
+    let blocked = dir.path().join("blocked");
+    std::fs::create_dir_all(blocked.join("lmcache-tier-launch.1")).unwrap();
+    let out = lmcache_tier(&["man", "--dir", blocked.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("lmcache-tier-launch.1"), "{stderr}");
+}

@@ -82,6 +82,30 @@ fn housekeep_cleans_the_tier_launch_plans_under_the_same_identity() {
             "{vars:?} {flags:?}"
         );
     }
+    // A node whose plan has no built-in disk tier has nothing a launch
+    // would clean; an object of another model stays.
+    let cache = home.path().join(".cache/erebine/lmcache");
+    let object = cache.join(format!("other-model@0x01000100@0@{:064x}.data", 1));
+    std::fs::write(&object, b"kv").unwrap();
+    for vars in [
+        [("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0")],
+        [("EREBINE_AGENT_LMCACHE_L2_ADAPTER", "[]")],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home.path())
+            .env("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1")
+            .envs(vars)
+            .args(["housekeep", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{vars:?}");
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(said["nothing_to_clean"].is_string(), "{said:#}");
+        assert!(object.exists(), "{vars:?}");
+    }
+
     // Flags override the node: the path, the chunk size, the capacity.
     let other = home.path().join("other");
     let flags = [

@@ -139,3 +139,27 @@ fn inspect_json_prints_one_document_in_every_case() {
         assert!(!message.is_empty() && !message.contains('\n'), "{message}");
     }
 }
+
+/// A `/status` URL's user info and query may carry a secret: neither the
+/// report nor its description of a failed poll repeats them.
+#[test]
+fn a_secret_in_the_url_is_never_printed() {
+    let home = tempfile::tempdir().unwrap();
+    for json in [true, false] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"));
+        cmd.env_clear().env("HOME", home.path()).args([
+            "inspect",
+            "--url",
+            "http://user:pw-secret@127.0.0.1:1/status?tok=q-secret",
+        ]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(8));
+        for stream in [&out.stdout, &out.stderr] {
+            let text = String::from_utf8_lossy(stream);
+            assert!(!text.contains("secret"), "{text}");
+        }
+    }
+}

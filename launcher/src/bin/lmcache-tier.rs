@@ -3,11 +3,13 @@
 //! tool.
 
 use std::io::IsTerminal;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use lmcache_housekeeping::tier_dir::replace_control_file;
 use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
 use lmcache_launcher::exit::{
@@ -390,10 +392,12 @@ enum UsageError {
         reason: String,
     },
     /// The man pages cannot be written there.
-    #[error("man --dir {}: cannot write the man pages there: {source}", .dir.display())]
+    #[error("man --dir {}: cannot write {} there: {source}", .dir.display(), .page.as_deref().unwrap_or("the man pages"))]
     ManDir {
         /// The directory given.
         dir: PathBuf,
+        /// The page that could not be written, if it got that far.
+        page: Option<String>,
         /// The OS error.
         #[source]
         source: std::io::Error,
@@ -532,17 +536,45 @@ fn completions_cmd(args: CompletionsArgs) -> Result<(), Failure> {
 
 fn man_cmd(args: ManArgs) -> Result<(), Failure> {
     let dir = args.dir;
-    let failed = |source| UsageError::ManDir {
+    let failed = |page: Option<&str>, source| UsageError::ManDir {
         dir: dir.clone(),
+        page: page.map(str::to_string),
         source,
     };
-    std::fs::create_dir_all(&dir).map_err(failed)?;
-    clap_mangen::generate_to(built_command(), &dir).map_err(failed)?;
+    std::fs::create_dir_all(&dir).map_err(|e| failed(None, e))?;
+    let opened = nix::fcntl::open(
+        &dir,
+        nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| failed(None, e.into()))?;
+    for (name, page) in man_pages() {
+        // A temp file renamed into place: an entry already at the page's
+        // name (a symlink, a hard link) is replaced, never written through.
+        replace_control_file(opened.as_fd(), &format!(".{name}.tmp"), &name, &page)
+            .map_err(|e| failed(Some(&name), e.source))?;
+    }
     outln!(
         "wrote the man pages of lmcache-tier and its subcommands into {}",
         dir.display()
     );
     Ok(())
+}
+
+/// The man page (roff, section 1) of this program and of each subcommand,
+/// each with its file name (`lmcache-tier-inspect.1`).
+fn man_pages() -> Vec<(String, Vec<u8>)> {
+    let command = built_command();
+    std::iter::once(&command)
+        .chain(command.get_subcommands())
+        .map(|cmd| {
+            let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+            let mut page = Vec::new();
+            // Rendering into memory cannot fail.
+            let _ = clap_mangen::Man::new(cmd.clone()).render(&mut page);
+            (format!("{name}.1"), page)
+        })
+        .collect()
 }
 
 impl EngineArgs {
@@ -564,15 +596,20 @@ impl EngineArgs {
 /// What `housekeep` cleans, planned as `launch --dry-run` plans the node
 /// from the same variables and engine flags (with the `lmcache` backend,
 /// whatever the node's): the tier directory, the launch identity and the
-/// capacity. Without a disk tier in that plan, the directory and identity
-/// still come from it, and there is no capacity to trim to.
+/// capacity. Without a disk tier in that plan a launch cleans nothing, and
+/// so `None`, unless the directory was given (`path_given`): then the
+/// identity still comes from the plan, with no capacity to trim to.
 struct NodeTier {
     path: PathBuf,
     identity: LaunchIdentity,
     capacity_bytes: Option<u64>,
 }
 
-fn node_housekeeping(engine: &EngineArgs, mut vars: Vars) -> Result<NodeTier, Failure> {
+fn node_housekeeping(
+    engine: &EngineArgs,
+    mut vars: Vars,
+    path_given: bool,
+) -> Result<Option<NodeTier>, Failure> {
     vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
     let node = NodeEnv::from_vars(&vars)?;
     let facts = engine.facts();
@@ -588,13 +625,16 @@ fn node_housekeeping(engine: &EngineArgs, mut vars: Vars) -> Result<NodeTier, Fa
         }
     };
     if let Some(tier) = plan.housekeeping {
-        return Ok(NodeTier {
+        return Ok(Some(NodeTier {
             path: tier.path,
             identity: tier.identity,
             capacity_bytes: Some(tier.capacity_bytes),
-        });
+        }));
     }
-    Ok(NodeTier {
+    if !path_given {
+        return Ok(None);
+    }
+    Ok(Some(NodeTier {
         path: node.disk_path,
         identity: LaunchIdentity {
             model: facts.model,
@@ -605,7 +645,7 @@ fn node_housekeeping(engine: &EngineArgs, mut vars: Vars) -> Result<NodeTier, Fa
             chunk_size: plan.decisions.chunk_size.value,
         },
         capacity_bytes: None,
-    })
+    }))
 }
 
 fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
@@ -933,7 +973,14 @@ fn housekeep_cmd(args: HousekeepArgs, mut vars: Vars) -> Result<(), Failure> {
     if let Some(chunk) = args.chunk_size {
         vars.insert(env::CHUNK_SIZE.into(), chunk.to_string().into());
     }
-    let target = node_housekeeping(&args.engine, vars)?;
+    let Some(target) = node_housekeeping(&args.engine, vars, args.path.is_some())? else {
+        let why = "the node's plan has no built-in disk tier (EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces it, or its size is 0), so a launch cleans nothing: nothing to clean. Give --path to clean a directory anyway";
+        match args.json {
+            true => outln!("{:#}", json!({ "nothing_to_clean": why })),
+            false => outln!("{why}"),
+        }
+        return Ok(());
+    };
     let policy = TierPolicy {
         capacity_bytes: match args.capacity_gb {
             Some(gib) => gib_to_bytes(gib),

@@ -246,7 +246,8 @@ fn disk_section(d: &DiskRow) -> String {
         ]));
     }
     if let Some(f) = d.guard.as_ref().and_then(|g| g.free_space) {
-        rows.push(row(["  free space", &free_space(&f)]));
+        let running = d.guard_running != Some(false);
+        rows.push(row(["  free space", &free_space(&f, running)]));
     }
     if let Some(p) = &d.problem {
         rows.push(row(["  problem", p]));
@@ -256,9 +257,11 @@ fn disk_section(d: &DiskRow) -> String {
 }
 
 /// The free space the guard keeps on the tier's volume, what it evicted to
-/// keep it, and whether the volume is short with nothing left to evict.
-fn free_space(f: &FreeSpace) -> String {
+/// keep it, and whether the volume is short with nothing left to evict
+/// (now, for a `running` guard; at its last state for a stopped one).
+fn free_space(f: &FreeSpace, running: bool) -> String {
     let short = match (f.short_since_unix_ms, f.shortages) {
+        (Some(_), _) if !running => "; was short when the guard stopped".to_string(),
         (Some(_), _) => {
             "; SHORT NOW: below the line with the tier empty, something else fills the volume"
                 .to_string()
