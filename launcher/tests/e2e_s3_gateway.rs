@@ -176,7 +176,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     let fs_dir = dir.join("fs-tier");
     std::fs::create_dir_all(&fs_dir).unwrap();
     let cascade = serde_json::json!([
-        {"type": "fs", "base_path": fs_dir, "max_capacity_gb": 50,
+        {"type": "fs", "base_path": fs_dir, "max_capacity_gb": 8,
          "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}},
         {"shared": true, "type": "s3", "s3_endpoint": format!("127.0.0.1:{s3_port}"),
          "s3_bucket": "kv-cache", "s3_region": "us-east-1", "s3_prefer_http2": false,
