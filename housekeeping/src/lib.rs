@@ -189,10 +189,17 @@ impl ScannedTier {
                 report: Box::new(report),
             });
         }
-        let manifest = if policy.shared {
-            None
-        } else {
-            Some(write_manifest(&self.dir, identity)?)
+        let manifest = match manifest {
+            _ if policy.shared => None,
+            // Already this identity, in this schema: not written again, so
+            // that a restart on a full volume is not stopped by it.
+            ManifestRead::Found(found)
+                if found.identity == *identity
+                    && found.schema_version == identity::MANIFEST_SCHEMA_VERSION =>
+            {
+                Some(found)
+            }
+            _ => Some(write_manifest(&self.dir, identity)?),
         };
         let deleted_objects = plan
             .deletions

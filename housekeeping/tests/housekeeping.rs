@@ -434,3 +434,25 @@ fn purging_process() {
     println!("scanning");
     apply(Path::new(&dir), &changed, TierPolicy::default());
 }
+
+/// A restart with the same identity on a volume with no free byte: the
+/// manifest already says it, so nothing has to be written and the
+/// housekeeping succeeds (a full volume must not stop a launch).
+#[test]
+fn an_unchanged_identity_needs_no_write_on_a_full_volume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = lmcache_tier_e2e::Tmpfs::mount(&tmp.path().join("volume"), 1024);
+    let dir = volume.path().join("tier");
+    fs::create_dir(&dir).unwrap();
+    // The first run's lock is released at the end of the block.
+    let written = {
+        let first = apply(&dir, &bench_identity(), TierPolicy::default());
+        first.manifest.unwrap().written_at
+    };
+    fs::write(dir.join("test-model@0x01000100@0@00.data"), b"kv").unwrap();
+    volume.fill(&volume.path().join("filler"), u64::MAX);
+    let again = apply(&dir, &bench_identity(), TierPolicy::default());
+    assert_eq!(again.manifest.unwrap().written_at, written);
+    assert_eq!(again.report.deleted_total.count, 0);
+    assert!(dir.join("test-model@0x01000100@0@00.data").exists());
+}

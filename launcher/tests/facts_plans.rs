@@ -143,7 +143,12 @@ const RULES: &[(&str, &[&str])] = &[
     ("disk.io_workers", &["half-physical-cores"]),
     (
         "disk.use_odirect",
-        &["block-size-misaligned", "probe-succeeded", "probe-failed"],
+        &[
+            "block-size-misaligned",
+            "probe-succeeded",
+            "probe-failed",
+            "probe-volume-full",
+        ],
     ),
 ];
 

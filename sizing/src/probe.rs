@@ -165,15 +165,24 @@ fn write_direct(path: &Path) -> Result<(), OdirectProbe> {
             let why = format!("open with O_DIRECT: {e}");
             match e.raw_os_error() {
                 Some(libc::EACCES | libc::EPERM | libc::EROFS) => OdirectProbe::NotWritable(why),
-                _ => OdirectProbe::Failed(why),
+                _ => refused(&e, why),
             }
         })?;
     let len = ODIRECT_ALIGN_BYTES as usize;
     let buf = AlignedBuf::new(len);
     file.write_all(buf.as_slice())
-        .map_err(|e| OdirectProbe::Failed(format!("aligned 4096-byte write: {e}")))?;
+        .map_err(|e| refused(&e, format!("aligned 4096-byte write: {e}")))?;
     file.sync_all()
-        .map_err(|e| OdirectProbe::Failed(format!("fsync: {e}")))
+        .map_err(|e| refused(&e, format!("fsync: {e}")))
+}
+
+/// A failed step of the test: a full volume (or quota) says nothing about
+/// O_DIRECT; anything else is the filesystem refusing it.
+fn refused(e: &std::io::Error, why: String) -> OdirectProbe {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => OdirectProbe::VolumeFull(why),
+        _ => OdirectProbe::Failed(why),
+    }
 }
 
 /// A zeroed buffer aligned to its own length (a power of two).
@@ -232,12 +241,24 @@ mod tests {
     }
 
     #[test]
+    fn odirect_probe_on_a_full_volume_says_so_and_not_that_odirect_failed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let volume = lmcache_tier_e2e::Tmpfs::mount(&tmp.path().join("volume"), 1024);
+        volume.fill(&volume.path().join("filler"), u64::MAX);
+        match probe_odirect(volume.path()) {
+            OdirectProbe::VolumeFull(why) => assert!(why.contains("No space left"), "{why}"),
+            other => panic!("a full volume: {other:?}"),
+        }
+    }
+
+    #[test]
     fn odirect_probe_in_a_missing_dir_fails_with_the_open_error() {
         match probe_odirect(Path::new("/nonexistent/erebine")) {
             OdirectProbe::Failed(why) => assert!(why.starts_with("open with O_DIRECT"), "{why}"),
             OdirectProbe::NotWritable(why) => {
                 panic!("a missing directory is no permission problem: {why}")
             }
+            OdirectProbe::VolumeFull(why) => panic!("a missing directory is no full volume: {why}"),
             OdirectProbe::Succeeded => panic!("a write into a missing directory cannot succeed"),
         }
     }

@@ -317,6 +317,9 @@ pub enum OdirectProbe {
     /// operation not permitted, read-only filesystem): the directory is not
     /// writable, whatever O_DIRECT would do. The text says how.
     NotWritable(String),
+    /// The volume had no room for the test (`ENOSPC`, `EDQUOT`): whether
+    /// O_DIRECT works is not known. The text says which call.
+    VolumeFull(String),
 }
 
 /// Whether the fs_native tier uses O_DIRECT: only when the filesystem block
@@ -343,6 +346,13 @@ pub fn use_odirect(block_size: u64, probe: &OdirectProbe) -> Decision<bool> {
             false,
             "probe-failed",
             format!("the filesystem refused an O_DIRECT test write: {why}"),
+        ),
+        OdirectProbe::VolumeFull(why) => Decision::new(
+            false,
+            "probe-volume-full",
+            format!(
+                "the volume had no room for the O_DIRECT test write ({why}): buffered I/O until a launch finds room to test it"
+            ),
         ),
     }
 }

@@ -469,12 +469,16 @@ fn refused_command_line(e: clap::Error) -> ExitCode {
         e.exit()
     }
     let _ = e.print();
+    // clap's message is its first paragraph; a list of missing arguments
+    // follows on lines of its own.
     let rendered = e.render().to_string();
     let message = rendered
         .lines()
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("error: ");
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.trim_start_matches("error: ");
     print_error_document(&format!("{message} (see --help)"), ExitStatus::BadInput);
     ExitStatus::BadInput.into()
 }
