@@ -96,6 +96,18 @@ fn completions_and_man_pages_cover_every_subcommand() {
         }
         assert!(script.contains("--max-num-batched-tokens"), "{shell}");
     }
+    // Bash completes the options of a subcommand.
+    let script = stdout_of(&["completions", "bash"]);
+    let completed = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{script}\nCOMP_WORDS=(lmcache-tier housekeep --dr); COMP_CWORD=2; \
+             _lmcache__tier lmcache-tier --dr housekeep; echo \"${{COMPREPLY[@]}}\""
+        ))
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&completed.stdout);
+    assert_eq!(words.trim(), "--dry-run", "{words}");
     let dir = tempfile::tempdir().unwrap();
     let pages = dir.path().join("man1");
     stdout_of(&["man", "--dir", pages.to_str().unwrap()]);

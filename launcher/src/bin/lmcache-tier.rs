@@ -535,7 +535,15 @@ fn help_cmd(args: HelpArgs) -> Result<(), Failure> {
 fn completions_cmd(args: CompletionsArgs) -> Result<(), Failure> {
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut Cli::command(), "lmcache-tier", &mut script);
-    Ok(write_out(String::from_utf8_lossy(&script).into_owned())?)
+    let mut script = String::from_utf8_lossy(&script).into_owned();
+    if args.shell == clap_complete::Shell::Bash {
+        // clap_complete 4.6's bash script names the case arms of a
+        // hyphenated program's subcommands differently from the state its
+        // loop sets (a known clap_complete bug), so nothing after a subcommand would
+        // complete: one name for both.
+        script = script.replace("lmcache__subcmd__tier", "lmcache__tier");
+    }
+    Ok(write_out(script)?)
 }
 
 fn man_cmd(args: ManArgs) -> Result<(), Failure> {
