@@ -979,3 +979,21 @@ fn a_metrics_host_that_is_no_listening_address_is_refused_by_name() {
     );
     assert!(!case.path().join("cache").exists());
 }
+
+/// A relative `--path` is refused naming the flag the operator wrote, not
+/// the variable it stands for.
+#[test]
+fn a_relative_path_flag_is_refused_naming_the_flag() {
+    let case = Case::new();
+    for args in [
+        &["size", "--path", "cache"][..],
+        &["housekeep", "--path", "./cache", "--dry-run"],
+    ] {
+        let out = case.run(args);
+        assert_fails(&out, 2, &["--path=", "give an absolute path"]);
+        assert!(
+            !stderr(&out).contains("EREBINE_AGENT_LMCACHE_DISK_PATH"),
+            "{args:?}"
+        );
+    }
+}

@@ -419,6 +419,23 @@ impl HasExitStatus for Failure {
     }
 }
 
+/// `e`, naming `--path` instead of `EREBINE_AGENT_LMCACHE_DISK_PATH` when
+/// the flag set the variable (`given`): the operator wrote the flag.
+fn path_flag(e: ConfigError, given: bool) -> ConfigError {
+    match e {
+        ConfigError::Invalid {
+            variable,
+            value,
+            expected,
+        } if given && variable == env::DISK_PATH => ConfigError::Invalid {
+            variable: "--path".to_string(),
+            value,
+            expected,
+        },
+        other => other,
+    }
+}
+
 /// Measures the facts the plan reads, with a spinner on a terminal when
 /// the scan of the tier takes long.
 fn measure(engine: &EngineFacts, vars: &Vars, access: DiskAccess) -> Result<Facts, Failure> {
@@ -623,7 +640,7 @@ fn node_housekeeping(
     path_given: bool,
 ) -> Result<Option<NodeTier>, Failure> {
     vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
-    let node = NodeEnv::from_vars(&vars)?;
+    let node = NodeEnv::from_vars(&vars).map_err(|e| path_flag(e, path_given))?;
     let facts = engine.facts();
     let measured = measure(&facts, &vars, DiskAccess::Inspect)?;
     let planned = lmcache_launcher::plan(&facts, &vars, &HostFacts::from(&measured))?;
@@ -879,7 +896,7 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     if let Some(gib) = args.disk_size_gb {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
-    let node = NodeEnv::from_vars(&vars)?;
+    let node = NodeEnv::from_vars(&vars).map_err(|e| path_flag(e, args.path.is_some()))?;
     let mut facts = Facts::host()?;
     let message = format!("measuring the cache in {}", node.disk_path.display());
     let measured_disk = with_progress(&message, || measure_node_disk(&node, DiskAccess::Inspect))?;
