@@ -185,7 +185,7 @@ fn watch_shows_the_bars_marks_what_the_bench_stores_and_stops_on_ctrl_c() {
     let screen = tmux.wait_for("header and bars", minute, |s| {
         s.contains("every 0.5 s; server up; Ctrl-C to stop")
             && s.lines()
-                .any(|l| l.contains("L2 tier 0 FSNativeL2Adapter  [") && l.contains("% "))
+                .any(|l| l.contains("L2 tier 0 FSNativeL2Adapter ") && l.contains("] "))
             && s.lines()
                 .any(|l| l.contains(" guard ") && l.contains(" of 1.00 GiB"))
     });
