@@ -88,8 +88,8 @@ impl ExitStatus {
     /// What the status means, as `--help` and `docs/operations.md` say it.
     pub fn meaning(self) -> &'static str {
         match self {
-            ExitStatus::Success => "success (launch: the server was stopped on request)",
-            ExitStatus::Failure => "this process failed: its runtime, its signals, writing stdout, or reading the host's memory size",
+            ExitStatus::Success => "success (launch: the server was stopped on request; inspect: the server is healthy)",
+            ExitStatus::Failure => "this process failed: its runtime, its signals, writing stdout, or reading the host",
             ExitStatus::BadInput => "bad input: a flag, an EREBINE_AGENT_* variable or the cache directory (the message names it)",
             ExitStatus::MissingExecutable => "an executable is missing: erebine-lmcache or the stock lmcache",
             ExitStatus::PortInUse => "a port the server needs is in use",
@@ -392,7 +392,7 @@ mod tests {
             words(&format!("Exit status: {}", meanings.join(" ")))
         );
         // Continuation lines sit under the meaning, not under the code.
-        assert!(text.contains("\n     the host's memory size"), "{text}");
+        assert!(text.contains("\n     healthy)"), "{text}");
     }
 
     #[test]

@@ -412,6 +412,13 @@ async fn prepare(
     metrics: &NodeMetrics,
 ) -> Result<Prepared, LaunchError> {
     check_ports(&server_listeners(plan))?;
+    // Every guarded tier's capacity against its volume, as the guards
+    // under `erebine-lmcache` will check it: refused here, before anything
+    // starts, with the reason (exit 2), not as a server that exits at once.
+    let guarded = guard_specs(&plan.cascade).unwrap_or_default();
+    for spec in &guarded {
+        spec.check_volume().map_err(GuardError::from)?;
+    }
     // Path-style gateways for `s3_bucket` tiers, held until the launch
     // returns; the server gets specs with per-launch keys only.
     let lookup = |k: &str| match plan.base_env.is_empty() {
@@ -424,9 +431,7 @@ async fn prepare(
     };
     let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
     metrics.watch_gateways(gateways.view());
-    if let Ok(specs) = guard_specs(&plan.cascade) {
-        metrics.watch_guards(specs.into_iter().map(|spec| spec.base_path));
-    }
+    metrics.watch_guards(guarded.into_iter().map(|spec| spec.base_path));
     let Some(hk) = &plan.housekeeping else {
         return Ok(Prepared {
             args,

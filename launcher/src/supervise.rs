@@ -26,7 +26,15 @@ pub struct Supervised {
     child: Child,
     pgid: Pid,
     tail: Arc<Mutex<VecDeque<String>>>,
+    /// The tasks copying the child's stdout and stderr into `tail`.
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// How long [`Supervised::wait`] waits, once the child exited, for its
+/// last output to be read: a child that dies at once (a refused command
+/// line) exits before its message is copied, and the message is the reason
+/// the launch reports. A grandchild keeping the pipe open ends the wait.
+const OUTPUT_DRAIN: Duration = Duration::from_millis(500);
 
 /// Whether the child's output is passed through untouched or also kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,16 +77,18 @@ impl Supervised {
             .id()
             .ok_or_else(|| io::Error::other("child exited at once"))?;
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
+        let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
-            tokio::spawn(copy_lines(out, tail.clone()));
+            readers.push(tokio::spawn(copy_lines(out, tail.clone())));
         }
         if let Some(err) = child.stderr.take() {
-            tokio::spawn(copy_lines(err, tail.clone()));
+            readers.push(tokio::spawn(copy_lines(err, tail.clone())));
         }
         Ok(Supervised {
             child,
             pgid: Pid::from_raw(pid as i32),
             tail,
+            readers,
         })
     }
 
@@ -106,9 +116,15 @@ impl Supervised {
         tree_listens(self.pid())
     }
 
-    /// Waits for the child to exit.
+    /// Waits for the child to exit, and then (at most [`OUTPUT_DRAIN`])
+    /// for its last output to reach [`Supervised::tail`].
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        self.child.wait().await
+        let status = self.child.wait().await?;
+        let deadline = tokio::time::Instant::now() + OUTPUT_DRAIN;
+        for reader in std::mem::take(&mut self.readers) {
+            let _ = tokio::time::timeout_at(deadline, reader).await;
+        }
+        Ok(status)
     }
 
     /// Stops the child: SIGTERM to its group, up to `grace` to exit, then

@@ -997,3 +997,30 @@ fn a_relative_path_flag_is_refused_naming_the_flag() {
         );
     }
 }
+
+/// An `fs` tier whose capacity its volume cannot hold is refused before
+/// anything starts, naming the tier, the key and the volume (exit 2), not
+/// left to a server that exits at once.
+#[test]
+fn a_capacity_larger_than_its_volume_stops_the_launch_before_the_server() {
+    let mut case = Case::new();
+    let tier = case.path().join("fs-tier");
+    case.set(
+        "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+        format!(
+            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1000000}}"#,
+            tier.display()
+        ),
+    );
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        2,
+        &[
+            "L2 tier 0",
+            "max_capacity_gb = 1000000 is larger than the volume",
+            "the server was not started",
+        ],
+    );
+    assert!(!case.path().join("stand-in-ran").exists());
+}
