@@ -268,7 +268,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     );
     assert_eq!(
         sample(r#"lmcache_tier_guard_capacity_bytes{tier="0"}"#),
-        (50u64 << 30) as f64
+        (8u64 << 30) as f64
     );
     for secret in [REAL_SECRET, REAL_KEY_ID] {
         assert!(!metrics.contains(secret), "{secret} in the metrics");
