@@ -116,7 +116,7 @@ impl Supervised {
         tree_listens(self.pid())
     }
 
-    /// Waits for the child to exit, and then (at most [`OUTPUT_DRAIN`])
+    /// Waits for the child to exit, and then (at most 500 ms)
     /// for its last output to reach [`Supervised::tail`].
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         let status = self.child.wait().await?;
