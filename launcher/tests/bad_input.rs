@@ -51,6 +51,20 @@ impl Case {
         Case { dir, vars }
     }
 
+    /// Free ports of its own for the server's ZMQ and HTTP listeners: a
+    /// launch checks the default ones first, and cases run side by side.
+    fn own_ports(&mut self) -> &mut Self {
+        let free = || {
+            TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        self.set("EREBINE_AGENT_LMCACHE_MP_PORT", free().to_string())
+            .set("EREBINE_AGENT_LMCACHE_HTTP_PORT", free().to_string())
+    }
+
     fn set(&mut self, k: &str, v: impl Into<OsString>) -> &mut Self {
         self.vars.insert(k.into(), v.into());
         self
@@ -208,6 +222,13 @@ fn the_lmcache_version_is_shown_and_an_untested_one_warned_about() {
     let out = case.run(&["launch", "--dry-run"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
+        text.lines().any(
+            |l| l.starts_with("LMCACHE_TRACK_USAGE=false PYTHONUNBUFFERED=1 ")
+                && l.contains("erebine-lmcache server --host 127.0.0.1")
+        ),
+        "the text plan gives the server's command line with its variables:\n{text}"
+    );
+    assert!(
         text.contains("LMCache 0.4.9 (")
             && text.contains("is not a tested version (0.5.4, 0.5.5, 0.5.6)"),
         "{text}"
@@ -318,7 +339,8 @@ fn a_disk_path_on_a_pseudo_filesystem_or_relative_is_refused() {
         ("/sys/erebine-cache", "sysfs"),
     ] {
         let mut case = Case::new();
-        case.set("EREBINE_AGENT_LMCACHE_DISK_PATH", path);
+        case.own_ports()
+            .set("EREBINE_AGENT_LMCACHE_DISK_PATH", path);
         for args in [&["launch"][..], &["launch", "--dry-run"], &["size"]] {
             assert_fails(
                 &case.run(args),
@@ -1005,7 +1027,7 @@ fn a_relative_path_flag_is_refused_naming_the_flag() {
 fn a_capacity_larger_than_its_volume_stops_the_launch_before_the_server() {
     let mut case = Case::new();
     let tier = case.path().join("fs-tier");
-    case.set(
+    case.own_ports().set(
         "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
         format!(
             r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1000000}}"#,

@@ -740,12 +740,17 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
                 outln!("{}", install.describe());
             }
             // Quoted for a shell, so the line can be pasted (secrets stay
-            // redacted).
+            // redacted), after the server's own variables as assignments.
             let command: Vec<String> = std::iter::once(plan.executable.display().to_string())
                 .chain(plan.redacted_args())
                 .collect();
+            let assignments = plan.env.iter().map(|(k, v)| {
+                let value = shlex::try_quote(v).map_or_else(|_| v.clone(), |q| q.into_owned());
+                format!("{k}={value} ")
+            });
             outln!(
-                "{}",
+                "{}{}",
+                assignments.collect::<String>(),
                 shlex::try_join(command.iter().map(String::as_str))
                     .unwrap_or_else(|_| command.join(" "))
             );
