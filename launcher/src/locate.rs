@@ -198,13 +198,8 @@ impl LmcacheInstall {
 /// in the `site-packages` of the Python its `#!` line names (else of the
 /// environment `<stock>/../..`). Reads files only: no Python is started.
 pub fn lmcache_version(stock: &Path) -> Option<String> {
-    let interpreter = read_small_file(stock).and_then(|script| {
-        let line = script.split(|b| *b == b'\n').next()?;
-        let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
-        Some(PathBuf::from(line.split_whitespace().next()?))
-    });
     let prefixes = [
-        interpreter.and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
+        interpreter(stock).and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
         stock.parent().and_then(Path::parent).map(Path::to_path_buf),
     ];
     prefixes.into_iter().flatten().find_map(|prefix| {
@@ -214,6 +209,15 @@ pub fn lmcache_version(stock: &Path) -> Option<String> {
             .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
             .find_map(|python| dist_info_version(&python.path().join("site-packages")))
     })
+}
+
+/// The interpreter the `#!` line of the script `path` names (its first
+/// word), e.g. `/venv/bin/python3`; `None` for a file without one.
+pub fn interpreter(path: &Path) -> Option<PathBuf> {
+    let script = read_small_file(path)?;
+    let line = script.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
+    Some(PathBuf::from(line.split_whitespace().next()?))
 }
 
 fn dist_info_version(site_packages: &Path) -> Option<String> {
