@@ -330,7 +330,7 @@ async fn run_launch(
         match &event {
             // The "LMCache server ready in ..." line right after says it.
             Event::Ready => tracing::debug!(event = ?event, "{event}"),
-            Event::WorkersAttached { .. } | Event::Recovered => {
+            Event::WorkersAttached { .. } | Event::WorkersDetached { .. } | Event::Recovered => {
                 tracing::info!(event = ?event, "{event}")
             }
             _ => tracing::warn!(event = ?event, "{event}"),

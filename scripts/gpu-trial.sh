@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# The GPU-node trial: the launcher with the real LMCache 0.5.6 server and
+# LMCache's own GPU client, on a node with an NVIDIA GPU and no package
+# index. Run scripts/gpu-trial-prepare.sh first (it fills .gpu-trial/), then
+# this from the checkout's root on the GPU node. CI never runs it.
+#
+# It installs LMCache into the node's python3 environment, then checks:
+#  1. the plan on this GPU node: --max-gpu-workers is the TP size; when the
+#     shipped lmcache.cuda_ops does not load with the node's torch, the plan
+#     warns (naming torch, the extension, the error); cuda_ops is then
+#     rebuilt from LMCache's sources and the warning is gone;
+#  2. `lmcache-tier launch`, then `lmcache bench server --mode gpu`: every
+#     checksum matches, the objects are on disk (no temp files left), and
+#     the bench's clean unregistration is logged as a detach, never a loss;
+#  3. a restart over the kept tier: inspect's usage is what is on disk while
+#     LMCache's own count starts from 0, and every cold lookup hits, the data
+#     read back equal to what was stored;
+#  4. SIGTERM: exit 0, no LMCache process left, the port closed.
+# trial.log and summary.json go to $OUT (or /tmp/gpu-trial-out), and every
+# plan, log and report of the steps to details.tar.gz beside them.
+#
+# --rehearse runs the same steps on a CPU machine before spending GPU time:
+# the Python environment of $VIRTUAL_ENV already holds LMCache, the bench
+# runs in CPU mode, and cuda_ops is not rebuilt (the node must look like a
+# GPU node to the plan, e.g. through a GPU entry under /proc/driver/nvidia).
+#
+# Usage: scripts/gpu-trial.sh [--tp-size N] [--requests N] [--rehearse]
+set -euo pipefail
+
+TP=1
+REQUESTS=20
+REHEARSE=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tp-size) TP=$2; shift 2 ;;
+    --requests) REQUESTS=$2; shift 2 ;;
+    --rehearse) REHEARSE=true; shift ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "gpu-trial: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+KIT=$ROOT/.gpu-trial
+OUTPUT=${OUT:-/tmp/gpu-trial-out}
+WORK=/tmp/gpu-trial
+RESULTS=$WORK/results
+MP_PORT=6555
+HTTP_PORT=8090
+rm -rf "$WORK"
+mkdir -p "$OUTPUT" "$RESULTS" "$WORK/bin" "$WORK/home"
+exec > >(tee "$OUTPUT/trial.log") 2>&1
+SECONDS=0
+
+step() { echo "== [${SECONDS}s] $*"; }
+keep_details() { tar -czf "$OUTPUT/details.tar.gz" -C "$RESULTS" . 2>/dev/null || true; }
+fail() {
+  echo "TRIAL FAILED: $*"
+  pkill -TERM -f "$WORK/bin/lmcache-tier" 2>/dev/null || true
+  keep_details
+  exit 1
+}
+# json FILE EXPR: prints EXPR evaluated on the JSON in FILE (as `d`).
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+[ -d "$KIT/bin" ] || fail "no $KIT: run scripts/gpu-trial-prepare.sh and carry .gpu-trial"
+BENCH_MODE=(--mode gpu)
+if $REHEARSE; then
+  PY=${VIRTUAL_ENV:?--rehearse needs VIRTUAL_ENV}/bin/python3
+  BENCH_MODE=(--mode cpu --transfer-mode lmcache_driven)
+else
+  PY=$(command -v python3)
+fi
+PREFIX=$("$PY" -c 'import sys; print(sys.prefix)')
+
+step "node"
+nvidia-smi -L || true
+"$PY" -c 'import torch; print("torch", torch.__version__, "GPUs", torch.cuda.device_count())'
+
+if ! $REHEARSE; then
+  step "install LMCache 0.5.6 and what it needs into $PREFIX"
+  "$PY" -m pip install -q --no-index --no-deps --no-cache-dir --no-compile "$KIT"/wheels/*.whl
+fi
+[ -x "$PREFIX/bin/lmcache" ] || fail "no $PREFIX/bin/lmcache"
+for bin in lmcache-tier erebine-lmcache; do
+  gunzip -c "$KIT/bin/$bin.gz" > "$WORK/bin/$bin"
+  chmod +x "$WORK/bin/$bin"
+done
+
+export VIRTUAL_ENV=$PREFIX HOME=$WORK/home
+export EREBINE_AGENT_KV_CACHE_BACKEND=lmcache
+export EREBINE_AGENT_LMCACHE_DISK_PATH=$WORK/cache
+export EREBINE_AGENT_LMCACHE_MP_PORT=$MP_PORT EREBINE_AGENT_LMCACHE_HTTP_PORT=$HTTP_PORT
+export LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
+LAUNCH=("$WORK/bin/lmcache-tier" launch --model test-model --tensor-parallel-size "$TP")
+
+# plan NAME: the dry run's JSON in $RESULTS/NAME.json.
+plan() {
+  "${LAUNCH[@]}" --dry-run --json > "$RESULTS/$1.json" 2> "$RESULTS/$1.log" ||
+    fail "the dry run failed: $(cat "$RESULTS/$1.log")"
+}
+gpu_warnings() { json "$1" '"\n".join(w for w in d["decisions"]["warnings"] if "GPU" in w)'; }
+
+step "plan on this node"
+plan plan-shipped
+json "$RESULTS/plan-shipped.json" 'd["facts"]["gpu"]'
+workers=$(json "$RESULTS/plan-shipped.json" 'd["argv"][d["argv"].index("--max-gpu-workers") + 1]')
+[ "$workers" = "$TP" ] || fail "the plan gives --max-gpu-workers $workers for TP $TP"
+shipped=$(json "$RESULTS/plan-shipped.json" 'd["facts"]["gpu"]["extensions"]["state"]')
+cuda_ops_failed=$(json "$RESULTS/plan-shipped.json" \
+  'any(f["extension"] == "lmcache.cuda_ops" for f in d["facts"]["gpu"]["extensions"].get("failures", []))')
+warning=$(gpu_warnings "$RESULTS/plan-shipped.json")
+echo "shipped extensions: $shipped; warning: ${warning:-none}"
+if [ "$cuda_ops_failed" = True ]; then
+  torch=$(json "$RESULTS/plan-shipped.json" 'd["facts"]["gpu"]["extensions"]["torch"]')
+  case "$warning" in
+    *"torch $torch"*lmcache.cuda_ops*Error*) ;;
+    *) fail "cuda_ops does not load but the warning does not name torch, the extension and the error: $warning" ;;
+  esac
+fi
+if [ "$cuda_ops_failed" = True ] && ! $REHEARSE; then
+
+  step "rebuild lmcache.cuda_ops from LMCache's sources against torch $torch (sm_90)"
+  mkdir -p "$WORK/src"
+  tar -xzf "$KIT/csrc.tar.gz" -C "$WORK/src"
+  PACKAGE=$("$PY" -c 'import importlib.util as u; print(list(u.find_spec("lmcache").submodule_search_locations)[0])')
+  TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$(nproc) "$PY" - "$WORK/src/csrc" "$PACKAGE" <<'PY'
+import glob, os, shutil, sys, sysconfig
+from torch.utils import cpp_extension
+csrc, package = sys.argv[1], sys.argv[2]
+sources = [os.path.join(csrc, "cuda", name) for name in (
+    "pybind.cpp", "mem_kernels.cu", "mp_mem_kernels.cu", "phase_timing_recorder.cu",
+    "blend_kernels.cu", "cal_cdf.cu", "ac_enc.cu", "ac_dec.cu", "pos_kernels.cu",
+    "mem_alloc.cpp", "utils.cpp", "event_recorder.cpp", "completion_recorder.cpp")]
+build = "/tmp/gpu-trial/cuda_ops-build"
+os.makedirs(build, exist_ok=True)
+cpp_extension.load(name="cuda_ops", sources=sources, extra_include_paths=[csrc],
+                   extra_cuda_cflags=["--threads=4"], build_directory=build,
+                   is_python_module=True, verbose=False)
+suffix = sysconfig.get_config_var("EXT_SUFFIX")
+for old in glob.glob(os.path.join(package, "cuda_ops.*.so")):
+    os.remove(old)
+shutil.copy(os.path.join(build, "cuda_ops.so"), os.path.join(package, "cuda_ops" + suffix))
+print("rebuilt", os.path.join(package, "cuda_ops" + suffix))
+PY
+  plan plan-rebuilt
+  rebuilt=$(json "$RESULTS/plan-rebuilt.json" 'd["facts"]["gpu"]["extensions"]["state"]')
+  [ "$rebuilt" = loaded ] || fail "after the rebuild the extensions are $rebuilt"
+  [ -z "$(gpu_warnings "$RESULTS/plan-rebuilt.json")" ] || fail "a GPU warning after the rebuild"
+  echo "after the rebuild: extensions $rebuilt, no warning"
+fi
+
+# wait_ready LOG: seconds until /status answers 200 (at most 300).
+wait_ready() {
+  local start=$SECONDS
+  until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$HTTP_PORT/status', timeout=2)" 2>/dev/null; do
+    kill -0 "$launch_pid" 2>/dev/null || fail "the launch ended: $(tail -20 "$1")"
+    [ $((SECONDS - start)) -lt 300 ] || fail "not ready in 300 s: $(tail -20 "$1")"
+    sleep 0.5
+  done
+  echo "/status answers after $((SECONDS - start)) s"
+}
+start_launch() {
+  "${LAUNCH[@]}" > "$RESULTS/$1" 2>&1 &
+  launch_pid=$!
+  wait_ready "$RESULTS/$1"
+}
+stop_launch() {
+  local start=$SECONDS status=0
+  kill -TERM "$launch_pid"
+  wait "$launch_pid" || status=$?
+  [ "$status" = 0 ] || fail "the launch exited $status on SIGTERM"
+  echo "stopped in $((SECONDS - start)) s, exit 0"
+}
+bench() {
+  "$PREFIX/bin/lmcache" bench server "${BENCH_MODE[@]}" --tp-size "$TP" \
+    --rpc-url "tcp://127.0.0.1:$MP_PORT" --url "http://127.0.0.1:$HTTP_PORT" \
+    --start 0 --end "$REQUESTS" --interval 0.1 --num-tokens 1024 > "$RESULTS/$1" 2>&1 ||
+    fail "the bench failed: $(tail -20 "$RESULTS/$1")"
+  sed -i 's/\x1b\[[0-9;]*m//g' "$RESULTS/$1"
+}
+inspect_json() {
+  "$WORK/bin/lmcache-tier" inspect --json --url "http://127.0.0.1:$HTTP_PORT/status" > "$RESULTS/$1" ||
+    fail "inspect failed"
+}
+
+step "launch and the GPU bench ($REQUESTS requests, TP $TP)"
+start_launch launch-1.log
+bench bench-1.log
+matched=$(grep -c "CHECKSUM MATCH OK" "$RESULTS/bench-1.log" || true)
+[ "$matched" = "$REQUESTS" ] || fail "$matched of $REQUESTS checksums matched"
+grep -c "UNREGISTER_KV_CACHE: OK" "$RESULTS/bench-1.log" | grep -qx "$TP" || fail "not every worker unregistered"
+for _ in $(seq 20); do grep -q "engine workers detached" "$RESULTS/launch-1.log" && break; sleep 0.5; done
+grep "engine workers" "$RESULTS/launch-1.log" || true
+grep -q "engine workers attached: $TP" "$RESULTS/launch-1.log" || fail "$TP workers never attached"
+grep -q "engine workers detached: [0-9]* -> 0" "$RESULTS/launch-1.log" || fail "no detach logged"
+! grep -q "engine workers lost" "$RESULTS/launch-1.log" || fail "a clean detach was logged as a loss"
+objects=$(find "$WORK/cache" -maxdepth 1 -name '*.data' | wc -l)
+temps=$(find "$WORK/cache" -maxdepth 1 -name '*.tmp' | wc -l)
+[ "$objects" -ge "$REQUESTS" ] && [ "$temps" = 0 ] || fail "$objects objects and $temps temp files on disk"
+echo "$matched checksums matched; $objects objects on disk ($(du -sh "$WORK/cache" | cut -f1)), no temp file"
+inspect_json inspect-1.json
+stop_launch
+
+step "restart over the kept tier"
+start_launch launch-2.log
+grep -m1 "housekeeping" "$RESULTS/launch-2.log" || true
+inspect_json inspect-2.json
+json "$RESULTS/inspect-2.json" '{k: d["tiers"][0][k] for k in ("type", "used_bytes", "used_source", "lmcache_used_bytes")}'
+[ "$(json "$RESULTS/inspect-2.json" 'd["tiers"][0]["used_source"]')" = disk ] || fail "inspect's usage is not from disk"
+[ "$(json "$RESULTS/inspect-2.json" 'd["tiers"][0]["lmcache_used_bytes"]')" = 0 ] || fail "LMCache's count is not 0 after the restart"
+bench bench-2.log
+hits=$(grep "/cold] LOOKUP:" "$RESULTS/bench-2.log" | awk '{split($4, h, "/"); if (h[1] == h[2] && h[1] > 0) n++} END {print n+0}')
+[ "$hits" = "$REQUESTS" ] || fail "$hits of $REQUESTS cold lookups hit after the restart"
+checksums() { grep "/$2] CHECKSUM:" "$RESULTS/$1" | awk '{split($2, s, "/"); print s[1], $4}' | sort; }
+stored=$(checksums bench-1.log cold)
+read_back=$(checksums bench-2.log warm)
+[ -n "$stored" ] || fail "no checksum in the first bench's output"
+[ "$stored" = "$read_back" ] || fail "the data read back after the restart differs from what was stored"
+echo "$hits of $REQUESTS cold lookups hit; the data read back equals what was stored"
+stop_launch
+
+step "nothing left"
+sleep 1
+left=$(pgrep -af "lmcache server|erebine-lmcache" | grep -v pgrep || true)
+[ -z "$left" ] || fail "left running: $left"
+! python3 -c "import socket; socket.create_connection(('127.0.0.1', $HTTP_PORT), 1)" 2>/dev/null || fail "port $HTTP_PORT still open"
+
+p50() { grep "$2" "$RESULTS/$1" | grep -o '[0-9.]* ms' | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+python3 - "$OUTPUT" "$TP" "$REQUESTS" "$shipped" "$SECONDS" \
+  "$(p50 bench-1.log '/cold] STORE')" "$(p50 bench-1.log '/warm] RETRIEVE')" \
+  "$(p50 bench-1.log '/warm] LOOKUP')" "$(p50 bench-2.log '/cold] LOOKUP')" \
+  "$(grep -o 'ready in [0-9.]*s' "$RESULTS/launch-1.log" | head -1)" \
+  "$(grep -o 'ready in [0-9.]*s' "$RESULTS/launch-2.log" | head -1)" <<'PY'
+import json, sys
+out, tp, n, shipped, secs, store, retrieve, lookup, cold, ready1, ready2 = sys.argv[1:]
+summary = {"tp_size": int(tp), "requests": int(n), "shipped_extensions": shipped,
+           "store_p50_ms": store, "retrieve_p50_ms": retrieve, "warm_lookup_p50_ms": lookup,
+           "lookup_after_restart_p50_ms": cold, "first_start": ready1, "restart": ready2,
+           "trial_seconds": int(secs)}
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
+print(json.dumps(summary, indent=2))
+PY
+keep_details
+step "TRIAL PASSED"
