@@ -198,11 +198,7 @@ impl LmcacheInstall {
 /// in the `site-packages` of the Python its `#!` line names (else of the
 /// environment `<stock>/../..`). Reads files only: no Python is started.
 pub fn lmcache_version(stock: &Path) -> Option<String> {
-    let interpreter = read_small_file(stock).and_then(|script| {
-        let line = script.split(|b| *b == b'\n').next()?;
-        let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
-        Some(PathBuf::from(line.split_whitespace().next()?))
-    });
+    let interpreter = shebang(stock).and_then(|words| words.into_iter().next());
     let prefixes = [
         interpreter.and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
         stock.parent().and_then(Path::parent).map(Path::to_path_buf),
@@ -214,6 +210,16 @@ pub fn lmcache_version(stock: &Path) -> Option<String> {
             .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
             .find_map(|python| dist_info_version(&python.path().join("site-packages")))
     })
+}
+
+/// The command the `#!` line of the script at `script` names: the
+/// interpreter and its arguments; `None` for a file without one.
+pub fn shebang(script: &Path) -> Option<Vec<PathBuf>> {
+    let text = read_small_file(script)?;
+    let line = text.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
+    let words: Vec<PathBuf> = line.split_whitespace().map(PathBuf::from).collect();
+    (!words.is_empty()).then_some(words)
 }
 
 fn dist_info_version(site_packages: &Path) -> Option<String> {

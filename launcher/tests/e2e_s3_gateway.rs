@@ -431,13 +431,13 @@ fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503(
         .build()
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (args, _gateways) = runtime
+    let (args, gateways) = runtime
         .block_on(lmcache_s3_gateway::Gateways::start(&args, &|_| None))
         .unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
     let host = local["s3_endpoint"].as_str().unwrap().to_string();
-    let key_id = local["aws_access_key_id"].as_str().unwrap().to_string();
-    let secret = local["aws_secret_access_key"].as_str().unwrap().to_string();
+    let key = gateways.key().unwrap();
+    let (key_id, secret) = (key.access_key_id.clone(), key.secret_access_key.clone());
     let get = |path_and_query: &str| {
         let url = format!("http://{host}{path_and_query}");
         let headers = sign_as_client("GET", &url, &host, &key_id, &secret);
