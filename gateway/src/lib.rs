@@ -90,17 +90,26 @@ pub enum GatewayError {
     Io(#[from] std::io::Error),
 }
 
-/// The variables [`Gateways::server_env`] removes from the server's
-/// environment: the AWS credential variables the gateways read
-/// ([`credentials::CREDENTIAL_ENV`]) and those botocore's default chain
-/// reads besides (`AWS_DEFAULT_PROFILE`, `AWS_SECURITY_TOKEN`,
-/// `AWS_CREDENTIAL_EXPIRATION`), so that boto3 in LMCache finds the
-/// per-launch key and nothing of the operator's.
-const SERVER_ENV_REMOVED: &[&str] = &[
+/// The variables botocore's default chain reads besides
+/// [`credentials::CREDENTIAL_ENV`] ([`server_env_removed`]).
+const BOTOCORE_ENV: &[&str] = &[
     "AWS_DEFAULT_PROFILE",
     "AWS_SECURITY_TOKEN",
     "AWS_CREDENTIAL_EXPIRATION",
 ];
+
+/// The variables [`Gateways::server_env`] removes from the server's
+/// environment, and that no process started for it may get: the AWS
+/// credential variables the gateways read ([`credentials::CREDENTIAL_ENV`])
+/// and those botocore's default chain reads besides (`AWS_DEFAULT_PROFILE`,
+/// `AWS_SECURITY_TOKEN`, `AWS_CREDENTIAL_EXPIRATION`), so that boto3 in
+/// LMCache finds the per-launch key and nothing of the operator's.
+pub fn server_env_removed() -> impl Iterator<Item = &'static str> {
+    credentials::CREDENTIAL_ENV
+        .iter()
+        .chain(BOTOCORE_ENV)
+        .copied()
+}
 
 /// The running gateways of one launch; dropping it stops them.
 pub struct Gateways {
@@ -260,10 +269,8 @@ impl Gateways {
         let Some(key) = self.key() else {
             return Vec::new();
         };
-        credentials::CREDENTIAL_ENV
-            .iter()
-            .chain(SERVER_ENV_REMOVED)
-            .map(|name| (*name, None))
+        server_env_removed()
+            .map(|name| (name, None))
             .chain([
                 ("AWS_ACCESS_KEY_ID", Some(key.access_key_id.clone())),
                 ("AWS_SECRET_ACCESS_KEY", Some(key.secret_access_key.clone())),

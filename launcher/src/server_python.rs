@@ -64,7 +64,9 @@ pub fn python_of(stock: &Path) -> Vec<PathBuf> {
 
 /// Checks that `python` (a command and its arguments, [`python_of`]) can
 /// import boto3 in the environment `vars` (the server's; empty: this
-/// process's), within [`IMPORT_TIMEOUT`].
+/// process's), within [`IMPORT_TIMEOUT`]. Like the server, it runs without
+/// the operator's AWS credential variables
+/// ([`lmcache_s3_gateway::server_env_removed`]).
 ///
 /// # Errors
 /// [`Boto3Error`]: the import fails, the Python cannot be run, or it takes
@@ -83,6 +85,9 @@ fn check_within(python: &[PathBuf], vars: &Vars, timeout: Duration) -> Result<()
     let mut command = Command::new(python.first().map_or(Path::new("python3"), |p| p));
     if !vars.is_empty() {
         command.env_clear().envs(vars);
+    }
+    for name in lmcache_s3_gateway::server_env_removed() {
+        command.env_remove(name);
     }
     command
         .args(&python[1.min(python.len())..])
@@ -208,14 +213,18 @@ exec sleep 30
     }
 
     #[test]
-    fn the_import_runs_in_the_environment_given() {
+    fn the_import_runs_in_the_environment_given_less_the_aws_credentials() {
         let dir = tempfile::tempdir().unwrap();
         let python = dir.path().join("python3");
         script(
             &python,
-            "#!/bin/sh\n[ \"$MARK\" = yes ] && [ -z \"$HOME\" ]\n",
+            "#!/bin/sh\n[ \"$MARK\" = yes ] && [ -z \"$HOME$AWS_SECRET_ACCESS_KEY$AWS_PROFILE\" ]\n",
         );
-        let vars = crate::env::text_vars([("MARK", "yes")]);
+        let vars = crate::env::text_vars([
+            ("MARK", "yes"),
+            ("AWS_SECRET_ACCESS_KEY", "REAL"),
+            ("AWS_PROFILE", "kv"),
+        ]);
         check_boto3(std::slice::from_ref(&python), &vars).unwrap();
         let other = crate::env::text_vars([("MARK", "no")]);
         assert!(check_boto3(&[python], &other).is_err());
