@@ -1,15 +1,17 @@
 //! Who is on the other end of a loopback connection: the uid that owns the
-//! connecting socket, read from the kernel's socket tables
-//! (`/proc/net/tcp`, `/proc/net/tcp6`; `proc(5)`). The gateway serves only
-//! the LMCache server's uid (`docs/s3-gateway.md`, "Who may use the
-//! gateway").
+//! connecting socket, asked of the kernel. The gateway serves only the
+//! LMCache server's uid (`docs/s3-gateway.md`, "Who may use the gateway").
 //!
-//! A connection from `peer` to our `local` address is the table entry whose
-//! local address is `peer` and whose remote address is `local`. Its `uid`
-//! column is the owner of the socket (the file-system uid of the process
-//! that made it) and its `inode` column the socket's inode, 0 once no
-//! process holds it: the kernel then prints 0 for the uid too, so such an
-//! entry names no owner.
+//! The connecting socket is the one whose local address is `peer` and whose
+//! remote address is our `local` one. It is looked up by that address pair
+//! with one `sock_diag` netlink request (`sock_diag(7)`: an exact
+//! `inet_diag` lookup, a hash lookup in the kernel), and, where no
+//! `sock_diag` socket can be opened, in the socket tables `/proc/net/tcp`
+//! and `/proc/net/tcp6` (`proc(5)`; read up to the entry, so its cost grows
+//! with the number of sockets). Either gives the socket's owner (the
+//! file-system uid of the process that made it) and its inode, 0 once no
+//! process holds it: the kernel then gives 0 for the uid too, so such a
+//! socket names no owner.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -48,21 +50,49 @@ pub enum PeerError {
         /// What went wrong.
         problem: String,
     },
+    /// The kernel's `sock_diag` answer could not be had or read.
+    #[error("sock_diag: {0}")]
+    Diag(
+        /// What went wrong.
+        String,
+    ),
 }
 
 /// The uid that owns the socket connecting from `peer` to `local` (both
 /// as seen by the accepting side: `peer` the accepted connection's peer,
-/// `local` its local address).
-///
-/// IPv4 pairs are looked up in `/proc/net/tcp`, then, as the v4-mapped
-/// addresses an IPv6 socket connecting to an IPv4 address shows, in
-/// `/proc/net/tcp6`; IPv6 pairs (`::1`) in `/proc/net/tcp6`.
+/// `local` its local address), by `sock_diag`, else from the socket tables
+/// ([`socket_owner_in_tables`]).
 ///
 /// # Errors
-/// [`PeerError`]: no entry (the connection is gone), an entry no process
-/// holds, or a table that cannot be read or parsed.
+/// [`PeerError`]: no such socket (the connection is gone), a socket no
+/// process holds, or an answer that cannot be had or read.
 pub fn socket_owner(peer: SocketAddr, local: SocketAddr) -> Result<u32, PeerError> {
+    let entry = match diag::lookup(peer, local) {
+        Ok(entry) => entry,
+        Err(diag::Failure::Unavailable) => return socket_owner_in_tables(peer, local),
+        Err(diag::Failure::Answer(problem)) => return Err(PeerError::Diag(problem)),
+    };
+    owner(entry, peer, local)
+}
+
+/// [`socket_owner`] read from `/proc/net/tcp` and `/proc/net/tcp6`: IPv4
+/// pairs in `tcp`, then, as the v4-mapped addresses an IPv6 socket
+/// connecting to an IPv4 address shows, in `tcp6`; IPv6 pairs (`::1`) in
+/// `tcp6`.
+///
+/// # Errors
+/// As [`socket_owner`], and a table that cannot be read or parsed.
+pub fn socket_owner_in_tables(peer: SocketAddr, local: SocketAddr) -> Result<u32, PeerError> {
     socket_owner_in(&TABLES.map(Path::new), peer, local)
+}
+
+/// The owner of the socket `entry` found for `peer` (none: no socket).
+fn owner(entry: Option<Entry>, peer: SocketAddr, local: SocketAddr) -> Result<u32, PeerError> {
+    match entry {
+        None => Err(PeerError::NoSocket { peer, local }),
+        Some(Entry { inode: 0, .. }) => Err(PeerError::Orphaned { peer }),
+        Some(Entry { uid, .. }) => Ok(uid),
+    }
 }
 
 /// [`socket_owner`] in the tables at `tables` (IPv4 first, then IPv6).
@@ -86,13 +116,10 @@ fn socket_owner_in(
             local: format!("{local_ip}:{:04X}", local.port()),
         };
         if let Some(entry) = find(table, &wanted)? {
-            return match entry {
-                Entry { inode: 0, .. } => Err(PeerError::Orphaned { peer }),
-                Entry { uid, .. } => Ok(uid),
-            };
+            return owner(Some(entry), peer, local);
         }
     }
-    Err(PeerError::NoSocket { peer, local })
+    owner(None, peer, local)
 }
 
 /// The addresses of an entry as the table prints them.
@@ -101,7 +128,7 @@ struct Pair {
     local: String,
 }
 
-/// The columns of an entry that name its owner.
+/// What names a socket's owner.
 struct Entry {
     uid: u32,
     inode: u64,
@@ -185,6 +212,124 @@ fn v6_hex(ip: &IpAddr) -> String {
             let _ = write!(out, "{word:08X}");
             out
         })
+}
+
+/// The exact `inet_diag` lookup of `sock_diag(7)` over netlink.
+mod diag {
+    use std::net::{IpAddr, SocketAddr};
+    use std::os::fd::AsRawFd;
+
+    use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag};
+    use nix::sys::socket::{SockProtocol, SockType};
+    use nix::sys::time::TimeVal;
+
+    use super::{canonical, Entry};
+
+    /// `SOCK_DIAG_BY_FAMILY`, the request and answer type.
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    /// `NLMSG_ERROR`.
+    const NLMSG_ERROR: u16 = 2;
+    /// `NLM_F_REQUEST`, without `NLM_F_DUMP`: one socket, by its addresses.
+    const NLM_F_REQUEST: u16 = 1;
+    /// The largest answer read: one `inet_diag_msg` (72 bytes) and its header.
+    const ANSWER_BYTES: usize = 1024;
+
+    /// Why the lookup did not answer.
+    pub(super) enum Failure {
+        /// No `sock_diag` socket here (not built in, refused): look elsewhere.
+        Unavailable,
+        /// The kernel's answer is an error or cannot be read.
+        Answer(String),
+    }
+
+    /// The socket whose local address is `peer` and remote address `local`;
+    /// `None` when the kernel has none.
+    pub(super) fn lookup(peer: SocketAddr, local: SocketAddr) -> Result<Option<Entry>, Failure> {
+        let unavailable = |_: nix::Error| Failure::Unavailable;
+        let fd = socket::socket(
+            AddressFamily::Netlink,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkSockDiag,
+        )
+        .map_err(unavailable)?;
+        let bound = TimeVal::new(1, 0);
+        socket::setsockopt(&fd, sockopt::ReceiveTimeout, &bound).map_err(unavailable)?;
+        let kernel = NetlinkAddr::new(0, 0);
+        let request = request(peer, local);
+        socket::sendto(fd.as_raw_fd(), &request, &kernel, MsgFlags::empty())
+            .map_err(unavailable)?;
+        let mut answer = [0u8; ANSWER_BYTES];
+        let n = socket::recv(fd.as_raw_fd(), &mut answer, MsgFlags::empty())
+            .map_err(|e| Failure::Answer(format!("no answer: {e}")))?;
+        read_answer(&answer[..n])
+    }
+
+    /// The netlink message of an `inet_diag_req_v2` for TCP sockets in any
+    /// state whose source is `peer` and destination `local`: IPv4 when both
+    /// are (v4-mapped addresses too), IPv6 otherwise.
+    fn request(peer: SocketAddr, local: SocketAddr) -> Vec<u8> {
+        let (family, src, dst) = match (canonical(peer.ip()), canonical(local.ip())) {
+            (IpAddr::V4(p), IpAddr::V4(l)) => (libc::AF_INET, words_v4(p), words_v4(l)),
+            (p, l) => (libc::AF_INET6, words_v6(p), words_v6(l)),
+        };
+        let mut out = Vec::with_capacity(72);
+        out.extend_from_slice(&72u32.to_ne_bytes());
+        out.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        out.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+        out.extend_from_slice(&[0; 8]);
+        out.extend_from_slice(&[family as u8, libc::IPPROTO_TCP as u8, 0, 0]);
+        out.extend_from_slice(&u32::MAX.to_ne_bytes());
+        out.extend_from_slice(&peer.port().to_be_bytes());
+        out.extend_from_slice(&local.port().to_be_bytes());
+        out.extend_from_slice(&src);
+        out.extend_from_slice(&dst);
+        out.extend_from_slice(&[0; 4]);
+        // INET_DIAG_NOCOOKIE.
+        out.extend_from_slice(&[0xff; 8]);
+        out
+    }
+
+    fn words_v4(ip: std::net::Ipv4Addr) -> [u8; 16] {
+        let mut words = [0; 16];
+        words[..4].copy_from_slice(&ip.octets());
+        words
+    }
+
+    fn words_v6(ip: IpAddr) -> [u8; 16] {
+        match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        }
+    }
+
+    /// The owner and inode of the `inet_diag_msg` in `answer`; `None` for
+    /// the error `ENOENT` (no such socket).
+    fn read_answer(answer: &[u8]) -> Result<Option<Entry>, Failure> {
+        let u32_at = |at: usize| {
+            answer
+                .get(at..at + 4)
+                .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let kind = answer.get(4..6).map(|b| u16::from_ne_bytes([b[0], b[1]]));
+        match kind {
+            Some(NLMSG_ERROR) => match u32_at(16).map(|e| -(e as i32)) {
+                Some(libc::ENOENT) => Ok(None),
+                Some(errno) => Err(Failure::Answer(
+                    nix::Error::from_raw(errno).desc().to_string(),
+                )),
+                None => Err(Failure::Answer("a short error message".into())),
+            },
+            Some(SOCK_DIAG_BY_FAMILY) => match (u32_at(16 + 64), u32_at(16 + 68)) {
+                (Some(uid), Some(inode)) => Ok(Some(Entry {
+                    uid,
+                    inode: u64::from(inode),
+                })),
+                _ => Err(Failure::Answer("a short inet_diag_msg".into())),
+            },
+            other => Err(Failure::Answer(format!("an answer of type {other:?}"))),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -300,27 +445,36 @@ mod tests {
         );
     }
 
+    /// Both lookups of the next connection accepted on `listener`.
+    fn both(listener: &std::net::TcpListener) -> [Result<u32, PeerError>; 2] {
+        let (accepted, peer) = listener.accept().unwrap();
+        let local = accepted.local_addr().unwrap();
+        [
+            socket_owner(peer, local),
+            socket_owner_in_tables(peer, local),
+        ]
+    }
+
     #[test]
     fn a_real_loopback_connection_is_owned_by_this_process_uid() {
         let me = nix::unistd::geteuid().as_raw();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let v4 = std::net::TcpStream::connect(addr).unwrap();
-        let (accepted, peer) = listener.accept().unwrap();
-        assert_eq!(socket_owner(peer, accepted.local_addr().unwrap()), Ok(me));
-        drop((v4, accepted));
-        if let Ok(mapped) =
-            std::net::TcpStream::connect(format!("[::ffff:127.0.0.1]:{}", addr.port()))
-        {
-            let (accepted, peer) = listener.accept().unwrap();
-            assert_eq!(socket_owner(peer, accepted.local_addr().unwrap()), Ok(me));
+        assert_eq!(both(&listener), [Ok(me), Ok(me)]);
+        let mapped = format!("[::ffff:127.0.0.1]:{}", addr.port());
+        if let Ok(mapped) = std::net::TcpStream::connect(mapped) {
+            assert_eq!(both(&listener), [Ok(me), Ok(me)]);
             drop(mapped);
         }
         if let Ok(v6) = std::net::TcpListener::bind("[::1]:0") {
             let client = std::net::TcpStream::connect(v6.local_addr().unwrap()).unwrap();
-            let (accepted, peer) = v6.accept().unwrap();
-            assert_eq!(socket_owner(peer, accepted.local_addr().unwrap()), Ok(me));
+            assert_eq!(both(&v6), [Ok(me), Ok(me)]);
             drop(client);
         }
+        let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let missing = socket_owner(gone, addr).unwrap_err();
+        assert!(matches!(missing, PeerError::NoSocket { .. }), "{missing}");
+        drop(v4);
     }
 }
