@@ -26,6 +26,7 @@ use lmcache_sizing::volume::{self, Filesystem, SizingError, VolumeKind};
 use serde::{Deserialize, Serialize};
 
 use crate::env::{self, KvCacheBackend, NodeEnv};
+use crate::gpu::{self, GpuFacts};
 use crate::launch_plan::{
     self, check_engine, effective_chunk_size, EngineFacts, HostFacts, PlanError,
 };
@@ -56,6 +57,11 @@ pub struct Facts {
     /// The cache directory's volume; `None` when the node runs no built-in
     /// disk tier (another backend, or a custom cascade).
     pub disk: Option<DiskFacts>,
+    /// The GPUs the server would see and whether LMCache's compiled
+    /// extensions load in its environment ([`gpu::measure`]); `None` on a
+    /// node without one, or when the stock `lmcache` cannot be found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuFacts>,
 }
 
 /// What the cache directory's volume and contents are.
@@ -148,6 +154,9 @@ impl Facts {
         ports::check_distinct(&ports::listeners(&node))?;
         let executable = server_executable(&node, vars)?;
         check_gateway_python(&node, vars, &executable)?;
+        facts.gpu = locate::find_stock_lmcache(vars, &executable)
+            .ok()
+            .and_then(|stock| gpu::measure(&stock, vars));
         facts.executable = Some(executable);
         if access == DiskAccess::Create {
             check_before_creating(engine, &node, &facts)?;
@@ -173,6 +182,7 @@ impl Facts {
             physical_cores: probe::physical_cores(),
             executable: None,
             disk: None,
+            gpu: None,
         })
     }
 }
@@ -186,6 +196,7 @@ impl From<&Facts> for HostFacts {
             physical_cores: facts.physical_cores,
             executable: facts.executable.clone(),
             disk: facts.disk.clone(),
+            gpu: facts.gpu.clone(),
         }
     }
 }

@@ -76,6 +76,10 @@ pub struct HostFacts {
     /// tier (the figures the plan used are in [`DiskTier`]).
     #[serde(skip)]
     pub disk: Option<DiskFacts>,
+    /// The GPUs the server would see and whether LMCache's compiled
+    /// extensions load there; `None` on a node without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::gpu::GpuFacts>,
 }
 
 /// A launch that cannot be planned.
@@ -477,6 +481,9 @@ pub fn plan_launch(
     decisions
         .warnings
         .extend(small_l1_warning(decisions.l1_size.value));
+    decisions
+        .warnings
+        .extend(host.gpu.as_ref().and_then(crate::gpu::warning));
     let housekeeping = disk_housekeeping(facts, host, &decisions);
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);

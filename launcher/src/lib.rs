@@ -64,6 +64,7 @@
 //!         odirect: OdirectProbe::Succeeded,
 //!         tier: Default::default(),
 //!     }),
+//!     gpu: None,
 //! };
 //! let Planned::Server(launch) = plan(&facts, &vars, &host)? else {
 //!     unreachable!("the backend is lmcache");
@@ -85,6 +86,7 @@ pub mod exit;
 pub mod extensions;
 pub mod extra_args;
 pub mod facts;
+pub mod gpu;
 pub mod guards;
 pub mod housekeep;
 pub mod inspect;

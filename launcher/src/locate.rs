@@ -198,9 +198,8 @@ impl LmcacheInstall {
 /// in the `site-packages` of the Python its `#!` line names (else of the
 /// environment `<stock>/../..`). Reads files only: no Python is started.
 pub fn lmcache_version(stock: &Path) -> Option<String> {
-    let interpreter = shebang(stock).and_then(|words| words.into_iter().next());
     let prefixes = [
-        interpreter.and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
+        interpreter(stock).and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
         stock.parent().and_then(Path::parent).map(Path::to_path_buf),
     ];
     prefixes.into_iter().flatten().find_map(|prefix| {
@@ -220,6 +219,12 @@ pub fn shebang(script: &Path) -> Option<Vec<PathBuf>> {
     let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
     let words: Vec<PathBuf> = line.split_whitespace().map(PathBuf::from).collect();
     (!words.is_empty()).then_some(words)
+}
+
+/// The interpreter the `#!` line of the script `path` names (its first
+/// word), e.g. `/venv/bin/python3`; `None` for a file without one.
+pub fn interpreter(path: &Path) -> Option<PathBuf> {
+    shebang(path)?.into_iter().next()
 }
 
 fn dist_info_version(site_packages: &Path) -> Option<String> {

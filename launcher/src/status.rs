@@ -313,6 +313,48 @@ pub struct WorkerLiveness {
     /// Engine workers attached now.
     #[serde(default, deserialize_with = "lenient")]
     pub tracked_instances: Option<u64>,
+    /// The last run of LMCache's worker reaper, read by [`StatusClient::poll`]
+    /// from the reaper's own route when `enabled` is true. Not part of the
+    /// `/status` body; `None` when reaping is off or the route did not answer.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub reaper: Option<ReaperRun>,
+}
+
+/// The name LMCache 0.5.6 gives its worker reaper, a periodic thread that
+/// runs every `reap_timeout_seconds / 4` and drops workers that went silent.
+/// Its HTTP server shows each periodic thread's last run at
+/// `/periodic-threads/<name>` (`fixtures/lmcache-0.5.6/periodic-threads/`).
+pub const REAPER_THREAD: &str = "lmcache-mp-worker-reaper";
+
+/// The last run of LMCache's worker reaper: how many runs so far and how
+/// many workers the last one reaped. A fall in `tracked_instances` that no
+/// reaper run explains is a clean unregistration (`docs/inspect.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReaperRun {
+    /// Runs since the server started (`total_runs`).
+    pub total_runs: u64,
+    /// Workers the last run reaped, from its summary `reaped=N`; `None`
+    /// when the summary is missing or says something else.
+    pub reaped: Option<u64>,
+}
+
+impl ReaperRun {
+    /// Reads a body of `GET /periodic-threads/lmcache-mp-worker-reaper`;
+    /// `None` when it is not the reaper's (no `total_runs`, another name).
+    pub fn parse(body: &[u8]) -> Option<ReaperRun> {
+        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+        if value["name"] != REAPER_THREAD {
+            return None;
+        }
+        let reaped = value["last_summary"]["message"]
+            .as_str()
+            .and_then(|m| m.strip_prefix("reaped="))
+            .and_then(|n| n.parse().ok());
+        Some(ReaperRun {
+            total_runs: value["total_runs"].as_u64()?,
+            reaped,
+        })
+    }
 }
 
 /// One L2 tier as `/status` reports it, with its capacity and usage when
@@ -521,17 +563,37 @@ impl StatusClient {
         &self.url
     }
 
-    /// One GET of `/status`.
+    /// One GET of `/status`, and of the reaper's route when the body says
+    /// reaping is enabled ([`WorkerLiveness::reaper`]).
     pub async fn poll(&self) -> Poll {
         match self.http.get(&self.url).send().await {
             Ok(resp) if resp.status().as_u16() == 200 => match read_answer(resp).await {
-                Ok(status) => Poll::Up(Box::new(status)),
+                Ok(mut status) => {
+                    if let Some(liveness) = status.worker_liveness.as_mut() {
+                        if liveness.enabled == Some(true) {
+                            liveness.reaper = self.reaper().await;
+                        }
+                    }
+                    Poll::Up(Box::new(status))
+                }
                 Err(e) => Poll::Malformed(e.to_string()),
             },
             Ok(resp) => Poll::NotReady(resp.status().as_u16()),
             // Without the URL: its query or user info may hold a secret.
             Err(e) => Poll::NoAnswer(error_chain(&e.without_url())),
         }
+    }
+
+    /// The reaper's last run; `None` when its route does not answer 200
+    /// with the reaper's body.
+    async fn reaper(&self) -> Option<ReaperRun> {
+        let route = format!("periodic-threads/{REAPER_THREAD}");
+        let url = reqwest::Url::parse(&self.url).ok()?.join(&route).ok()?;
+        let resp = self.http.get(url).send().await.ok()?;
+        if resp.status().as_u16() != 200 {
+            return None;
+        }
+        ReaperRun::parse(&capped_body(resp, STATUS_MAX_BYTES).await.ok()?)
     }
 }
 
@@ -555,6 +617,46 @@ pub(crate) mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+    }
+
+    /// A recorded body of LMCache 0.5.6's reaper route.
+    fn reaper_fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/../fixtures/lmcache-0.5.6/periodic-threads/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+    }
+
+    #[test]
+    fn the_reaper_route_reads_its_runs_and_the_last_runs_reaped_count() {
+        let idle = ReaperRun::parse(&reaper_fixture("reaper-idle.json"));
+        assert_eq!(
+            idle,
+            Some(ReaperRun {
+                total_runs: 5,
+                reaped: Some(0)
+            })
+        );
+        let reaped = ReaperRun::parse(&reaper_fixture("reaper-reaped.json"));
+        assert_eq!(
+            reaped,
+            Some(ReaperRun {
+                total_runs: 12,
+                reaped: Some(1)
+            })
+        );
+        let other = br#"{"name":"DeviceHostFuncDispatcher","total_runs":5}"#;
+        assert_eq!(ReaperRun::parse(other), None);
+        assert_eq!(ReaperRun::parse(b"<html>"), None);
+        let odd = br#"{"name":"lmcache-mp-worker-reaper","total_runs":2,"last_summary":{"message":"busy"}}"#;
+        assert_eq!(
+            ReaperRun::parse(odd),
+            Some(ReaperRun {
+                total_runs: 2,
+                reaped: None
+            })
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The liveness watcher: polls the server's `/status` and turns what it sees
 //! into [`Event`]s the agent subscribes to.
 //!
-//! Why: a server that still answers HTTP but has lost its engine workers
-//! needs the engine restarted (`docs/inspect.md`); the watcher reports that
-//! as [`Event::WorkersLost`]. How the server ended is [`Event::Exited`]; a
+//! Why: a server that still answers HTTP but has silently lost its engine
+//! workers needs the engine restarted (`docs/inspect.md`); the watcher
+//! reports that as [`Event::WorkersLost`], and a clean unregistration (an
+//! engine that shut down and said so) as [`Event::WorkersDetached`]. How the
+//! server ended is [`Event::Exited`]; a
 //! death by SIGKILL carries an OOM hint, since the host's OOM killer ends a
 //! process that way: its log just stops, with no Python traceback.
 //!
@@ -22,7 +24,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::status::{Poll, StatusClient};
+use crate::status::{Poll, ReaperRun, StatusClient, WorkerLiveness};
 
 /// How the watcher polls and when it reports. Defaults: see each field.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,11 +73,23 @@ pub enum Event {
         /// Engine workers attached now.
         count: u64,
     },
-    /// `worker_liveness.tracked_instances` fell from the most attached
-    /// (`before`) to `now` while the server still answers: the engine lost
-    /// workers (crashed or was reaped) and should be restarted.
+    /// LMCache's reaper dropped workers that stopped sending heartbeats
+    /// while the server still answers: `worker_liveness.tracked_instances`
+    /// fell from `before` to `now` and the reaper's runs (its summary
+    /// `reaped=N`) account for the fall. The engine may still think it is
+    /// connected and should be restarted. Also sent for a fall the watcher
+    /// cannot explain because the reaper's route did not answer.
     WorkersLost {
         /// Workers attached before (the high-water mark since the last report).
+        before: u64,
+        /// Workers attached now.
+        now: u64,
+    },
+    /// Workers unregistered cleanly: `tracked_instances` fell from `before`
+    /// to `now` and no reaper run accounts for it (or reaping is off, so only
+    /// an unregistration can lower it). Nothing to restart.
+    WorkersDetached {
+        /// Workers attached before.
         before: u64,
         /// Workers attached now.
         now: u64,
@@ -141,7 +155,11 @@ impl fmt::Display for Event {
             }
             Event::WorkersLost { before, now } => write!(
                 f,
-                "engine workers lost: {before} -> {now} while the server still answers; restart the engine"
+                "engine workers lost: {before} -> {now}: LMCache reaped them after they went silent while the server still answers; restart the engine"
+            ),
+            Event::WorkersDetached { before, now } => write!(
+                f,
+                "engine workers detached: {before} -> {now} (unregistered cleanly)"
             ),
             Event::Unhealthy { polls, reason } => {
                 write!(f, "server unhealthy for {polls} polls in a row: {reason}")
@@ -184,6 +202,7 @@ pub struct Watcher {
     ready: bool,
     attached: u64,
     announced: u64,
+    departures: Departures,
     bad_answers: u32,
     no_answers: u32,
     degraded: bool,
@@ -197,6 +216,7 @@ impl Watcher {
             ready: false,
             attached: 0,
             announced: 0,
+            departures: Departures::default(),
             bad_answers: 0,
             no_answers: 0,
             degraded: false,
@@ -232,8 +252,8 @@ impl Watcher {
                     events.push(Event::Ready);
                 }
                 self.no_answers = 0;
-                if let Some(now) = status.tracked_instances() {
-                    self.workers(now, &mut events);
+                if let Some(liveness) = &status.worker_liveness {
+                    self.workers(liveness, &mut events);
                 }
                 let parts = status.unhealthy_parts();
                 (!parts.is_empty()).then(|| format!("is_healthy false in {}", parts.join(", ")))
@@ -275,15 +295,18 @@ impl Watcher {
         events
     }
 
-    fn workers(&mut self, now: u64, events: &mut Vec<Event>) {
+    fn workers(&mut self, liveness: &WorkerLiveness, events: &mut Vec<Event>) {
+        let Some(now) = liveness.tracked_instances else {
+            return;
+        };
+        self.departures.count_reaps(liveness.reaper);
         if now < self.attached {
-            events.push(Event::WorkersLost {
-                before: self.attached,
-                now,
-            });
+            self.departures.fell(self.attached, now);
             self.attached = now;
             self.announced = self.announced.min(now);
-        } else if now > self.attached {
+        }
+        self.departures.settle(liveness, events);
+        if now > self.attached {
             self.attached = now;
             let enough = self.config.expected_workers.is_none_or(|n| now >= n);
             if enough && now > self.announced {
@@ -291,6 +314,105 @@ impl Watcher {
                 events.push(Event::WorkersAttached { count: now });
             }
         }
+    }
+}
+
+/// Workers gone and not yet reported: how the watcher tells a reaped worker
+/// from a detached one. LMCache 0.5.6 lowers `tracked_instances` both when a
+/// worker unregisters and when its reaper drops a silent one; only the
+/// reaper's run summary (`reaped=N`) tells them apart. A poll reads
+/// `/status` and then the reaper's route, so a reap may show in either
+/// first: a fall the reaper has not explained waits one poll for it, and a
+/// reap no fall has matched is forgotten after one poll.
+#[derive(Debug, Clone, Default)]
+struct Departures {
+    /// The reaper's `total_runs` at the last poll that read it.
+    reaper_runs: Option<u64>,
+    /// Workers the reaper reaped that no fall has matched yet, and whether
+    /// they have already waited a poll.
+    reaped: (u64, bool),
+    /// A fall not reported yet.
+    pending: Option<Fall>,
+}
+
+/// A fall in `tracked_instances` not reported yet.
+#[derive(Debug, Clone, Copy)]
+struct Fall {
+    /// Workers attached before it.
+    before: u64,
+    /// Workers gone since.
+    gone: u64,
+    /// Whether it has already waited a poll for the reaper.
+    waited: bool,
+}
+
+impl Departures {
+    /// Adds the workers the reaper's newer runs reaped. Runs missed between
+    /// two polls (the reaper runs every 7.5 s or more, the watcher polls
+    /// every 2 s) count only the last run's summary.
+    fn count_reaps(&mut self, run: Option<ReaperRun>) {
+        let Some(run) = run else { return };
+        let previous = self.reaper_runs.replace(run.total_runs);
+        let reaped = run.reaped.unwrap_or(0);
+        if previous.is_some_and(|p| run.total_runs > p) && reaped > 0 {
+            self.reaped = (self.reaped.0 + reaped, false);
+        }
+    }
+
+    /// `tracked_instances` fell from `before` to `now`.
+    fn fell(&mut self, before: u64, now: u64) {
+        let fall = self.pending.get_or_insert(Fall {
+            before,
+            gone: 0,
+            waited: false,
+        });
+        fall.gone += before - now;
+        fall.waited = false;
+    }
+
+    /// Reports the pending fall once it is explained, or has waited a poll:
+    /// the reaped part as [`Event::WorkersLost`], the rest as
+    /// [`Event::WorkersDetached`].
+    fn settle(&mut self, liveness: &WorkerLiveness, events: &mut Vec<Event>) {
+        let Some(fall) = self.pending else {
+            self.forget_old_reaps();
+            return;
+        };
+        let reaping = liveness.enabled != Some(false);
+        let lost = match (reaping, liveness.reaper) {
+            (false, _) => 0,
+            (true, None) => fall.gone,
+            (true, Some(_)) => fall.gone.min(self.reaped.0),
+        };
+        if lost < fall.gone && reaping && !fall.waited {
+            self.pending = Some(Fall {
+                waited: true,
+                ..fall
+            });
+            return;
+        }
+        self.pending = None;
+        self.reaped.0 = self.reaped.0.saturating_sub(lost);
+        if lost > 0 {
+            events.push(Event::WorkersLost {
+                before: fall.before,
+                now: fall.before - lost,
+            });
+        }
+        if lost < fall.gone {
+            events.push(Event::WorkersDetached {
+                before: fall.before - lost,
+                now: fall.before - fall.gone,
+            });
+        }
+    }
+
+    /// Drops reaps that no fall matched within a poll.
+    fn forget_old_reaps(&mut self) {
+        self.reaped = match self.reaped {
+            (0, _) | (_, true) => (0, false),
+            (n, false) => (n, true),
+        };
     }
 }
 
@@ -369,6 +491,8 @@ mod tests {
         assert_eq!(w.next_interval(), Duration::from_secs(2));
     }
 
+    /// The recorded bodies carry no reaper run: a fall that cannot be
+    /// explained with reaping on is reported as a loss.
     #[test]
     fn a_worker_that_is_reaped_while_the_server_answers_is_lost() {
         let mut w = Watcher::new(WatchConfig::default());
@@ -387,6 +511,97 @@ mod tests {
         assert_eq!(
             run(&mut w, &[attached()]),
             [Event::WorkersAttached { count: 1 }]
+        );
+    }
+
+    /// A recorded body with `tracked` workers, reaping on, and the reaper's
+    /// last run as `runs` runs of which the last reaped `reaped`.
+    fn with_reaper(tracked: u64, runs: u64, reaped: u64) -> Poll {
+        let mut status = ServerStatus::parse(&fixture("status-worker-attached.json")).unwrap();
+        let liveness = status.worker_liveness.as_mut().unwrap();
+        assert_eq!(liveness.enabled, Some(true));
+        liveness.tracked_instances = Some(tracked);
+        liveness.reaper = Some(ReaperRun {
+            total_runs: runs,
+            reaped: Some(reaped),
+        });
+        Poll::Up(Box::new(status))
+    }
+
+    #[test]
+    fn a_fall_no_reaper_run_explains_is_a_clean_detach_after_one_poll() {
+        let mut w = Watcher::new(WatchConfig::default());
+        let events = run(
+            &mut w,
+            &[
+                with_reaper(0, 5, 0),
+                with_reaper(1, 5, 0),
+                with_reaper(1, 6, 0),
+            ],
+        );
+        assert_eq!(events, [Event::Ready, Event::WorkersAttached { count: 1 }]);
+        assert!(run(&mut w, &[with_reaper(0, 6, 0)]).is_empty());
+        assert_eq!(
+            run(&mut w, &[with_reaper(0, 7, 0)]),
+            [Event::WorkersDetached { before: 1, now: 0 }]
+        );
+        assert!(run(&mut w, &[with_reaper(0, 8, 0)]).is_empty());
+    }
+
+    #[test]
+    fn a_reap_is_a_loss_whether_it_shows_with_the_fall_or_a_poll_before_or_after() {
+        let attach = [with_reaper(0, 5, 0), with_reaper(1, 5, 0)];
+        let orders: [&[Poll]; 3] = [
+            &[with_reaper(0, 6, 1)],
+            &[with_reaper(1, 6, 1), with_reaper(0, 6, 1)],
+            &[with_reaper(0, 5, 0), with_reaper(0, 6, 1)],
+        ];
+        for polls in orders {
+            let mut w = Watcher::new(WatchConfig::default());
+            run(&mut w, &attach);
+            assert_eq!(
+                run(&mut w, polls),
+                [Event::WorkersLost { before: 1, now: 0 }],
+                "{polls:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_reaped_and_one_detached_worker_are_told_apart() {
+        let mut w = Watcher::new(WatchConfig::default());
+        run(&mut w, &[with_reaper(0, 5, 0), with_reaper(2, 5, 0)]);
+        assert!(run(&mut w, &[with_reaper(0, 6, 1)]).is_empty());
+        assert_eq!(
+            run(&mut w, &[with_reaper(0, 6, 1)]),
+            [
+                Event::WorkersLost { before: 2, now: 1 },
+                Event::WorkersDetached { before: 1, now: 0 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reap_no_fall_matches_is_forgotten_after_a_poll() {
+        let mut w = Watcher::new(WatchConfig::default());
+        run(&mut w, &[with_reaper(0, 5, 0), with_reaper(1, 5, 0)]);
+        assert!(run(&mut w, &[with_reaper(1, 6, 1), with_reaper(1, 6, 1)]).is_empty());
+        let events = run(&mut w, &[with_reaper(0, 6, 1), with_reaper(0, 7, 0)]);
+        assert_eq!(events, [Event::WorkersDetached { before: 1, now: 0 }]);
+    }
+
+    #[test]
+    fn with_reaping_off_every_fall_is_a_detach_at_once() {
+        let off = |n: u64| {
+            let body =
+                format!(r#"{{"worker_liveness":{{"enabled":false,"tracked_instances":{n}}}}}"#);
+            Poll::Up(Box::new(ServerStatus::parse(body.as_bytes()).unwrap()))
+        };
+        let mut w = Watcher::new(WatchConfig::default());
+        run(&mut w, &[off(0), off(3)]);
+        assert_eq!(
+            run(&mut w, &[off(1)]),
+            [Event::WorkersDetached { before: 3, now: 1 }]
         );
     }
 

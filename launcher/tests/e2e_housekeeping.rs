@@ -1,7 +1,9 @@
 //! End to end with the real server: launch housekeeping keeps the cache across
 //! a restart with the same launch identity (the bench's first lookups hit),
 //! purges it when the identity changes (the log says which field), and never
-//! touches a file that is not a cache object.
+//! touches a file that is not a cache object. After the restart `inspect`
+//! shows the tier's true usage, what is on disk, beside LMCache's own count,
+//! which starts again from 0.
 
 use std::fs;
 use std::time::Duration;
@@ -11,6 +13,20 @@ use lmcache_tier_e2e::{
 };
 
 const BINS: Binaries = binaries!();
+
+/// `lmcache-tier inspect --json` of the node at `url` whose disk tier is
+/// `cache`.
+fn inspect_json(url: &str, cache: &std::path::Path) -> serde_json::Value {
+    let out = std::process::Command::new(BINS.lmcache_tier())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", cache)
+        .args(["inspect", "--json", "--url", url])
+        .output()
+        .expect("inspect runs");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
 
 #[test]
 fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
@@ -59,6 +75,19 @@ fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
         data_objects(&cache),
         stored,
         "objects of the same identity were removed"
+    );
+    let report = inspect_json(&url, &cache);
+    let tier = &report["tiers"][0];
+    assert_eq!(tier["type"], "FSNativeL2Adapter", "{report:#}");
+    assert_eq!(tier["used_source"], "disk", "{report:#}");
+    assert_eq!(tier["lmcache_used_bytes"], 0, "{report:#}");
+    assert_eq!(
+        tier["used_bytes"], report["disk"][0]["usage"]["objects"]["bytes"],
+        "{report:#}"
+    );
+    assert!(
+        tier["used_bytes"].as_u64().unwrap() >= stored.len() as u64 * (32 << 20),
+        "{report:#}"
     );
     let second = run_bench(dir, mp_port, http_port, 0, 3);
     assert!(second.status.success(), "{}", second.output);

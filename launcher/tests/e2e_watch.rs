@@ -1,6 +1,7 @@
 //! End to end: `lmcache-tier launch` watches the real LMCache 0.5.6 server.
-//! A CPU bench worker attaches and `inspect` shows it; the worker is
-//! SIGKILLed and, once LMCache reaps it, the watcher reports it lost; the
+//! A CPU bench worker that finishes and unregisters is reported detached,
+//! never lost; another attaches and `inspect` shows it; it is SIGKILLed and,
+//! once LMCache reaps it, the watcher reports it lost; the
 //! server is SIGKILLed (what the OOM killer does) and `launch` reports the
 //! exit with the OOM hint and starts it again; SIGTERM leaves nothing behind.
 //! A server that fails at every restart makes `launch` give up after three
@@ -11,8 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    bench_command, binaries, free_port, get_json, lmcache_venv, processes_mentioning, stop_launch,
-    wait_for_status, Binaries, Proc,
+    bench_command, binaries, free_port, get_json, lmcache_venv, processes_mentioning, run_bench,
+    stop_launch, wait_for_status, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -102,6 +103,32 @@ fn launch_reports_lost_workers_and_restarts_a_killed_server() {
         30.0
     );
 
+    // A bench worker that finishes unregisters: a clean detach, not a loss.
+    let short = run_bench(dir, mp_port, http_port, 0, 3);
+    assert!(short.status.success(), "{}", short.output);
+    assert!(
+        short.output.contains("UNREGISTER_KV_CACHE: OK"),
+        "{}",
+        short.output
+    );
+    let detached_at = Instant::now();
+    assert!(
+        wait_until(3 * (POLL + REQUEST_TIMEOUT), || launch
+            .output()
+            .contains("engine workers detached: 1 -> 0 (unregistered cleanly)")),
+        "no WorkersDetached within three polls of the bench's exit:\n{}",
+        launch.output()
+    );
+    eprintln!(
+        "clean detach reported {:?} after the bench exited",
+        detached_at.elapsed()
+    );
+    assert!(
+        !launch.output().contains("engine workers lost"),
+        "{}",
+        launch.output()
+    );
+
     // Attach one CPU bench worker that keeps running (a long --end).
     let bench_cmd = bench_command(mp_port, http_port, 0, 100_000, "2");
     let mut bench = Proc::spawn(bench_cmd, &dir.join("bench.log"));
@@ -113,7 +140,9 @@ fn launch_reports_lost_workers_and_restarts_a_killed_server() {
     assert!(
         wait_until(Duration::from_secs(10), || launch
             .output()
-            .contains("engine workers attached: 1")),
+            .matches("engine workers attached: 1")
+            .count()
+            == 2),
         "{}",
         launch.output()
     );
@@ -150,7 +179,7 @@ fn launch_reports_lost_workers_and_restarts_a_killed_server() {
     assert!(
         wait_until(2 * (POLL + REQUEST_TIMEOUT), || launch
             .output()
-            .contains("engine workers lost: 1 -> 0")),
+            .contains("engine workers lost: 1 -> 0: LMCache reaped them")),
         "no WorkersLost within two polls of the reap ({:?} later):\n{}",
         reaped_seen.elapsed(),
         launch.output()

@@ -60,6 +60,7 @@ fn host() -> HostFacts {
             odirect: OdirectProbe::Succeeded,
             tier: Default::default(),
         }),
+        gpu: None,
     }
 }
 

@@ -19,12 +19,12 @@ use lmcache_launcher::facts::measure_node_disk;
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, PlanError};
-use lmcache_launcher::locate;
 use lmcache_launcher::output;
 use lmcache_launcher::output::with_progress;
 use lmcache_launcher::ports;
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
+use lmcache_launcher::{gpu, locate};
 use lmcache_launcher::{DiskAccess, Facts};
 use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
@@ -864,15 +864,17 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
     };
     // What a launch would run, if it can be found; inspect needs no LMCache.
     let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
-    let lmcache = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)
+    let stock = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)
         .and_then(|executable| locate::find_stock_lmcache(&vars, &executable))
-        .ok()
-        .map(|stock| locate::LmcacheInstall::at(&stock));
+        .ok();
+    let lmcache = stock.as_deref().map(locate::LmcacheInstall::at);
+    let gpu = stock.and_then(|stock| gpu::measure(&stock, &vars));
     let client = StatusClient::new(url.clone());
     let read = async || {
         let poll = client.poll().await;
         let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
         report.lmcache = lmcache.clone();
+        report.gpu = gpu.clone();
         report.read_gateways(GATEWAY_TIMEOUT).await;
         report.read_launch(node.metrics, GATEWAY_TIMEOUT).await;
         report

@@ -20,8 +20,12 @@ pub struct LaunchFigures {
     pub exits: BTreeMap<String, u64>,
     /// Seconds from the last start to the first healthy `/status`.
     pub ready_seconds: Option<f64>,
-    /// Engine workers lost while the server answered.
+    /// Engine workers LMCache reaped after they went silent while the
+    /// server answered (`engine_workers_lost_total`).
     pub workers_lost: u64,
+    /// Engine workers that unregistered cleanly
+    /// (`engine_workers_detached_total`).
+    pub workers_detached: u64,
     /// Entries housekeeping deleted at the launch, by reason.
     pub housekeeping_deleted: BTreeMap<String, u64>,
     /// When that housekeeping ended, Unix seconds.
@@ -120,6 +124,7 @@ pub fn parse(text: &str) -> LaunchFigures {
             "lmcache_tier_server_restarts_total" => figures.restarts = count,
             "lmcache_tier_server_ready_seconds" => figures.ready_seconds = Some(value),
             "lmcache_tier_engine_workers_lost_total" => figures.workers_lost = count,
+            "lmcache_tier_engine_workers_detached_total" => figures.workers_detached = count,
             "lmcache_tier_server_exits_total" => {
                 if let Some(cause) = label("cause") {
                     figures.exits.insert(cause, count);
@@ -159,6 +164,12 @@ pub fn describe(figures: &LaunchFigures) -> String {
     }
     if figures.workers_lost > 0 {
         out.push_str(&format!("; engine workers lost: {}", figures.workers_lost));
+    }
+    if figures.workers_detached > 0 {
+        out.push_str(&format!(
+            "; engine workers detached: {}",
+            figures.workers_detached
+        ));
     }
     let deleted: Vec<String> = figures
         .housekeeping_deleted

@@ -17,6 +17,7 @@ mod watch_view;
 
 use lmcache_capacity_guard::status::{read_status, GuardStatus};
 
+use crate::gpu::GpuFacts;
 use crate::locate::LmcacheInstall;
 use lmcache_s3_gateway::state::{self as gateway_state, GatewayState};
 use lmcache_tier_spec::redact_endpoint;
@@ -93,6 +94,10 @@ pub struct Inspection {
     /// (set by the caller: [`crate::locate::LmcacheInstall`]); `None` when
     /// it cannot be found.
     pub lmcache: Option<LmcacheInstall>,
+    /// On a node with a GPU, whether that LMCache's compiled extensions
+    /// load ([`crate::gpu::measure`], set by the caller); `None` on a node
+    /// without one.
+    pub gpu: Option<GpuFacts>,
     /// The launch's own figures from its metrics endpoint
     /// ([`Inspection::read_launch`]); `None` until read.
     pub launch: Option<launch_metrics::LaunchMetrics>,
@@ -153,9 +158,19 @@ pub struct TierRow {
     pub use_odirect: Option<bool>,
     /// Capacity in bytes (eviction controller, else the S3 adapter's own).
     pub capacity_bytes: Option<u64>,
-    /// Bytes used by LMCache's count (fs_native counts from 0 at each start:
-    /// compare with `disk[].usage`).
+    /// Bytes the tier really uses: for a filesystem tier whose directory
+    /// was scanned, the allocated bytes of its objects on disk now
+    /// (`disk[].usage`); otherwise LMCache's count. [`TierRow::used_source`]
+    /// says which.
     pub used_bytes: Option<u64>,
+    /// Where [`TierRow::used_bytes`] comes from: `disk` (a scan now) or
+    /// `lmcache` (LMCache's count); `None` when neither is known.
+    pub used_source: Option<&'static str>,
+    /// LMCache's own count of the bytes used, since its start (eviction
+    /// controller, else the S3 adapter's `current_size_bytes`). `fs_native`
+    /// counts from 0 at each start, so after a restart it is below what is
+    /// on disk (`docs/inspect.md`).
+    pub lmcache_used_bytes: Option<u64>,
     /// Eviction policy, when LMCache evicts the tier.
     pub eviction_policy: Option<String>,
     /// The state of the launcher's S3 gateway behind this tier (an
@@ -171,6 +186,38 @@ pub struct TierRow {
 }
 
 impl TierRow {
+    /// The tier with its true usage: the objects on disk for a filesystem
+    /// tier whose directory is among `disk` and was scanned, else LMCache's
+    /// count.
+    fn with_usage(self, disk: &[DiskRow]) -> TierRow {
+        let scanned = self
+            .is_local()
+            .then(|| {
+                let location = Path::new(self.location.as_deref()?);
+                disk.iter().find(|d| d.path == location)?.usage
+            })
+            .flatten();
+        let (used_bytes, used_source) = match (scanned, self.lmcache_used_bytes) {
+            (Some(usage), _) => (Some(usage.objects.bytes), Some("disk")),
+            (None, Some(count)) => (Some(count), Some("lmcache")),
+            (None, None) => (None, None),
+        };
+        TierRow {
+            used_bytes,
+            used_source,
+            ..self
+        }
+    }
+
+    /// Whether LMCache keeps this tier in a local directory
+    /// (`FSNativeL2Adapter`, `FSL2Adapter`).
+    fn is_local(&self) -> bool {
+        matches!(
+            self.adapter_type.as_deref(),
+            Some("FSNativeL2Adapter" | "FSL2Adapter")
+        )
+    }
+
     /// The loopback address an `S3L2Adapter` talks to, when it is
     /// `127.0.0.1:<port>` (where the launcher's gateways listen).
     fn loopback_endpoint(&self) -> Option<SocketAddr> {
@@ -280,7 +327,9 @@ impl Inspection {
                         .as_ref()
                         .and_then(|e| e.total_capacity_bytes)
                         .or(a.max_capacity_bytes),
-                    used_bytes: e
+                    used_bytes: None,
+                    used_source: None,
+                    lmcache_used_bytes: e
                         .as_ref()
                         .and_then(|e| e.total_bytes_used)
                         .or(a.current_size_bytes),
@@ -292,11 +341,7 @@ impl Inspection {
             .collect();
         let mut dirs: Vec<PathBuf> = disk_dirs.to_vec();
         for tier in &tiers {
-            let local = matches!(
-                tier.adapter_type.as_deref(),
-                Some("FSNativeL2Adapter" | "FSL2Adapter")
-            );
-            if let (true, Some(path)) = (local, &tier.location) {
+            if let (true, Some(path)) = (tier.is_local(), &tier.location) {
                 dirs.push(PathBuf::from(path));
             }
         }
@@ -306,10 +351,11 @@ impl Inspection {
             seen.push(d.clone());
             fresh
         });
+        let disk: Vec<DiskRow> = dirs.iter().map(|d| read_disk(d)).collect();
         Inspection {
             url: lmcache_tier_spec::redact_endpoint(url),
             server,
-            tiers,
+            tiers: tiers.into_iter().map(|t| t.with_usage(&disk)).collect(),
             l1: status.and_then(ServerStatus::l1).map(|l1| L1Row {
                 used_bytes: l1.memory_used_bytes,
                 total_bytes: l1.memory_total_bytes,
@@ -317,8 +363,9 @@ impl Inspection {
             }),
             store_controller: status.and_then(|s| s.store_controller().cloned()),
             worker_liveness: status.and_then(|s| s.worker_liveness.clone()),
-            disk: dirs.iter().map(|d| read_disk(d)).collect(),
+            disk,
             lmcache: None,
+            gpu: None,
             launch: None,
         }
     }
@@ -512,7 +559,10 @@ mod tests {
         assert_eq!(report.exit_code(), 0);
         assert_eq!(report.tiers.len(), 3);
         assert_eq!(report.tiers[0].capacity_bytes, Some(2 << 30));
+        assert_eq!(report.tiers[0].lmcache_used_bytes, Some(402653184));
+        // Its directory does not exist here: the usage is LMCache's count.
         assert_eq!(report.tiers[0].used_bytes, Some(402653184));
+        assert_eq!(report.tiers[0].used_source, Some("lmcache"));
         assert_eq!(
             report.tiers[2].location.as_deref(),
             Some("kvcache.localtest:5055")
@@ -580,6 +630,58 @@ mod tests {
         let text = report.to_text();
         assert!(
             text.contains("UNREACHABLE") && text.contains("model test-model"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn after_a_restart_the_tier_shows_what_is_on_disk_and_lmcaches_count_apart() {
+        let tmp = tempfile::tempdir().unwrap();
+        for i in 0..3u8 {
+            let name = format!(
+                "test-model@0x01000100@0@{}.data",
+                format!("{i:02x}").repeat(32)
+            );
+            std::fs::write(tmp.path().join(name), vec![i; 1 << 20]).unwrap();
+        }
+        let body = serde_json::json!({"is_healthy": true, "engine_type": "MPCacheServer",
+            "storage_manager": {"is_healthy": true,
+                "l2_adapters": [
+                    {"type": "FSNativeL2Adapter", "is_healthy": true, "base_path": tmp.path()},
+                    {"type": "S3L2Adapter", "is_healthy": true, "endpoint": "http://127.0.0.1:9",
+                     "max_capacity_bytes": 5u64 << 30, "current_size_bytes": 4096}],
+                "l2_eviction_controller": {"adapters": [
+                    {"total_capacity_bytes": 2u64 << 30, "total_bytes_used": 0},
+                    {"total_capacity_bytes": 5u64 << 30, "total_bytes_used": 4096}]}}});
+        let poll = Poll::Up(Box::new(ServerStatus::from_value(body).unwrap()));
+        let report = Inspection::build("http://127.0.0.1:8090/status", &poll, &[], None);
+        let on_disk = report.disk[0].usage.unwrap().objects.bytes;
+        assert!(on_disk >= 3 << 20, "{on_disk}");
+        let native = &report.tiers[0];
+        assert_eq!(
+            (
+                native.used_bytes,
+                native.used_source,
+                native.lmcache_used_bytes
+            ),
+            (Some(on_disk), Some("disk"), Some(0))
+        );
+        let s3 = &report.tiers[1];
+        assert_eq!(
+            (s3.used_bytes, s3.used_source, s3.lmcache_used_bytes),
+            (Some(4096), Some("lmcache"), Some(4096))
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["tiers"][0]["used_bytes"], on_disk);
+        assert_eq!(json["tiers"][0]["used_source"], "disk");
+        assert_eq!(json["tiers"][0]["lmcache_used_bytes"], 0);
+        let text = report.to_text();
+        assert!(
+            text.contains("LMCache's count") && text.contains("on disk  0.00 GiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fs_native counts from 0 at each start"),
             "{text}"
         );
     }

@@ -13,6 +13,7 @@ use lmcache_sizing::fmt_gib;
 
 use super::launch_metrics::{describe, LaunchMetrics};
 use super::{DiskRow, Inspection, TierRow};
+use crate::gpu::{ExtensionCheck, GpuFacts};
 
 impl Inspection {
     /// Aligned tables for people.
@@ -53,6 +54,9 @@ impl Inspection {
                 install.version.as_deref().unwrap_or("?"),
                 &install.describe(),
             ]));
+        }
+        if let Some(gpu) = &self.gpu {
+            head.push(gpu_row(gpu));
         }
         if let Some(engine) = &s.engine_type {
             head.push(row([
@@ -106,12 +110,42 @@ impl Inspection {
     }
 }
 
+/// The node's GPUs and whether LMCache's compiled extensions load there.
+fn gpu_row(gpu: &GpuFacts) -> Vec<String> {
+    let verdict = match (&gpu.extensions, crate::gpu::warning(gpu)) {
+        (_, Some(warning)) => format!("WARNING: {warning}"),
+        (ExtensionCheck::Loaded { torch, extensions }, None) => format!(
+            "LMCache's compiled extensions load ({}) with torch {}",
+            extensions.join(", "),
+            torch.as_deref().unwrap_or("?")
+        ),
+        (_, None) => String::new(),
+    };
+    row(["gpu", &format!("{} visible", gpu.devices), &verdict])
+}
+
 /// The L2 tiers, one row each, in cascade order.
+/// `used` is the true usage (on disk for a scanned filesystem tier);
+/// LMCache's own count since its start follows, labelled, as a footnote
+/// explains.
 fn tiers_table(tiers: &[TierRow]) -> String {
     let mut rows = vec![row([
-        "#", "type", "location", "healthy", "workers", "O_DIRECT", "capacity", "used", "eviction",
+        "#",
+        "type",
+        "location",
+        "healthy",
+        "workers",
+        "O_DIRECT",
+        "capacity",
+        "used",
+        "LMCache's count",
+        "eviction",
     ])];
     for t in tiers {
+        let used = match t.used_source {
+            Some("disk") => format!("{} on disk", bytes(t.used_bytes)),
+            _ => bytes(t.used_bytes),
+        };
         rows.push(row([
             &t.position.to_string(),
             t.adapter_type.as_deref().unwrap_or("-"),
@@ -120,11 +154,16 @@ fn tiers_table(tiers: &[TierRow]) -> String {
             &opt(t.workers),
             yes_no(t.use_odirect, "on", "off"),
             &bytes(t.capacity_bytes),
-            &bytes(t.used_bytes),
+            &used,
+            &bytes(t.lmcache_used_bytes),
             t.eviction_policy.as_deref().unwrap_or("-"),
         ]));
     }
-    table(&rows)
+    let mut out = table(&rows);
+    if tiers.iter().any(|t| t.used_source == Some("disk")) {
+        out.push_str("used: the objects on disk now; LMCache's count: what LMCache counted since its start (fs_native counts from 0 at each start)\n");
+    }
+    out
 }
 
 /// What tier `t` says about its S3 gateway: the gateway's state, and the

@@ -263,6 +263,7 @@ pub struct ServerMetrics {
     liveness: Family<StateLabels, Gauge>,
     workers: Gauge,
     workers_lost: Counter,
+    workers_detached: Counter,
     ready_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the server last started, for the time to ready.
     started_at: Arc<Mutex<Option<std::time::Instant>>>,
@@ -278,6 +279,7 @@ impl ServerMetrics {
             liveness: Family::default(),
             workers: Gauge::default(),
             workers_lost: Counter::default(),
+            workers_detached: Counter::default(),
             ready_seconds: Gauge::default(),
             started_at: Arc::default(),
         };
@@ -313,8 +315,13 @@ impl ServerMetrics {
         );
         registry.register(
             "engine_workers_lost",
-            "Engine workers lost while the server answered",
+            "Engine workers LMCache reaped after they went silent while the server answered",
             server.workers_lost.clone(),
+        );
+        registry.register(
+            "engine_workers_detached",
+            "Engine workers that unregistered cleanly",
+            server.workers_detached.clone(),
         );
         registry.register_with_unit(
             "server_ready",
@@ -370,6 +377,10 @@ impl ServerMetrics {
             }
             Event::WorkersLost { before, now } => {
                 self.workers_lost.inc_by(before.saturating_sub(*now));
+                self.workers.set(i64::try_from(*now).unwrap_or(i64::MAX));
+            }
+            Event::WorkersDetached { before, now } => {
+                self.workers_detached.inc_by(before.saturating_sub(*now));
                 self.workers.set(i64::try_from(*now).unwrap_or(i64::MAX));
             }
             Event::Unhealthy { .. } => {
@@ -997,6 +1008,7 @@ mod tests {
                 odirect: OdirectProbe::Succeeded,
                 tier: Default::default(),
             }),
+            gpu: None,
         };
         match plan(&engine, &vars, &host).unwrap() {
             Planned::Server(plan) => *plan,
@@ -1064,6 +1076,18 @@ mod tests {
         assert_eq!(sample(&text, "lmcache_tier_server_up"), 1.0);
         assert_eq!(sample(&text, "lmcache_tier_engine_workers"), 1.0);
         assert_eq!(sample(&text, "lmcache_tier_engine_workers_lost_total"), 1.0);
+        assert_eq!(
+            sample(&text, "lmcache_tier_engine_workers_detached_total"),
+            0.0
+        );
+        server.observe(&Event::WorkersDetached { before: 1, now: 0 });
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        assert_eq!(sample(&text, "lmcache_tier_engine_workers"), 0.0);
+        assert_eq!(sample(&text, "lmcache_tier_engine_workers_lost_total"), 1.0);
+        assert_eq!(
+            sample(&text, "lmcache_tier_engine_workers_detached_total"),
+            1.0
+        );
         assert_eq!(
             sample(&text, r#"lmcache_tier_server_liveness{state="ready"}"#),
             1.0

@@ -1,0 +1,372 @@
+//! The node's GPUs, and whether LMCache's compiled extensions load in the
+//! Python environment the server will run in.
+//!
+//! Why: LMCache imports its compiled `lmcache.cuda_ops` lazily and, when the
+//! import fails (a wheel built against another torch than the one
+//! installed: an undefined C++ symbol), logs one line and carries on with
+//! its torch baseline, slower, on a GPU node. The launch says so up front
+//! (`docs/operations.md`, "LMCache's compiled extensions"). On a node
+//! without a GPU nothing is checked and nothing is said.
+//!
+//! Facts first: [`visible_gpus`] counts the GPUs the server would see and
+//! [`check_extensions`] runs the server's Python once, with a time limit;
+//! [`warning`] is the pure rule that turns the result into the plan's
+//! warning.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Vars;
+
+/// How long [`check_extensions`] waits for the server's Python: importing
+/// torch from a cold page cache takes seconds; 1.7 s here with a warm one.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the plan knows of the node's GPUs. Present only on a node where
+/// the server would see at least one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuFacts {
+    /// NVIDIA GPUs the server would see ([`visible_gpus`]).
+    pub devices: u32,
+    /// What importing LMCache's compiled extensions did.
+    pub extensions: ExtensionCheck,
+}
+
+/// What importing LMCache's compiled extensions (each `lmcache/*.so`) in
+/// the server's Python did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ExtensionCheck {
+    /// Every extension loaded.
+    Loaded {
+        /// `torch.__version__`, when torch imported.
+        torch: Option<String>,
+        /// The extensions, e.g. `lmcache.cuda_ops`.
+        extensions: Vec<String>,
+    },
+    /// At least one did not.
+    Failed {
+        /// `torch.__version__`, when torch imported.
+        torch: Option<String>,
+        /// Each one that did not, with Python's error.
+        failures: Vec<ExtensionFailure>,
+    },
+    /// The check could not run, or did not finish in [`CHECK_TIMEOUT`].
+    Unchecked {
+        /// Why.
+        why: String,
+    },
+}
+
+/// An extension that did not load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtensionFailure {
+    /// The module, e.g. `lmcache.cuda_ops` (or `torch`, or `lmcache`).
+    pub extension: String,
+    /// Python's error, e.g. `ImportError: ...: undefined symbol: ...`.
+    pub error: String,
+}
+
+/// The NVIDIA GPUs the server would see: the `/dev/nvidia<N>` device nodes,
+/// else the driver's `/proc/driver/nvidia/gpus` entries (a container sees
+/// those of its GPUs); 0 when `CUDA_VISIBLE_DEVICES` in `vars` hides them
+/// all (empty, or `-1`, as CUDA reads it).
+pub fn visible_gpus(vars: &Vars) -> u32 {
+    let hidden = vars
+        .get(OsStr::new("CUDA_VISIBLE_DEVICES"))
+        .and_then(|v| v.to_str())
+        .is_some_and(|v| v.trim().is_empty() || v.trim().starts_with("-1"));
+    if hidden {
+        return 0;
+    }
+    let device_nodes = count_entries(Path::new("/dev"), |name| {
+        name.strip_prefix("nvidia")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    let driver_entries = count_entries(Path::new("/proc/driver/nvidia/gpus"), |_| true);
+    device_nodes.max(driver_entries)
+}
+
+fn count_entries(dir: &Path, wanted: impl Fn(&str) -> bool) -> u32 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let count = entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(&wanted))
+        .count();
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+/// The facts of a node whose server would run the stock `lmcache` command
+/// `stock` with the environment `vars`: `None` without a visible GPU.
+pub fn measure(stock: &Path, vars: &Vars) -> Option<GpuFacts> {
+    let devices = visible_gpus(vars);
+    (devices > 0).then(|| GpuFacts {
+        devices,
+        extensions: check_extensions(stock, vars, CHECK_TIMEOUT),
+    })
+}
+
+/// Imports torch and every compiled extension of the `lmcache` package in
+/// the Python that `stock` runs, with the environment `vars` (less
+/// LMCache's own logging), within `timeout`.
+pub fn check_extensions(stock: &Path, vars: &Vars, timeout: Duration) -> ExtensionCheck {
+    let Some(python) = server_python(stock) else {
+        return ExtensionCheck::Unchecked {
+            why: format!(
+                "no Python found for {} (neither its #! line nor a python3 beside it)",
+                stock.display()
+            ),
+        };
+    };
+    let mut command = Command::new(&python);
+    command
+        .args(["-c", PROBE])
+        .env_clear()
+        .envs(vars.iter())
+        .env("LMCACHE_LOG_LEVEL", "ERROR")
+        .env("LMCACHE_TRACK_USAGE", "false")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    match run_bounded(command, timeout) {
+        Ok(stdout) => read_probe(&stdout),
+        Err(why) => ExtensionCheck::Unchecked {
+            why: format!("{}: {why}", python.display()),
+        },
+    }
+}
+
+/// The Python the stock `lmcache` command runs: the interpreter its `#!`
+/// line names, else `python3` beside it.
+fn server_python(stock: &Path) -> Option<PathBuf> {
+    let named = crate::locate::interpreter(stock).filter(|p| {
+        p.file_name()
+            .and_then(OsStr::to_str)
+            .is_some_and(|n| n.starts_with("python"))
+    });
+    named.or_else(|| {
+        let beside = stock.parent()?.join("python3");
+        beside.is_file().then_some(beside)
+    })
+}
+
+/// Runs `command` and returns what it printed, or why there is nothing:
+/// it could not start, failed, or ran past `timeout` (then it is killed).
+fn run_bounded(mut command: Command, timeout: Duration) -> Result<Vec<u8>, String> {
+    let mut child = command.spawn().map_err(|e| format!("cannot run: {e}"))?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let read = stdout.read_to_end(&mut out).map(|_| out);
+        let _ = tx.send(read);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(out)) => {
+            let status = child.wait().map_err(|e| e.to_string())?;
+            match status.success() {
+                true => Ok(out),
+                false => Err(format!("the check exited with {status}")),
+            }
+        }
+        Ok(Err(e)) => Err(format!("cannot read its output: {e}")),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!("no answer within {} s", timeout.as_secs()))
+        }
+    }
+}
+
+/// What the probe printed last: one JSON object
+/// `{"torch": str|null, "loaded": [str], "failed": [{"extension", "error"}]}`.
+fn read_probe(stdout: &[u8]) -> ExtensionCheck {
+    #[derive(Deserialize)]
+    struct Probe {
+        torch: Option<String>,
+        loaded: Vec<String>,
+        failed: Vec<ExtensionFailure>,
+    }
+    let text = String::from_utf8_lossy(stdout);
+    let last = text.lines().rev().find(|l| !l.trim().is_empty());
+    match last.map(serde_json::from_str::<Probe>) {
+        Some(Ok(p)) if p.failed.is_empty() => ExtensionCheck::Loaded {
+            torch: p.torch,
+            extensions: p.loaded,
+        },
+        Some(Ok(p)) => ExtensionCheck::Failed {
+            torch: p.torch,
+            failures: p.failed,
+        },
+        _ => ExtensionCheck::Unchecked {
+            why: "the check printed no result".into(),
+        },
+    }
+}
+
+/// The probe the server's Python runs: torch first (the extensions link
+/// against it), then every compiled module at the top of the `lmcache`
+/// package, as LMCache itself imports them.
+const PROBE: &str = r#"
+import importlib, importlib.util, json, os
+out = {"torch": None, "loaded": [], "failed": []}
+def fail(name, e):
+    out["failed"].append({"extension": name, "error": f"{type(e).__name__}: {e}"})
+try:
+    import torch
+    out["torch"] = torch.__version__
+except Exception as e:
+    fail("torch", e)
+spec = importlib.util.find_spec("lmcache")
+if spec is None or not spec.submodule_search_locations:
+    fail("lmcache", ImportError("the lmcache package is not installed"))
+else:
+    folder = list(spec.submodule_search_locations)[0]
+    names = sorted({f.split(".")[0] for f in os.listdir(folder) if f.endswith(".so")})
+    for name in names:
+        try:
+            importlib.import_module("lmcache." + name)
+            out["loaded"].append("lmcache." + name)
+        except Exception as e:
+            fail("lmcache." + name, e)
+print(json.dumps(out))
+"#;
+
+/// The plan's warning for `gpu`: `None` when every extension loaded.
+/// Source of the rule: LMCache 0.5.6 falls back to its torch baseline
+/// when `lmcache.cuda_ops` does not import, and says so only in its log.
+pub fn warning(gpu: &GpuFacts) -> Option<String> {
+    match &gpu.extensions {
+        ExtensionCheck::Loaded { .. } => None,
+        ExtensionCheck::Failed { torch, failures } => {
+            let torch = torch.as_deref().unwrap_or("(torch did not import)");
+            let each: Vec<String> = failures
+                .iter()
+                .map(|f| format!("{} ({})", f.extension, f.error))
+                .collect();
+            Some(format!(
+                "on this GPU node LMCache's compiled extensions do not load with torch {torch}: {}. LMCache carries on without them, on its slower torch baseline. Install the LMCache build made for this torch, or build LMCache from its source distribution against it",
+                each.join("; ")
+            ))
+        }
+        ExtensionCheck::Unchecked { why } => Some(format!(
+            "on this GPU node it could not be checked whether LMCache's compiled extensions load: {why}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vars {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    }
+
+    #[test]
+    fn cuda_visible_devices_that_hide_every_gpu_leave_none() {
+        for hidden in ["", " ", "-1", "-1,0"] {
+            assert_eq!(
+                visible_gpus(&vars(&[("CUDA_VISIBLE_DEVICES", hidden)])),
+                0,
+                "{hidden:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_probes_last_line_is_the_result() {
+        let failed = read_probe(
+            b"noise\n{\"torch\": \"2.11.0+cu130\", \"loaded\": [\"lmcache.lmcache_fs\"], \"failed\": [{\"extension\": \"lmcache.cuda_ops\", \"error\": \"ImportError: undefined symbol\"}]}\n",
+        );
+        let ExtensionCheck::Failed { torch, failures } = &failed else {
+            panic!("{failed:?}")
+        };
+        assert_eq!(torch.as_deref(), Some("2.11.0+cu130"));
+        assert_eq!(failures[0].extension, "lmcache.cuda_ops");
+        let loaded =
+            read_probe(br#"{"torch": "2.13.0", "loaded": ["lmcache.cuda_ops"], "failed": []}"#);
+        assert!(
+            matches!(loaded, ExtensionCheck::Loaded { .. }),
+            "{loaded:?}"
+        );
+        for garbage in [&b""[..], b"Traceback", b"{\"torch\": 1}"] {
+            assert!(matches!(
+                read_probe(garbage),
+                ExtensionCheck::Unchecked { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn the_warning_names_torch_the_extension_and_the_error() {
+        let gpu = GpuFacts {
+            devices: 1,
+            extensions: ExtensionCheck::Failed {
+                torch: Some("2.11.0+cu130".into()),
+                failures: vec![ExtensionFailure {
+                    extension: "lmcache.cuda_ops".into(),
+                    error: "ImportError: undefined symbol: _ZN3c10".into(),
+                }],
+            },
+        };
+        let text = warning(&gpu).unwrap();
+        for needle in ["torch 2.11.0+cu130", "lmcache.cuda_ops", "undefined symbol"] {
+            assert!(text.contains(needle), "{text}");
+        }
+        let fine = GpuFacts {
+            devices: 1,
+            extensions: ExtensionCheck::Loaded {
+                torch: None,
+                extensions: vec![],
+            },
+        };
+        assert_eq!(warning(&fine), None);
+    }
+
+    #[test]
+    fn a_stand_in_whose_extension_is_broken_fails_and_a_slow_one_is_cut_off() {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = tmp.path();
+        let package = venv.join("site/lmcache");
+        std::fs::create_dir_all(&package).unwrap();
+        std::fs::write(package.join("__init__.py"), "").unwrap();
+        std::fs::write(
+            package.join("cuda_ops.cpython-311-x86_64-linux-gnu.so"),
+            "not ELF",
+        )
+        .unwrap();
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        let stock = venv.join("bin/lmcache");
+        std::fs::write(&stock, "#!/usr/bin/python3\n").unwrap();
+        let site = package.parent().unwrap().display().to_string();
+        let env = vars(&[("PYTHONPATH", &site), ("PATH", "/usr/bin:/bin")]);
+        let check = check_extensions(&stock, &env, CHECK_TIMEOUT);
+        let ExtensionCheck::Failed { failures, .. } = &check else {
+            panic!("{check:?}")
+        };
+        let cuda = failures
+            .iter()
+            .find(|f| f.extension == "lmcache.cuda_ops")
+            .unwrap_or_else(|| panic!("{check:?}"));
+        assert!(cuda.error.starts_with("ImportError"), "{cuda:?}");
+
+        std::fs::write(package.join("__init__.py"), "import time\ntime.sleep(30)\n").unwrap();
+        let slow = check_extensions(&stock, &env, Duration::from_millis(500));
+        let ExtensionCheck::Unchecked { why } = &slow else {
+            panic!("{slow:?}")
+        };
+        assert!(why.contains("no answer within"), "{why}");
+    }
+}
