@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure a Python virtual environment with the real LMCache
-# (lmcache==$LMCACHE_VERSION, default 0.5.6) and a local S3 server (moto)
-# exists, and prints its path on stdout.
+# (lmcache==$LMCACHE_VERSION, default 0.5.6), boto3 and a local S3 server
+# (moto) exists, and prints its path on stdout. boto3: LMCache's S3 adapter
+# needs it to read the S3 gateway's per-launch key from the server's
+# environment (docs/s3-gateway.md), and lmcache does not depend on it.
 #
 # Where: $EREBINE_LMCACHE_VENV, else ~/.cache/erebine/lmcache-$LMCACHE_VERSION
 # (outside the clone, so every clone and CI run reuses it). An existing
@@ -26,7 +28,7 @@ installed_version() {
 }
 has_packages() {
   local p
-  for p in moto $extra; do
+  for p in boto3 moto $extra; do
     "$venv/bin/python" -c "import importlib.metadata as m; m.version('$p')" >/dev/null 2>&1 || return 1
   done
 }
@@ -39,7 +41,7 @@ else
   mkdir -p "$(dirname "$venv")"
   "$python" -m venv "$venv"
   # shellcheck disable=SC2086 # $extra is a list of package names
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "lmcache==$LMCACHE_VERSION" "moto[server]" $extra
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "lmcache==$LMCACHE_VERSION" boto3 "moto[server]" $extra
   [ "$(installed_version)" = "$LMCACHE_VERSION" ] || { echo "setup-lmcache: lmcache $LMCACHE_VERSION did not install" >&2; exit 1; }
 fi
 echo "$venv"

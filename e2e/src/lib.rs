@@ -626,7 +626,8 @@ impl S3sFs {
 /// after the model in `$BENCH_MODEL` instead of `bench-model`. LMCache 0.5.6
 /// has no flag for that model name; the wrapper sets the default of the
 /// bench's key generator and then runs LMCache's own command line, so every
-/// store and load still goes through LMCache's real adapter.
+/// store and load still goes through LMCache's real adapter. Its `python3`
+/// is the real environment's, which the launcher asks for boto3.
 pub fn venv_with_bench_model(dir: &Path) -> PathBuf {
     let venv = dir.join("bench-model-venv");
     std::fs::create_dir_all(venv.join("bin")).expect("venv directory");
@@ -651,6 +652,10 @@ sys.exit(main())
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod");
+    let python3 = venv.join("bin/python3");
+    if !python3.exists() {
+        std::os::unix::fs::symlink(&python, &python3).expect("the python3 link");
+    }
     venv
 }
 

@@ -77,8 +77,19 @@ fn main() -> Result<(), Error> {
     runtime.block_on(measure(&proxy))
 }
 
+/// `spec` (a rewritten one) with the gateways' per-launch key in it: what
+/// this bench's client signs with. LMCache gets the key from its
+/// environment instead ([`Gateways::server_env`]).
+fn with_key(spec: &str, gateways: &Gateways) -> Result<String, Error> {
+    let mut spec: serde_json::Value = serde_json::from_str(spec)?;
+    let key = gateways.key().ok_or("no gateway started")?;
+    spec["aws_access_key_id"] = key.access_key_id.clone().into();
+    spec["aws_secret_access_key"] = key.secret_access_key.clone().into();
+    Ok(spec.to_string())
+}
+
 /// Child mode: starts the gateway for `GATEWAY_BENCH_UPSTREAM`, prints the
-/// rewritten spec, and serves until stdin closes.
+/// rewritten spec with its key, and serves until stdin closes.
 async fn serve_gateway() -> Result<(), Error> {
     let spec = serde_json::json!({
         "type": "s3",
@@ -88,8 +99,8 @@ async fn serve_gateway() -> Result<(), Error> {
         "disable_tls": true,
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (rewritten, _gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
-    println!("{}", rewritten[1]);
+    let (rewritten, gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
+    println!("{}", with_key(&rewritten[1], &gateways)?);
     std::io::stdout().flush()?;
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();

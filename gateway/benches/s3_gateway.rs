@@ -81,8 +81,19 @@ fn main() -> Result<(), Error> {
     runtime.block_on(compare())
 }
 
+/// `spec` (a rewritten one) with the gateways' per-launch key in it: what
+/// this bench's client signs with. LMCache gets the key from its
+/// environment instead ([`Gateways::server_env`]).
+fn with_key(spec: &str, gateways: &Gateways) -> Result<String, Error> {
+    let mut spec: serde_json::Value = serde_json::from_str(spec)?;
+    let key = gateways.key().ok_or("no gateway started")?;
+    spec["aws_access_key_id"] = key.access_key_id.clone().into();
+    spec["aws_secret_access_key"] = key.secret_access_key.clone().into();
+    Ok(spec.to_string())
+}
+
 /// Child mode: starts the gateway for the upstream, prints the rewritten
-/// spec, and serves until stdin closes.
+/// spec with its key, and serves until stdin closes.
 async fn serve_gateway() -> Result<(), Error> {
     let spec = serde_json::json!({
         "type": "s3",
@@ -92,7 +103,7 @@ async fn serve_gateway() -> Result<(), Error> {
         "disable_tls": true,
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (rewritten, _gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
+    let (rewritten, gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
     let (scraped, scraped_gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
     let every = Duration::from_millis(env_or("GATEWAY_BENCH_SCRAPE_MS", 10)? as u64);
     let view = scraped_gateways.view();
@@ -101,9 +112,9 @@ async fn serve_gateway() -> Result<(), Error> {
         std::thread::sleep(every);
     });
     let relay = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    println!("{}", rewritten[1]);
+    println!("{}", with_key(&rewritten[1], &gateways)?);
     println!("{}", relay.local_addr()?);
-    println!("{}", scraped[1]);
+    println!("{}", with_key(&scraped[1], &scraped_gateways)?);
     let upstream = env("GATEWAY_BENCH_UPSTREAM")?;
     tokio::spawn(async move {
         while let Ok((mut client, _)) = relay.accept().await {

@@ -14,13 +14,19 @@
 //! reports as an S3 error, never a dropped connection, which its circuit
 //! breaker would count towards switching the tier off.
 //!
+//! Each connection is checked once, when it is accepted: the owner of the
+//! connecting socket must be the LMCache server's uid ([`Peers`]); every
+//! request on a connection that is not gets 403 `AccessDenied`.
+//!
 //! An unsigned `GET` on [`STATE_PATH`] answers the gateway's own state as
-//! JSON ([`super::state`]); every other request is counted in [`Stats`].
+//! JSON ([`super::state`]), whoever asks; every other request is counted in
+//! [`Stats`].
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
@@ -39,6 +45,7 @@ use tokio::net::TcpListener;
 use super::client::{self, Body, BoxError, Progress, UpstreamClient};
 use super::credentials::{NoCredentials, RealCredentials};
 use super::key::{self, Route};
+use super::peer::{self, PeerError};
 use super::sigv4::{self, KeyPair, Signed};
 use super::spec::{BucketSpecError, BucketTier};
 use super::state::{Stats, STATE_PATH};
@@ -270,11 +277,75 @@ impl Upstream {
     }
 }
 
-/// Serves `upstream` on `listener` until the runtime shuts down, counting
-/// in `stats`.
-pub(crate) async fn serve(listener: TcpListener, upstream: Arc<Upstream>, stats: Arc<Stats>) {
+/// Who may use a gateway: connections to `addr` whose socket belongs to
+/// `server_uid`, the uid the LMCache server runs as (`docs/s3-gateway.md`,
+/// "Who may use the gateway").
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peers {
+    /// The uid of the LMCache server.
+    pub(crate) server_uid: u32,
+    /// The gateway's listening address (`127.0.0.1:<port>`).
+    pub(crate) addr: SocketAddr,
+}
+
+/// Why a connection is not served.
+#[derive(Debug, thiserror::Error)]
+enum PeerRefusal {
+    /// Its socket belongs to another uid.
+    #[error("its socket belongs to uid {uid}, not to the LMCache server's uid {server_uid}")]
+    OtherUid {
+        /// The socket's owner.
+        uid: u32,
+        /// The LMCache server's uid.
+        server_uid: u32,
+    },
+    /// Its socket's owner cannot be found.
+    #[error("the owner of its socket cannot be found: {0}")]
+    Unknown(
+        /// Why not.
+        PeerError,
+    ),
+}
+
+/// One accepted connection: where it comes from and, when it may not use
+/// the gateway, why.
+struct Connection {
+    peer: SocketAddr,
+    refusal: Option<PeerRefusal>,
+    /// Whether the refusal was logged (once per connection).
+    logged: AtomicBool,
+}
+
+impl Peers {
+    /// The connection from `peer`, checked: its socket's owner looked up
+    /// once ([`peer::socket_owner`]) and compared with the server's uid.
+    fn check(&self, peer: SocketAddr) -> Connection {
+        let refusal = match peer::socket_owner(peer, self.addr) {
+            Ok(uid) if uid == self.server_uid => None,
+            Ok(uid) => Some(PeerRefusal::OtherUid {
+                uid,
+                server_uid: self.server_uid,
+            }),
+            Err(e) => Some(PeerRefusal::Unknown(e)),
+        };
+        Connection {
+            peer,
+            refusal,
+            logged: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Serves `upstream` on `listener` to the connections `peers` admits
+/// until the runtime shuts down, counting in `stats`.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    peers: Peers,
+    upstream: Arc<Upstream>,
+    stats: Arc<Stats>,
+) {
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(
@@ -289,8 +360,10 @@ pub(crate) async fn serve(listener: TcpListener, upstream: Arc<Upstream>, stats:
         let upstream = upstream.clone();
         let stats = stats.clone();
         tokio::spawn(async move {
-            let service =
-                service_fn(move |request| handle(upstream.clone(), stats.clone(), request));
+            let connection = Arc::new(peers.check(peer));
+            let service = service_fn(move |request| {
+                handle(upstream.clone(), stats.clone(), connection.clone(), request)
+            });
             if let Err(e) = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -423,12 +496,21 @@ impl ForwardError {
 async fn handle(
     upstream: Arc<Upstream>,
     stats: Arc<Stats>,
+    connection: Arc<Connection>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     if method == Method::GET && path == STATE_PATH {
         return Ok(state_response(&stats));
+    }
+    if let Some(refusal) = &connection.refusal {
+        return Ok(refuse_peer(
+            upstream.tier.position,
+            &stats,
+            &connection,
+            refusal,
+        ));
     }
     stats.request(&method);
     let arrived = std::time::Instant::now();
@@ -448,6 +530,29 @@ async fn handle(
         tracing::debug!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request");
     }
     Ok(response)
+}
+
+/// The answer to a request on a connection the gateway does not serve:
+/// 403 `AccessDenied` naming the reason, counted in `stats`; the first on
+/// the connection is logged with it.
+fn refuse_peer(
+    tier: usize,
+    stats: &Stats,
+    connection: &Connection,
+    refusal: &PeerRefusal,
+) -> Response<Body> {
+    stats.peer_refused();
+    if !connection.logged.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            tier,
+            "S3 gateway refused a connection from {}: {refusal}",
+            connection.peer
+        );
+    }
+    let message = format!(
+        "the S3 gateway serves only the node's LMCache server, and this connection is not its: {refusal}"
+    );
+    error(StatusCode::FORBIDDEN, "AccessDenied", &message)
 }
 
 /// Forwards one request of LMCache's: [`authenticate`] it, [`route`] it into

@@ -6,13 +6,17 @@
 //! (`server ...` or `bench l2 ...`), starts one gateway per `--l2-adapter`
 //! spec of type `s3` that names an `s3_bucket`, and returns the arguments
 //! with those specs rewritten to point at the gateways. Every other argument
-//! and spec is returned unchanged. The gateways run on their own threads
-//! until the [`Gateways`] value is dropped.
+//! and spec is returned unchanged. The key LMCache signs with reaches it
+//! through its environment ([`Gateways::server_env`]), never its command
+//! line, and each gateway serves only connections from this process's uid,
+//! the uid the server runs as ([`peer`]). The gateways run on their own
+//! threads until the [`Gateways`] value is dropped.
 
 mod client;
 pub mod credentials;
 mod gateway;
 pub mod key;
+pub mod peer;
 pub mod sigv4;
 pub mod spec;
 pub mod state;
@@ -86,11 +90,34 @@ pub enum GatewayError {
     Io(#[from] std::io::Error),
 }
 
+/// The variables botocore's default chain reads besides
+/// [`credentials::CREDENTIAL_ENV`] ([`server_env_removed`]).
+const BOTOCORE_ENV: &[&str] = &[
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SECURITY_TOKEN",
+    "AWS_CREDENTIAL_EXPIRATION",
+];
+
+/// The variables [`Gateways::server_env`] removes from the server's
+/// environment, and that no process started for it may get: the AWS
+/// credential variables the gateways read ([`credentials::CREDENTIAL_ENV`])
+/// and those botocore's default chain reads besides (`AWS_DEFAULT_PROFILE`,
+/// `AWS_SECURITY_TOKEN`, `AWS_CREDENTIAL_EXPIRATION`), so that boto3 in
+/// LMCache finds the per-launch key and nothing of the operator's.
+pub fn server_env_removed() -> impl Iterator<Item = &'static str> {
+    credentials::CREDENTIAL_ENV
+        .iter()
+        .chain(BOTOCORE_ENV)
+        .copied()
+}
+
 /// The running gateways of one launch; dropping it stops them.
 pub struct Gateways {
     runtime: Option<tokio::runtime::Runtime>,
     addresses: Vec<(usize, SocketAddr)>,
-    every_s3_tier_gatewayed: bool,
+    /// The per-launch key every gateway of the launch accepts; `None`
+    /// without gateways.
+    key: Option<KeyPair>,
     view: GatewaysView,
 }
 
@@ -133,7 +160,13 @@ impl Gateways {
     /// variables ([`credentials`] says which, and what `aws-config` reads
     /// from the process environment itself). Tiers are counted from 0 in the
     /// order of the `--l2-adapter` flags. Errors name the tier and key at
-    /// fault; a tier without credentials fails with the sources tried.
+    /// fault; a tier without credentials fails with the sources tried, and
+    /// an `s3` tier without `s3_bucket` that would sign with the per-launch
+    /// key fails too ([`spec::check_default_chain`]).
+    ///
+    /// Every gateway of the call accepts one per-launch key pair, which the
+    /// server gets from [`Gateways::server_env`], and only connections
+    /// whose socket belongs to this process's effective uid.
     pub async fn start(
         args: &[String],
         env: &(dyn Fn(&str) -> Option<String> + Sync),
@@ -151,26 +184,23 @@ impl Gateways {
     ) -> Result<(Vec<String>, Gateways), GatewayError> {
         let mut out = args.to_vec();
         let mut tiers = Vec::new();
-        let mut every_s3_tier_gatewayed = true;
+        let parsed = specs.0.iter().filter_map(|arg| arg.spec.as_ref().ok());
+        spec::check_default_chain(parsed)?;
         for (position, arg) in specs.0.iter().enumerate() {
             let Ok(spec) = &arg.spec else { continue };
             let flag = if arg.inline { "--l2-adapter=" } else { "" };
-            match BucketTier::from_spec(spec, position, env)? {
-                Some(tier) => tiers.push((arg.index, flag, spec.clone(), tier)),
-                None if spec.adapter_type() == "s3" => every_s3_tier_gatewayed = false,
-                None => {}
+            if let Some(tier) = BucketTier::from_spec(spec, position, env)? {
+                tiers.push((arg.index, flag, spec.clone(), tier));
             }
         }
+        let mut gateways = Gateways {
+            runtime: None,
+            addresses: Vec::new(),
+            key: None,
+            view: GatewaysView::default(),
+        };
         if tiers.is_empty() {
-            return Ok((
-                out,
-                Gateways {
-                    runtime: None,
-                    addresses: Vec::new(),
-                    every_s3_tier_gatewayed,
-                    view: GatewaysView::default(),
-                },
-            ));
+            return Ok((out, gateways));
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -180,21 +210,17 @@ impl Gateways {
         let handle = runtime.handle().clone();
         // Owned by `gateways` from here: its Drop stops the runtime without
         // blocking, also on the error paths below.
-        let mut gateways = Gateways {
-            runtime: Some(runtime),
-            addresses: Vec::new(),
-            every_s3_tier_gatewayed,
-            view: GatewaysView::default(),
-        };
+        gateways.runtime = Some(runtime);
+        let key = KeyPair::random()?;
+        let server_uid = nix::unistd::geteuid().as_raw();
         for (index, flag, spec, tier) in tiers {
             let position = tier.position;
-            let key = KeyPair::random()?;
             let (addr, source, stats) = handle
-                .spawn(start_one(tier, key.clone()))
+                .spawn(start_one(tier, key.clone(), server_uid))
                 .await
                 .map_err(std::io::Error::other)??;
             gateways.view.0.push(stats);
-            out[index] = format!("{flag}{}", BucketTier::rewrite(&spec, addr, &key).to_arg());
+            out[index] = format!("{flag}{}", BucketTier::rewrite(&spec, addr).to_arg());
             tracing::info!(
                 tier = position,
                 credentials = %source,
@@ -206,6 +232,7 @@ impl Gateways {
             );
             gateways.addresses.push((position, addr));
         }
+        gateways.key = Some(key);
         Ok((out, gateways))
     }
 
@@ -220,17 +247,35 @@ impl Gateways {
         &self.addresses
     }
 
-    /// The environment variables to remove from the LMCache process: the
-    /// AWS credential variables ([`credentials::CREDENTIAL_ENV`]) when every `s3`
-    /// tier goes through a gateway (LMCache then signs only with the
-    /// per-launch key in its spec); none otherwise, since an `s3` tier
-    /// without `s3_bucket` may rely on them.
-    pub fn env_to_remove(&self) -> &'static [&'static str] {
-        if self.every_s3_tier_gatewayed && !self.addresses.is_empty() {
-            credentials::CREDENTIAL_ENV
-        } else {
-            &[]
-        }
+    /// The per-launch key every gateway of the launch accepts, for a
+    /// client in this process (tests, benchmarks); `None` without
+    /// gateways. The server gets it from [`Gateways::server_env`].
+    pub fn key(&self) -> Option<&KeyPair> {
+        self.key.as_ref()
+    }
+
+    /// What the server's environment needs for the gateways, in order:
+    /// `(name, None)` to remove a variable, `(name, Some(value))` to set
+    /// one. With gateways: every AWS credential variable removed (the
+    /// operator's real credentials stay with the gateways, and boto3's
+    /// default chain in LMCache finds nothing else), then
+    /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` set to the per-launch
+    /// key. Without gateways: nothing, since an `s3` tier without
+    /// `s3_bucket` may rely on the operator's variables.
+    ///
+    /// The values are secret: set them on the server's command, never
+    /// print them (`docs/s3-gateway.md`, "The per-launch key").
+    pub fn server_env(&self) -> Vec<(&'static str, Option<String>)> {
+        let Some(key) = self.key() else {
+            return Vec::new();
+        };
+        server_env_removed()
+            .map(|name| (name, None))
+            .chain([
+                ("AWS_ACCESS_KEY_ID", Some(key.access_key_id.clone())),
+                ("AWS_SECRET_ACCESS_KEY", Some(key.secret_access_key.clone())),
+            ])
+            .collect()
     }
 }
 
@@ -246,9 +291,12 @@ impl Drop for Gateways {
 /// listens and the source of the credentials the start-up check used (also
 /// in the gateway's state, [`state::GatewayState::credential_source`]), and
 /// its counters.
+/// Only connections whose socket belongs to `server_uid` are served
+/// ([`peer`]).
 async fn start_one(
     tier: BucketTier,
     key: KeyPair,
+    server_uid: u32,
 ) -> Result<(SocketAddr, String, Arc<Stats>), GatewayError> {
     let stats = Stats::new(&tier);
     let (upstream, source) = gateway::Upstream::connect(tier, key).await?;
@@ -256,7 +304,13 @@ async fn start_one(
     let upstream = Arc::new(upstream);
     upstream.note_credential_expiry(&stats).await;
     let (listener, addr) = gateway::bind().await?;
-    tokio::spawn(gateway::serve(listener, upstream.clone(), stats.clone()));
+    let peers = gateway::Peers { server_uid, addr };
+    tokio::spawn(gateway::serve(
+        listener,
+        peers,
+        upstream.clone(),
+        stats.clone(),
+    ));
     tokio::spawn(keep_credentials_fresh(upstream, stats.clone()));
     Ok((addr, source, stats))
 }
@@ -298,7 +352,7 @@ mod tests {
         let (out, gateways) = Gateways::start(&args, &|_| None).await.unwrap();
         assert_eq!(out, args);
         assert!(gateways.addresses().is_empty());
-        assert!(gateways.env_to_remove().is_empty());
+        assert!(gateways.server_env().is_empty());
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -220,9 +220,12 @@ impl BucketTier {
 
     /// The spec LMCache gets: every key of `spec` in its order, except the
     /// [`EXTENSION_KEYS`] and the operator's credentials; `s3_endpoint` =
-    /// `gateway` (`127.0.0.1:<port>`), `disable_tls` true, `s3_prefer_http2`
-    /// false (the gateway speaks HTTP/1.1 only), and the per-launch `key`.
-    pub fn rewrite(spec: &TierSpec, gateway: std::net::SocketAddr, key: &KeyPair) -> TierSpec {
+    /// `gateway` (`127.0.0.1:<port>`), `disable_tls` true and
+    /// `s3_prefer_http2` false (the gateway speaks HTTP/1.1 only). It holds
+    /// no key: LMCache 0.5.6's S3 adapter then resolves its credentials
+    /// through boto3's default chain, which reads the per-launch key from
+    /// the server's environment ([`crate::Gateways::server_env`]).
+    pub fn rewrite(spec: &TierSpec, gateway: std::net::SocketAddr) -> TierSpec {
         let dropped: Vec<&str> = EXTENSION_KEYS
             .iter()
             .chain(CREDENTIAL_KEYS)
@@ -234,13 +237,50 @@ impl BucketTier {
                 ("s3_endpoint", gateway.to_string().into()),
                 ("disable_tls", true.into()),
                 ("s3_prefer_http2", false.into()),
-                ("aws_access_key_id", key.access_key_id.clone().into()),
-                (
-                    "aws_secret_access_key",
-                    key.secret_access_key.clone().into(),
-                ),
             ],
         )
+    }
+}
+
+/// Whether LMCache signs the `s3` tier `spec` with keys of its own: both
+/// `aws_access_key_id` and `aws_secret_access_key` set and not empty (LMCache
+/// 0.5.6's S3 adapter uses them then, and the default chain otherwise).
+fn has_own_keys(spec: &TierSpec) -> bool {
+    let set = |key: &str| {
+        spec.as_object()
+            .get(key)
+            .and_then(Value::as_str)
+            .is_some_and(|v| !v.is_empty())
+    };
+    set("aws_access_key_id") && set("aws_secret_access_key")
+}
+
+/// When any tier of `tiers` (the cascade, in order) goes through a gateway,
+/// checks that every other `s3` tier has keys of its own: the server's
+/// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` then hold the gateways'
+/// per-launch key, which LMCache's default chain would sign such a tier's
+/// requests with (`docs/s3-gateway.md`, "The per-launch key").
+///
+/// # Errors
+/// The first `s3` tier without `s3_bucket` and without both keys, named by
+/// its position, under the key `aws_access_key_id`.
+pub fn check_default_chain<'a>(
+    tiers: impl IntoIterator<Item = &'a TierSpec> + Clone,
+) -> Result<(), BucketSpecError> {
+    if !tiers.clone().into_iter().any(super::needs_gateway) {
+        return Ok(());
+    }
+    let relies_on_chain = |spec: &TierSpec| {
+        spec.adapter_type() == "s3" && !super::needs_gateway(spec) && !has_own_keys(spec)
+    };
+    match tiers.into_iter().position(relies_on_chain) {
+        None => Ok(()),
+        Some(position) => Err(BucketSpecError {
+            position,
+            key: "aws_access_key_id",
+            problem: "is not in the tier, and the server's AWS_ACCESS_KEY_ID holds the per-launch key of this launch's S3 gateways (another tier has s3_bucket): LMCache would sign this tier's requests with it".into(),
+            fix: "Give this tier \"aws_access_key_id\" and \"aws_secret_access_key\", or \"s3_bucket\" so that it goes through a gateway too (docs/s3-gateway.md, \"The per-launch key\").".into(),
+        }),
     }
 }
 
@@ -428,6 +468,21 @@ mod tests {
     }
 
     #[test]
+    fn beside_a_gateway_tier_every_other_s3_tier_needs_keys_of_its_own() {
+        let gateway = tier(r#"{"type":"s3","s3_bucket":"kvc","s3_endpoint":"h","s3_region":"r"}"#);
+        let keyed = tier(
+            r#"{"type":"s3","s3_endpoint":"b.h","aws_access_key_id":"A","aws_secret_access_key":"S"}"#,
+        );
+        let chained = tier(r#"{"type":"s3","s3_endpoint":"b.h","aws_access_key_id":"A"}"#);
+        let fs = tier(r#"{"type":"fs","base_path":"/x"}"#);
+        assert_eq!(check_default_chain([&fs, &gateway, &keyed]), Ok(()));
+        assert_eq!(check_default_chain([&chained, &fs]), Ok(()), "no gateway");
+        let e = check_default_chain([&gateway, &fs, &chained]).unwrap_err();
+        assert_eq!((e.position, e.key), (2, "aws_access_key_id"));
+        assert!(e.to_string().contains("per-launch key"), "{e}");
+    }
+
+    #[test]
     fn a_spec_without_s3_bucket_passes_through() {
         let plain = tier(r#"{"type":"s3","s3_endpoint":"b.example.net","s3_region":"r"}"#);
         assert!(BucketTier::from_spec(&plain, 0, &no_env).unwrap().is_none());
@@ -448,8 +503,7 @@ mod tests {
             "{:?}",
             t.credentials
         );
-        let key = KeyPair::random().unwrap();
-        let out = BucketTier::rewrite(&spec, "127.0.0.1:4000".parse().unwrap(), &key).to_arg();
+        let out = BucketTier::rewrite(&spec, "127.0.0.1:4000".parse().unwrap()).to_arg();
         assert!(
             !out.contains("REALSECRET") && !out.contains("AKREAL"),
             "{out}"
@@ -460,10 +514,7 @@ mod tests {
         );
         assert_eq!(
             out,
-            format!(
-                r#"{{"type":"s3","s3_endpoint":"127.0.0.1:4000","s3_region":"r1","s3_num_io_threads":8,"max_capacity_gb":2000,"disable_tls":true,"s3_prefer_http2":false,"aws_access_key_id":"{}","aws_secret_access_key":"{}"}}"#,
-                key.access_key_id, key.secret_access_key
-            )
+            r#"{"type":"s3","s3_endpoint":"127.0.0.1:4000","s3_region":"r1","s3_num_io_threads":8,"max_capacity_gb":2000,"disable_tls":true,"s3_prefer_http2":false}"#
         );
     }
 

@@ -73,6 +73,12 @@ pub struct GatewayState {
     /// credentials that do not expire (static keys).
     #[serde(default)]
     pub credential_expiry_unix: Option<u64>,
+    /// Requests refused with 403 `AccessDenied` because their connection
+    /// does not come from the LMCache server's uid, or its owner could not
+    /// be found (`docs/s3-gateway.md`, "Who may use the gateway"); not
+    /// counted in [`GatewayState::requests`] or [`GatewayState::rejected`].
+    #[serde(default)]
+    pub peer_refused: u64,
 }
 
 /// Answers by HTTP status class.
@@ -241,6 +247,7 @@ pub(crate) struct Stats {
     answer_buckets: [AtomicU64; ANSWER_SECONDS_BOUNDS.len() + 1],
     answer_micros: AtomicU64,
     credential_expiry_unix: AtomicU64,
+    peer_refused: AtomicU64,
 }
 
 impl Stats {
@@ -267,6 +274,7 @@ impl Stats {
                 rejected_by_reason: Rejections::default(),
                 answer_seconds: Histogram::default(),
                 credential_expiry_unix: None,
+                peer_refused: 0,
             },
             requests: Default::default(),
             rejected: AtomicU64::new(0),
@@ -280,6 +288,7 @@ impl Stats {
             answer_buckets: Default::default(),
             answer_micros: AtomicU64::new(0),
             credential_expiry_unix: AtomicU64::new(0),
+            peer_refused: AtomicU64::new(0),
         }
     }
 
@@ -316,6 +325,12 @@ impl Stats {
             Rejection::Signature => 4,
         };
         self.rejections[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request refused because of the connection it came on
+    /// (another uid than the LMCache server's, or no owner found).
+    pub(crate) fn peer_refused(&self) {
+        self.peer_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the gateway's answer with `status`, `took` after the request
@@ -428,6 +443,7 @@ impl Stats {
             },
             answer_seconds: self.histogram(),
             credential_expiry_unix: Some(count(&self.credential_expiry_unix)).filter(|t| *t > 0),
+            peer_refused: count(&self.peer_refused),
             ..self.identity.clone()
         }
     }
@@ -489,6 +505,7 @@ mod tests {
             stats.request(&method);
         }
         stats.rejected(&crate::sigv4::Rejection::Signature);
+        stats.peer_refused();
         stats.sent(100);
         stats.sent(28);
         stats.received(7);
@@ -509,6 +526,7 @@ mod tests {
             (1, 128, 7)
         );
         assert_eq!((state.upstream_errors, state.upstream_unreachable), (1, 1));
+        assert_eq!(state.peer_refused, 1);
         assert_eq!(
             state.last_upstream_error.as_ref().unwrap().message,
             "GET http://10.0.0.5:9000: error sending request: connection refused"

@@ -22,6 +22,7 @@ use crate::inspect::InspectError;
 use crate::launch::LaunchError;
 use crate::launch_plan::PlanError;
 use crate::locate::NotFound;
+use crate::server_python::Boto3Error;
 
 /// How a run ends. Command-line errors that `clap` reports (an unknown
 /// flag, a value that does not parse) end with 2 too.
@@ -260,6 +261,7 @@ impl HasExitStatus for PlanError {
         match self {
             PlanError::Config(e) => e.exit_status(),
             PlanError::Executable(e) => e.exit_status(),
+            PlanError::Boto3(e) => e.exit_status(),
             PlanError::Tier(e) => e.exit_status(),
             PlanError::Memory(_) | PlanError::NotMeasured => ExitStatus::Failure,
             PlanError::DiskPath { .. }
@@ -285,6 +287,14 @@ impl HasExitStatus for HousekeepingError {
             | HousekeepingError::Incomplete { .. }
             | HousekeepingError::Manifest(_) => ExitStatus::HousekeepingFailed,
         }
+    }
+}
+
+/// The server's Python lacks boto3, or cannot be asked: its environment is
+/// the input at fault.
+impl HasExitStatus for Boto3Error {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
     }
 }
 

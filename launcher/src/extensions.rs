@@ -6,7 +6,7 @@
 //! server starts, so `--dry-run` refuses what `erebine-lmcache server` would.
 
 use lmcache_capacity_guard::capacity::{check_guard_keys, guard_specs, CapacityError};
-use lmcache_s3_gateway::spec::{BucketSpecError, BucketTier};
+use lmcache_s3_gateway::spec::{check_default_chain, BucketSpecError, BucketTier};
 use lmcache_tier_spec::Cascade;
 
 /// A tier the server would refuse at start because of a key we add.
@@ -45,8 +45,9 @@ pub fn check_extensions(
 }
 
 /// What [`check_extensions`] checks without reading any file: every value,
-/// the pairing of credential keys, and two guarded tiers whose `base_path`s
-/// are one path written two ways. Not checked here: a CA bundle's contents,
+/// the pairing of credential keys, two guarded tiers whose `base_path`s
+/// are one path written two ways, and, beside `s3_bucket` tiers, `s3`
+/// tiers that would sign with the gateways' key ([`check_default_chain`]). Not checked here: a CA bundle's contents,
 /// the AWS files the environment names, and `base_path`s that meet through
 /// a symlink.
 ///
@@ -60,5 +61,6 @@ pub fn check_extension_keys(
     for (position, tier) in cascade.tiers().iter().enumerate() {
         BucketTier::check_keys(tier, position, env)?;
     }
+    check_default_chain(cascade.tiers())?;
     Ok(())
 }

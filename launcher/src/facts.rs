@@ -30,7 +30,7 @@ use crate::gpu::{self, GpuFacts};
 use crate::launch_plan::{
     self, check_engine, effective_chunk_size, EngineFacts, HostFacts, PlanError,
 };
-use crate::{locate, ports, Vars};
+use crate::{locate, ports, server_python, Vars};
 
 /// Whether measuring may create the cache directory and lock the tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +135,8 @@ impl Facts {
     ///
     /// Errors: a bad variable or engine fact, two listeners on one port,
     /// the host's memory unreadable,
-    /// the server executable missing, an unusable cache or lookup-hash
+    /// the server executable missing, `s3_bucket` tiers with a server
+    /// Python that cannot import boto3, an unusable cache or lookup-hash
     /// directory, another launch holding the tier ([`PlanError`]).
     pub fn measure(
         engine: &EngineFacts,
@@ -152,6 +153,7 @@ impl Facts {
         effective_chunk_size(engine, &node)?;
         ports::check_distinct(&ports::listeners(&node))?;
         let executable = server_executable(&node, vars)?;
+        check_gateway_python(&node, vars, &executable)?;
         facts.gpu = locate::find_stock_lmcache(vars, &executable)
             .ok()
             .and_then(|stock| gpu::measure(&stock, vars));
@@ -197,6 +199,29 @@ impl From<&Facts> for HostFacts {
             gpu: facts.gpu.clone(),
         }
     }
+}
+
+/// When the node's cascade has `s3_bucket` tiers: checks that the Python the
+/// server runs on imports boto3 ([`server_python::check_boto3`]). The
+/// server is `executable` when it is a script (the stock `lmcache` named by
+/// `EREBINE_AGENT_LMCACHE_PATH`), else the stock `lmcache` that
+/// `erebine-lmcache` will find.
+///
+/// Errors: the stock `lmcache` is not found ([`PlanError::Executable`]),
+/// or its Python cannot import boto3 ([`PlanError::Boto3`]).
+fn check_gateway_python(node: &NodeEnv, vars: &Vars, executable: &Path) -> Result<(), PlanError> {
+    let gateways = node
+        .custom_cascade()
+        .is_some_and(|c| c.tiers().iter().any(lmcache_s3_gateway::needs_gateway));
+    if !gateways {
+        return Ok(());
+    }
+    let stock = match locate::shebang(executable) {
+        Some(_) => executable.to_path_buf(),
+        None => locate::find_stock_lmcache(vars, executable)?,
+    };
+    server_python::check_boto3(&server_python::python_of(&stock), vars)?;
+    Ok(())
 }
 
 /// The server executable as [`locate::server_executable`] finds it, from

@@ -581,13 +581,16 @@ fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchErr
     }
     // The operator's adapter JSON may carry real credentials: the
     // server's environment never does, nor do the credential variables
-    // the gateways use.
+    // the gateways use; it gets the gateways' per-launch key instead.
     command
         .args(&prepared.args)
         .envs(&plan.env)
         .env_remove(env::L2_ADAPTER);
-    for variable in prepared.gateways.env_to_remove() {
-        command.env_remove(variable);
+    for (variable, value) in prepared.gateways.server_env() {
+        match value {
+            Some(value) => command.env(variable, value),
+            None => command.env_remove(variable),
+        };
     }
     // Set by this launch alone: one inherited would leave a tier unguarded.
     command.env_remove(GUARDED_BY_LAUNCH);

@@ -91,6 +91,10 @@ pub enum PlanError {
     /// The executable that starts the server is missing.
     #[error(transparent)]
     Executable(#[from] crate::locate::NotFound),
+    /// The server's Python cannot import boto3, which the `s3_bucket`
+    /// tiers need ([`crate::server_python`]).
+    #[error(transparent)]
+    Boto3(#[from] crate::server_python::Boto3Error),
     /// The cache directory (or the lookup-hash log directory) cannot be used.
     #[error("{variable}={path}: {problem}. {fix}")]
     DiskPath {
@@ -291,6 +295,27 @@ impl LaunchPlan {
         out
     }
 
+    /// The server's added variables as logs and `--dry-run` show them:
+    /// [`LaunchPlan::env`], and, when the cascade has `s3_bucket` tiers,
+    /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, which the launch
+    /// sets to the S3 gateways' per-launch key once they start
+    /// (`docs/s3-gateway.md`, "The per-launch key"), shown as
+    /// `<redacted>`.
+    pub fn shown_env(&self) -> BTreeMap<String, String> {
+        let mut env = self.env.clone();
+        if self
+            .cascade
+            .tiers()
+            .iter()
+            .any(lmcache_s3_gateway::needs_gateway)
+        {
+            for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+                env.insert(name.to_string(), "<redacted>".to_string());
+            }
+        }
+        env
+    }
+
     /// The engine's `--kv-transfer-config` value: [`LaunchPlan::connector_config`]
     /// as compact JSON.
     pub fn kv_transfer_config(&self) -> String {
@@ -298,13 +323,13 @@ impl LaunchPlan {
     }
 
     /// The plan as one JSON object (secrets redacted): `executable`, `argv`,
-    /// `env`, `status_url`, `listeners`, `connector_config`, `cascade`, `decisions`,
+    /// `env` ([`LaunchPlan::shown_env`]), `status_url`, `listeners`, `connector_config`, `cascade`, `decisions`,
     /// `housekeeping`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "executable": self.executable,
             "argv": self.redacted_args(),
-            "env": self.env,
+            "env": self.shown_env(),
             "status_url": self.status_url(),
             "listeners": self.listeners,
             "metrics_url": self.metrics_url(),

@@ -97,6 +97,7 @@ pub mod metrics;
 pub mod output;
 pub mod ports;
 pub mod server_flags;
+pub mod server_python;
 pub mod status;
 pub mod supervise;
 pub mod watch;

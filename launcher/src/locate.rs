@@ -211,13 +211,20 @@ pub fn lmcache_version(stock: &Path) -> Option<String> {
     })
 }
 
+/// The command the `#!` line of the script at `script` names: the
+/// interpreter and its arguments; `None` for a file without one.
+pub fn shebang(script: &Path) -> Option<Vec<PathBuf>> {
+    let text = read_small_file(script)?;
+    let line = text.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
+    let words: Vec<PathBuf> = line.split_whitespace().map(PathBuf::from).collect();
+    (!words.is_empty()).then_some(words)
+}
+
 /// The interpreter the `#!` line of the script `path` names (its first
 /// word), e.g. `/venv/bin/python3`; `None` for a file without one.
 pub fn interpreter(path: &Path) -> Option<PathBuf> {
-    let script = read_small_file(path)?;
-    let line = script.split(|b| *b == b'\n').next()?;
-    let line = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?;
-    Some(PathBuf::from(line.split_whitespace().next()?))
+    shebang(path)?.into_iter().next()
 }
 
 fn dist_info_version(site_packages: &Path) -> Option<String> {

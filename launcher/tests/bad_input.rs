@@ -4,7 +4,9 @@
 //!
 //! Where a case needs a stock `lmcache` to be found, a stand-in script is put
 //! in a temporary virtual environment: every case fails before it would run,
-//! and the stand-in writes a marker file if it ever does.
+//! and the stand-in writes a marker file if it ever does. Beside it, a
+//! stand-in `python3` imports boto3 (it exits 0), as `s3_bucket` tiers need
+//! of the server's Python.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -33,6 +35,8 @@ impl Case {
         )
         .unwrap();
         fs::set_permissions(bin.join("lmcache"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(bin.join("python3"), "#!/bin/sh\nexit 0\n").unwrap();
+        fs::set_permissions(bin.join("python3"), fs::Permissions::from_mode(0o755)).unwrap();
         let mut vars: BTreeMap<OsString, OsString> = BTreeMap::new();
         vars.insert("PATH".into(), "/usr/bin:/bin".into());
         vars.insert("HOME".into(), dir.path().as_os_str().to_owned());
@@ -1045,4 +1049,72 @@ fn a_capacity_larger_than_its_volume_stops_the_launch_before_the_server() {
         ],
     );
     assert!(!case.path().join("stand-in-ran").exists());
+}
+
+#[test]
+fn s3_bucket_tiers_with_a_server_python_without_boto3_stop_the_plan_naming_the_fix() {
+    let mut case = Case::new();
+    // A real Python that cannot import boto3: isolated, without site-packages.
+    let python = case.path().join("venv/bin/python3");
+    fs::write(&python, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
+    let cascade = format!("[{}]", bucket_tier("node-a/"));
+    case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
+        .own_ports();
+    for args in [&["launch", "--dry-run"][..], &["launch"]] {
+        let out = case.run(args);
+        assert_fails(
+            &out,
+            2,
+            &[
+                "need boto3 in the LMCache server's Python",
+                "No module named 'boto3'",
+                &format!("`{} -m pip install boto3`", python.display()),
+            ],
+        );
+        assert!(
+            !stderr(&out).contains("REAL-SECRET-VALUE"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn an_s3_tier_that_would_sign_with_the_gateways_key_is_refused_naming_it() {
+    let mut case = Case::new();
+    let chained = r#"{"type":"s3","s3_endpoint":"b.example.net","s3_region":"r"}"#;
+    let cascade = format!("[{},{chained}]", bucket_tier("node-a/"));
+    case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade);
+    let out = case.run(&["launch", "--dry-run"]);
+    assert_fails(
+        &out,
+        2,
+        &[
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+            "L2 tier 1 (s3): aws_access_key_id: is not in the tier, and the server's AWS_ACCESS_KEY_ID holds the per-launch key",
+        ],
+    );
+}
+
+#[test]
+fn a_dry_run_shows_the_gateways_key_variables_redacted() {
+    let mut case = Case::new();
+    let cascade = format!("[{}]", bucket_tier("node-a/"));
+    case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade);
+    let text = case.run(&["launch", "--dry-run"]);
+    let json = case.run(&["launch", "--dry-run", "--json"]);
+    for out in [&text, &json] {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("REAL-SECRET-VALUE"));
+    }
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("AWS_ACCESS_KEY_ID='<redacted>' AWS_SECRET_ACCESS_KEY='<redacted>' "),
+        "{text}"
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        plan["env"]["AWS_SECRET_ACCESS_KEY"], "<redacted>",
+        "{plan:#}"
+    );
 }

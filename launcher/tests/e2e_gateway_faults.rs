@@ -191,11 +191,11 @@ fn start_gateway(endpoint: &str) -> (Local, Gateways) {
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (args, gateways) = runtime.block_on(Gateways::start(&args, &|_| None)).unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
-    let field = |k: &str| local[k].as_str().unwrap().to_string();
+    let key = gateways.key().unwrap();
     let local = Local {
-        host: field("s3_endpoint"),
-        key_id: field("aws_access_key_id"),
-        secret: field("aws_secret_access_key"),
+        host: local["s3_endpoint"].as_str().unwrap().to_string(),
+        key_id: key.access_key_id.clone(),
+        secret: key.secret_access_key.clone(),
     };
     (local, gateways)
 }

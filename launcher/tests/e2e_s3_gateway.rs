@@ -36,7 +36,12 @@ fn child_and_gateway(proc: &mut Proc) -> (i32, u16) {
             let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
             exe(child).is_some_and(|e| Some(e) != exe(proc.pid()))
         };
-        let child = children_of(proc.pid()).first().copied();
+        // Not the check that LMCache's Python imports boto3.
+        let is_server = |pid: &i32| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            !String::from_utf8_lossy(&cmdline).contains("import boto3")
+        };
+        let child = children_of(proc.pid()).into_iter().find(is_server);
         if let (Some(port), Some(child)) = (port, child.filter(|&c| exec_done(c))) {
             return (child, port);
         }
@@ -113,12 +118,12 @@ fn bench_l2_through_s3_bucket_stores_and_loads_32_mib_objects_path_style_without
     for secret in [REAL_KEY_ID, REAL_SECRET, "kv-cache", "node-a/"] {
         assert!(!seen.contains(secret), "{secret} reached LMCache: {seen}");
     }
-    let key_id = seen
-        .split("\"aws_access_key_id\":\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .unwrap()
-        .to_string();
+    let (key_id, secret) = gateway_key_of(lmcache);
+    assert!(
+        !seen.contains("aws_access_key_id"),
+        "a key in the spec: {seen}"
+    );
+    assert_on_no_command_line(&[&key_id, &secret]);
     let forged = forged_request(gateway, &key_id);
     assert_eq!(forged.status().as_u16(), 403);
     assert!(forged.text().unwrap().contains("SignatureDoesNotMatch"));
@@ -216,10 +221,17 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
         assert!(!seen.contains(REAL_SECRET), "the real secret in pid {pid}");
         assert!(!seen.contains(REAL_KEY_ID), "the real key id in pid {pid}");
     }
+    // The per-launch key is in the server's environment and on no
+    // process's command line on the machine.
+    let server = *below.last().unwrap();
+    let (key_id, secret) = gateway_key_of(server);
+    assert_on_no_command_line(&[&key_id, &secret]);
 
     let bench = run_bench(dir, mp_port, http_port, 0, 3);
     assert!(bench.status.success(), "bench failed:\n{}", bench.output);
     assert!(!data_objects(&fs_dir).is_empty(), "nothing in the fs tier");
+    let gateway_port = gateway_port_of(&launch.output());
+    let refused = refused_from_another_uid(gateway_port, &key_id, &secret);
     let in_bucket = wait_for_keys(&s3, 1);
     assert!(
         in_bucket.iter().all(|k| k.starts_with("test-model@")),
@@ -244,6 +256,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     assert!(stores >= 1, "no store counted: {gateway:#}");
     assert!(gateway["bytes_up"].as_u64().unwrap() > 0, "{gateway:#}");
     assert_eq!(gateway["upstream_unreachable"], 0, "{gateway:#}");
+    assert_eq!(gateway["peer_refused"], refused, "{gateway:#}");
 
     // The metrics show the same counters, and the fs tier's guard (run by
     // erebine-lmcache beside the server) from its status file.
@@ -260,6 +273,10 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     let post = r#"lmcache_tier_gateway_requests_total{tier="1",method="POST"}"#;
     assert!(sample(put) + sample(post) >= stores as f64, "{metrics}");
     assert!(sample(r#"lmcache_tier_gateway_sent_bytes_total{tier="1"}"#) > 0.0);
+    assert_eq!(
+        sample(r#"lmcache_tier_gateway_peer_refused_total{tier="1"}"#),
+        refused as f64
+    );
     assert!(
         metrics.contains(
             r#"lmcache_tier_gateway_info{tier="1",bucket="kv-cache",credential_source="spec"} 1"#
@@ -322,6 +339,116 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
         log.contains("S3 gateway for kv-cache listening on"),
         "{log}"
     );
+    assert!(
+        !log.contains(&secret),
+        "the per-launch secret in the launch log"
+    );
+    if refused > 0 {
+        assert!(
+            log.contains("S3 gateway refused a connection from 127.0.0.1:")
+                && log.contains("belongs to uid 65534, not to the LMCache server's uid 0"),
+            "{log}"
+        );
+    }
+}
+
+/// The gateways' per-launch key pair in the environment of the process
+/// `pid` (the LMCache server): its `AWS_ACCESS_KEY_ID` and
+/// `AWS_SECRET_ACCESS_KEY`.
+fn gateway_key_of(pid: i32) -> (String, String) {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let vars: Vec<String> = environ
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    let var = |name: &str| {
+        vars.iter()
+            .find_map(|v| v.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in the server's environment: {vars:?}"))
+            .to_string()
+    };
+    let (key_id, secret) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"));
+    assert!(key_id.starts_with("EREBINE"), "{key_id}");
+    assert_eq!(secret.len(), 40);
+    (key_id, secret)
+}
+
+/// Asserts that no process on the machine has any of `secrets` on its
+/// command line (`/proc/*/cmdline`).
+fn assert_on_no_command_line(secrets: &[&str]) {
+    let mut read = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        read += 1;
+        for secret in secrets {
+            assert!(
+                !cmdline.contains(secret),
+                "a per-launch secret on the command line of {}: {cmdline}",
+                entry.path().display()
+            );
+        }
+    }
+    assert!(read > 3, "only {read} command lines read");
+}
+
+/// The port of the first gateway the launch log names.
+fn gateway_port_of(log: &str) -> u16 {
+    log.split("listening on 127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no gateway address in the launch log:\n{log}"))
+}
+
+/// Sends a listing signed with the per-launch key from uid 65534 (nobody,
+/// with `setpriv`) and from this process's uid, both with curl: the first
+/// must get 403 `AccessDenied` naming the uid, the second not, and the
+/// state route must answer uid 65534. Returns the requests refused (1),
+/// or 0 with a printed reason when this test does not run as root.
+fn refused_from_another_uid(gateway: u16, key_id: &str, secret: &str) -> u64 {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped the request from another uid: setpriv needs root");
+        return 0;
+    }
+    let host = format!("127.0.0.1:{gateway}");
+    let url = format!("http://{host}/?list-type=2&max-keys=1");
+    let curl = |as_nobody: bool, url: &str, signed: bool| {
+        let mut cmd = Command::new(if as_nobody { "setpriv" } else { "curl" });
+        if as_nobody {
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "curl"]);
+        }
+        cmd.args(["-s", "--noproxy", "*", "-w", "\n%{http_code}", url]);
+        if signed {
+            for (name, value) in &sign_as_client("GET", url, &host, key_id, secret) {
+                cmd.arg("-H")
+                    .arg(format!("{name}: {}", value.to_str().unwrap()));
+            }
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (status.to_string(), body.to_string())
+    };
+    let (status, body) = curl(true, &url, true);
+    assert_eq!(status, "403", "{body}");
+    assert!(
+        body.contains("<Code>AccessDenied</Code>")
+            && body.contains("belongs to uid 65534, not to the LMCache server's uid 0"),
+        "{body}"
+    );
+    let (status, body) = curl(false, &url, true);
+    assert_eq!(
+        status, "200",
+        "the same request from the server's uid: {body}"
+    );
+    let state = format!("http://{host}/.well-known/erebine-s3-gateway");
+    let (status, body) = curl(true, &state, false);
+    assert_eq!(status, "200", "the state route from uid 65534: {body}");
+    assert!(body.contains("\"peer_refused\":1"), "{body}");
+    1
 }
 
 /// `lmcache-tier inspect --json --url <url>` for the node in `dir`: its exit
@@ -431,13 +558,13 @@ fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503(
         .build()
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (args, _gateways) = runtime
+    let (args, gateways) = runtime
         .block_on(lmcache_s3_gateway::Gateways::start(&args, &|_| None))
         .unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
     let host = local["s3_endpoint"].as_str().unwrap().to_string();
-    let key_id = local["aws_access_key_id"].as_str().unwrap().to_string();
-    let secret = local["aws_secret_access_key"].as_str().unwrap().to_string();
+    let key = gateways.key().unwrap();
+    let (key_id, secret) = (key.access_key_id.clone(), key.secret_access_key.clone());
     let get = |path_and_query: &str| {
         let url = format!("http://{host}{path_and_query}");
         let headers = sign_as_client("GET", &url, &host, &key_id, &secret);
@@ -511,8 +638,8 @@ fn small_bench_l2(dir: &Path, spec: &serde_json::Value, env: &[(&str, String)]) 
 /// and load went through the gateway that signed with credentials from
 /// `source` (the start of the log's `credentials=` field), that `secrets`
 /// appear neither in its output nor in the LMCache process, which gets no
-/// variable of the credential chain, and that the objects are in bucket
-/// `kv-cache` on `s3`. `during` runs once LMCache has started, with the
+/// variable of the credential chain but the per-launch key pair (on no
+/// command line), and that the objects are in bucket `kv-cache` on `s3`. `during` runs once LMCache has started, with the
 /// gateway's port and LMCache's command line and environment.
 fn assert_bench_through_gateway(
     cmd: Command,
@@ -528,9 +655,12 @@ fn assert_bench_through_gateway(
     for secret in secrets {
         assert!(!seen.contains(secret), "{secret} reached LMCache: {seen}");
     }
-    for variable in lmcache_s3_gateway::credentials::CREDENTIAL_ENV {
+    let key = gateway_key_of(lmcache);
+    assert_on_no_command_line(&[&key.0, &key.1]);
+    let key_pair = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"];
+    for variable in lmcache_s3_gateway::server_env_removed() {
         assert!(
-            !seen.contains(&format!("{variable}=")),
+            key_pair.contains(&variable) || !seen.contains(&format!("{variable}=")),
             "{variable} reached LMCache: {seen}"
         );
     }
@@ -828,4 +958,47 @@ fn an_https_upstream_with_a_private_ca_works_with_s3_ca_bundle_and_fails_clearly
         &s3,
         &|_, _| {},
     );
+}
+
+#[test]
+fn erebine_lmcache_stops_before_lmcache_starts_when_its_python_cannot_import_boto3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s3 = S3Server::start(dir, free_port());
+    s3.create_bucket("kv-cache");
+    // A stand-in environment: `lmcache` leaves a marker if it ever runs, and
+    // `python3` is a real Python without site-packages, so without boto3.
+    let bin = dir.join("venv/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let marker = dir.join("lmcache-ran");
+    let script = |name: &str, text: String| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(bin.join(name), text).unwrap();
+        std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    script(
+        "lmcache",
+        format!("#!/bin/sh\ntouch {}\n", marker.display()),
+    );
+    script("python3", "#!/bin/sh\nexec python3 -I -S \"$@\"\n".into());
+    let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
+        "s3_bucket": "kv-cache", "s3_region": "us-east-1", "disable_tls": true,
+        "aws_access_key_id": REAL_KEY_ID, "aws_secret_access_key": REAL_SECRET});
+    let out = Command::new(BINS.erebine_lmcache())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir)
+        .env("VIRTUAL_ENV", dir.join("venv"))
+        .args(["bench", "l2", "--l2-adapter", &spec.to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("No module named 'boto3'")
+            && err.contains(&format!("`{}/python3 -m pip install boto3`", bin.display())),
+        "{err}"
+    );
+    assert!(!err.contains(REAL_SECRET), "{err}");
+    assert!(!marker.exists(), "lmcache was started");
 }

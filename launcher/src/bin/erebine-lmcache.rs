@@ -25,6 +25,7 @@ use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use lmcache_launcher::output;
 use lmcache_launcher::server_flags::server_flags;
+use lmcache_launcher::server_python::{check_boto3, python_of, Boto3Error};
 use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
 use lmcache_launcher::watch::Event;
 use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};
@@ -111,6 +112,10 @@ enum Failure {
     /// An `s3_bucket` tier cannot work.
     #[error(transparent)]
     Gateway(#[from] GatewayError),
+    /// The stock `lmcache`'s Python cannot import boto3, which the
+    /// `s3_bucket` tiers need (2).
+    #[error(transparent)]
+    Boto3(#[from] Boto3Error),
     /// A capacity guard could not start once the server listened; the
     /// server is stopped.
     #[error("{0}; stopping the server")]
@@ -138,6 +143,7 @@ impl HasExitStatus for Failure {
             Failure::Guards(e) => e.exit_status(),
             Failure::Signals(_) => ExitStatus::Failure,
             Failure::Gateway(e) => e.exit_status(),
+            Failure::Boto3(e) => e.exit_status(),
             Failure::GuardStart(e) => e.exit_status(),
             Failure::MetricsConfig(e) => e.exit_status(),
             Failure::Metrics(_) => ExitStatus::PortInUse,
@@ -357,6 +363,10 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
     let _endpoint = start_metrics(&server, &vars, &metrics).await?;
     let (rewritten, gateways) =
         Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
+    // LMCache gets the gateways' key through boto3 (stopped with them if not).
+    if !gateways.addresses().is_empty() {
+        check_boto3(&python_of(&server.stock), &vars)?;
+    }
     metrics.watch_gateways(gateways.view());
     metrics.watch_guards(server.guards.iter().map(|g| g.base_path.clone()));
     let args = server.args.iter().zip(&server.text_args).zip(rewritten);
@@ -366,8 +376,11 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
     });
     let mut command = tokio::process::Command::new(&server.stock);
     command.args(args);
-    for variable in gateways.env_to_remove() {
-        command.env_remove(variable);
+    for (variable, value) in gateways.server_env() {
+        match value {
+            Some(value) => command.env(variable, value),
+            None => command.env_remove(variable),
+        };
     }
     command.env_remove(lmcache_launcher::launch::GUARDED_BY_LAUNCH);
     let mut child =

@@ -744,8 +744,8 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
             let command: Vec<String> = std::iter::once(plan.executable.display().to_string())
                 .chain(plan.redacted_args())
                 .collect();
-            let assignments = plan.env.iter().map(|(k, v)| {
-                let value = shlex::try_quote(v).map_or_else(|_| v.clone(), |q| q.into_owned());
+            let assignments = plan.shown_env().into_iter().map(|(k, v)| {
+                let value = shlex::try_quote(&v).map_or_else(|_| v.clone(), |q| q.into_owned());
                 format!("{k}={value} ")
             });
             outln!(

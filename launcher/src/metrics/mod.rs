@@ -728,7 +728,7 @@ const FREE_SPACE_FAMILIES: [TierFamily<GuardStatus>; 5] = [
 ];
 
 /// The S3 gateways' per-tier families, from their counters.
-const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 4] = [
+const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
     TierFamily {
         name: "gateway_upstream_errors",
         help: "Upstream answers with a 5xx status, and answers that broke off",
@@ -756,6 +756,13 @@ const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 4] = [
         bytes: true,
         counter: true,
         value: |s| s.bytes_down,
+    },
+    TierFamily {
+        name: "gateway_peer_refused",
+        help: "Requests refused with 403 because their connection did not come from the LMCache server's uid (or its owner could not be found)",
+        bytes: false,
+        counter: true,
+        value: |s| s.peer_refused,
     },
 ];
 

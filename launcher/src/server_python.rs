@@ -1,0 +1,232 @@
+//! The Python the LMCache server runs on, asked before anything starts
+//! whether it can import boto3. A tier behind an S3 gateway reaches LMCache
+//! with no key in its spec, and LMCache 0.5.6's S3 adapter then resolves
+//! its credentials through boto3's default chain, which reads the
+//! gateways' per-launch key from the server's environment
+//! (`docs/s3-gateway.md`, "The per-launch key"). Without boto3 the server
+//! would fail at start; the launch refuses instead, naming the fix.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::env::Vars;
+
+/// How long the server's Python may take to import boto3 (about 0.2 s on
+/// an idle 2-core machine; a cold page cache or a busy host take longer).
+pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most of the Python's standard error that is kept for the message.
+const STDERR_MAX_BYTES: u64 = 16 << 10;
+
+/// Why the server's Python is not known to import boto3.
+#[derive(Debug, thiserror::Error)]
+pub enum Boto3Error {
+    /// The Python ran and could not import it.
+    #[error("the s3_bucket tiers need boto3 in the LMCache server's Python, and {python} cannot import it ({detail}). Install it: `{python} -m pip install boto3` (scripts/setup-lmcache.sh installs it too)")]
+    Missing {
+        /// The Python.
+        python: String,
+        /// The last line it printed, e.g. `ModuleNotFoundError: No module named 'boto3'`.
+        detail: String,
+    },
+    /// The Python could not be run.
+    #[error("the s3_bucket tiers need boto3 in the LMCache server's Python, and {python} cannot be run to check for it: {detail}")]
+    NotRun {
+        /// The Python.
+        python: String,
+        /// The OS error.
+        detail: String,
+    },
+    /// The import did not finish in time; the Python was killed.
+    #[error("the s3_bucket tiers need boto3 in the LMCache server's Python, and {python} did not import it within {} ms", .timeout.as_millis())]
+    TimedOut {
+        /// The Python.
+        python: String,
+        /// The time limit ([`IMPORT_TIMEOUT`]).
+        timeout: Duration,
+    },
+}
+
+/// The Python that the stock `lmcache` command at `stock` runs on: `python3`
+/// or `python` beside it (a virtual environment's or conda's `bin/`), else
+/// the interpreter its `#!` line names, with that line's arguments.
+pub fn python_of(stock: &Path) -> Vec<PathBuf> {
+    let dir = stock.parent().unwrap_or(Path::new("."));
+    for name in ["python3", "python"] {
+        if dir.join(name).is_file() {
+            return vec![dir.join(name)];
+        }
+    }
+    crate::locate::shebang(stock).unwrap_or_else(|| vec![PathBuf::from("python3")])
+}
+
+/// Checks that `python` (a command and its arguments, [`python_of`]) can
+/// import boto3 in the environment `vars` (the server's; empty: this
+/// process's), within [`IMPORT_TIMEOUT`]. Like the server, it runs without
+/// the operator's AWS credential variables
+/// ([`lmcache_s3_gateway::server_env_removed`]).
+///
+/// # Errors
+/// [`Boto3Error`]: the import fails, the Python cannot be run, or it takes
+/// longer than [`IMPORT_TIMEOUT`].
+pub fn check_boto3(python: &[PathBuf], vars: &Vars) -> Result<(), Boto3Error> {
+    check_within(python, vars, IMPORT_TIMEOUT)
+}
+
+/// [`check_boto3`] with the time limit `timeout`.
+fn check_within(python: &[PathBuf], vars: &Vars, timeout: Duration) -> Result<(), Boto3Error> {
+    let shown = python
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut command = Command::new(python.first().map_or(Path::new("python3"), |p| p));
+    if !vars.is_empty() {
+        command.env_clear().envs(vars);
+    }
+    for name in lmcache_s3_gateway::server_env_removed() {
+        command.env_remove(name);
+    }
+    command
+        .args(&python[1.min(python.len())..])
+        .args(["-c", "import boto3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().map_err(|e| Boto3Error::NotRun {
+        python: shown.clone(),
+        detail: e.to_string(),
+    })?;
+    let stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(stderr) = stderr {
+            let _ = stderr.take(STDERR_MAX_BYTES).read_to_string(&mut text);
+        }
+        text
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Boto3Error::TimedOut {
+                    python: shown,
+                    timeout,
+                });
+            }
+            Err(e) => {
+                return Err(Boto3Error::NotRun {
+                    python: shown,
+                    detail: e.to_string(),
+                })
+            }
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let text = reader.join().unwrap_or_default();
+    let detail = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map_or_else(
+            || format!("it exited with {status}"),
+            |l| l.trim().to_string(),
+        );
+    Err(Boto3Error::Missing {
+        python: shown,
+        detail,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn script(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn the_python_beside_lmcache_comes_before_its_shebang() {
+        let dir = tempfile::tempdir().unwrap();
+        let stock = dir.path().join("lmcache");
+        script(&stock, "#!/opt/py/bin/python3.11 -E\n");
+        assert_eq!(
+            python_of(&stock),
+            [PathBuf::from("/opt/py/bin/python3.11"), PathBuf::from("-E")]
+        );
+        script(&dir.path().join("python"), "#!/bin/sh\n");
+        assert_eq!(python_of(&stock), [dir.path().join("python")]);
+        script(&dir.path().join("python3"), "#!/bin/sh\n");
+        assert_eq!(python_of(&stock), [dir.path().join("python3")]);
+    }
+
+    #[test]
+    fn a_python_that_cannot_import_boto3_is_named_with_its_error_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        script(
+            &python,
+            "#!/bin/sh\necho 'Traceback' >&2\necho \"ModuleNotFoundError: No module named 'boto3'\" >&2\nexit 1\n",
+        );
+        let e = check_boto3(std::slice::from_ref(&python), &Vars::new()).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("ModuleNotFoundError: No module named 'boto3'")
+                && text.contains(&format!("`{} -m pip install boto3`", python.display())),
+            "{text}"
+        );
+        script(&python, "#!/bin/sh\n[ \"$1 $2\" = '-c import boto3' ]\n");
+        check_boto3(&[python], &Vars::new()).unwrap();
+        let missing = check_boto3(&[dir.path().join("nothing")], &Vars::new()).unwrap_err();
+        assert!(matches!(missing, Boto3Error::NotRun { .. }), "{missing}");
+    }
+
+    #[test]
+    fn a_python_that_hangs_is_killed_at_the_time_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        script(
+            &python,
+            "#!/bin/sh
+exec sleep 30
+",
+        );
+        let started = Instant::now();
+        let e = check_within(&[python], &Vars::new(), Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(e, Boto3Error::TimedOut { .. }), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn the_import_runs_in_the_environment_given_less_the_aws_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        script(
+            &python,
+            "#!/bin/sh\n[ \"$MARK\" = yes ] && [ -z \"$HOME$AWS_SECRET_ACCESS_KEY$AWS_PROFILE\" ]\n",
+        );
+        let vars = crate::env::text_vars([
+            ("MARK", "yes"),
+            ("AWS_SECRET_ACCESS_KEY", "REAL"),
+            ("AWS_PROFILE", "kv"),
+        ]);
+        check_boto3(std::slice::from_ref(&python), &vars).unwrap();
+        let other = crate::env::text_vars([("MARK", "no")]);
+        assert!(check_boto3(&[python], &other).is_err());
+    }
+}
