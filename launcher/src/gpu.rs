@@ -14,14 +14,12 @@
 //! warning.
 
 use std::ffi::OsStr;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::server_python::{self, RunError};
 use crate::Vars;
 
 /// How long [`check_extensions`] waits for the server's Python: importing
@@ -115,74 +113,23 @@ pub fn measure(stock: &Path, vars: &Vars) -> Option<GpuFacts> {
 }
 
 /// Imports torch and every compiled extension of the `lmcache` package in
-/// the Python that `stock` runs, with the environment `vars` (less
-/// LMCache's own logging), within `timeout`.
+/// the Python that `stock` runs ([`server_python::python_of`]), with the
+/// environment `vars` (less LMCache's own logging), within `timeout`.
 pub fn check_extensions(stock: &Path, vars: &Vars, timeout: Duration) -> ExtensionCheck {
-    let Some(python) = server_python(stock) else {
-        return ExtensionCheck::Unchecked {
-            why: format!(
-                "no Python found for {} (neither its #! line nor a python3 beside it)",
-                stock.display()
-            ),
-        };
-    };
-    let mut command = Command::new(&python);
+    let python = server_python::python_of(stock);
+    let mut command = server_python::command(&python, vars);
     command
-        .args(["-c", PROBE])
-        .env_clear()
-        .envs(vars.iter())
         .env("LMCACHE_LOG_LEVEL", "ERROR")
         .env("LMCACHE_TRACK_USAGE", "false")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    match run_bounded(command, timeout) {
-        Ok(stdout) => read_probe(&stdout),
-        Err(why) => ExtensionCheck::Unchecked {
-            why: format!("{}: {why}", python.display()),
-        },
-    }
-}
-
-/// The Python the stock `lmcache` command runs: the interpreter its `#!`
-/// line names, else `python3` beside it.
-fn server_python(stock: &Path) -> Option<PathBuf> {
-    let named = crate::locate::interpreter(stock).filter(|p| {
-        p.file_name()
-            .and_then(OsStr::to_str)
-            .is_some_and(|n| n.starts_with("python"))
-    });
-    named.or_else(|| {
-        let beside = stock.parent()?.join("python3");
-        beside.is_file().then_some(beside)
-    })
-}
-
-/// Runs `command` and returns what it printed, or why there is nothing:
-/// it could not start, failed, or ran past `timeout` (then it is killed).
-fn run_bounded(mut command: Command, timeout: Duration) -> Result<Vec<u8>, String> {
-    let mut child = command.spawn().map_err(|e| format!("cannot run: {e}"))?;
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let read = stdout.read_to_end(&mut out).map(|_| out);
-        let _ = tx.send(read);
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(out)) => {
-            let status = child.wait().map_err(|e| e.to_string())?;
-            match status.success() {
-                true => Ok(out),
-                false => Err(format!("the check exited with {status}")),
-            }
-        }
-        Ok(Err(e)) => Err(format!("cannot read its output: {e}")),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(format!("no answer within {} s", timeout.as_secs()))
-        }
+        .args(["-c", PROBE]);
+    let why = match server_python::run_bounded(command, timeout) {
+        Ok(ran) if ran.status.success() => return read_probe(ran.stdout.as_bytes()),
+        Ok(ran) => format!("the check exited with {}", ran.status),
+        Err(RunError::NotRun(e)) => format!("cannot run: {e}"),
+        Err(RunError::TimedOut) => format!("no answer within {} s", timeout.as_secs()),
+    };
+    ExtensionCheck::Unchecked {
+        why: format!("{}: {why}", server_python::shown(&python)),
     }
 }
 

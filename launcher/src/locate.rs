@@ -223,7 +223,7 @@ pub fn shebang(script: &Path) -> Option<Vec<PathBuf>> {
 
 /// The interpreter the `#!` line of the script `path` names (its first
 /// word), e.g. `/venv/bin/python3`; `None` for a file without one.
-pub fn interpreter(path: &Path) -> Option<PathBuf> {
+fn interpreter(path: &Path) -> Option<PathBuf> {
     shebang(path)?.into_iter().next()
 }
 

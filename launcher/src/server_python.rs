@@ -1,14 +1,19 @@
-//! The Python the LMCache server runs on, asked before anything starts
-//! whether it can import boto3. A tier behind an S3 gateway reaches LMCache
-//! with no key in its spec, and LMCache 0.5.6's S3 adapter then resolves
-//! its credentials through boto3's default chain, which reads the
-//! gateways' per-launch key from the server's environment
-//! (`docs/s3-gateway.md`, "The per-launch key"). Without boto3 the server
-//! would fail at start; the launch refuses instead, naming the fix.
+//! The Python the LMCache server runs on, asked before anything starts:
+//! whether it can import boto3 (here), and on a GPU node whether LMCache's
+//! compiled extensions load ([`crate::gpu`]), each run bounded in time
+//! ([`run_bounded`]).
+//!
+//! Why boto3: a tier behind an S3 gateway reaches LMCache with no key in its
+//! spec, and LMCache 0.5.6's S3 adapter then resolves its credentials
+//! through boto3's default chain, which reads the gateways' per-launch key
+//! from the server's environment (`docs/s3-gateway.md`, "The per-launch
+//! key"). Without boto3 the server would fail at start; the launch refuses
+//! instead, naming the fix.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::env::Vars;
@@ -17,8 +22,8 @@ use crate::env::Vars;
 /// an idle 2-core machine; a cold page cache or a busy host take longer).
 pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The most of the Python's standard error that is kept for the message.
-const STDERR_MAX_BYTES: u64 = 16 << 10;
+/// The most of each output stream of the server's Python that is kept.
+const OUTPUT_MAX_BYTES: u64 = 16 << 10;
 
 /// Why the server's Python is not known to import boto3.
 #[derive(Debug, thiserror::Error)]
@@ -77,36 +82,95 @@ pub fn check_boto3(python: &[PathBuf], vars: &Vars) -> Result<(), Boto3Error> {
 
 /// [`check_boto3`] with the time limit `timeout`.
 fn check_within(python: &[PathBuf], vars: &Vars, timeout: Duration) -> Result<(), Boto3Error> {
-    let shown = python
+    let shown = shown(python);
+    let mut command = command(python, vars);
+    for name in lmcache_s3_gateway::server_env_removed() {
+        command.env_remove(name);
+    }
+    command.args(["-c", "import boto3"]);
+    let ran = run_bounded(command, timeout).map_err(|e| match e {
+        RunError::NotRun(detail) => Boto3Error::NotRun {
+            python: shown.clone(),
+            detail,
+        },
+        RunError::TimedOut => Boto3Error::TimedOut {
+            python: shown.clone(),
+            timeout,
+        },
+    })?;
+    if ran.status.success() {
+        return Ok(());
+    }
+    let detail = ran
+        .stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map_or_else(
+            || format!("it exited with {}", ran.status),
+            |l| l.trim().to_string(),
+        );
+    Err(Boto3Error::Missing {
+        python: shown,
+        detail,
+    })
+}
+
+/// `python` ([`python_of`]) as one line for messages.
+pub fn shown(python: &[PathBuf]) -> String {
+    python
         .iter()
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
-        .join(" ");
+        .join(" ")
+}
+
+/// `python` ([`python_of`]: a command and its arguments) ready to take a
+/// script: the environment `vars` (empty: this process's), stdin closed.
+pub fn command(python: &[PathBuf], vars: &Vars) -> Command {
     let mut command = Command::new(python.first().map_or(Path::new("python3"), |p| p));
     if !vars.is_empty() {
         command.env_clear().envs(vars);
     }
-    for name in lmcache_s3_gateway::server_env_removed() {
-        command.env_remove(name);
-    }
     command
         .args(&python[1.min(python.len())..])
-        .args(["-c", "import boto3"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().map_err(|e| Boto3Error::NotRun {
-        python: shown.clone(),
-        detail: e.to_string(),
-    })?;
-    let stderr = child.stderr.take();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(stderr) = stderr {
-            let _ = stderr.take(STDERR_MAX_BYTES).read_to_string(&mut text);
-        }
-        text
-    });
+        .stdin(Stdio::null());
+    command
+}
+
+/// What a [`run_bounded`] run left: how it ended and what it printed (each
+/// stream up to 16 KiB).
+#[derive(Debug)]
+pub struct Ran {
+    /// How it ended.
+    pub status: ExitStatus,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+/// Why a [`run_bounded`] run left nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    /// It could not be started, or waited for: the OS error.
+    NotRun(String),
+    /// It ran past its time limit and was killed.
+    TimedOut,
+}
+
+/// Runs `command` with its output captured, killing it once `timeout` has
+/// passed.
+///
+/// # Errors
+/// [`RunError`]: it could not run, or ran past `timeout`.
+pub fn run_bounded(mut command: Command, timeout: Duration) -> Result<Ran, RunError> {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|e| RunError::NotRun(e.to_string()))?;
+    let stdout = read_in_background(child.stdout.take());
+    let stderr = read_in_background(child.stderr.take());
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -115,34 +179,27 @@ fn check_within(python: &[PathBuf], vars: &Vars, timeout: Duration) -> Result<()
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(Boto3Error::TimedOut {
-                    python: shown,
-                    timeout,
-                });
+                return Err(RunError::TimedOut);
             }
-            Err(e) => {
-                return Err(Boto3Error::NotRun {
-                    python: shown,
-                    detail: e.to_string(),
-                })
-            }
+            Err(e) => return Err(RunError::NotRun(e.to_string())),
         }
     };
-    if status.success() {
-        return Ok(());
-    }
-    let text = reader.join().unwrap_or_default();
-    let detail = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map_or_else(
-            || format!("it exited with {status}"),
-            |l| l.trim().to_string(),
-        );
-    Err(Boto3Error::Missing {
-        python: shown,
-        detail,
+    Ok(Ran {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
+/// Reads up to [`OUTPUT_MAX_BYTES`] of `stream` on a thread of its own, so
+/// that a full pipe never blocks the child.
+fn read_in_background(stream: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(stream) = stream {
+            let _ = stream.take(OUTPUT_MAX_BYTES).read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
     })
 }
 
