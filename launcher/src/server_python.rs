@@ -13,7 +13,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use crate::env::Vars;
@@ -160,7 +160,8 @@ pub enum RunError {
 }
 
 /// Runs `command` with its output captured, killing it once `timeout` has
-/// passed.
+/// passed. Output is read until `timeout` at most: a process it started that
+/// keeps the streams open past its exit does not hold the caller.
 ///
 /// # Errors
 /// [`RunError`]: it could not run, or ran past `timeout`.
@@ -184,23 +185,27 @@ pub fn run_bounded(mut command: Command, timeout: Duration) -> Result<Ran, RunEr
             Err(e) => return Err(RunError::NotRun(e.to_string())),
         }
     };
+    let remaining = || deadline.saturating_duration_since(Instant::now());
     Ok(Ran {
         status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
+        stdout: stdout.recv_timeout(remaining()).unwrap_or_default(),
+        stderr: stderr.recv_timeout(remaining()).unwrap_or_default(),
     })
 }
 
 /// Reads up to [`OUTPUT_MAX_BYTES`] of `stream` on a thread of its own, so
-/// that a full pipe never blocks the child.
-fn read_in_background(stream: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
+/// that a full pipe never blocks the child; the text arrives on the
+/// receiver at the stream's end.
+fn read_in_background(stream: Option<impl Read + Send + 'static>) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut bytes = Vec::new();
         if let Some(stream) = stream {
             let _ = stream.take(OUTPUT_MAX_BYTES).read_to_end(&mut bytes);
         }
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
+        let _ = tx.send(String::from_utf8_lossy(&bytes).into_owned());
+    });
+    rx
 }
 
 #[cfg(test)]
@@ -247,6 +252,22 @@ mod tests {
         check_boto3(&[python], &Vars::new()).unwrap();
         let missing = check_boto3(&[dir.path().join("nothing")], &Vars::new()).unwrap_err();
         assert!(matches!(missing, Boto3Error::NotRun { .. }), "{missing}");
+    }
+
+    #[test]
+    fn a_child_left_holding_the_output_does_not_hold_the_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        script(&python, "#!/bin/sh\nsleep 30 &\necho done\n");
+        let started = Instant::now();
+        let ran =
+            run_bounded(command(&[python], &Vars::new()), Duration::from_millis(500)).unwrap();
+        assert!(ran.status.success());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
