@@ -71,24 +71,41 @@ pub struct ExtensionFailure {
     pub error: String,
 }
 
-/// The NVIDIA GPUs the server would see: the `/dev/nvidia<N>` device nodes,
-/// else the driver's `/proc/driver/nvidia/gpus` entries (a container sees
-/// those of its GPUs); 0 when `CUDA_VISIBLE_DEVICES` in `vars` hides them
-/// all (empty, or `-1`, as CUDA reads it).
+/// The NVIDIA GPUs the server would see: those of the node (the
+/// `/dev/nvidia<N>` device nodes, else the driver's
+/// `/proc/driver/nvidia/gpus` entries: a container sees those of its GPUs),
+/// as `CUDA_VISIBLE_DEVICES` in `vars` narrows them ([`cuda_visible`]).
 pub fn visible_gpus(vars: &Vars) -> u32 {
-    let hidden = vars
-        .get(OsStr::new("CUDA_VISIBLE_DEVICES"))
-        .and_then(|v| v.to_str())
-        .is_some_and(|v| v.trim().is_empty() || v.trim().starts_with("-1"));
-    if hidden {
-        return 0;
-    }
     let device_nodes = count_entries(Path::new("/dev"), |name| {
         name.strip_prefix("nvidia")
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     });
     let driver_entries = count_entries(Path::new("/proc/driver/nvidia/gpus"), |_| true);
-    device_nodes.max(driver_entries)
+    let setting = vars
+        .get(OsStr::new("CUDA_VISIBLE_DEVICES"))
+        .map(|v| v.to_string_lossy());
+    cuda_visible(setting.as_deref(), device_nodes.max(driver_entries))
+}
+
+/// How many of a node's `devices` GPUs CUDA shows a process whose
+/// `CUDA_VISIBLE_DEVICES` is `setting`, as the CUDA runtime reads it: unset,
+/// all of them; otherwise the comma-separated entries up to the first that
+/// is not a device (an index below `devices`, or a `GPU-`/`MIG-` UUID),
+/// so `""`, `"-1"` and `"NoDevFiles"` show none and `"0,-1,1"` shows one.
+pub fn cuda_visible(setting: Option<&str>, devices: u32) -> u32 {
+    let Some(setting) = setting else {
+        return devices;
+    };
+    let entries = setting
+        .split(',')
+        .map(str::trim)
+        .take_while(|entry| {
+            entry.starts_with("GPU-")
+                || entry.starts_with("MIG-")
+                || entry.parse::<u32>().is_ok_and(|index| index < devices)
+        })
+        .count();
+    u32::try_from(entries).unwrap_or(u32::MAX).min(devices)
 }
 
 fn count_entries(dir: &Path, wanted: impl Fn(&str) -> bool) -> u32 {
@@ -160,10 +177,11 @@ fn read_probe(stdout: &[u8]) -> ExtensionCheck {
 }
 
 /// The probe the server's Python runs: torch first (the extensions link
-/// against it), then every compiled module at the top of the `lmcache`
-/// package, as LMCache itself imports them.
+/// against it), then the `lmcache` package, then every compiled module at
+/// its top and `cuda_ops` whether or not a file of it is there (a build
+/// without it runs on the torch baseline too), as LMCache imports them.
 const PROBE: &str = r#"
-import importlib, importlib.util, json, os
+import importlib, json, os
 out = {"torch": None, "loaded": [], "failed": []}
 def fail(name, e):
     out["failed"].append({"extension": name, "error": f"{type(e).__name__}: {e}"})
@@ -172,12 +190,13 @@ try:
     out["torch"] = torch.__version__
 except Exception as e:
     fail("torch", e)
-spec = importlib.util.find_spec("lmcache")
-if spec is None or not spec.submodule_search_locations:
-    fail("lmcache", ImportError("the lmcache package is not installed"))
+try:
+    import lmcache
+    folder = list(lmcache.__path__)[0]
+except Exception as e:
+    fail("lmcache", e)
 else:
-    folder = list(spec.submodule_search_locations)[0]
-    names = sorted({f.split(".")[0] for f in os.listdir(folder) if f.endswith(".so")})
+    names = sorted({f.split(".")[0] for f in os.listdir(folder) if f.endswith(".so")} | {"cuda_ops"})
     for name in names:
         try:
             importlib.import_module("lmcache." + name)
@@ -194,14 +213,24 @@ pub fn warning(gpu: &GpuFacts) -> Option<String> {
     match &gpu.extensions {
         ExtensionCheck::Loaded { .. } => None,
         ExtensionCheck::Failed { torch, failures } => {
-            let torch = torch.as_deref().unwrap_or("(torch did not import)");
-            let each: Vec<String> = failures
-                .iter()
-                .map(|f| format!("{} ({})", f.extension, f.error))
-                .collect();
+            let each = |wanted: &dyn Fn(&str) -> bool| {
+                failures
+                    .iter()
+                    .filter(|f| wanted(&f.extension))
+                    .map(|f| format!("{} ({})", f.extension, f.error))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            let packages = each(&|name| matches!(name, "torch" | "lmcache"));
+            if !packages.is_empty() {
+                return Some(format!(
+                    "on this GPU node the LMCache server's Python cannot import {packages}: the server will not start. Install LMCache and the torch it needs in that environment"
+                ));
+            }
             Some(format!(
-                "on this GPU node LMCache's compiled extensions do not load with torch {torch}: {}. LMCache carries on without them, on its slower torch baseline. Install the LMCache build made for this torch, or build LMCache from its source distribution against it",
-                each.join("; ")
+                "on this GPU node LMCache's compiled extensions do not load with torch {}: {}. LMCache carries on without them, on its slower torch baseline. Install the LMCache build made for this torch, or build LMCache from its source distribution against it",
+                torch.as_deref().unwrap_or("?"),
+                each(&|_| true)
             ))
         }
         ExtensionCheck::Unchecked { why } => Some(format!(
@@ -222,14 +251,46 @@ mod tests {
     }
 
     #[test]
-    fn cuda_visible_devices_that_hide_every_gpu_leave_none() {
-        for hidden in ["", " ", "-1", "-1,0"] {
-            assert_eq!(
-                visible_gpus(&vars(&[("CUDA_VISIBLE_DEVICES", hidden)])),
-                0,
-                "{hidden:?}"
-            );
+    fn cuda_visible_devices_is_read_as_cuda_reads_it() {
+        for (setting, seen) in [
+            (None, 4),
+            (Some(""), 0),
+            (Some(" "), 0),
+            (Some("-1"), 0),
+            (Some("-1,0"), 0),
+            (Some(","), 0),
+            (Some("NoDevFiles"), 0),
+            (Some("5"), 0),
+            (Some("0"), 1),
+            (Some("0,-1,1"), 1),
+            (Some("2, 3"), 2),
+            (Some("GPU-51625c74-fddb,GPU-7f7c6807"), 2),
+            (Some("MIG-a,MIG-b,MIG-c,MIG-d,MIG-e"), 4),
+        ] {
+            assert_eq!(cuda_visible(setting, 4), seen, "{setting:?}");
         }
+        assert_eq!(visible_gpus(&vars(&[("CUDA_VISIBLE_DEVICES", "-1")])), 0);
+    }
+
+    #[test]
+    fn a_package_that_does_not_import_is_named_as_fatal() {
+        let gpu = GpuFacts {
+            devices: 1,
+            extensions: ExtensionCheck::Failed {
+                torch: Some("2.11.0".into()),
+                failures: vec![ExtensionFailure {
+                    extension: "lmcache".into(),
+                    error: "RuntimeError: broken package init".into(),
+                }],
+            },
+        };
+        let text = warning(&gpu).unwrap();
+        assert!(
+            text.contains("cannot import lmcache (RuntimeError: broken package init)")
+                && text.contains("will not start")
+                && !text.contains("torch baseline"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -308,6 +369,33 @@ mod tests {
             .find(|f| f.extension == "lmcache.cuda_ops")
             .unwrap_or_else(|| panic!("{check:?}"));
         assert!(cuda.error.starts_with("ImportError"), "{cuda:?}");
+
+        // A build without cuda_ops at all runs on the torch baseline too.
+        std::fs::remove_file(package.join("cuda_ops.cpython-311-x86_64-linux-gnu.so")).unwrap();
+        let check = check_extensions(&stock, &env, CHECK_TIMEOUT);
+        assert!(
+            format!("{check:?}")
+                .contains("ModuleNotFoundError: No module named 'lmcache.cuda_ops'"),
+            "{check:?}"
+        );
+
+        // A package that does not import is named as itself.
+        std::fs::write(
+            package.join("__init__.py"),
+            "raise RuntimeError('broken')\n",
+        )
+        .unwrap();
+        let check = check_extensions(&stock, &env, CHECK_TIMEOUT);
+        let ExtensionCheck::Failed { failures, .. } = &check else {
+            panic!("{check:?}")
+        };
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.extension == "lmcache" && f.error == "RuntimeError: broken"),
+            "{check:?}"
+        );
+        assert!(!failures.iter().any(|f| f.extension.starts_with("lmcache.")));
 
         std::fs::write(package.join("__init__.py"), "import time\ntime.sleep(30)\n").unwrap();
         let slow = check_extensions(&stock, &env, Duration::from_millis(500));

@@ -11,6 +11,7 @@
 //! instead, naming the fix.
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -23,7 +24,7 @@ use crate::env::Vars;
 pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most of each output stream of the server's Python that is kept.
-const OUTPUT_MAX_BYTES: u64 = 16 << 10;
+const OUTPUT_MAX_BYTES: usize = 16 << 10;
 
 /// Why the server's Python is not known to import boto3.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +57,9 @@ pub enum Boto3Error {
 
 /// The Python that the stock `lmcache` command at `stock` runs on: `python3`
 /// or `python` beside it (a virtual environment's or conda's `bin/`), else
-/// the interpreter its `#!` line names, with that line's arguments.
+/// the interpreter its `#!` line names, with that line's arguments, when
+/// that is a Python (`/usr/bin/env python3` included), else `python3` on
+/// `PATH` (a wrapper such as `#!/bin/sh` says nothing of its Python).
 pub fn python_of(stock: &Path) -> Vec<PathBuf> {
     let dir = stock.parent().unwrap_or(Path::new("."));
     for name in ["python3", "python"] {
@@ -64,7 +67,13 @@ pub fn python_of(stock: &Path) -> Vec<PathBuf> {
             return vec![dir.join(name)];
         }
     }
-    crate::locate::shebang(stock).unwrap_or_else(|| vec![PathBuf::from("python3")])
+    let is_python = |word: &PathBuf| {
+        word.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+    };
+    crate::locate::shebang(stock)
+        .filter(|words| words.iter().any(is_python))
+        .unwrap_or_else(|| vec![PathBuf::from("python3")])
 }
 
 /// Checks that `python` (a command and its arguments, [`python_of`]) can
@@ -166,10 +175,14 @@ pub enum RunError {
 /// # Errors
 /// [`RunError`]: it could not run, or ran past `timeout`.
 pub fn run_bounded(mut command: Command, timeout: Duration) -> Result<Ran, RunError> {
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     let mut child = command
         .spawn()
         .map_err(|e| RunError::NotRun(e.to_string()))?;
+    let _group = KillGroupOnDrop(child.id());
     let stdout = read_in_background(child.stdout.take());
     let stderr = read_in_background(child.stderr.take());
     let deadline = Instant::now() + timeout;
@@ -193,17 +206,37 @@ pub fn run_bounded(mut command: Command, timeout: Duration) -> Result<Ran, RunEr
     })
 }
 
-/// Reads up to [`OUTPUT_MAX_BYTES`] of `stream` on a thread of its own, so
-/// that a full pipe never blocks the child; the text arrives on the
+/// Ends the process group of a [`run_bounded`] run when the run is over, so
+/// that nothing the server's Python started outlives the check.
+struct KillGroupOnDrop(u32);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Reads `stream` to its end on a thread of its own, so that a full pipe
+/// never blocks the child, keeping its last [`OUTPUT_MAX_BYTES`] (where a
+/// result line and an error's last line are); the text arrives on the
 /// receiver at the stream's end.
 fn read_in_background(stream: Option<impl Read + Send + 'static>) -> Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        if let Some(stream) = stream {
-            let _ = stream.take(OUTPUT_MAX_BYTES).read_to_end(&mut bytes);
+        let mut kept = Vec::new();
+        let mut buffer = [0u8; 8192];
+        let mut stream = stream;
+        while let Some(Ok(n @ 1..)) = stream.as_mut().map(|s| s.read(&mut buffer)) {
+            kept.extend_from_slice(&buffer[..n]);
+            let excess = kept.len().saturating_sub(OUTPUT_MAX_BYTES);
+            kept.drain(..excess);
         }
-        let _ = tx.send(String::from_utf8_lossy(&bytes).into_owned());
+        let _ = tx.send(String::from_utf8_lossy(&kept).into_owned());
     });
     rx
 }
@@ -222,6 +255,13 @@ mod tests {
     fn the_python_beside_lmcache_comes_before_its_shebang() {
         let dir = tempfile::tempdir().unwrap();
         let stock = dir.path().join("lmcache");
+        script(&stock, "#!/bin/sh\n");
+        assert_eq!(python_of(&stock), [PathBuf::from("python3")]);
+        script(&stock, "#!/usr/bin/env python3\n");
+        assert_eq!(
+            python_of(&stock),
+            [PathBuf::from("/usr/bin/env"), PathBuf::from("python3")]
+        );
         script(&stock, "#!/opt/py/bin/python3.11 -E\n");
         assert_eq!(
             python_of(&stock),
@@ -268,6 +308,20 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn long_output_keeps_its_end_and_the_run_its_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        script(
+            &python,
+            "#!/bin/sh\nhead -c 40000 /dev/zero | tr '\\0' x\necho\necho RESULT\n",
+        );
+        let ran = run_bounded(command(&[python], &Vars::new()), IMPORT_TIMEOUT).unwrap();
+        assert!(ran.status.success(), "{:?}", ran.status);
+        assert!(ran.stdout.ends_with("RESULT\n"), "{}", ran.stdout.len());
+        assert!(ran.stdout.len() <= OUTPUT_MAX_BYTES);
     }
 
     #[test]

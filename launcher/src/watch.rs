@@ -347,15 +347,24 @@ struct Fall {
 }
 
 impl Departures {
-    /// Adds the workers the reaper's newer runs reaped. Runs missed between
-    /// two polls (the reaper runs every 7.5 s or more, the watcher polls
-    /// every 2 s) count only the last run's summary.
+    /// Adds the workers the reaper's newer runs reaped. The reaper runs
+    /// every 7.5 s or more and the watcher polls every 2 s, so it normally
+    /// sees every run; when it did not (more than one new run, as after
+    /// polls without an answer), or the new run's summary is not
+    /// `reaped=N` (a run that failed), what was reaped is unknown, and any
+    /// fall it could explain counts as reaped: the safe side.
     fn count_reaps(&mut self, run: Option<ReaperRun>) {
         let Some(run) = run else { return };
-        let previous = self.reaper_runs.replace(run.total_runs);
-        let reaped = run.reaped.unwrap_or(0);
-        if previous.is_some_and(|p| run.total_runs > p) && reaped > 0 {
-            self.reaped = (self.reaped.0 + reaped, false);
+        let Some(previous) = self.reaper_runs.replace(run.total_runs) else {
+            return;
+        };
+        let reaped = match (run.total_runs.checked_sub(previous), run.reaped) {
+            (None | Some(0), _) => return,
+            (Some(1), Some(n)) => n,
+            _ => u64::MAX,
+        };
+        if reaped > 0 {
+            self.reaped = (self.reaped.0.saturating_add(reaped), false);
         }
     }
 
@@ -526,6 +535,41 @@ mod tests {
             reaped: Some(reaped),
         });
         Poll::Up(Box::new(status))
+    }
+
+    #[test]
+    fn a_fall_after_reaper_runs_the_watcher_missed_is_a_loss() {
+        let mut w = Watcher::new(WatchConfig::default());
+        run(&mut w, &[with_reaper(0, 5, 0), with_reaper(1, 5, 0)]);
+        let mut events = run(&mut w, &[refused(), refused(), refused(), refused()]);
+        events.extend(run(&mut w, &[with_reaper(0, 7, 0), with_reaper(0, 7, 0)]));
+        assert!(
+            events.contains(&Event::WorkersLost { before: 1, now: 0 }),
+            "{events:?}"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, Event::WorkersDetached { .. })),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_fall_with_a_reaper_run_whose_summary_is_unreadable_is_a_loss() {
+        let mut w = Watcher::new(WatchConfig::default());
+        run(&mut w, &[with_reaper(0, 5, 0), with_reaper(1, 5, 0)]);
+        let mut failed = with_reaper(0, 6, 0);
+        if let Poll::Up(status) = &mut failed {
+            status.worker_liveness.as_mut().unwrap().reaper = Some(ReaperRun {
+                total_runs: 6,
+                reaped: None,
+            });
+        }
+        assert_eq!(
+            run(&mut w, &[failed.clone(), failed]),
+            [Event::WorkersLost { before: 1, now: 0 }]
+        );
     }
 
     #[test]
