@@ -8,20 +8,29 @@
 #                lmcache.cuda_ops against the node's torch when the wheel's
 #                does not load
 #   bin/         lmcache-tier and erebine-lmcache, release, stripped, gzipped
-# About 45 MB in all. Run it here (network, Rust), then hand the checkout to
-# the GPU node with .gpu-trial carried along (docs/performance.md, "GPU
-# node trial").
+# About 40 MB in all. Run it on a machine with network access and Rust, then
+# copy the checkout, .gpu-trial included (git ignores it), to the GPU node
+# and run scripts/gpu-trial.sh there (docs/performance.md, "GPU node
+# trial").
 #
-# Usage: scripts/gpu-trial-prepare.sh [--python-version 3.12]
+# --python-version X.Y  the GPU node's python3 (default 3.12): the wheels
+#                       are built for one Python
+#
+# Usage: scripts/gpu-trial-prepare.sh [--python-version X.Y]
 set -euo pipefail
 
 PYTHON_VERSION=3.12
-case "${1:-}" in
-  --python-version) PYTHON_VERSION=$2 ;;
-  -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
-  "") ;;
-  *) echo "gpu-trial-prepare: unknown argument $1 (see --help)" >&2; exit 2 ;;
-esac
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python-version)
+      [ -n "${2:-}" ] || { echo "gpu-trial-prepare: --python-version needs a value" >&2; exit 2; }
+      PYTHON_VERSION=$2
+      shift 2
+      ;;
+    -h | --help) sed -n '/^# Prepares/,/^# Usage/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "gpu-trial-prepare: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 KIT=$ROOT/.gpu-trial

@@ -17,25 +17,40 @@
 #     read back equal to what was stored;
 #  4. SIGTERM: exit 0, no LMCache process left, the port closed.
 # trial.log and summary.json go to $OUT (or /tmp/gpu-trial-out), and every
-# plan, log and report of the steps to details.tar.gz beside them.
+# plan, log and report of the steps to details.tar.gz beside them. It works
+# in /tmp/gpu-trial (removed first), uses ports 6555 and 8090, and installs
+# the wheels into the environment of the node's python3: run it on a
+# machine that is yours to change, never on a serving node.
 #
-# --rehearse runs the same steps on a CPU machine before spending GPU time:
-# the Python environment of $VIRTUAL_ENV already holds LMCache, the bench
-# runs in CPU mode, and cuda_ops is not rebuilt (the node must look like a
-# GPU node to the plan, e.g. through a GPU entry under /proc/driver/nvidia).
+# --tp-size N    the engine's tensor-parallel size: the plan must give
+#                --max-gpu-workers N and the bench runs N workers (default 1)
+# --requests N   bench requests, one 1024-token chunk each (default 20)
+# --rehearse     the same steps on a CPU machine before spending GPU time:
+#                LMCache comes from $VIRTUAL_ENV, the bench runs in CPU
+#                mode, cuda_ops is not rebuilt. The plan must still see a
+#                GPU; as root, in a mount namespace of its own:
+#                unshare -m --propagation private sh -c 'mount -t tmpfs gpu
+#                /proc/driver && mkdir -p /proc/driver/nvidia/gpus/0 &&
+#                exec scripts/gpu-trial.sh --rehearse'
 #
 # Usage: scripts/gpu-trial.sh [--tp-size N] [--requests N] [--rehearse]
 set -euo pipefail
+
+usage() { sed -n '/^# The GPU-node trial/,/^# Usage/s/^# \{0,1\}//p' "$0"; }
+value() {
+  [ -n "${2:-}" ] || { echo "gpu-trial: $1 needs a value (see --help)" >&2; exit 2; }
+  echo "$2"
+}
 
 TP=1
 REQUESTS=20
 REHEARSE=false
 while [ $# -gt 0 ]; do
   case "$1" in
-    --tp-size) TP=$2; shift 2 ;;
-    --requests) REQUESTS=$2; shift 2 ;;
+    --tp-size) TP=$(value "$@"); shift 2 ;;
+    --requests) REQUESTS=$(value "$@"); shift 2 ;;
     --rehearse) REHEARSE=true; shift ;;
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h | --help) usage; exit 0 ;;
     *) echo "gpu-trial: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -11,4 +11,7 @@ export VIRTUAL_ENV="$venv"
 # The node's default backend is native (no cache server); this script is for
 # the lmcache backend unless you say otherwise.
 export EREBINE_AGENT_KV_CACHE_BACKEND="${EREBINE_AGENT_KV_CACHE_BACKEND:-lmcache}"
-exec "$root/target/release/lmcache-tier" launch "$@"
+# Where cargo put it: CARGO_TARGET_DIR (relative to here) when set.
+target="${CARGO_TARGET_DIR:-$root/target}"
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+exec "$target/release/lmcache-tier" launch "$@"

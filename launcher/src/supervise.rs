@@ -156,9 +156,10 @@ impl Supervised {
     }
 }
 
-/// Server lines that every `/status` poll produces (LMCache 0.5.6 logs the
-/// HTTP access and an allocator check for each request): at one poll every
-/// 2 s they would be 150 lines a minute of the launcher's log, so they are
+/// Server lines that every poll produces (LMCache 0.5.6 logs the HTTP access
+/// of `/status` and of the reaper route the watcher reads beside it, and an
+/// allocator check for each request): at one poll every 2 s they would be
+/// 150 lines a minute of the launcher's log, so they are
 /// neither echoed nor kept in the tail. They cannot be turned off at the
 /// source: the MP server builds its uvicorn server with `access_log=True`
 /// and `log_level="info"` fixed (`lmcache/v1/multiprocess/http_server.py`),
@@ -166,6 +167,7 @@ impl Supervised {
 /// server's useful lines need.
 const POLL_NOISE: &[&str] = &[
     "\"GET /status HTTP/1.1\"",
+    "\"GET /periodic-threads/lmcache-mp-worker-reaper HTTP/1.1\"",
     "Checking memory allocator consistency",
     " - Total active allocations",
     " - Total allocated size",
@@ -478,7 +480,7 @@ mod tests {
         let mut cmd = Command::new("sh");
         cmd.args([
             "-c",
-            "echo 'INFO: 127.0.0.1:1 - \"GET /status HTTP/1.1\" 200 OK'; sleep 30 & echo started; wait",
+            "echo 'INFO: 127.0.0.1:1 - \"GET /status HTTP/1.1\" 200 OK'; echo 'INFO: 127.0.0.1:2 - \"GET /periodic-threads/lmcache-mp-worker-reaper HTTP/1.1\" 200 OK'; sleep 30 & echo started; wait",
         ]);
         let mut child = Supervised::spawn(cmd, Output::Tee).unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
