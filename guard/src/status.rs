@@ -273,7 +273,7 @@ mod tests {
         let path = dir.join(GUARD_STATUS_FILE_NAME);
         assert_eq!(read(dir), Ok(None));
         std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
-        assert!(problem(dir).contains("symlink is not followed"));
+        assert!(problem(dir).contains("it is a symlink, which is not followed"));
         std::fs::remove_file(&path).unwrap();
         nix::unistd::mkfifo(&path, Mode::S_IRUSR | Mode::S_IWUSR).unwrap();
         assert!(problem(dir).contains("not a regular file"));

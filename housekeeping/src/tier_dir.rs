@@ -193,8 +193,11 @@ impl TierDir {
 /// messages are worded for the operator, after the file's path.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlFileError {
-    /// It cannot be opened: a symlink (never followed), or the OS refused.
-    #[error("cannot open it (a symlink is not followed): {}", .0.desc())]
+    /// It is a symlink, which is never followed.
+    #[error("it is a symlink, which is not followed")]
+    Symlink,
+    /// The OS refused to open it (permissions, ...).
+    #[error("cannot open it: {}", .0.desc())]
     Open(
         /// The `openat` error.
         Errno,
@@ -234,8 +237,9 @@ pub enum ControlFileError {
 ///
 /// # Errors
 /// [`ControlFileError`]: what makes the file unusable, worded for the
-/// operator ("cannot open it (a symlink is not followed): ...", "it is not
-/// a regular file", "cannot read it: ...", "it is larger than N bytes").
+/// operator ("it is a symlink, which is not followed", "cannot open it:
+/// ...", "it is not a regular file", "cannot read it: ...", "it is larger
+/// than N bytes").
 pub fn read_control_file(
     dir: impl AsFd,
     name: &str,
@@ -249,6 +253,7 @@ pub fn read_control_file(
     ) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(None),
+        Err(Errno::ELOOP) => return Err(ControlFileError::Symlink),
         Err(e) => return Err(ControlFileError::Open(e)),
     };
     let mut file = std::fs::File::from(fd);

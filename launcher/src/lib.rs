@@ -209,12 +209,18 @@ pub fn plan(facts: &EngineFacts, vars: &Vars, host: &HostFacts) -> Result<Planne
         KvCacheBackend::Native => "vLLM's built-in CPU offload holds the KV cache",
         KvCacheBackend::None => "the node runs without a KV cache backend",
     };
+    let setting = match vars.contains_key(std::ffi::OsStr::new(env::KV_CACHE_BACKEND)) {
+        true => format!("{}={}", env::KV_CACHE_BACKEND, node.kv_cache_backend),
+        false => format!(
+            "{} is unset (default {})",
+            env::KV_CACHE_BACKEND,
+            node.kv_cache_backend
+        ),
+    };
     Ok(Planned::NothingToLaunch(NothingToLaunch {
         backend: node.kv_cache_backend,
         reason: format!(
-            "{}={}: {reason}; there is no LMCache server to launch (set it to lmcache for one)",
-            env::KV_CACHE_BACKEND,
-            node.kv_cache_backend
+            "{setting}: {reason}; there is no LMCache server to launch (set it to lmcache for one)"
         ),
     }))
 }

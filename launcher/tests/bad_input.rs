@@ -558,6 +558,17 @@ fn a_backend_other_than_lmcache_has_nothing_to_launch_and_exits_0() {
         stderr(&out)
     );
     assert!(!case.path().join("cache").exists());
+    let mut unset = Case::new();
+    unset
+        .vars
+        .remove(std::ffi::OsStr::new("EREBINE_AGENT_KV_CACHE_BACKEND"));
+    let out = unset.run(&["launch"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("EREBINE_AGENT_KV_CACHE_BACKEND is unset (default native)"),
+        "{}",
+        stderr(&out)
+    );
     let plan = dry_run_plan(&case, &["--kv-cache-backend", "none"]);
     assert_eq!(plan["backend"], "none");
     assert!(plan["argv"].is_null());

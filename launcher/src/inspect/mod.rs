@@ -256,7 +256,8 @@ pub struct DiskRow {
     pub identity: Option<LaunchIdentity>,
     /// When the manifest was written (RFC 3339 UTC).
     pub written_at: Option<String>,
-    /// Why the manifest or the directory could not be read.
+    /// Why the manifest, the directory or the guard's state could not be
+    /// read: every problem found, `; `-separated.
     pub problem: Option<String>,
     /// What a scan found: objects, stale temps, foreign entries, with
     /// allocated bytes.
@@ -450,12 +451,12 @@ fn read_disk(path: &Path) -> DiskRow {
         }
         ManifestRead::Unusable(w) => {
             disk.manifest = "unusable";
-            disk.problem = Some(w.to_string());
+            disk.add_problem(w.to_string());
         }
     }
     match scan(&dir) {
         Ok(inventory) => disk.usage = Some(inventory.totals()),
-        Err(e) => disk.problem = Some(e.to_string()),
+        Err(e) => disk.add_problem(e.to_string()),
     }
     match read_status(&dir) {
         Ok(guard) => {
@@ -465,9 +466,19 @@ fn read_disk(path: &Path) -> DiskRow {
             disk.guard_state_age_seconds = guard.as_ref().map(|g| age_seconds(g.updated_unix_ms));
             disk.guard = guard;
         }
-        Err(e) => disk.problem = Some(e.to_string()),
+        Err(e) => disk.add_problem(e.to_string()),
     }
     disk
+}
+
+impl DiskRow {
+    /// Adds `problem` to the ones already found, `; `-separated.
+    fn add_problem(&mut self, problem: String) {
+        self.problem = Some(match self.problem.take() {
+            Some(earlier) => format!("{earlier}; {problem}"),
+            None => problem,
+        });
+    }
 }
 
 /// Whether the guard that wrote its state at `updated_unix_ms` as process
@@ -684,6 +695,24 @@ mod tests {
             text.contains("fs_native counts from 0 at each start"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_problem_of_a_disk_tier_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in [".lmcache-tier-identity.json", ".lmcache-tier-guard.json"] {
+            std::os::unix::fs::symlink("/etc/hostname", tmp.path().join(name)).unwrap();
+        }
+        let report = unreachable_with(tmp.path());
+        let problem = report.disk[0].problem.as_deref().unwrap_or_default();
+        assert_eq!(
+            problem
+                .matches("it is a symlink, which is not followed")
+                .count(),
+            2,
+            "{problem}"
+        );
+        assert!(problem.contains("; "), "{problem}");
     }
 
     /// The report of a server that does not answer, with the disk tier `dir`.
