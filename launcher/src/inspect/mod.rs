@@ -194,7 +194,8 @@ impl TierRow {
             .is_local()
             .then(|| {
                 let location = Path::new(self.location.as_deref()?);
-                disk.iter().find(|d| d.path == location)?.usage
+                let scanned = disk.iter().find(|d| d.path == location)?;
+                location.is_absolute().then_some(scanned.usage).flatten()
             })
             .flatten();
         let (used_bytes, used_source) = match (scanned, self.lmcache_used_bytes) {
@@ -342,8 +343,11 @@ impl Inspection {
             .collect();
         let mut dirs: Vec<PathBuf> = disk_dirs.to_vec();
         for tier in &tiers {
-            if let (true, Some(path)) = (tier.is_local(), &tier.location) {
-                dirs.push(PathBuf::from(path));
+            // A relative base path is the server's, relative to its working
+            // directory, not to this process's: it is not read.
+            let path = tier.location.as_deref().map(Path::new);
+            if let (true, Some(path)) = (tier.is_local(), path.filter(|p| p.is_absolute())) {
+                dirs.push(path.to_path_buf());
             }
         }
         let mut seen = Vec::new();
@@ -694,6 +698,22 @@ mod tests {
         assert!(
             text.contains("fs_native counts from 0 at each start"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_relative_base_path_is_not_read_from_inspects_own_directory() {
+        let body = serde_json::json!({"is_healthy": true, "engine_type": "MPCacheServer",
+            "storage_manager": {"is_healthy": true,
+                "l2_adapters": [{"type": "FSNativeL2Adapter", "is_healthy": true, "base_path": "."}],
+                "l2_eviction_controller": {"adapters": [
+                    {"total_capacity_bytes": 1u64 << 30, "total_bytes_used": 7}]}}});
+        let poll = Poll::Up(Box::new(ServerStatus::from_value(body).unwrap()));
+        let report = Inspection::build("http://127.0.0.1:8090/status", &poll, &[], None);
+        assert!(report.disk.is_empty(), "{:?}", report.disk);
+        assert_eq!(
+            (report.tiers[0].used_bytes, report.tiers[0].used_source),
+            (Some(7), Some("lmcache"))
         );
     }
 
