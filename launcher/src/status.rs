@@ -442,9 +442,11 @@ impl ServerStatus {
     /// The L2 tiers in cascade order, each with its eviction entry.
     ///
     /// `l2_eviction_controller.adapters[]` lists only the tiers that have a
-    /// capacity, in cascade order, without naming them (LMCache 0.5.6). `declares_capacity` says which tiers the
-    /// spec gave a `max_capacity_gb`, one flag per tier in cascade order; the
-    /// entries are then mapped by position among those tiers. Without it (or
+    /// capacity, in cascade order, without naming them (LMCache 0.5.6).
+    /// `declares_capacity` says which tiers LMCache evicts itself
+    /// (`TierSpec::lmcache_evicts` of the spec crate: an `eviction` block
+    /// with a capacity), one flag per tier in cascade order; the entries are
+    /// then mapped by position among those tiers. Without it (or
     /// when it does not fit the body), tiers are taken to declare a capacity
     /// when they are `FSNativeL2Adapter` (the built-in tier always has one)
     /// or report `max_capacity_bytes` (S3). When the counts still disagree no

@@ -230,6 +230,15 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
             )
         });
     assert_eq!(disk["guard"]["capacity_bytes"], GIB, "{inspected:#}");
+    // The tier's row shows its capacity whether LMCache evicts it (fs_native
+    // with an eviction block) or only the guard does (fs).
+    let tier = inspected["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["location"] == node.tier.display().to_string())
+        .unwrap_or_else(|| panic!("no tier row for {}: {inspected:#}", node.tier.display()));
+    assert_eq!(tier["capacity_bytes"], GIB, "{inspected:#}");
     stop_launch(&mut launch);
     let (count, bytes) = objects(&node.tier);
     assert!(count > 0, "nothing stayed in the tier");

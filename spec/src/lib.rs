@@ -196,6 +196,25 @@ impl TierSpec {
         self.0.get("base_path").and_then(Value::as_str)
     }
 
+    /// Whether LMCache 0.5.6 evicts this tier itself, and so lists it in
+    /// `/status`'s `l2_eviction_controller`: the spec has an `eviction`
+    /// block, and its policy is `IsolatedLRU` or the adapter has a capacity
+    /// (`max_capacity_gb` above 0; the `fs` adapter never reports one).
+    /// Source: `StorageManager._should_enable_l2_eviction` in LMCache 0.5.6.
+    pub fn lmcache_evicts(&self) -> bool {
+        let Some(eviction) = self.0.get("eviction") else {
+            return false;
+        };
+        let isolated =
+            eviction.get("eviction_policy").and_then(Value::as_str) == Some("IsolatedLRU");
+        let capacity = self
+            .0
+            .get("max_capacity_gb")
+            .and_then(Value::as_f64)
+            .is_some_and(|gb| gb > 0.0);
+        isolated || (capacity && self.adapter_type() != "fs")
+    }
+
     /// The spec's JSON object, keys in the operator's order.
     pub fn as_object(&self) -> &Map<String, Value> {
         &self.0
@@ -400,6 +419,30 @@ pub fn fs_native_tier(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lmcache_evicts_a_tier_with_an_eviction_block_and_a_capacity() {
+        let evicts = |json: &str| Cascade::parse(json, "V").unwrap().tiers()[0].lmcache_evicts();
+        let policy = r#""eviction":{"eviction_policy":"LRU"}"#;
+        assert!(evicts(&format!(
+            r#"{{"type":"fs_native","base_path":"/c","max_capacity_gb":2,{policy}}}"#
+        )));
+        assert!(evicts(&format!(
+            r#"{{"type":"s3","max_capacity_gb":5,{policy}}}"#
+        )));
+        assert!(!evicts(
+            r#"{"type":"fs_native","base_path":"/c","max_capacity_gb":2}"#
+        ));
+        assert!(!evicts(&format!(
+            r#"{{"type":"fs","base_path":"/c","max_capacity_gb":2,{policy}}}"#
+        )));
+        assert!(!evicts(&format!(
+            r#"{{"type":"fs_native","base_path":"/c",{policy}}}"#
+        )));
+        assert!(evicts(
+            r#"{"type":"fs_native","base_path":"/c","eviction":{"eviction_policy":"IsolatedLRU"}}"#
+        ));
+    }
 
     #[test]
     fn finds_every_l2_adapter_value_in_order_with_its_index() {

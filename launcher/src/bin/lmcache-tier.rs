@@ -28,6 +28,7 @@ use lmcache_launcher::{gpu, locate};
 use lmcache_launcher::{DiskAccess, Facts};
 use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
+use lmcache_tier_spec::TierSpec;
 use serde_json::json;
 
 /// The statuses each subcommand can end with, for its `--help`; the top
@@ -858,7 +859,7 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
             cascade
                 .tiers()
                 .iter()
-                .map(|t| t.as_object().contains_key("max_capacity_gb"))
+                .map(TierSpec::lmcache_evicts)
                 .collect(),
         ),
     };

@@ -156,7 +156,8 @@ pub struct TierRow {
     pub workers: Option<u64>,
     /// Whether it uses O_DIRECT.
     pub use_odirect: Option<bool>,
-    /// Capacity in bytes (eviction controller, else the S3 adapter's own).
+    /// Capacity in bytes: LMCache's eviction controller, else the S3 adapter's
+    /// own, else the capacity guard's (a tier LMCache does not evict itself).
     pub capacity_bytes: Option<u64>,
     /// Bytes the tier really uses: for a filesystem tier whose directory
     /// was scanned, the allocated bytes of its objects on disk now
@@ -188,22 +189,23 @@ pub struct TierRow {
 impl TierRow {
     /// The tier with its true usage: the objects on disk for a filesystem
     /// tier whose directory is among `disk` and was scanned, else LMCache's
-    /// count.
+    /// count. A tier LMCache does not evict itself takes its capacity from
+    /// its capacity guard's state, when one ran there.
     fn with_usage(self, disk: &[DiskRow]) -> TierRow {
-        let scanned = self
-            .is_local()
-            .then(|| {
-                let location = Path::new(self.location.as_deref()?);
-                let scanned = disk.iter().find(|d| d.path == location)?;
-                location.is_absolute().then_some(scanned.usage).flatten()
-            })
-            .flatten();
-        let (used_bytes, used_source) = match (scanned, self.lmcache_used_bytes) {
+        let row = self
+            .location
+            .as_deref()
+            .map(Path::new)
+            .filter(|location| self.is_local() && location.is_absolute())
+            .and_then(|location| disk.iter().find(|d| d.path == location));
+        let (used_bytes, used_source) = match (row.and_then(|d| d.usage), self.lmcache_used_bytes) {
             (Some(usage), _) => (Some(usage.objects.bytes), Some("disk")),
             (None, Some(count)) => (Some(count), Some("lmcache")),
             (None, None) => (None, None),
         };
+        let guarded = row.and_then(|d| d.guard.as_ref()).map(|g| g.capacity_bytes);
         TierRow {
+            capacity_bytes: self.capacity_bytes.or(guarded),
             used_bytes,
             used_source,
             ..self
@@ -699,6 +701,39 @@ mod tests {
             text.contains("fs_native counts from 0 at each start"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_tier_lmcache_does_not_evict_takes_its_capacity_from_its_guard() {
+        use lmcache_capacity_guard::capacity::guard_specs;
+        use lmcache_capacity_guard::{Guard, GuardOptions};
+        use lmcache_tier_spec::Cascade;
+
+        let tmp = tempfile::tempdir().unwrap();
+        let json = format!(
+            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}"#,
+            tmp.path().display(),
+            1.0 / 1024.0
+        );
+        let cascade = Cascade::parse(&json, "V").unwrap();
+        assert!(!cascade.tiers()[0].lmcache_evicts());
+        let spec = guard_specs(&cascade).unwrap().remove(0);
+        let guard = Guard::start(spec, GuardOptions::default()).unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadOnly).unwrap();
+        let started = std::time::Instant::now();
+        while read_status(&dir).unwrap().is_none() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(20));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let body = serde_json::json!({"is_healthy": true, "engine_type": "MPCacheServer",
+            "storage_manager": {"is_healthy": true,
+                "l2_adapters": [{"type": "FSL2Adapter", "is_healthy": true, "base_path": tmp.path()}],
+                "l2_eviction_controller": {"adapters": []}}});
+        let poll = Poll::Up(Box::new(ServerStatus::from_value(body).unwrap()));
+        let report = Inspection::build("http://127.0.0.1:8090/status", &poll, &[], Some(&[false]));
+        drop(guard);
+        assert_eq!(report.tiers[0].capacity_bytes, Some(1 << 20));
+        assert_eq!(report.tiers[0].lmcache_used_bytes, None);
     }
 
     #[test]
