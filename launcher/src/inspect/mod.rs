@@ -703,28 +703,38 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_tier_lmcache_does_not_evict_takes_its_capacity_from_its_guard() {
+    /// A capacity guard of a 1 MiB `fs` tier in `dir` (a tier LMCache does
+    /// not evict itself), once it has written its state.
+    fn guarded_fs_tier(dir: &Path) -> lmcache_capacity_guard::Guard {
         use lmcache_capacity_guard::capacity::guard_specs;
         use lmcache_capacity_guard::{Guard, GuardOptions};
         use lmcache_tier_spec::Cascade;
 
-        let tmp = tempfile::tempdir().unwrap();
         let json = format!(
             r#"{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}"#,
-            tmp.path().display(),
+            dir.display(),
             1.0 / 1024.0
         );
         let cascade = Cascade::parse(&json, "V").unwrap();
         assert!(!cascade.tiers()[0].lmcache_evicts());
         let spec = guard_specs(&cascade).unwrap().remove(0);
         let guard = Guard::start(spec, GuardOptions::default()).unwrap();
-        let dir = TierDir::open(tmp.path(), Access::ReadOnly).unwrap();
+        let tier = TierDir::open(dir, Access::ReadOnly).unwrap();
         let started = std::time::Instant::now();
-        while read_status(&dir).unwrap().is_none() {
-            assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        while read_status(&tier).unwrap().is_none() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "no guard status file"
+            );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        guard
+    }
+
+    #[test]
+    fn a_tier_lmcache_does_not_evict_takes_its_capacity_from_its_guard() {
+        let tmp = tempfile::tempdir().unwrap();
+        let guard = guarded_fs_tier(tmp.path());
         let body = serde_json::json!({"is_healthy": true, "engine_type": "MPCacheServer",
             "storage_manager": {"is_healthy": true,
                 "l2_adapters": [{"type": "FSL2Adapter", "is_healthy": true, "base_path": tmp.path()}],
@@ -782,29 +792,8 @@ mod tests {
 
     #[test]
     fn the_capacity_guard_state_of_a_disk_tier_is_shown() {
-        use lmcache_capacity_guard::capacity::guard_specs;
-        use lmcache_capacity_guard::{Guard, GuardOptions};
-        use lmcache_tier_spec::Cascade;
-
         let tmp = tempfile::tempdir().unwrap();
-        let json = format!(
-            r#"{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}"#,
-            tmp.path().display(),
-            1.0 / 1024.0
-        );
-        let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
-            .unwrap()
-            .remove(0);
-        let guard = Guard::start(spec, GuardOptions::default()).unwrap();
-        let started = std::time::Instant::now();
-        let dir = TierDir::open(tmp.path(), Access::ReadOnly).unwrap();
-        while read_status(&dir).unwrap().is_none() {
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(20),
-                "no guard status file"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let guard = guarded_fs_tier(tmp.path());
         let report = unreachable_with(tmp.path());
         drop(guard);
         let shown = report.disk[0].guard.as_ref().expect("the guard's state");
