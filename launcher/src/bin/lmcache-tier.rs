@@ -32,17 +32,11 @@ use lmcache_tier_spec::TierSpec;
 use serde_json::json;
 
 /// The statuses each subcommand can end with, for its `--help`; the top
-/// level lists them all once.
-const LAUNCH_STATUSES: [ExitStatus; 8] = [
-    ExitStatus::Success,
-    ExitStatus::Failure,
-    ExitStatus::BadInput,
-    ExitStatus::MissingExecutable,
-    ExitStatus::PortInUse,
-    ExitStatus::ServerFailed,
-    ExitStatus::TierLocked,
-    ExitStatus::HousekeepingFailed,
-];
+/// level lists them all once. `launch` ends with every one but the two of
+/// `inspect` (no answer, unhealthy), which close the list.
+const LAUNCH_STATUSES: &[ExitStatus] = LMCACHE_TIER_STATUSES
+    .split_at(LMCACHE_TIER_STATUSES.len() - 2)
+    .0;
 const SIZE_STATUSES: [ExitStatus; 3] = [
     ExitStatus::Success,
     ExitStatus::Failure,
@@ -88,7 +82,7 @@ struct Cli {
 enum Command {
     /// Plan and run the node's LMCache server: size the tiers, start the server
     /// through erebine-lmcache, wait for /status, run until SIGTERM, SIGINT or another terminating signal.
-    #[command(after_help = exit_status_help(&LAUNCH_STATUSES))]
+    #[command(after_help = exit_status_help(LAUNCH_STATUSES))]
     Launch(LaunchArgs),
     /// Print the disk tier and L1 sizing decisions, each with its reason.
     #[command(after_help = exit_status_help(&SIZE_STATUSES))]
