@@ -15,11 +15,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lmcache_capacity_guard::capacity::guard_specs;
-use lmcache_capacity_guard::status::{read_status, GuardStatus};
 use lmcache_capacity_guard::{Guard, GuardOptions};
-use lmcache_housekeeping::{Access, TierDir};
 use lmcache_tier_e2e::Tmpfs;
 use lmcache_tier_spec::Cascade;
+
+mod common;
+use common::wait_status;
 
 const KIB: u64 = 1024;
 const OBJECT: usize = 64 * 1024;
@@ -94,22 +95,6 @@ fn start(dir: &Path) -> Guard {
         ..GuardOptions::default()
     };
     Guard::start(spec, options).unwrap()
-}
-
-fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> GuardStatus {
-    let started = Instant::now();
-    let tier = TierDir::open(dir, Access::ReadOnly).unwrap();
-    loop {
-        let status = read_status(&tier).unwrap();
-        if let Some(status) = status.as_ref().filter(|s| ok(s)) {
-            return status.clone();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{what}: last status {status:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

@@ -5,13 +5,16 @@
 use std::fs;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lmcache_capacity_guard::capacity::guard_specs;
-use lmcache_capacity_guard::status::{read_status, Following, GuardStatus};
+use lmcache_capacity_guard::status::Following;
 use lmcache_capacity_guard::{Guard, GuardOptions, PriorScan, Watch};
 use lmcache_housekeeping::{scan, Access, TierDir};
 use lmcache_tier_spec::Cascade;
+
+mod common;
+use common::wait_status;
 
 const OBJECT: usize = 64 * 1024;
 
@@ -70,22 +73,6 @@ fn start(dir: &Path, options: GuardOptions) -> Guard {
         .unwrap()
         .remove(0);
     Guard::start(spec, options).unwrap()
-}
-
-fn wait_status(dir: &Path, what: &str, ok: impl Fn(&GuardStatus) -> bool) -> GuardStatus {
-    let started = Instant::now();
-    let tier = TierDir::open(dir, Access::ReadOnly).unwrap();
-    loop {
-        let status = read_status(&tier).unwrap();
-        if let Some(status) = status.as_ref().filter(|s| ok(s)) {
-            return status.clone();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{what}: last status {status:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Held by every test here: they share the volume of the temporary

@@ -378,6 +378,43 @@ fn progress(rng: &mut Rng, before: usize, done_at_most: usize) -> Moment {
     Moment::Progress(done_at_most + (rng.fraction() * span as f64) as usize)
 }
 
+/// Kills a housekeeping run (`housekeep`, or `launch` before its server)
+/// at a random moment: one time in four after a random delay of up to
+/// `max_delay`, so the kill can land in the scan, the manifest write or the
+/// server's start, else partway through its deletions. Then, when
+/// `garble`, damages the manifest. Returns the kill, the damage, and
+/// whether the manifest now reads as unusable.
+fn kill_housekeeping(
+    rng: &mut Rng,
+    run: &mut Proc,
+    tier: &Path,
+    max_delay: Duration,
+    done_at_most: usize,
+    garble: bool,
+) -> (Kill, Option<String>, bool) {
+    let before = data_names(tier);
+    let moment = if rng.below(4) == 0 {
+        let micros = u64::try_from(max_delay.as_micros()).unwrap_or(u64::MAX);
+        Moment::Delay(Duration::from_micros(rng.below(micros)))
+    } else {
+        progress(rng, before, done_at_most)
+    };
+    let kill = kill_at(run, tier, moment, done_at_most);
+    let garbled = garble.then(|| garble_manifest(rng, tier)).flatten();
+    let ignored = matches!(manifest(tier), ManifestRead::Unusable(_));
+    (kill, garbled, ignored)
+}
+
+/// One line for the report: `command` with its chunk size, and what
+/// happened to its identity and manifest.
+fn describe_kill(command: &str, chunk_size: u32, changed: bool, garbled: Option<String>) -> String {
+    format!(
+        "{command} (chunk size {chunk_size}{}){}",
+        if changed { ", identity changed" } else { "" },
+        garbled.map_or(String::new(), |g| format!(", then its manifest {g}"))
+    )
+}
+
 /// Damages the tier's manifest as a torn write or a bad disk could: cut
 /// at a random length, a random byte flipped, or empty. Returns what was
 /// done, or `None` when there is no manifest to damage.
@@ -643,21 +680,11 @@ impl HousekeptTier {
             self.command(chunk_size),
             &self.dir.join(format!("housekeep-{}.log", self.runs)),
         );
-        let before = data_names(&self.tier);
-        let moment = if rng.below(4) == 0 {
-            Moment::Delay(Duration::from_micros(rng.below(600_000)))
-        } else {
-            progress(rng, before, done_at_most)
-        };
-        let kill = kill_at(&mut run, &self.tier, moment, done_at_most);
-        let garbled = garble.then(|| garble_manifest(rng, &self.tier)).flatten();
-        let ignored = matches!(manifest(&self.tier), ManifestRead::Unusable(_));
+        let max_delay = Duration::from_millis(600);
+        let (kill, garbled, ignored) =
+            kill_housekeeping(rng, &mut run, &self.tier, max_delay, done_at_most, garble);
         self.check(chunk_size, ignored);
-        let what = format!(
-            "lmcache-tier housekeep (chunk size {chunk_size}{}){}",
-            if changed { ", identity changed" } else { "" },
-            garbled.map_or(String::new(), |g| format!(", then its manifest {g}"))
-        );
+        let what = describe_kill("lmcache-tier housekeep", chunk_size, changed, garbled);
         (what, Some(kill))
     }
 
@@ -769,20 +796,15 @@ impl LaunchTier {
         };
         let done_at_most = kept + FOREIGN_DATA_NAMES;
         let mut run = self.spawn(chunk_size);
-        let before = data_names(&self.tier);
-        let moment = if rng.below(4) == 0 {
-            Moment::Delay(Duration::from_micros(rng.below(1_500_000)))
-        } else {
-            progress(rng, before, done_at_most)
-        };
-        let kill = kill_at(&mut run, &self.tier, moment, done_at_most);
-        let garbled = garble.then(|| garble_manifest(rng, &self.tier)).flatten();
-        let ignored = matches!(manifest(&self.tier), ManifestRead::Unusable(_));
+        let max_delay = Duration::from_millis(1500);
+        let (kill, garbled, ignored) =
+            kill_housekeeping(rng, &mut run, &self.tier, max_delay, done_at_most, garble);
         self.check(chunk_size, ignored);
-        let what = format!(
-            "lmcache-tier launch's housekeeping (chunk size {chunk_size}{}){}",
-            if changed { ", identity changed" } else { "" },
-            garbled.map_or(String::new(), |g| format!(", then its manifest {g}"))
+        let what = describe_kill(
+            "lmcache-tier launch's housekeeping",
+            chunk_size,
+            changed,
+            garbled,
         );
         (what, Some(kill))
     }
