@@ -22,7 +22,9 @@ use nix::sys::stat::fstatat;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 
-use crate::plan::{Deletion, ManifestChange, Plan, Reason, Target, TierPolicy, TrimOrder};
+use crate::plan::{
+    Deletion, IdentityPurge, ManifestChange, Plan, Reason, Target, TierPolicy, TrimOrder,
+};
 use crate::scan::{CountBytes, Inventory};
 use crate::tier_dir::{TierDir, TierDirError};
 
@@ -78,6 +80,9 @@ pub struct Report {
     pub manifest_change: Option<ManifestChange>,
     /// Why an existing manifest was ignored, if it was.
     pub manifest_warning: Option<String>,
+    /// The purge by identity, when it takes more than half of the tier's
+    /// object bytes ([`Report::purge_warning`] is its warning line).
+    pub identity_purge: Option<IdentityPurge>,
     /// Planned deletions already gone when their turn came.
     pub vanished: u64,
     /// Planned deletions skipped because the entry is no longer a regular
@@ -109,6 +114,7 @@ impl Report {
             other_filesystem_entries: totals.other_filesystem_entries,
             manifest_change: plan.manifest_change.clone(),
             manifest_warning: plan.manifest_warning.as_ref().map(ToString::to_string),
+            identity_purge: plan.identity_purge.clone(),
             vanished: 0,
             changed: 0,
             failures: Vec::new(),
@@ -130,6 +136,25 @@ impl Report {
                 }
             })
             .collect();
+    }
+}
+
+impl Report {
+    /// The warning line of a purge by identity that takes most of the tier
+    /// (`housekeeping <path>: purged 100% of the tier (8 of 8 objects,
+    /// 64.0 MiB), because ...: model "/models/Qwen3-8B" -> "Qwen3-8B". ...`;
+    /// `a launch would purge` in a dry run), logged at WARN by a launch and
+    /// by the dry runs.
+    pub fn purge_warning(&self) -> Option<String> {
+        let purge = self.identity_purge.as_ref()?;
+        let verb = match self.dry_run {
+            true => "a launch would purge",
+            false => "purged",
+        };
+        Some(format!(
+            "housekeeping {}: {verb} {purge}",
+            self.path.display()
+        ))
     }
 }
 
@@ -338,6 +363,9 @@ mod tests {
             kv_cache_dtype: "auto".into(),
             block_size: 16,
             chunk_size: 256,
+            decode_context_parallel_size: 1,
+            cp_kv_cache_interleave_size: 1,
+            mla_only: false,
         }
     }
 

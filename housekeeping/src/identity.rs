@@ -19,6 +19,7 @@
 //! Readers ignore fields they do not know, so a cache written by an earlier
 //! or later version is kept while the identity fields are equal.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -41,30 +42,62 @@ pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
 pub const MANIFEST_MAX_BYTES: u64 = 64 * 1024;
 
 /// What the objects in a tier were written for. Objects are usable only by a
-/// launch with an equal identity: model, tensor-parallel degree, KV cache
-/// dtype, block size, chunk size (`docs/operations.md`, "The cache is empty
-/// after a restart").
+/// launch with an equal identity (`docs/configuration.md`, "The launch
+/// identity": each field, the engine flag it comes from and how LMCache
+/// 0.5.6 spells it).
 ///
-/// `pipeline_parallel_size` is kept too: LMCache packs the engine's world
-/// size, TP x PP, into every object's kv_rank (LMCache's `ComputeKVRank` /
-/// `WorldSizeFromKVRank`: "the parallel setup's world size (TP x PP)"), and a
-/// pipeline stage holds only its own layers, so objects from another PP size
-/// cannot be read back.
+/// Two fields are in every object name: the model, as
+/// [`Self::lmcache_model_name`] writes it, and the world size packed in the
+/// kv_rank, [`Self::kv_world_size`]. The KV dtype, block size and chunk size
+/// are in no name, so the manifest records them. The DCP and MLA fields are
+/// inputs of those two names; at their defaults (1, 1, `false`) they are left
+/// out of the JSON and of [`Self::canonical_form`], so a manifest written
+/// before they existed reads back with the same digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchIdentity {
-    /// Served model name as the engine passes it to LMCache (with `/`).
+    /// The model as the engine names it to LMCache: vLLM's `--model` (its
+    /// `model_config.model`, a hub id or a path, `/` kept), not
+    /// `--served-model-name`.
     pub model: String,
     /// vLLM `--tensor-parallel-size`, >= 1.
     pub tensor_parallel_size: u32,
     /// vLLM `--pipeline-parallel-size`, >= 1.
     pub pipeline_parallel_size: u32,
-    /// vLLM `--kv-cache-dtype` as resolved for the engine (`auto` resolves to
-    /// the model dtype; pass the resolved one when known), compared verbatim.
+    /// vLLM `--kv-cache-dtype` as the engine was given it, compared verbatim
+    /// (`auto` is not resolved: the launcher cannot see the model's dtype).
     pub kv_cache_dtype: String,
     /// vLLM `--block-size`, in tokens.
     pub block_size: u32,
     /// LMCache `--chunk-size`, in tokens.
     pub chunk_size: u32,
+    /// vLLM `--decode-context-parallel-size`, >= 1 (default 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub decode_context_parallel_size: u32,
+    /// vLLM `--cp-kv-cache-interleave-size` as vLLM resolves it, >= 1
+    /// (default 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cp_kv_cache_interleave_size: u32,
+    /// The model's KV cache is MLA alone (LMCache's `mla_only`: vLLM's
+    /// `use_mla` and not hybrid): one copy per pipeline stage and DCP shard,
+    /// shared by the TP ranks (default `false`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mla_only: bool,
+}
+
+/// The suffix LMCache 0.5.6's vLLM connector adds to the model name for a
+/// DCP layout (`get_dcp_decorated_model_name`), before `d<dcp>-interleave<n>`.
+pub const DCP_LAYOUT_NAMESPACE: &str = "##lmcache-dcp-layout-v1-";
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// One field of a [`LaunchIdentity`], for "the cache was emptied because
@@ -84,6 +117,12 @@ pub enum IdentityField {
     BlockSize,
     /// `chunk_size`.
     ChunkSize,
+    /// `decode_context_parallel_size`.
+    DecodeContextParallelSize,
+    /// `cp_kv_cache_interleave_size`.
+    CpKvCacheInterleaveSize,
+    /// `mla_only`.
+    MlaOnly,
 }
 
 impl IdentityField {
@@ -96,6 +135,9 @@ impl IdentityField {
             Self::KvCacheDtype => "kv_cache_dtype",
             Self::BlockSize => "block_size",
             Self::ChunkSize => "chunk_size",
+            Self::DecodeContextParallelSize => "decode_context_parallel_size",
+            Self::CpKvCacheInterleaveSize => "cp_kv_cache_interleave_size",
+            Self::MlaOnly => "mla_only",
         }
     }
 }
@@ -117,8 +159,8 @@ pub enum IdentityError {
     /// A size is 0.
     #[error("{0} is 0; it must be at least 1")]
     Zero(IdentityField),
-    /// TP x PP does not fit kv_rank's 8-bit world size.
-    #[error("tensor_parallel_size x pipeline_parallel_size = {0} exceeds 255, the largest world size LMCache's kv_rank can hold")]
+    /// The world size LMCache packs into kv_rank does not fit its 8 bits.
+    #[error("the world size LMCache writes in every object name ({0}: tensor_parallel_size x pipeline_parallel_size, or for an MLA-only model pipeline_parallel_size x decode_context_parallel_size) exceeds 255, the largest its kv_rank can hold")]
     WorldSize(u64),
     /// The dtype is empty.
     #[error("kv_cache_dtype is empty; pass the engine's value (e.g. `auto`, `fp8`)")]
@@ -142,13 +184,21 @@ impl LaunchIdentity {
             ),
             (IdentityField::BlockSize, self.block_size),
             (IdentityField::ChunkSize, self.chunk_size),
+            (
+                IdentityField::DecodeContextParallelSize,
+                self.decode_context_parallel_size,
+            ),
+            (
+                IdentityField::CpKvCacheInterleaveSize,
+                self.cp_kv_cache_interleave_size,
+            ),
         ] {
             if value == 0 {
                 return Err(IdentityError::Zero(field));
             }
         }
-        if self.world_size() > 255 {
-            return Err(IdentityError::WorldSize(self.world_size()));
+        if self.kv_world_size() > 255 {
+            return Err(IdentityError::WorldSize(self.kv_world_size()));
         }
         if self.kv_cache_dtype.is_empty() {
             return Err(IdentityError::Dtype);
@@ -156,16 +206,43 @@ impl LaunchIdentity {
         Ok(())
     }
 
-    /// The world size every object of this launch carries in its kv_rank:
-    /// TP x PP. The CPU bench worker (TP = PP = 1) writes 1; objects whose
-    /// world size differs contradict this identity.
-    pub fn world_size(&self) -> u64 {
-        u64::from(self.tensor_parallel_size) * u64::from(self.pipeline_parallel_size)
+    /// The world size every object of this launch carries in its kv_rank,
+    /// as LMCache 0.5.6's `ParallelStrategy.kv_world_size` computes it for
+    /// one server: TP x PP, or for an MLA-only model PP x DCP (its KV is the
+    /// same on every TP rank, so one copy per pipeline stage and DCP shard
+    /// is stored). The CPU bench worker writes 1; objects whose world size
+    /// differs contradict this identity.
+    pub fn kv_world_size(&self) -> u64 {
+        let pp = u64::from(self.pipeline_parallel_size);
+        match self.mla_only {
+            true => pp * u64::from(self.decode_context_parallel_size),
+            false => u64::from(self.tensor_parallel_size) * pp,
+        }
     }
 
-    /// The canonical form the digest covers: compact JSON of the six fields
-    /// in declaration order (model, tensor_parallel_size,
-    /// pipeline_parallel_size, kv_cache_dtype, block_size, chunk_size).
+    /// The model name LMCache 0.5.6 writes in every object name: [`Self::model`],
+    /// with `##lmcache-dcp-layout-v1-d<dcp>-interleave<n>` appended when the
+    /// decode-context-parallel size is above 1 and the interleave is not 1
+    /// (its vLLM connector's `get_dcp_decorated_model_name`).
+    pub fn lmcache_model_name(&self) -> Cow<'_, str> {
+        let (dcp, interleave) = (
+            self.decode_context_parallel_size,
+            self.cp_kv_cache_interleave_size,
+        );
+        match dcp <= 1 || interleave == 1 {
+            true => Cow::Borrowed(&self.model),
+            false => Cow::Owned(format!(
+                "{}{DCP_LAYOUT_NAMESPACE}d{dcp}-interleave{interleave}",
+                self.model
+            )),
+        }
+    }
+
+    /// The canonical form the digest covers: compact JSON of the fields in
+    /// declaration order (model, tensor_parallel_size,
+    /// pipeline_parallel_size, kv_cache_dtype, block_size, chunk_size, then
+    /// decode_context_parallel_size, cp_kv_cache_interleave_size and
+    /// mla_only where they are not at their defaults).
     pub fn canonical_form(&self) -> String {
         serde_json::to_string(self).expect("an identity of strings and integers serialises")
     }
@@ -217,6 +294,21 @@ impl LaunchIdentity {
                 IdentityField::ChunkSize,
                 self.chunk_size.to_string(),
                 other.chunk_size.to_string(),
+            ),
+            (
+                IdentityField::DecodeContextParallelSize,
+                self.decode_context_parallel_size.to_string(),
+                other.decode_context_parallel_size.to_string(),
+            ),
+            (
+                IdentityField::CpKvCacheInterleaveSize,
+                self.cp_kv_cache_interleave_size.to_string(),
+                other.cp_kv_cache_interleave_size.to_string(),
+            ),
+            (
+                IdentityField::MlaOnly,
+                self.mla_only.to_string(),
+                other.mla_only.to_string(),
             ),
         ];
         pairs.into_iter().filter(|(_, a, b)| a != b)
@@ -379,6 +471,9 @@ mod tests {
             kv_cache_dtype: "bfloat16".into(),
             block_size: 16,
             chunk_size: 256,
+            decode_context_parallel_size: 1,
+            cp_kv_cache_interleave_size: 1,
+            mla_only: false,
         }
     }
 
@@ -512,7 +607,69 @@ mod tests {
             ]
         );
         assert_eq!(base.first_difference(&base), None);
-        assert_eq!(base.world_size(), 4);
+        assert_eq!(base.kv_world_size(), 4);
+    }
+
+    #[test]
+    fn the_model_name_and_world_size_are_those_lmcache_writes() {
+        let plain = identity();
+        assert_eq!(plain.lmcache_model_name(), "meta-llama/Llama-3.1-8B");
+        let dcp_without_interleave = LaunchIdentity {
+            decode_context_parallel_size: 2,
+            ..identity()
+        };
+        assert_eq!(dcp_without_interleave.lmcache_model_name(), plain.model);
+        let dcp = LaunchIdentity {
+            decode_context_parallel_size: 2,
+            cp_kv_cache_interleave_size: 8,
+            ..identity()
+        };
+        assert_eq!(
+            dcp.lmcache_model_name(),
+            "meta-llama/Llama-3.1-8B##lmcache-dcp-layout-v1-d2-interleave8"
+        );
+        assert_eq!(dcp.kv_world_size(), 4);
+        let mla = LaunchIdentity {
+            tensor_parallel_size: 8,
+            pipeline_parallel_size: 2,
+            decode_context_parallel_size: 4,
+            mla_only: true,
+            ..identity()
+        };
+        assert_eq!(mla.kv_world_size(), 8);
+        assert_eq!(mla.validate(), Ok(()));
+    }
+
+    /// A manifest written before the DCP and MLA fields existed: six
+    /// fields, its digest over those six. It reads back as the same
+    /// identity, so upgrading keeps the cache.
+    #[test]
+    fn a_manifest_from_before_the_parallel_layout_fields_keeps_its_cache() {
+        let six = r#"{"model":"meta-llama/Llama-3.1-8B","tensor_parallel_size":4,"pipeline_parallel_size":1,"kv_cache_dtype":"bfloat16","block_size":16,"chunk_size":256}"#;
+        assert_eq!(identity().canonical_form(), six);
+        let tmp = tempfile::tempdir().unwrap();
+        let manifest = serde_json::json!({
+            "schema_version": 1,
+            "identity": serde_json::from_str::<serde_json::Value>(six).unwrap(),
+            "identity_digest": blake3::hash(six.as_bytes()).to_hex().to_string(),
+            "writer": "lmcache-housekeeping 0.1.0",
+            "written_at": "2026-11-30T07:42:00Z",
+        });
+        std::fs::write(tmp.path().join(MANIFEST_FILE_NAME), manifest.to_string()).unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadOnly).unwrap();
+        match read_manifest(&dir) {
+            ManifestRead::Found(m) => assert_eq!(m.identity, identity()),
+            other => panic!("expected Found, got {other:?}"),
+        }
+        let dcp = LaunchIdentity {
+            decode_context_parallel_size: 2,
+            ..identity()
+        };
+        assert_ne!(dcp.digest(), identity().digest());
+        assert_eq!(
+            dcp.first_difference(&identity()),
+            Some(IdentityField::DecodeContextParallelSize)
+        );
     }
 
     #[test]

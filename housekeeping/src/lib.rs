@@ -14,6 +14,9 @@
 //!     kv_cache_dtype: "auto".into(),
 //!     block_size: 16,
 //!     chunk_size: 256,
+//!     decode_context_parallel_size: 1,
+//!     cp_kv_cache_interleave_size: 1,
+//!     mla_only: false,
 //! };
 //! let policy = TierPolicy { capacity_bytes: Some(100 << 30), shared: false };
 //! let done = housekeep("/data/lmcache", &identity, policy, Mode::Apply)?;
@@ -36,7 +39,7 @@ pub use codec::{KvRank, ObjectKey, ObjectName};
 pub use execute::{dry_run_report, execute, Report};
 pub use identity::{read_manifest, write_manifest, LaunchIdentity, Manifest, ManifestRead};
 pub use lock::{LockError, TierLock};
-pub use plan::{plan, Plan, Reason, TierPolicy};
+pub use plan::{plan, IdentityChange, IdentityPurge, Plan, Reason, TierPolicy};
 pub use scan::{scan, Inventory, InventoryTotals, ScanError};
 pub use tier_dir::{Access, TierDir, TierDirError};
 

@@ -2,9 +2,10 @@
 //! delete and why. It touches no file.
 //!
 //! Rules, in this order, each object getting the first reason that applies:
-//! 1. [`Reason::OtherModel`]: its decoded model is not the launch's model;
-//! 2. [`Reason::OtherWorldSize`]: the world size in its kv_rank is not
-//!    TP x PP of the launch ([`LaunchIdentity::world_size`]);
+//! 1. [`Reason::OtherModel`]: its model is not the one LMCache writes for
+//!    the launch ([`LaunchIdentity::lmcache_model_name`]);
+//! 2. [`Reason::OtherWorldSize`]: the world size in its kv_rank is not the
+//!    launch's ([`LaunchIdentity::kv_world_size`]);
 //! 3. [`Reason::ManifestMismatch`]: the manifest records another identity
 //!    (the first differing field is named; dtype, block size and chunk size
 //!    are in no object name, so every object goes);
@@ -13,6 +14,13 @@
 //!    the engine garbage;
 //! 5. [`Reason::Trim`]: of the objects left, the least recently used go
 //!    first until their allocated bytes fit the capacity.
+//!
+//! A purge by identity (rules 1 to 4) that takes more than half of the
+//! tier's object bytes is described in [`Plan::identity_purge`]: what the
+//! objects were written under against this launch's identity, field by
+//! field, so a launch that names the model otherwise than its engine does
+//! says so before its cache is gone (`docs/operations.md`, "The cache is
+//! empty after a restart").
 //!
 //! Stale temp files always go ([`Reason::StaleTemp`]), except on a shared
 //! tier. A shared tier (`"shared": true`, or any tier other than the node's
@@ -27,10 +35,12 @@
 //! mtime; with `strictatime` the order is exact. On a `noatime` volume atime
 //! says nothing, so mtime alone is used. Ties are broken by directory order.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::Serialize;
 
+use crate::codec::ModelId;
 use crate::identity::{IdentityField, LaunchIdentity, ManifestRead, ManifestWarning};
 use crate::scan::{CountBytes, Inventory, ObjectEntry};
 use crate::tier_dir::AccessTimes;
@@ -121,6 +131,64 @@ pub struct ManifestChange {
     pub current: String,
 }
 
+/// One field of an [`IdentityPurge`]: what the tier's objects were
+/// written under, and what this launch writes under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IdentityChange {
+    /// The field: an [`IdentityField`] name, or `kv_world_size` (the world
+    /// size in the objects' kv_rank).
+    pub field: &'static str,
+    /// Its value in the tier (in the purged objects' names, or in the
+    /// manifest).
+    pub stored: String,
+    /// Its value for this launch.
+    pub current: String,
+}
+
+/// A purge by identity that takes more than half of the tier's object bytes
+/// (the rule in the module docs). `Display` gives what goes and why:
+/// `100% of the tier (8 of 8 objects, 64.0 MiB), because ...: model
+/// "/models/Qwen3-8B" -> "Qwen3-8B". ...`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IdentityPurge {
+    /// The objects deleted by identity (other model, other world size,
+    /// another manifest identity, no manifest), with their allocated bytes.
+    pub purged: CountBytes,
+    /// Every object of the tier before the purge.
+    pub objects: CountBytes,
+    /// The fields that differ. Empty when only the manifest is missing or
+    /// unusable: then nothing records what the objects were written for.
+    pub changes: Vec<IdentityChange>,
+}
+
+impl fmt::Display for IdentityPurge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let percent = match self.objects.bytes {
+            0 => self.purged.count as f64 * 100.0 / self.objects.count.max(1) as f64,
+            total => self.purged.bytes as f64 * 100.0 / total as f64,
+        };
+        write!(
+            f,
+            "{percent:.0}% of the tier ({} of {} objects, {:.1} MiB), because the launch identity differs from what the tier holds",
+            self.purged.count,
+            self.objects.count,
+            self.purged.bytes as f64 / (1u64 << 20) as f64
+        )?;
+        if self.changes.is_empty() {
+            f.write_str(": the identity manifest is missing or unusable")?;
+        }
+        for (i, change) in self.changes.iter().enumerate() {
+            let sep = if i == 0 { ": " } else { ", " };
+            write!(
+                f,
+                "{sep}{} {:?} -> {:?}",
+                change.field, change.stored, change.current
+            )?;
+        }
+        f.write_str(". If the engine did not change, give the launch the engine's own flags (vLLM's --model, not --served-model-name): docs/configuration.md, \"The launch identity\"")
+    }
+}
+
 /// What to delete from a tier and why; [`crate::execute()`] carries it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -137,6 +205,9 @@ pub struct Plan {
     pub manifest_change: Option<ManifestChange>,
     /// Set when a manifest was there but unusable.
     pub manifest_warning: Option<ManifestWarning>,
+    /// Set when the purge by identity takes more than half of the tier's
+    /// object bytes.
+    pub identity_purge: Option<IdentityPurge>,
 }
 
 impl Plan {
@@ -182,8 +253,8 @@ pub fn plan(
         AccessTimes::Recorded => TrimOrder::LastAccess,
         AccessTimes::NotRecorded => TrimOrder::Modification,
     };
-    let model = inventory.names().model_id(&identity.model);
-    let world_size = identity.world_size();
+    let model = inventory.names().model_id(&identity.lmcache_model_name());
+    let world_size = identity.kv_world_size();
 
     let mut deletions = Vec::new();
     let mut survivors: Vec<(i64, u32)> = Vec::new();
@@ -227,6 +298,7 @@ pub fn plan(
             }
         }
     }
+    let identity_purge = identity_purge(inventory, identity, manifest, &deletions);
     if !policy.shared {
         deletions.extend((0..inventory.temps().len() as u32).map(|i| Deletion {
             target: Target::Temp(i),
@@ -240,7 +312,77 @@ pub fn plan(
         policy,
         manifest_change,
         manifest_warning,
+        identity_purge,
     }
+}
+
+/// The [`IdentityPurge`] of `deletions` (objects only), if it takes more
+/// than half of the tier's object bytes. The stored model and world size
+/// are those of the purged objects holding the most bytes; the manifest's
+/// fields follow.
+fn identity_purge(
+    inventory: &Inventory,
+    identity: &LaunchIdentity,
+    manifest: &ManifestRead,
+    deletions: &[Deletion],
+) -> Option<IdentityPurge> {
+    let mut purged = CountBytes::default();
+    let mut by_writer: HashMap<(ModelId, u8), u64> = HashMap::new();
+    for deletion in deletions.iter().filter(|d| d.reason != Reason::Trim) {
+        let Target::Object(i) = deletion.target else {
+            continue;
+        };
+        let object = &inventory.objects()[i as usize];
+        purged.add(object.stats.allocated_bytes);
+        *by_writer
+            .entry((object.key.model, object.key.kv_rank.world_size()))
+            .or_default() += object.stats.allocated_bytes;
+    }
+    let objects = inventory.totals().objects;
+    let most = match objects.bytes {
+        0 => purged.count * 2 > objects.count,
+        total => purged.bytes.saturating_mul(2) > total,
+    };
+    if !most {
+        return None;
+    }
+    let mut changes = Vec::new();
+    let writer = by_writer
+        .into_iter()
+        .max_by_key(|&((model, world), bytes)| (bytes, std::cmp::Reverse((model, world))));
+    if let Some(((model, world), _)) = writer {
+        let current = identity.lmcache_model_name();
+        if inventory.names().model_id(&current) != Some(model) {
+            changes.push(IdentityChange {
+                field: IdentityField::Model.as_str(),
+                stored: inventory.names().model(model).into_owned(),
+                current: current.into_owned(),
+            });
+        }
+        if u64::from(world) != identity.kv_world_size() {
+            changes.push(IdentityChange {
+                field: "kv_world_size",
+                stored: world.to_string(),
+                current: identity.kv_world_size().to_string(),
+            });
+        }
+    }
+    if let ManifestRead::Found(found) = manifest {
+        for (field, stored, current) in found.identity.differences(identity) {
+            if !changes.iter().any(|c| c.field == field.as_str()) {
+                changes.push(IdentityChange {
+                    field: field.as_str(),
+                    stored,
+                    current,
+                });
+            }
+        }
+    }
+    Some(IdentityPurge {
+        purged,
+        objects,
+        changes,
+    })
 }
 
 fn last_use(object: &ObjectEntry, order: TrimOrder) -> i64 {
@@ -269,6 +411,9 @@ mod tests {
             kv_cache_dtype: "bfloat16".into(),
             block_size: 16,
             chunk_size: 256,
+            decode_context_parallel_size: 1,
+            cp_kv_cache_interleave_size: 1,
+            mla_only: false,
         }
     }
 
@@ -420,6 +565,125 @@ mod tests {
                 matches!(manifest, ManifestRead::Unusable(_))
             );
         }
+    }
+
+    #[test]
+    fn a_purge_of_most_of_the_tier_names_what_the_objects_were_written_under() {
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        for n in 0..3 {
+            inv.add_object(&object("/models/model", 4, n), stats(2, 10, 10));
+        }
+        inv.add_object(&object("org/model", 4, 9), stats(1, 10, 10));
+        let recorded = LaunchIdentity {
+            model: "/models/model".into(),
+            chunk_size: 512,
+            ..identity()
+        };
+        let plan = plan(
+            &inv,
+            &identity(),
+            &manifest_of(&recorded),
+            TierPolicy::default(),
+        );
+        let purge = plan.identity_purge.expect("7 of 7 MiB purged");
+        assert_eq!(
+            (purge.purged, purge.objects),
+            (
+                CountBytes {
+                    count: 4,
+                    bytes: 7 * MIB
+                },
+                CountBytes {
+                    count: 4,
+                    bytes: 7 * MIB
+                }
+            )
+        );
+        let changes: Vec<_> = purge
+            .changes
+            .iter()
+            .map(|c| (c.field, c.stored.as_str(), c.current.as_str()))
+            .collect();
+        assert_eq!(
+            changes,
+            vec![
+                ("model", "/models/model", "org/model"),
+                ("chunk_size", "512", "256"),
+            ]
+        );
+        let line = purge.to_string();
+        assert!(
+            line.starts_with("100% of the tier (4 of 4 objects, 7.0 MiB)")
+                && line.contains(r#"model "/models/model" -> "org/model""#),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_purge_of_half_the_tier_or_less_is_not_flagged() {
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        inv.add_object(&object("org/model", 4, 1), stats(2, 10, 10));
+        inv.add_object(&object("org/other", 4, 2), stats(2, 10, 10));
+        let manifest = manifest_of(&identity());
+        let half = plan(&inv, &identity(), &manifest, TierPolicy::default());
+        assert_eq!(half.deletions.len(), 1);
+        assert_eq!(half.identity_purge, None);
+        inv.add_object(&object("org/other", 2, 3), stats(1, 10, 10));
+        let most = plan(&inv, &identity(), &manifest, TierPolicy::default());
+        let changes = most.identity_purge.expect("3 of 5 MiB").changes;
+        assert_eq!(changes[0].field, "model");
+        assert_eq!(changes[0].stored, "org/other");
+        let trimmed = plan(
+            &inv,
+            &identity(),
+            &manifest,
+            TierPolicy {
+                capacity_bytes: Some(0),
+                shared: false,
+            },
+        );
+        assert_eq!(
+            trimmed.identity_purge.map(|p| p.purged.count),
+            Some(2),
+            "trimmed objects are not counted as purged by identity"
+        );
+    }
+
+    #[test]
+    fn objects_are_matched_by_the_name_and_world_size_lmcache_writes() {
+        let dcp = LaunchIdentity {
+            tensor_parallel_size: 4,
+            pipeline_parallel_size: 1,
+            decode_context_parallel_size: 2,
+            cp_kv_cache_interleave_size: 16,
+            ..identity()
+        };
+        let mla = LaunchIdentity {
+            tensor_parallel_size: 8,
+            pipeline_parallel_size: 2,
+            mla_only: true,
+            ..identity()
+        };
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        inv.add_object(
+            &object("org/model##lmcache-dcp-layout-v1-d2-interleave16", 4, 1),
+            stats(1, 10, 10),
+        );
+        inv.add_object(&object("org/model", 2, 2), stats(1, 10, 10));
+        let kept_by = |identity: &LaunchIdentity| {
+            let plan = plan(
+                &inv,
+                identity,
+                &manifest_of(identity),
+                TierPolicy::default(),
+            );
+            let deleted: Vec<Target> = plan.deletions.iter().map(|d| d.target).collect();
+            (0..2)
+                .filter(|i| !deleted.contains(&Target::Object(*i)))
+                .collect::<Vec<u32>>()
+        };
+        assert_eq!(kept_by(&dcp), vec![0]);
+        assert_eq!(kept_by(&mla), vec![1]);
     }
 
     #[test]

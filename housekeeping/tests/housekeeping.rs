@@ -45,6 +45,9 @@ fn bench_identity() -> LaunchIdentity {
         kv_cache_dtype: "auto".into(),
         block_size: 16,
         chunk_size: 256,
+        decode_context_parallel_size: 1,
+        cp_kv_cache_interleave_size: 1,
+        mla_only: false,
     }
 }
 

@@ -527,6 +527,7 @@ mod tests {
             block_size: 16,
             max_num_batched_tokens: 2048,
             hybrid_attention: false,
+            ..EngineFacts::default()
         }
     }
 

@@ -448,6 +448,9 @@ async fn prepare(
     // A display that did not run the work leaves it to be done here.
     let mut housekept = housekept.unwrap_or_else(|| hk.run(Mode::Apply))?;
     tracing::info!("{}", housekept.housekeeping.report);
+    if let Some(warning) = housekept.housekeeping.report.purge_warning() {
+        tracing::warn!("{warning}");
+    }
     metrics.housekept(&housekept.housekeeping.report, started.elapsed());
     let lock = housekept.tier.lock.take();
     let guard = start_guard(plan, &hk.path, housekept)?;

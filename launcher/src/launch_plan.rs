@@ -24,16 +24,33 @@ use crate::ports::{self, Listener};
 use lmcache_housekeeping::LaunchIdentity;
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
+/// [`Default`] is vLLM's defaults with the model `default-model`.
+///
+/// The launch identity ([`EngineFacts::launch_identity`]) follows how
+/// LMCache 0.5.6's vLLM connector names objects from the same engine flags
+/// (`docs/configuration.md`, "The launch identity").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct EngineFacts {
-    /// Served model name, as vLLM reports it to LMCache.
+    /// The model as vLLM's `--model` gives it (a hub id or a path):
+    /// LMCache names every object after it (`model_config.model`).
     pub model: String,
+    /// vLLM's `--served-model-name`: the name clients send. Not in any
+    /// object name, so not part of the launch identity; recorded for the
+    /// plan's log only.
+    pub served_model_name: Option<String>,
     /// Tensor-parallel size.
     pub tensor_parallel_size: u32,
     /// Pipeline-parallel size.
     pub pipeline_parallel_size: u32,
     /// Data-parallel size.
     pub data_parallel_size: u32,
+    /// Decode-context-parallel size (vLLM's
+    /// `--decode-context-parallel-size`), >= 1.
+    pub decode_context_parallel_size: u32,
+    /// vLLM's `--cp-kv-cache-interleave-size` (tokens per DCP shard
+    /// interleave), >= 1.
+    pub cp_kv_cache_interleave_size: u32,
     /// KV cache dtype (`auto`, `fp8`, ...).
     pub kv_cache_dtype: String,
     /// KV cache block size in tokens.
@@ -44,6 +61,30 @@ pub struct EngineFacts {
     /// state-space or linear-attention layers). Its chunk size must then be
     /// a multiple of `block_size` (`docs/sizing.md`, "Chunk size").
     pub hybrid_attention: bool,
+    /// Whether the model uses multi-head latent attention (vLLM's
+    /// `model_config.use_mla`: DeepSeek-V2/V3 and their kind). With
+    /// `hybrid_attention` off, LMCache stores its KV once per pipeline
+    /// stage and DCP shard, not once per TP rank.
+    pub mla: bool,
+}
+
+impl Default for EngineFacts {
+    fn default() -> Self {
+        EngineFacts {
+            model: "default-model".into(),
+            served_model_name: None,
+            tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            data_parallel_size: 1,
+            decode_context_parallel_size: 1,
+            cp_kv_cache_interleave_size: 1,
+            kv_cache_dtype: "auto".into(),
+            block_size: 16,
+            max_num_batched_tokens: 2048,
+            hybrid_attention: false,
+            mla: false,
+        }
+    }
 }
 
 impl EngineFacts {
@@ -53,6 +94,25 @@ impl EngineFacts {
         self.tensor_parallel_size
             .saturating_mul(self.pipeline_parallel_size)
             .saturating_mul(self.data_parallel_size)
+    }
+
+    /// The identity of the objects this engine writes with a server of
+    /// `chunk_size` tokens: the model as vLLM gives it to LMCache, the
+    /// parallel layout LMCache names objects by (MLA-only is `mla` without
+    /// `hybrid_attention`, LMCache's `mla_only`), and the fields no name
+    /// carries.
+    pub fn launch_identity(&self, chunk_size: u32) -> LaunchIdentity {
+        LaunchIdentity {
+            model: self.model.clone(),
+            tensor_parallel_size: self.tensor_parallel_size,
+            pipeline_parallel_size: self.pipeline_parallel_size,
+            kv_cache_dtype: self.kv_cache_dtype.clone(),
+            block_size: self.block_size,
+            chunk_size,
+            decode_context_parallel_size: self.decode_context_parallel_size,
+            cp_kv_cache_interleave_size: self.cp_kv_cache_interleave_size,
+            mla_only: self.mla && !self.hybrid_attention,
+        }
     }
 }
 
@@ -563,14 +623,7 @@ fn disk_housekeeping(
     let disk = decisions.disk.as_ref().filter(|d| d.capacity.value > 0)?;
     Some(DiskHousekeeping {
         path: disk.path.clone(),
-        identity: LaunchIdentity {
-            model: facts.model.clone(),
-            tensor_parallel_size: facts.tensor_parallel_size,
-            pipeline_parallel_size: facts.pipeline_parallel_size,
-            kv_cache_dtype: facts.kv_cache_dtype.clone(),
-            block_size: facts.block_size,
-            chunk_size: decisions.chunk_size.value,
-        },
+        identity: facts.launch_identity(decisions.chunk_size.value),
         capacity_bytes: disk.capacity.value,
         tier: host
             .disk

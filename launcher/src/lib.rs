@@ -49,6 +49,7 @@
 //!     block_size: 16,
 //!     max_num_batched_tokens: 2048,
 //!     hybrid_attention: false,
+//!     ..EngineFacts::default()
 //! };
 //! // A real node measures them (Facts::measure); fixed figures make the
 //! // plan the same on every machine.
@@ -176,6 +177,7 @@ impl Planned {
 ///     block_size: 16,
 ///     max_num_batched_tokens: 2048,
 ///     hybrid_attention: false,
+///     ..EngineFacts::default()
 /// };
 /// // No EREBINE_AGENT_KV_CACHE_BACKEND: the node's default, `native` (`docs/configuration.md`).
 /// let home = text_vars([("HOME", "/home/node")]);

@@ -51,6 +51,7 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
         block_size: 16,
         max_num_batched_tokens: 512,
         hybrid_attention: false,
+        ..EngineFacts::default()
     };
     let measured = Facts::measure(&facts, &vars, DiskAccess::Create).unwrap();
     let host = HostFacts::from(&measured);

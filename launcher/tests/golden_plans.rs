@@ -35,6 +35,7 @@ fn facts(tp: u32) -> EngineFacts {
         block_size: 16,
         max_num_batched_tokens: 2048,
         hybrid_attention: false,
+        ..EngineFacts::default()
     }
 }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::tier_dir::replace_control_file;
-use lmcache_housekeeping::{housekeep, HousekeepingError, LaunchIdentity, Mode, TierPolicy};
+use lmcache_housekeeping::{
+    housekeep, HousekeepingError, LaunchIdentity, Mode, Report, TierPolicy,
+};
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
 use lmcache_launcher::exit::{
     exit_status_help, ExitStatus, HasExitStatus, ProcessError, LMCACHE_TIER_STATUSES,
@@ -18,7 +20,7 @@ use lmcache_launcher::exit::{
 use lmcache_launcher::facts::measure_node_disk;
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
-use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, PlanError};
+use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, LaunchPlan, PlanError};
 use lmcache_launcher::output;
 use lmcache_launcher::output::with_progress;
 use lmcache_launcher::ports;
@@ -199,12 +201,20 @@ struct HousekeepArgs {
     json: bool,
 }
 
-/// What the engine (vLLM) runs with; defaults are vLLM's.
+/// What the engine (vLLM) runs with; defaults are vLLM's. Give the flags
+/// the engine itself was given: LMCache names every object after them
+/// (docs/configuration.md, "The launch identity").
 #[derive(Args)]
 struct EngineArgs {
-    /// Served model name (objects in the cache are written under it).
+    /// vLLM's --model, exactly as the engine gets it (a hub id or a path):
+    /// LMCache writes every object under it, and objects of another model
+    /// are purged at the next launch.
     #[arg(long, default_value = "default-model")]
     model: String,
+    /// vLLM's --served-model-name (what clients send). Not part of any
+    /// object name, so it does not change the launch identity.
+    #[arg(long, value_name = "NAME")]
+    served_model_name: Option<String>,
     /// Tensor-parallel size of the engine.
     #[arg(long, default_value_t = 1)]
     tensor_parallel_size: u32,
@@ -214,6 +224,13 @@ struct EngineArgs {
     /// Data-parallel size of the engine.
     #[arg(long, default_value_t = 1)]
     data_parallel_size: u32,
+    /// Decode-context-parallel size of the engine (vLLM's -dcp).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    decode_context_parallel_size: u32,
+    /// The engine's --cp-kv-cache-interleave-size, as vLLM resolves it;
+    /// with a DCP size above 1, LMCache writes it into the model name.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    cp_kv_cache_interleave_size: u32,
     /// KV cache dtype of the engine.
     #[arg(long, default_value = "auto")]
     kv_cache_dtype: String,
@@ -227,6 +244,11 @@ struct EngineArgs {
     /// of --block-size.
     #[arg(long)]
     hybrid_attention: bool,
+    /// The model uses multi-head latent attention (DeepSeek-V2/V3 and
+    /// their kind): LMCache stores its KV once per pipeline stage, not once
+    /// per TP rank, and names objects so.
+    #[arg(long)]
+    mla: bool,
 }
 
 #[derive(Args)]
@@ -606,13 +628,17 @@ impl EngineArgs {
     fn facts(&self) -> EngineFacts {
         EngineFacts {
             model: self.model.clone(),
+            served_model_name: self.served_model_name.clone(),
             tensor_parallel_size: self.tensor_parallel_size,
             pipeline_parallel_size: self.pipeline_parallel_size,
             data_parallel_size: self.data_parallel_size,
+            decode_context_parallel_size: self.decode_context_parallel_size,
+            cp_kv_cache_interleave_size: self.cp_kv_cache_interleave_size,
             kv_cache_dtype: self.kv_cache_dtype.clone(),
             block_size: self.block_size,
             max_num_batched_tokens: self.max_num_batched_tokens,
             hybrid_attention: self.hybrid_attention,
+            mla: self.mla,
         }
     }
 }
@@ -660,14 +686,7 @@ fn node_housekeeping(
     }
     Ok(Some(NodeTier {
         path: node.disk_path,
-        identity: LaunchIdentity {
-            model: facts.model,
-            tensor_parallel_size: facts.tensor_parallel_size,
-            pipeline_parallel_size: facts.pipeline_parallel_size,
-            kv_cache_dtype: facts.kv_cache_dtype,
-            block_size: facts.block_size,
-            chunk_size: plan.decisions.chunk_size.value,
-        },
+        identity: facts.launch_identity(plan.decisions.chunk_size.value),
         capacity_bytes: None,
     }))
 }
@@ -723,14 +742,36 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     for warning in &plan.decisions.warnings {
         tracing::warn!("{warning}");
     }
+    if let Some(hk) = &plan.housekeeping {
+        let identity = &hk.identity;
+        let served = match &facts.served_model_name {
+            Some(name) if *name != facts.model => {
+                format!("; --served-model-name {name:?} is what clients send and is not part of it")
+            }
+            _ => String::new(),
+        };
+        tracing::info!(
+            "launch identity: LMCache writes objects under model {:?} with world size {} (vLLM's --model and parallel flags){served}",
+            identity.lmcache_model_name(),
+            identity.kv_world_size()
+        );
+    }
     if args.dry_run {
+        let housekeeping = dry_run_housekeeping(plan)?;
+        if let Some(warning) = housekeeping.as_ref().and_then(|r| r.purge_warning()) {
+            tracing::warn!("{warning}");
+        }
         if args.json {
             let mut json = planned.to_json();
             json["lmcache"] = serde_json::to_value(&lmcache).unwrap_or_default();
             json["facts"] = serde_json::to_value(&measured).unwrap_or_default();
+            json["housekeeping_report"] = serde_json::to_value(&housekeeping).unwrap_or_default();
             outln!("{json:#}");
         } else {
             outln!("{}", plan.log_line());
+            if let Some(report) = &housekeeping {
+                outln!("{report}");
+            }
             if let Some(install) = &lmcache {
                 outln!("{}", install.describe());
             }
@@ -780,6 +821,19 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         None => runtime.block_on(launch::run(plan, &options))?,
     };
     Ok(())
+}
+
+/// What the launch's housekeeping would do to the disk tier, from the dry
+/// run's own read-only scan; `None` without a disk tier, or before its
+/// directory exists (there is nothing to clean then).
+fn dry_run_housekeeping(plan: &LaunchPlan) -> Result<Option<Report>, HousekeepingError> {
+    let Some(hk) = plan.housekeeping.as_ref() else {
+        return Ok(None);
+    };
+    if std::fs::symlink_metadata(&hk.path).is_err() {
+        return Ok(None);
+    }
+    Ok(Some(hk.run(Mode::DryRun)?.housekeeping.report))
 }
 
 /// Catches every terminating signal for the launch and makes this process
@@ -1038,6 +1092,9 @@ fn housekeep_cmd(args: HousekeepArgs, mut vars: Vars) -> Result<(), Failure> {
         outln!("{report:#}");
     } else {
         outln!("{}", done.report);
+    }
+    if let Some(warning) = done.report.purge_warning() {
+        tracing::warn!("{warning}");
     }
     Ok(())
 }

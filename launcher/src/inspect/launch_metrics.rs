@@ -30,6 +30,22 @@ pub struct LaunchFigures {
     pub housekeeping_deleted: BTreeMap<String, u64>,
     /// When that housekeeping ended, Unix seconds.
     pub housekeeping_at_unix: Option<f64>,
+    /// Whether that housekeeping purged more than half of the tier because
+    /// the launch identity differed (`housekeeping_identity_purge`).
+    pub identity_purge: bool,
+    /// The fields that differed then (`housekeeping_identity_change`).
+    pub identity_changes: Vec<IdentityChange>,
+}
+
+/// One field of a purge by identity, as the metrics endpoint exports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IdentityChange {
+    /// The field (`model`, `kv_world_size`, `chunk_size`, ...).
+    pub field: String,
+    /// The value the tier held.
+    pub stored: String,
+    /// The launch's value.
+    pub current: String,
 }
 
 /// What was found at the launch's metrics endpoint.
@@ -109,15 +125,14 @@ pub fn parse(text: &str) -> LaunchFigures {
             continue;
         };
         let (name, labels) = match series.split_once('{') {
-            Some((name, labels)) => (name, labels.trim_end_matches('}')),
-            None => (series, ""),
+            Some((name, labels)) => (name, parse_labels(labels)),
+            None => (series, Vec::new()),
         };
         let count = value.max(0.0) as u64;
         let label = |key: &str| {
-            labels.split(',').find_map(|pair| {
-                let (k, v) = pair.split_once('=')?;
-                (k == key).then(|| v.trim_matches('"').to_string())
-            })
+            labels
+                .iter()
+                .find_map(|(k, v)| (k == key).then(|| v.clone()))
         };
         match name {
             "lmcache_tier_server_starts_total" => figures.starts = count,
@@ -138,10 +153,51 @@ pub fn parse(text: &str) -> LaunchFigures {
             "lmcache_tier_housekeeping_last_run_timestamp_seconds" if value > 0.0 => {
                 figures.housekeeping_at_unix = Some(value);
             }
+            "lmcache_tier_housekeeping_identity_purge" => figures.identity_purge = value > 0.0,
+            "lmcache_tier_housekeeping_identity_change" if value > 0.0 => {
+                if let (Some(field), Some(stored), Some(current)) =
+                    (label("field"), label("stored"), label("current"))
+                {
+                    figures.identity_changes.push(IdentityChange {
+                        field,
+                        stored,
+                        current,
+                    });
+                }
+            }
             _ => {}
         }
     }
     figures
+}
+
+/// The labels of a series, `key="value",...}` as the text formats write
+/// them: values may hold `,`, `=`, `}` and the escapes `\\`, `\"` and
+/// `\n` (a model path does). Stops at the first pair that is not so shaped.
+fn parse_labels(text: &str) -> Vec<(String, String)> {
+    let mut labels = Vec::new();
+    let mut rest = text;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let key = key.trim_start_matches([',', ' ']);
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next() {
+                Some((i, '"')) => break Some(i),
+                Some((_, '\\')) => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => break None,
+                },
+                Some((_, c)) => value.push(c),
+                None => break None,
+            }
+        };
+        let Some(end) = end else { break };
+        labels.push((key.to_string(), value));
+        rest = &after[end + 1..];
+    }
+    labels
 }
 
 /// The figures in words, for the text view: `2 starts (1 restart; exits:
@@ -182,6 +238,17 @@ pub fn describe(figures: &LaunchFigures) -> String {
         (true, Some(_)) => out.push_str("; housekeeping deleted nothing"),
         (true, None) => {}
     }
+    if figures.identity_purge {
+        let changes: Vec<String> = figures
+            .identity_changes
+            .iter()
+            .map(|c| format!("{} {:?} -> {:?}", c.field, c.stored, c.current))
+            .collect();
+        out.push_str("; WARNING: it purged most of the tier because the launch identity differed");
+        if !changes.is_empty() {
+            out.push_str(&format!(" ({})", changes.join(", ")));
+        }
+    }
     out
 }
 
@@ -209,6 +276,40 @@ mod tests {
         assert!(
             text.starts_with("2 start(s), 1 restart(s); exits: oom_kill 1"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn label_values_are_read_whatever_they_hold() {
+        let text = concat!(
+            "lmcache_tier_housekeeping_identity_purge 1\n",
+            r#"lmcache_tier_housekeeping_identity_change{field="model",stored="/m/a,b=c} \"q\" \\x",current="Org/M"} 1"#,
+            "\n",
+            r#"lmcache_tier_housekeeping_identity_change{field="kv_world_size",stored="8",current="1"} 1"#,
+            "\n",
+        );
+        let figures = parse(text);
+        assert!(figures.identity_purge);
+        assert_eq!(
+            figures.identity_changes,
+            vec![
+                IdentityChange {
+                    field: "model".into(),
+                    stored: r#"/m/a,b=c} "q" \x"#.into(),
+                    current: "Org/M".into(),
+                },
+                IdentityChange {
+                    field: "kv_world_size".into(),
+                    stored: "8".into(),
+                    current: "1".into(),
+                },
+            ]
+        );
+        let words = describe(&figures);
+        assert!(
+            words.contains("WARNING: it purged most of the tier")
+                && words.contains(r#"kv_world_size "8" -> "1""#),
+            "{words}"
         );
     }
 

@@ -427,6 +427,14 @@ struct ReasonLabels {
     reason: String,
 }
 
+/// One field of a purge by identity: its name and both values.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdentityChangeLabels {
+    field: String,
+    stored: String,
+    current: String,
+}
+
 /// What the launch's housekeeping did.
 #[derive(Debug, Clone, Default)]
 struct HousekeepingMetrics {
@@ -437,6 +445,8 @@ struct HousekeepingMetrics {
     foreign_entries: Gauge,
     duration: Gauge<f64, std::sync::atomic::AtomicU64>,
     last_run: Gauge<f64, std::sync::atomic::AtomicU64>,
+    identity_purge: Gauge,
+    identity_changes: Family<IdentityChangeLabels, Gauge>,
 }
 
 impl HousekeepingMetrics {
@@ -482,6 +492,16 @@ impl HousekeepingMetrics {
             Unit::Seconds,
             hk.last_run.clone(),
         );
+        sub.register(
+            "identity_purge",
+            "1 when the last housekeeping purged more than half of the tier's bytes because the launch identity differed from what the tier holds",
+            hk.identity_purge.clone(),
+        );
+        sub.register(
+            "identity_change",
+            "1 for each identity field that differed in that purge: field, the value the tier held, this launch's",
+            hk.identity_changes.clone(),
+        );
         hk
     }
 
@@ -501,6 +521,17 @@ impl HousekeepingMetrics {
         set(&self.kept_objects, report.kept_objects.count);
         set(&self.kept_bytes, report.kept_objects.bytes);
         set(&self.foreign_entries, report.foreign.count);
+        self.identity_purge
+            .set(i64::from(report.identity_purge.is_some()));
+        self.identity_changes.clear();
+        for change in report.identity_purge.iter().flat_map(|p| &p.changes) {
+            let labels = IdentityChangeLabels {
+                field: change.field.to_string(),
+                stored: change.stored.clone(),
+                current: change.current.clone(),
+            };
+            self.identity_changes.get_or_create(&labels).set(1);
+        }
         self.duration.set(took.as_secs_f64());
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -987,6 +1018,7 @@ mod tests {
             block_size: 16,
             max_num_batched_tokens: 2048,
             hybrid_attention: false,
+            ..EngineFacts::default()
         };
         let host = HostFacts {
             memory: Decision::new(64 * GIB, "given", "test"),
@@ -1258,6 +1290,9 @@ mod tests {
             kv_cache_dtype: "auto".into(),
             block_size: 16,
             chunk_size: 256,
+            decode_context_parallel_size: 1,
+            cp_kv_cache_interleave_size: 1,
+            mla_only: false,
         };
         let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
         let metrics = NodeMetrics::new(Some(&a_plan()));
@@ -1277,6 +1312,39 @@ mod tests {
                 &text,
                 "lmcache_tier_housekeeping_last_run_timestamp_seconds"
             ) > 1.7e9
+        );
+        assert_eq!(
+            sample(&text, "lmcache_tier_housekeeping_identity_purge"),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_purge_of_most_of_the_tier_by_identity_is_flagged_with_its_fields() {
+        use lmcache_housekeeping::{housekeep, Mode, TierPolicy};
+        let tmp = tempfile::tempdir().unwrap();
+        let name = format!("-SEP-models-SEP-m@0x01000100@0@{}.data", "ab".repeat(32));
+        std::fs::write(tmp.path().join(name), vec![1u8; 8192]).unwrap();
+        let identity = EngineFacts {
+            model: "m".into(),
+            ..EngineFacts::default()
+        }
+        .launch_identity(256);
+        let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
+        let metrics = NodeMetrics::new(Some(&a_plan()));
+        metrics.housekept(&done.report, Duration::from_millis(10));
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        assert_eq!(
+            sample(&text, "lmcache_tier_housekeeping_identity_purge"),
+            1.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"lmcache_tier_housekeeping_identity_change{field="model",stored="/models/m",current="m"}"#
+            ),
+            1.0,
+            "{text}"
         );
     }
 }
