@@ -227,9 +227,10 @@ struct EngineArgs {
     /// Decode-context-parallel size of the engine (vLLM's -dcp).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     decode_context_parallel_size: u32,
-    /// The engine's --cp-kv-cache-interleave-size, as vLLM resolves it;
-    /// with a DCP size above 1, LMCache writes it into the model name.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    /// The engine's --cp-kv-cache-interleave-size (or its older spelling
+    /// --dcp-kv-cache-interleave-size, which vLLM 0.26 lets win when above
+    /// 1); with a DCP size above 1, LMCache writes it into the model name.
+    #[arg(long, alias = "dcp-kv-cache-interleave-size", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     cp_kv_cache_interleave_size: u32,
     /// KV cache dtype of the engine.
     #[arg(long, default_value = "auto")]
