@@ -27,6 +27,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::{DATA_SUFFIX, MODEL_SEPARATOR};
 use crate::tier_dir::{
     read_control_file, replace_control_file, ReplaceError, ReplaceStep, TierDir, TierDirError,
 };
@@ -83,6 +84,9 @@ pub struct LaunchIdentity {
     #[serde(default, skip_serializing_if = "is_false")]
     pub mla_only: bool,
 }
+
+/// The longest file name Linux filesystems take, in bytes.
+pub const NAME_MAX: usize = 255;
 
 /// The suffix LMCache 0.5.6's vLLM connector adds to the model name for a
 /// DCP layout (`get_dcp_decorated_model_name`), before `d<dcp>-interleave<n>`.
@@ -236,6 +240,17 @@ impl LaunchIdentity {
                 self.model
             )),
         }
+    }
+
+    /// Bytes of the longest name LMCache 0.5.6's fs adapters give this
+    /// launch's unsalted objects: the model as written (`/` as `-SEP-`),
+    /// `@0x` and 8 hex digits, `@` and an object group of 1 hex digit, `@`
+    /// and a 32-byte chunk hash in hex, `.data`. A cache salt adds 1 + its
+    /// length. Above [`NAME_MAX`] every store to a disk tier fails (the file
+    /// cannot be created).
+    pub fn object_name_len(&self) -> usize {
+        let written = self.lmcache_model_name().replace('/', MODEL_SEPARATOR);
+        written.len() + "@0x".len() + 8 + "@0".len() + 1 + 64 + DATA_SUFFIX.len()
     }
 
     /// The canonical form the digest covers: compact JSON of the fields in

@@ -136,6 +136,12 @@ fn our_identity_and_decoder_agree_with_every_name_lmcache_writes() {
             );
             std::fs::write(tmp.path().join(name), b"kv").unwrap();
         }
+        let unsalted = names.iter().filter(|n| !n.ends_with("@user-7.data"));
+        assert_eq!(
+            unsalted.map(String::len).max(),
+            Some(identity.object_name_len()),
+            "{case:?}"
+        );
         record(tmp.path(), &identity);
         let plan = |identity: &LaunchIdentity| {
             housekeep(tmp.path(), identity, TierPolicy::default(), Mode::DryRun)
@@ -300,4 +306,33 @@ fn a_launch_under_another_model_name_warns_before_it_purges_the_tier() {
         "{shown}"
     );
     stop_launch(&mut launch);
+}
+
+#[test]
+fn a_model_whose_object_names_cannot_be_files_is_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dry_run = |model: &str| {
+        let out = Command::new(BINS.lmcache_tier())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", tmp.path())
+            .env("VIRTUAL_ENV", lmcache_venv())
+            .env("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache")
+            .args(["launch", "--dry-run", "--model", model])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let long = format!("/models/{}/snapshots/{}", "org-".repeat(30), "a".repeat(40));
+    let expected = long.replace('/', MODEL_SEPARATOR).len() + 83;
+    let stderr = dry_run(&long);
+    assert!(
+        stderr.contains(&format!(
+            "object names for --model {long:?} are {expected} bytes, over the 255"
+        )),
+        "{stderr}"
+    );
+    assert!(!dry_run("Org/Model").contains("over the 255"));
 }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use lmcache_housekeeping::identity::NAME_MAX;
 use lmcache_housekeeping::tier_dir::replace_control_file;
 use lmcache_housekeeping::{
     housekeep, HousekeepingError, LaunchIdentity, Mode, Report, TierPolicy,
@@ -756,6 +757,14 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
             identity.lmcache_model_name(),
             identity.kv_world_size()
         );
+        let name_len = identity.object_name_len();
+        if name_len > NAME_MAX {
+            tracing::warn!(
+                "LMCache's object names for --model {:?} are {name_len} bytes, over the {NAME_MAX} a file name may have: every store to the disk tier {} will fail. Give the engine (and the launch) a shorter --model, e.g. a symlink to the model directory",
+                facts.model,
+                hk.path.display()
+            );
+        }
     }
     if args.dry_run {
         let housekeeping = dry_run_housekeeping(plan)?;
