@@ -739,6 +739,31 @@ impl Tmpfs {
     }
 }
 
+impl Tmpfs {
+    /// Takes every free byte of the volume at one instant, as one
+    /// `fallocate` of `path`, and nothing the volume frees afterwards (a
+    /// write loop would also take what a capacity guard frees while it
+    /// runs, emptying the tier: not the fault a test of one full volume
+    /// means). Retries while another writer changes the free space between
+    /// the measure and the call; returns the bytes taken. The file stays, as
+    /// another writer's would.
+    pub fn fill_at_once(&self, path: &Path) -> u64 {
+        use nix::fcntl::{fallocate, FallocateFlags};
+        let file = std::fs::File::create(path).unwrap();
+        loop {
+            let free = self.free_bytes();
+            if free == 0 {
+                return 0;
+            }
+            match fallocate(&file, FallocateFlags::empty(), 0, free as i64) {
+                Ok(()) => return free,
+                Err(nix::errno::Errno::ENOSPC) => continue,
+                Err(e) => panic!("fallocate {} of {free} bytes: {e}", path.display()),
+            }
+        }
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount")

@@ -7,7 +7,7 @@
 //!   without crossing the free-space line, then another writer takes the
 //!   volume below the line and the capacity guard evicts the tier's oldest
 //!   objects until the line is back;
-//! - an `fs` tier on a volume another writer fills to the last byte (LMCache's stores fail with `ENOSPC`): the node keeps
+//! - an `fs` tier on a volume another writer fills to the last byte at once (LMCache's stores fail with `ENOSPC`): the node keeps
 //!   serving, the guard frees room, stores resume without a restart, and
 //!   `inspect` shows it. The test prints the time from the full volume to
 //!   the first store after it.
@@ -252,7 +252,7 @@ fn a_full_volume_is_freed_and_the_tier_stores_again_without_a_restart() {
     let bench = node.bench(100, 170);
     node.next_store(&launch, "the bench's first store");
     let outside = node.volume.path().join("download.part");
-    let written = node.volume.fill(&outside, u64::MAX);
+    let written = node.volume.fill_at_once(&outside);
     let resumed = node.next_store(&launch, "a store after the volume was full");
     eprintln!("guard freed room: stores resumed {resumed:?} after the volume was full");
 
