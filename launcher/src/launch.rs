@@ -340,6 +340,9 @@ async fn run_launch(
         }
     };
     let mut restarts = Restarts::new(plan, options);
+    // Engine workers of the previous start that the next one must see
+    // register again (`docs/inspect.md`, "Workers a restart loses").
+    let mut carried = 0;
     loop {
         metrics.server().started(restarts.starts);
         let run = start_once(
@@ -348,13 +351,14 @@ async fn run_launch(
             options,
             &mut signals,
             &emit,
-            restarts.starts,
+            (restarts.starts, carried),
         )
         .await?;
         let ended = match run {
             Run::Stopped(status) => return Ok(status),
             Run::Ended(ended) => ended,
         };
+        carried = ended.workers;
         let backoff = restarts.after(ended)?;
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -508,16 +512,20 @@ struct Ending {
     last_poll: Option<String>,
     /// Its last output lines.
     tail: Vec<String>,
+    /// The engine workers the next start must see again
+    /// ([`Watcher::workers_to_carry`]).
+    workers: u64,
 }
 
-/// One start of the server, supervised until it stops or ends.
+/// One start of the server, the `start`-th, supervised until it stops or
+/// ends; `carried` engine workers of the previous start are awaited.
 async fn start_once(
     plan: &LaunchPlan,
     prepared: &Prepared,
     options: &RunOptions,
     signals: &mut Signals,
     emit: &impl Fn(Event),
-    start: u64,
+    (start, carried): (u64, u64),
 ) -> Result<Run, LaunchError> {
     if start > 1 {
         // The last server's processes may still be letting go of them.
@@ -533,7 +541,10 @@ async fn start_once(
     tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
     let started = Instant::now();
     let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
-    let mut watcher = Watcher::new(options.watch.clone());
+    let mut watcher = match start {
+        1 => Watcher::new(options.watch.clone()),
+        _ => Watcher::restarted(options.watch.clone(), carried, plan.rejoin_grace()),
+    };
     let ended = supervise(
         &mut server,
         &client,
@@ -552,8 +563,21 @@ async fn start_once(
         Ended::Exited(status) => {
             // Whatever the server left in its group goes with it.
             server.signal(Signal::SIGKILL);
-            emit(Event::exited(status));
+            emit(Event::exited(status, &server.oom_reading()));
             (describe(status), None)
+        }
+        Ended::Unresponsive { status, silent } => {
+            server.signal(Signal::SIGKILL);
+            let limit = options.watch.restart_unresponsive_after.unwrap_or(silent);
+            emit(Event::stopped_unresponsive(status, silent, limit));
+            (
+                format!(
+                    "stopped after {:.0}s without an HTTP answer: {}",
+                    silent.as_secs_f64(),
+                    describe(status)
+                ),
+                None,
+            )
         }
         Ended::NotReady(last) => (
             format!(
@@ -569,6 +593,7 @@ async fn start_once(
         ran: started.elapsed(),
         last_poll,
         tail: server.tail(),
+        workers: watcher.workers_to_carry(),
     }))
 }
 
@@ -733,6 +758,14 @@ enum Ended {
     Stopped(ExitStatus),
     /// Exited by itself.
     Exited(ExitStatus),
+    /// Stopped by the launch after it gave no HTTP answer for `silent`
+    /// ([`WatchConfig::restart_unresponsive_after`]).
+    Unresponsive {
+        /// How it ended once stopped.
+        status: ExitStatus,
+        /// How long it had given no answer.
+        silent: Duration,
+    },
     /// Did not answer 200 within the ready timeout and was stopped; the last poll.
     NotReady(String),
 }
@@ -794,6 +827,7 @@ async fn supervise(
     plan: &LaunchPlan,
 ) -> Result<Ended, LaunchError> {
     let started = Instant::now();
+    let mut ready_at = None;
     loop {
         let poll = tokio::select! {
             status = server.wait() => return Ok(Ended::Exited(status?)),
@@ -836,12 +870,33 @@ async fn supervise(
             emit(event);
         }
         if watcher.is_ready() && !was_ready {
+            ready_at = Some(Instant::now());
             tracing::info!(
                 "LMCache server ready in {:.1}s: {} answers; ZMQ on tcp://127.0.0.1:{}",
                 started.elapsed().as_secs_f64(),
                 plan.status_url(),
                 plan.mp_port
             );
+        }
+        if let Some(ready) = ready_at {
+            for event in watcher.elapsed(ready.elapsed()) {
+                emit(event);
+            }
+        }
+        if let Some(silent) = watcher.unresponsive_too_long() {
+            tracing::warn!(
+                "the LMCache server (pid {}) has given no HTTP answer for {:.0}s, over the {}s a ready server may go without one (--unresponsive-timeout): stopping it (SIGTERM and SIGCONT, SIGKILL after {}s) to start it again",
+                server.pid(),
+                silent.as_secs_f64(),
+                options
+                    .watch
+                    .restart_unresponsive_after
+                    .unwrap_or(silent)
+                    .as_secs(),
+                options.stop_grace.as_secs()
+            );
+            let status = server.stop(options.stop_grace).await?;
+            return Ok(Ended::Unresponsive { status, silent });
         }
         if !watcher.is_ready() && started.elapsed() >= options.ready_timeout {
             server.stop(options.stop_grace).await?;
