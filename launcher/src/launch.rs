@@ -38,7 +38,9 @@ pub struct RunOptions {
     pub ready_timeout: Duration,
     /// How long a stop waits after SIGTERM before SIGKILL.
     pub stop_grace: Duration,
-    /// How `/status` is polled and when events are sent.
+    /// How `/status` is polled, when events are sent, and how long a
+    /// ready server may stay silent before it is stopped and started again
+    /// ([`WatchConfig::restart_unresponsive_after`]).
     pub watch: WatchConfig,
     /// When a server that exits is started again.
     pub restart: RestartPolicy,

@@ -253,7 +253,7 @@ impl Event {
                 file.display()
             )),
             OomReading::Unchanged { file, count } if sigkill => Some(format!(
-                "killed by SIGKILL, and the kernel recorded no OOM kill (oom_kill in {} stayed at {count}): something sent it the signal (`kill -9`, a supervisor, a stop that timed out), not the OOM killer",
+                "killed by SIGKILL, and the kernel recorded no OOM kill (oom_kill in {} stayed at {count}): something sent it the signal (kill -9, a supervisor, a stop that timed out), not the OOM killer",
                 file.display()
             )),
             OomReading::Unreadable { why } if sigkill => Some(format!(
