@@ -25,7 +25,7 @@ use crate::supervise::{
     describe, listener_owned_by_tree, reap_orphans, signal_name, Output, Supervised,
     TerminatingSignals,
 };
-use crate::watch::{Event, WatchConfig, Watcher};
+use crate::watch::{Event, Silence, WatchConfig, Watcher};
 
 /// How long a server whose tree holds no `/status` listener is given to
 /// show that it has exited rather than lost its port to another process.
@@ -568,14 +568,13 @@ async fn start_once(
             emit(Event::exited(status, &server.oom_reading()));
             (describe(status), None)
         }
-        Ended::Unresponsive { status, silent } => {
+        Ended::Unresponsive { status, silence } => {
             server.signal(Signal::SIGKILL);
-            let limit = options.watch.restart_unresponsive_after.unwrap_or(silent);
-            emit(Event::stopped_unresponsive(status, silent, limit));
+            emit(Event::stopped_unresponsive(status, silence));
             (
                 format!(
                     "stopped after {:.0}s without an HTTP answer: {}",
-                    silent.as_secs_f64(),
+                    silence.silent.as_secs_f64(),
                     describe(status)
                 ),
                 None,
@@ -760,13 +759,13 @@ enum Ended {
     Stopped(ExitStatus),
     /// Exited by itself.
     Exited(ExitStatus),
-    /// Stopped by the launch after it gave no HTTP answer for `silent`
+    /// Stopped by the launch after it gave no HTTP answer for too long
     /// ([`WatchConfig::restart_unresponsive_after`]).
     Unresponsive {
         /// How it ended once stopped.
         status: ExitStatus,
-        /// How long it had given no answer.
-        silent: Duration,
+        /// How long it had given no answer, and how long it could.
+        silence: Silence,
     },
     /// Did not answer 200 within the ready timeout and was stopped; the last poll.
     NotReady(String),
@@ -885,20 +884,16 @@ async fn supervise(
                 emit(event);
             }
         }
-        if let Some(silent) = watcher.unresponsive_too_long() {
+        if let Some(silence) = watcher.unresponsive_too_long() {
             tracing::warn!(
                 "the LMCache server (pid {}) has given no HTTP answer for {:.0}s, over the {}s a ready server may go without one (--unresponsive-timeout): stopping it (SIGTERM and SIGCONT, SIGKILL after {}s) to start it again",
                 server.pid(),
-                silent.as_secs_f64(),
-                options
-                    .watch
-                    .restart_unresponsive_after
-                    .unwrap_or(silent)
-                    .as_secs(),
+                silence.silent.as_secs_f64(),
+                silence.limit.as_secs(),
                 options.stop_grace.as_secs()
             );
             let status = server.stop(options.stop_grace).await?;
-            return Ok(Ended::Unresponsive { status, silent });
+            return Ok(Ended::Unresponsive { status, silence });
         }
         if !watcher.is_ready() && started.elapsed() >= options.ready_timeout {
             server.stop(options.stop_grace).await?;

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-
-use crate::oom::{OomBaseline, OomReading};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
+
+use crate::oom::{OomBaseline, OomReading};
 
 /// How many of the server's last output lines are kept for error messages.
 pub const TAIL_LINES: usize = 40;

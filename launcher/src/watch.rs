@@ -238,10 +238,10 @@ impl Event {
     pub fn exited(status: ExitStatus, oom: &OomReading) -> Event {
         let (code, signal) = status_and_signal(status);
         let sigkill = signal == Some(Signal::SIGKILL as i32);
-        let cause = match (signal, oom) {
-            (Some(_), OomReading::Rose { .. }) if sigkill => ExitCause::OomKill,
-            (Some(_), _) => ExitCause::Signal,
-            (None, _) => ExitCause::Status,
+        let cause = match signal {
+            None => ExitCause::Status,
+            Some(_) if sigkill && matches!(oom, OomReading::Rose { .. }) => ExitCause::OomKill,
+            Some(_) => ExitCause::Signal,
         };
         let hint = match oom {
             OomReading::Rose { file, before, after } if sigkill => Some(format!(
@@ -270,9 +270,9 @@ impl Event {
     }
 
     /// The [`Event::Exited`] for a server the launch stopped (`status`)
-    /// because it gave no HTTP answer for `silent`, `limit` being
-    /// [`WatchConfig::restart_unresponsive_after`].
-    pub fn stopped_unresponsive(status: ExitStatus, silent: Duration, limit: Duration) -> Event {
+    /// because it stayed silent too long ([`Watcher::unresponsive_too_long`]).
+    pub fn stopped_unresponsive(status: ExitStatus, silence: Silence) -> Event {
+        let Silence { silent, limit } = silence;
         let (code, signal) = status_and_signal(status);
         Event::Exited {
             status: code,
@@ -382,6 +382,16 @@ pub struct Watcher {
     silent_since: Option<Duration>,
 }
 
+/// A ready server's silence that is too long
+/// ([`Watcher::unresponsive_too_long`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Silence {
+    /// How long it has given no HTTP answer.
+    pub silent: Duration,
+    /// How long it may ([`WatchConfig::restart_unresponsive_after`]).
+    pub limit: Duration,
+}
+
 /// Workers attached when the previous start ended, awaited at this one
 /// (`docs/inspect.md`, "Workers a restart loses").
 #[derive(Debug, Clone, Copy)]
@@ -467,10 +477,10 @@ impl Watcher {
     /// [`WatchConfig::restart_unresponsive_after`] or more: the launch then
     /// stops the server and starts it again. `None` otherwise, and always
     /// when that setting is `None`.
-    pub fn unresponsive_too_long(&self) -> Option<Duration> {
+    pub fn unresponsive_too_long(&self) -> Option<Silence> {
         let limit = self.config.restart_unresponsive_after?;
         let silent = self.since_ready?.saturating_sub(self.silent_since?);
-        (silent >= limit).then_some(silent)
+        (silent >= limit).then_some(Silence { silent, limit })
     }
 
     /// Whether `/status` has answered 200 since the start.
@@ -1130,8 +1140,10 @@ mod tests {
     fn a_server_stopped_for_silence_says_so() {
         let event = Event::stopped_unresponsive(
             ExitStatus::from_raw(143 << 8),
-            Duration::from_secs(8),
-            Duration::from_secs(5),
+            Silence {
+                silent: Duration::from_secs(8),
+                limit: Duration::from_secs(5),
+            },
         );
         match &event {
             Event::Exited {
@@ -1290,7 +1302,13 @@ mod tests {
         assert_eq!(w.unresponsive_too_long(), None, "8 s of silence");
         run(&mut w, &[refused()]);
         w.elapsed(Duration::from_secs(26));
-        assert_eq!(w.unresponsive_too_long(), Some(Duration::from_secs(12)));
+        assert_eq!(
+            w.unresponsive_too_long(),
+            Some(Silence {
+                silent: Duration::from_secs(12),
+                limit: Duration::from_secs(10)
+            })
+        );
 
         let mut never = Watcher::new(WatchConfig {
             restart_unresponsive_after: None,

@@ -1151,8 +1151,10 @@ mod tests {
         );
         server.observe(&Event::stopped_unresponsive(
             ExitStatus::from_raw(143 << 8),
-            Duration::from_secs(130),
-            Duration::from_secs(120),
+            crate::watch::Silence {
+                silent: Duration::from_secs(130),
+                limit: Duration::from_secs(120),
+            },
         ));
         server.started(4);
         server.observe(&Event::exited(ExitStatus::from_raw(1 << 8), &no_oom));
