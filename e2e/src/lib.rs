@@ -555,6 +555,44 @@ pub fn children_of(pid: i32) -> Vec<i32> {
     found
 }
 
+/// Pids of the processes that hold the listening TCP socket on `port`
+/// (IPv4 or IPv6, any local address): for a launch's HTTP port, the real
+/// Python `lmcache server`, not the `erebine-lmcache` wrapper above it.
+pub fn listeners_of(port: u16) -> Vec<i32> {
+    let sockets: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+                    let inode = f.get(9)?;
+                    (local == port && *f.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let holds = std::fs::read_dir(entry.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()));
+        if holds {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// The command line and environment of `pid`, NULs as spaces: what another
 /// local user with the same uid (or root) can read of it.
 pub fn cmdline_and_environ(pid: i32) -> String {

@@ -25,7 +25,7 @@ use crate::supervise::{
     describe, listener_owned_by_tree, reap_orphans, signal_name, Output, Supervised,
     TerminatingSignals,
 };
-use crate::watch::{Event, WatchConfig, Watcher};
+use crate::watch::{Event, Silence, WatchConfig, Watcher};
 
 /// How long a server whose tree holds no `/status` listener is given to
 /// show that it has exited rather than lost its port to another process.
@@ -38,7 +38,9 @@ pub struct RunOptions {
     pub ready_timeout: Duration,
     /// How long a stop waits after SIGTERM before SIGKILL.
     pub stop_grace: Duration,
-    /// How `/status` is polled and when events are sent.
+    /// How `/status` is polled, when events are sent, and how long a
+    /// ready server may stay silent before it is stopped and started again
+    /// ([`WatchConfig::restart_unresponsive_after`]).
     pub watch: WatchConfig,
     /// When a server that exits is started again.
     pub restart: RestartPolicy,
@@ -340,6 +342,9 @@ async fn run_launch(
         }
     };
     let mut restarts = Restarts::new(plan, options);
+    // Engine workers of the previous start that the next one must see
+    // register again (`docs/inspect.md`, "Workers a restart loses").
+    let mut carried = 0;
     loop {
         metrics.server().started(restarts.starts);
         let run = start_once(
@@ -348,13 +353,14 @@ async fn run_launch(
             options,
             &mut signals,
             &emit,
-            restarts.starts,
+            (restarts.starts, carried),
         )
         .await?;
         let ended = match run {
             Run::Stopped(status) => return Ok(status),
             Run::Ended(ended) => ended,
         };
+        carried = ended.workers;
         let backoff = restarts.after(ended)?;
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -511,16 +517,20 @@ struct Ending {
     last_poll: Option<String>,
     /// Its last output lines.
     tail: Vec<String>,
+    /// The engine workers the next start must see again
+    /// ([`Watcher::workers_to_carry`]).
+    workers: u64,
 }
 
-/// One start of the server, supervised until it stops or ends.
+/// One start of the server, the `start`-th, supervised until it stops or
+/// ends; `carried` engine workers of the previous start are awaited.
 async fn start_once(
     plan: &LaunchPlan,
     prepared: &Prepared,
     options: &RunOptions,
     signals: &mut Signals,
     emit: &impl Fn(Event),
-    start: u64,
+    (start, carried): (u64, u64),
 ) -> Result<Run, LaunchError> {
     if start > 1 {
         // The last server's processes may still be letting go of them.
@@ -536,7 +546,10 @@ async fn start_once(
     tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
     let started = Instant::now();
     let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
-    let mut watcher = Watcher::new(options.watch.clone());
+    let mut watcher = match start {
+        1 => Watcher::new(options.watch.clone()),
+        _ => Watcher::restarted(options.watch.clone(), carried, plan.rejoin_grace()),
+    };
     let ended = supervise(
         &mut server,
         &client,
@@ -555,8 +568,20 @@ async fn start_once(
         Ended::Exited(status) => {
             // Whatever the server left in its group goes with it.
             server.signal(Signal::SIGKILL);
-            emit(Event::exited(status));
+            emit(Event::exited(status, &server.oom_reading()));
             (describe(status), None)
+        }
+        Ended::Unresponsive { status, silence } => {
+            server.signal(Signal::SIGKILL);
+            emit(Event::stopped_unresponsive(status, silence));
+            (
+                format!(
+                    "stopped after {:.0}s without an HTTP answer: {}",
+                    silence.silent.as_secs_f64(),
+                    describe(status)
+                ),
+                None,
+            )
         }
         Ended::NotReady(last) => (
             format!(
@@ -572,6 +597,7 @@ async fn start_once(
         ran: started.elapsed(),
         last_poll,
         tail: server.tail(),
+        workers: watcher.workers_to_carry(),
     }))
 }
 
@@ -736,6 +762,14 @@ enum Ended {
     Stopped(ExitStatus),
     /// Exited by itself.
     Exited(ExitStatus),
+    /// Stopped by the launch after it gave no HTTP answer for too long
+    /// ([`WatchConfig::restart_unresponsive_after`]).
+    Unresponsive {
+        /// How it ended once stopped.
+        status: ExitStatus,
+        /// How long it had given no answer, and how long it could.
+        silence: Silence,
+    },
     /// Did not answer 200 within the ready timeout and was stopped; the last poll.
     NotReady(String),
 }
@@ -797,6 +831,7 @@ async fn supervise(
     plan: &LaunchPlan,
 ) -> Result<Ended, LaunchError> {
     let started = Instant::now();
+    let mut ready_at = None;
     loop {
         let poll = tokio::select! {
             status = server.wait() => return Ok(Ended::Exited(status?)),
@@ -839,12 +874,29 @@ async fn supervise(
             emit(event);
         }
         if watcher.is_ready() && !was_ready {
+            ready_at = Some(Instant::now());
             tracing::info!(
                 "LMCache server ready in {:.1}s: {} answers; ZMQ on tcp://127.0.0.1:{}",
                 started.elapsed().as_secs_f64(),
                 plan.status_url(),
                 plan.mp_port
             );
+        }
+        if let Some(ready) = ready_at {
+            for event in watcher.elapsed(ready.elapsed()) {
+                emit(event);
+            }
+        }
+        if let Some(silence) = watcher.unresponsive_too_long() {
+            tracing::warn!(
+                "the LMCache server (pid {}) has given no HTTP answer for {:.0}s, over the {}s a ready server may go without one (--unresponsive-timeout): stopping it (SIGTERM and SIGCONT, SIGKILL after {}s) to start it again",
+                server.pid(),
+                silence.silent.as_secs_f64(),
+                silence.limit.as_secs(),
+                options.stop_grace.as_secs()
+            );
+            let status = server.stop(options.stop_grace).await?;
+            return Ok(Ended::Unresponsive { status, silence });
         }
         if !watcher.is_ready() && started.elapsed() >= options.ready_timeout {
             server.stop(options.stop_grace).await?;

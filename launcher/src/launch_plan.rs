@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use lmcache_sizing::rules::{self, VolumeStats, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, SizingError, TierSizing, VolumeKind};
@@ -21,6 +22,7 @@ use crate::extra_args::{self, ExtraArgs};
 use crate::facts::DiskFacts;
 use crate::housekeep::DiskHousekeeping;
 use crate::ports::{self, Listener};
+use crate::server_flags::server_flags;
 use lmcache_housekeeping::LaunchIdentity;
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
@@ -280,6 +282,10 @@ pub struct Replaced {
     pub extra: String,
 }
 
+/// LMCache's flag for how long a silent worker is kept
+/// (`lmcache-server-flags.json`).
+const REAP_TIMEOUT_FLAG: &str = "--worker-reap-timeout-seconds";
+
 /// A planned launch: what to run, with which environment, and why.
 #[derive(Debug, Clone)]
 pub struct LaunchPlan {
@@ -333,6 +339,36 @@ impl LaunchPlan {
     /// The `/status` URL of the planned server.
     pub fn status_url(&self) -> String {
         format!("http://127.0.0.1:{}/status", self.http_port)
+    }
+
+    /// The server's `--worker-reap-timeout-seconds` as its arguments set it
+    /// (the last one, as LMCache's argparse reads them; from
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` or arguments added to the plan);
+    /// `None` when they do not set it.
+    pub fn worker_reap_timeout(&self) -> Option<Duration> {
+        let args: Vec<&str> = self.args.iter().skip(1).map(String::as_str).collect();
+        server_flags()
+            .read(&args)
+            .ok()?
+            .into_iter()
+            .rev()
+            .find(|o| o.flag == REAP_TIMEOUT_FLAG)?
+            .values
+            .first()
+            .and_then(|v| v.parse::<f64>().ok())
+            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+    }
+
+    /// How long after a restarted server is ready the engine workers of the
+    /// previous start may take to register with it before they are lost
+    /// (`docs/inspect.md`, "Workers a restart loses"): the server's reap
+    /// timeout ([`LaunchPlan::worker_reap_timeout`]), or LMCache's default
+    /// ([`crate::watch::LMCACHE_REAP_TIMEOUT`], 120 s) when the arguments
+    /// do not set one or set 0 (reaping off).
+    pub fn rejoin_grace(&self) -> Duration {
+        self.worker_reap_timeout()
+            .filter(|timeout| !timeout.is_zero())
+            .unwrap_or(crate::watch::LMCACHE_REAP_TIMEOUT)
     }
 
     /// The arguments with every adapter spec's secrets redacted: what logs and

@@ -15,7 +15,8 @@
 //! The agent starts a plan with [`launch::start`], which returns a
 //! [`launch::LaunchHandle`]: the liveness events and a stop.
 //! [`launch::run_with_events`] also delivers the liveness events of [`watch`]
-//! (workers lost, unhealthy, unresponsive, exited with a hint); [`status`] is
+//! (workers lost, unhealthy, unresponsive, exited with a hint; [`oom`]
+//! tells an OOM kill from the kernel's own count); [`status`] is
 //! the typed `/status` model; [`inspect`] builds what `lmcache-tier inspect`
 //! prints.
 //!
@@ -95,6 +96,7 @@ pub mod launch;
 pub mod launch_plan;
 pub mod locate;
 pub mod metrics;
+pub mod oom;
 pub mod output;
 pub mod ports;
 pub mod server_flags;

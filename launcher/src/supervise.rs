@@ -18,6 +18,8 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::oom::{OomBaseline, OomReading};
+
 /// How many of the server's last output lines are kept for error messages.
 pub const TAIL_LINES: usize = 40;
 
@@ -28,6 +30,8 @@ pub struct Supervised {
     tail: Arc<Mutex<VecDeque<String>>>,
     /// The tasks copying the child's stdout and stderr into `tail`.
     readers: Vec<tokio::task::JoinHandle<()>>,
+    /// The OOM-kill count of the child's memory cgroup at the spawn.
+    oom: OomBaseline,
 }
 
 /// How long [`Supervised::wait`] waits, once the child exited, for its
@@ -49,7 +53,8 @@ pub enum Output {
 
 impl Supervised {
     /// Starts `command` in a new process group with SIGTERM as its
-    /// parent-death signal and stdin closed.
+    /// parent-death signal and stdin closed, and reads the OOM-kill count of
+    /// its memory cgroup ([`Supervised::oom_reading`]).
     pub fn spawn(mut command: Command, output: Output) -> io::Result<Self> {
         let parent = nix::unistd::getpid();
         command
@@ -76,6 +81,7 @@ impl Supervised {
         let pid = child
             .id()
             .ok_or_else(|| io::Error::other("child exited at once"))?;
+        let oom = OomBaseline::of_process(pid);
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
@@ -89,7 +95,15 @@ impl Supervised {
             pgid: Pid::from_raw(pid as i32),
             tail,
             readers,
+            oom,
         })
+    }
+
+    /// What the kernel's OOM-kill count of the child's memory cgroup says
+    /// of this run: read at the spawn and again now (call it once the child
+    /// has exited; `crate::oom`).
+    pub fn oom_reading(&self) -> OomReading {
+        self.oom.after_exit()
     }
 
     /// The child's process id (also its process group id).
@@ -127,10 +141,14 @@ impl Supervised {
         Ok(status)
     }
 
-    /// Stops the child: SIGTERM to its group, up to `grace` to exit, then
-    /// SIGKILL. Whatever else is left in the group is killed afterwards.
+    /// Stops the child: SIGTERM to its group and SIGCONT to every process
+    /// of its tree (a process stopped by SIGSTOP acts on the SIGTERM only
+    /// once continued, and `erebine-lmcache` runs the server in a group of
+    /// its own), up to `grace` to exit, then SIGKILL to the tree and the
+    /// group. Whatever else is left in the group is killed afterwards.
     pub async fn stop(&mut self, grace: Duration) -> io::Result<ExitStatus> {
         self.signal(Signal::SIGTERM);
+        self.signal_tree(Signal::SIGCONT);
         let status = match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(status) => status?,
             Err(_) => {
@@ -139,12 +157,21 @@ impl Supervised {
                     "server did not stop within {}s of SIGTERM; sending SIGKILL",
                     grace.as_secs()
                 );
+                self.signal_tree(Signal::SIGKILL);
                 self.signal(Signal::SIGKILL);
                 self.child.wait().await?
             }
         };
         self.signal(Signal::SIGKILL);
         Ok(status)
+    }
+
+    /// Sends `signal` to the child and each of its live descendants (found
+    /// from the parent ids in `/proc`).
+    fn signal_tree(&self, signal: Signal) {
+        for pid in process_tree(self.pid()) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+        }
     }
 
     /// The last lines the child printed (with [`Output::Tee`]).

@@ -4,15 +4,20 @@
 //! Why: a server that still answers HTTP but has silently lost its engine
 //! workers needs the engine restarted (`docs/inspect.md`); the watcher
 //! reports that as [`Event::WorkersLost`], and a clean unregistration (an
-//! engine that shut down and said so) as [`Event::WorkersDetached`]. How the
-//! server ended is [`Event::Exited`]; a
-//! death by SIGKILL carries an OOM hint, since the host's OOM killer ends a
-//! process that way: its log just stops, with no Python traceback.
+//! engine that shut down and said so) as [`Event::WorkersDetached`].
+//! LMCache 0.5.6's engine workers do not register again with a restarted
+//! server (the engine has to restart), so workers of a previous start that
+//! are not back within the reap grace are lost too
+//! ([`LossCause::ServerRestarted`]). How the server ended is
+//! [`Event::Exited`], its [`ExitCause`] told from the kernel's own count of
+//! OOM kills ([`crate::oom`]), never from the signal alone.
 //!
-//! [`Watcher`] is the state machine, fed one [`Poll`] at a time (unit-tested
-//! on recorded bodies); [`spawn`] runs it on a tokio task and sends events on
-//! a channel. [`crate::launch::run_with_events`] runs it beside the server it
-//! supervises and adds [`Event::Exited`].
+//! [`Watcher`] is the state machine, fed one [`Poll`] at a time and the time
+//! since the server was ready ([`Watcher::elapsed`]), unit-tested on
+//! recorded bodies; [`spawn`] runs it on a tokio task and sends events on a
+//! channel. [`crate::launch::run_with_events`] runs it beside the server it
+//! supervises, adds [`Event::Exited`], and restarts a server that stays
+//! unresponsive ([`WatchConfig::restart_unresponsive_after`]).
 
 use std::fmt;
 use std::os::unix::process::ExitStatusExt;
@@ -24,7 +29,20 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::oom::OomReading;
 use crate::status::{Poll, ReaperRun, StatusClient, WorkerLiveness};
+
+/// LMCache 0.5.6's default `--worker-reap-timeout-seconds`: how long the
+/// server keeps a worker that stopped PINGing. The reap grace of workers
+/// after a restart when the plan does not set the flag (or sets 0, which
+/// turns reaping off): `docs/inspect.md`, "Workers a restart loses".
+pub const LMCACHE_REAP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The default of [`WatchConfig::restart_unresponsive_after`] and of
+/// `lmcache-tier launch --unresponsive-timeout`: 120 s, LMCache's default
+/// reap timeout, 30 polls of a frozen server (`docs/inspect.md`, "A frozen
+/// server" justifies the figure).
+pub const UNRESPONSIVE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How the watcher polls and when it reports. Defaults: see each field.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +64,12 @@ pub struct WatchConfig {
     /// With `Some(n)`, [`Event::WorkersAttached`] is sent once `n` or more
     /// are attached instead of on every rise. Default `None`.
     pub expected_workers: Option<u64>,
+    /// How long a server that was ready may give no HTTP answer at all,
+    /// counted from the first poll that got none, before the launch stops
+    /// it and starts it again under its restart policy; `None`: never.
+    /// Default [`UNRESPONSIVE_TIMEOUT`] (120 s). Only a supervising launch
+    /// acts on it ([`Watcher::unresponsive_too_long`]); [`spawn`] cannot.
+    pub restart_unresponsive_after: Option<Duration>,
 }
 
 impl Default for WatchConfig {
@@ -57,11 +81,79 @@ impl Default for WatchConfig {
             unhealthy_after: 3,
             unresponsive_after: 3,
             expected_workers: None,
+            restart_unresponsive_after: Some(UNRESPONSIVE_TIMEOUT),
         }
     }
 }
 
-/// What the watcher reports. `Display` gives the log line.
+/// Why engine workers were lost ([`Event::WorkersLost`]'s `cause`; the
+/// `cause` label of `engine_workers_lost_total`, `docs/metrics.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossCause {
+    /// LMCache's reaper dropped them after they went silent while the
+    /// server answered (`reaped`).
+    Reaped,
+    /// They were attached to the server before it restarted and did not
+    /// register with the restarted one within the reap grace
+    /// (`server_restarted`): LMCache 0.5.6's engine workers do not
+    /// reconnect to a new server.
+    ServerRestarted,
+}
+
+impl LossCause {
+    /// Every cause, in the order the metrics list them.
+    pub const ALL: [LossCause; 2] = [LossCause::Reaped, LossCause::ServerRestarted];
+
+    /// The serialised name: `reaped`, `server_restarted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossCause::Reaped => "reaped",
+            LossCause::ServerRestarted => "server_restarted",
+        }
+    }
+}
+
+/// How a server process ended ([`Event::Exited`]'s `cause`; the `cause`
+/// label of `server_exits_total`, `docs/metrics.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitCause {
+    /// It exited with a status of its own (`status`).
+    Status,
+    /// A signal ended it, and the kernel recorded no OOM kill for it, or
+    /// its count could not be read (`signal`).
+    Signal,
+    /// SIGKILL ended it and the kernel's OOM-kill count of its memory
+    /// cgroup rose while it ran (`oom_kill`; [`crate::oom`]).
+    OomKill,
+    /// The launch stopped it after it gave no HTTP answer for
+    /// [`WatchConfig::restart_unresponsive_after`] (`unresponsive`).
+    Unresponsive,
+}
+
+impl ExitCause {
+    /// Every cause, in the order the metrics list them.
+    pub const ALL: [ExitCause; 4] = [
+        ExitCause::Status,
+        ExitCause::Signal,
+        ExitCause::OomKill,
+        ExitCause::Unresponsive,
+    ];
+
+    /// The serialised name: `status`, `signal`, `oom_kill`, `unresponsive`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitCause::Status => "status",
+            ExitCause::Signal => "signal",
+            ExitCause::OomKill => "oom_kill",
+            ExitCause::Unresponsive => "unresponsive",
+        }
+    }
+}
+
+/// What the watcher reports. `Display` gives the log line; `Serialize`
+/// gives an object tagged `event` (`docs/inspect.md`, "Liveness events").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
@@ -73,17 +165,24 @@ pub enum Event {
         /// Engine workers attached now.
         count: u64,
     },
-    /// LMCache's reaper dropped workers that stopped sending heartbeats
-    /// while the server still answers: `worker_liveness.tracked_instances`
-    /// fell from `before` to `now` and the reaper's runs (its summary
-    /// `reaped=N`) account for the fall. The engine may still think it is
-    /// connected and should be restarted. Also sent for a fall the watcher
-    /// cannot explain because the reaper's route did not answer.
+    /// Engine workers no longer reach the cache: the engine should be
+    /// restarted. With [`LossCause::Reaped`], LMCache's reaper dropped
+    /// workers that stopped sending heartbeats while the server still
+    /// answers: `worker_liveness.tracked_instances` fell from `before` to
+    /// `now` and the reaper's runs (its summary `reaped=N`) account for the
+    /// fall (also sent for a fall the watcher cannot explain because the
+    /// reaper's route did not answer). With [`LossCause::ServerRestarted`],
+    /// `before` workers were attached when the previous start ended and
+    /// only `now` registered with the restarted server within the reap
+    /// grace after it was ready.
     WorkersLost {
-        /// Workers attached before (the high-water mark since the last report).
+        /// Workers attached before (the high-water mark since the last
+        /// report; after a restart, the previous start's).
         before: u64,
-        /// Workers attached now.
+        /// Workers attached now (after a restart: those that came back).
         now: u64,
+        /// Why they are lost.
+        cause: LossCause,
     },
     /// Workers unregistered cleanly: `tracked_instances` fell from `before`
     /// to `now` and no reaper run accounts for it (or reaping is off, so only
@@ -118,32 +217,85 @@ pub enum Event {
         /// The signal that ended it: directly, or through a wrapper such as
         /// `erebine-lmcache` that exits with 128+N when signal N ended its child.
         signal: Option<i32>,
-        /// What probably happened and where to look (SIGKILL: the OOM killer).
+        /// How it ended, from the status, the signal and the kernel's
+        /// OOM-kill count.
+        cause: ExitCause,
+        /// What happened and where to look: for SIGKILL, whether the
+        /// kernel recorded an OOM kill (the counter file and its counts);
+        /// for [`ExitCause::Unresponsive`], how long it gave no answer.
         hint: Option<String>,
     },
 }
 
-/// The hint of an [`Event::Exited`] caused by SIGKILL.
-pub const OOM_HINT: &str = "killed by SIGKILL: the host's OOM killer is the likely cause (an out-of-memory death leaves no traceback and the log just stops). Look at `dmesg -T | grep -i -e oom -e 'killed process'` or `journalctl -k`, and at oom_kill in the container's memory.events under /sys/fs/cgroup";
-
 impl Event {
-    /// The [`Event::Exited`] for a process that ended with `status`.
-    pub fn exited(status: ExitStatus) -> Event {
-        let code = status.code();
-        let signal = status.signal().or_else(|| {
-            code.filter(|c| (129..=128 + 64).contains(c))
-                .map(|c| c - 128)
-        });
-        let hint = match signal {
-            Some(s) if s == Signal::SIGKILL as i32 => Some(OOM_HINT.to_string()),
+    /// The [`Event::Exited`] for a server that ended with `status` by
+    /// itself, `oom` being what its memory cgroup's OOM-kill count says of
+    /// the run ([`crate::oom::OomBaseline::after_exit`]). SIGKILL (directly,
+    /// or as a wrapper's 128+9) with a rise is [`ExitCause::OomKill`];
+    /// without one it is [`ExitCause::Signal`], and the hint says whether
+    /// the kernel recorded no OOM kill (something sent the signal) or its
+    /// count could not be read.
+    pub fn exited(status: ExitStatus, oom: &OomReading) -> Event {
+        let (code, signal) = status_and_signal(status);
+        let sigkill = signal == Some(Signal::SIGKILL as i32);
+        let cause = match signal {
+            None => ExitCause::Status,
+            Some(_) if sigkill && matches!(oom, OomReading::Rose { .. }) => ExitCause::OomKill,
+            Some(_) => ExitCause::Signal,
+        };
+        let hint = match oom {
+            OomReading::Rose { file, before, after } if sigkill => Some(format!(
+                "killed by SIGKILL, and the kernel OOM-killed it: oom_kill in {} rose from {before} to {after} while it ran. Lower L1 (EREBINE_AGENT_KV_OFFLOAD_SIZE_GB) or a memory-backed disk tier; `dmesg -T | grep -i -e oom -e 'killed process'` names what was killed",
+                file.display()
+            )),
+            OomReading::Rose { file, before, after } => Some(format!(
+                "the kernel OOM-killed a process of its memory cgroup while it ran (oom_kill in {} rose from {before} to {after}): one it started, or another process of that cgroup",
+                file.display()
+            )),
+            OomReading::Unchanged { file, count } if sigkill => Some(format!(
+                "killed by SIGKILL, and the kernel recorded no OOM kill (oom_kill in {} stayed at {count}): something sent it the signal (kill -9, a supervisor, a stop that timed out), not the OOM killer",
+                file.display()
+            )),
+            OomReading::Unreadable { why } if sigkill => Some(format!(
+                "killed by SIGKILL; whether the kernel OOM-killed it is unknown, its OOM-kill count cannot be read ({why}). Look at `dmesg -T | grep -i -e oom -e 'killed process'` or `journalctl -k`"
+            )),
             _ => None,
         };
         Event::Exited {
             status: code,
             signal,
+            cause,
             hint,
         }
     }
+
+    /// The [`Event::Exited`] for a server the launch stopped (`status`)
+    /// because it stayed silent too long ([`Watcher::unresponsive_too_long`]).
+    pub fn stopped_unresponsive(status: ExitStatus, silence: Silence) -> Event {
+        let Silence { silent, limit } = silence;
+        let (code, signal) = status_and_signal(status);
+        Event::Exited {
+            status: code,
+            signal,
+            cause: ExitCause::Unresponsive,
+            hint: Some(format!(
+                "stopped by the launch: no HTTP answer for {:.0}s, over the {}s a ready server may go without one (--unresponsive-timeout); restarted under the restart policy",
+                silent.as_secs_f64(),
+                limit.as_secs()
+            )),
+        }
+    }
+}
+
+/// The exit code of `status`, and the signal that ended it: directly, or
+/// through a wrapper's 128+N.
+fn status_and_signal(status: ExitStatus) -> (Option<i32>, Option<i32>) {
+    let code = status.code();
+    let signal = status.signal().or_else(|| {
+        code.filter(|c| (129..=128 + 64).contains(c))
+            .map(|c| c - 128)
+    });
+    (code, signal)
 }
 
 impl fmt::Display for Event {
@@ -153,9 +305,21 @@ impl fmt::Display for Event {
             Event::WorkersAttached { count } => {
                 write!(f, "engine workers attached: {count}")
             }
-            Event::WorkersLost { before, now } => write!(
+            Event::WorkersLost {
+                before,
+                now,
+                cause: LossCause::Reaped,
+            } => write!(
                 f,
                 "engine workers lost: {before} -> {now}: LMCache reaped them after they went silent while the server still answers; restart the engine"
+            ),
+            Event::WorkersLost {
+                before,
+                now,
+                cause: LossCause::ServerRestarted,
+            } => write!(
+                f,
+                "engine workers lost: {before} -> {now}: they did not register with the restarted server within the reap grace; LMCache's engine workers do not reconnect to a new server; restart the engine"
             ),
             Event::WorkersDetached { before, now } => write!(
                 f,
@@ -172,6 +336,7 @@ impl fmt::Display for Event {
                 status,
                 signal,
                 hint,
+                ..
             } => {
                 write!(f, "server exited")?;
                 if let Some(code) = status {
@@ -192,7 +357,8 @@ impl fmt::Display for Event {
     }
 }
 
-/// The watcher's state machine: feed it every poll with [`Watcher::observe`].
+/// The watcher's state machine: feed it every poll with [`Watcher::observe`],
+/// and, once the server is ready, the time since with [`Watcher::elapsed`].
 ///
 /// Before the first 200 answer the server is starting: 503s and refused
 /// connections are expected then and report nothing.
@@ -206,6 +372,36 @@ pub struct Watcher {
     bad_answers: u32,
     no_answers: u32,
     degraded: bool,
+    /// Workers of the previous start still awaited; `None` once they are
+    /// back, reported lost, or when there were none.
+    rejoin: Option<Rejoin>,
+    /// The time since ready last given to [`Watcher::elapsed`].
+    since_ready: Option<Duration>,
+    /// The time since ready at which [`Watcher::elapsed`] first saw the
+    /// current streak of polls without an HTTP answer.
+    silent_since: Option<Duration>,
+}
+
+/// A ready server's silence that is too long
+/// ([`Watcher::unresponsive_too_long`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Silence {
+    /// How long it has given no HTTP answer.
+    pub silent: Duration,
+    /// How long it may ([`WatchConfig::restart_unresponsive_after`]).
+    pub limit: Duration,
+}
+
+/// Workers attached when the previous start ended, awaited at this one
+/// (`docs/inspect.md`, "Workers a restart loses").
+#[derive(Debug, Clone, Copy)]
+struct Rejoin {
+    /// Workers attached to the previous start when it ended.
+    before: u64,
+    /// The most workers seen attached to this start so far.
+    back: u64,
+    /// How long after Ready they may take.
+    grace: Duration,
 }
 
 impl Watcher {
@@ -220,7 +416,71 @@ impl Watcher {
             bad_answers: 0,
             no_answers: 0,
             degraded: false,
+            rejoin: None,
+            since_ready: None,
+            silent_since: None,
         }
+    }
+
+    /// A watcher of a server started again after a start that ended with
+    /// `workers` engine workers to account for
+    /// ([`Watcher::workers_to_carry`] of the previous watcher). Those not
+    /// attached again within `grace` after Ready (the reap grace: the
+    /// server's `--worker-reap-timeout-seconds`, else
+    /// [`LMCACHE_REAP_TIMEOUT`]) are reported as [`Event::WorkersLost`]
+    /// with [`LossCause::ServerRestarted`] by [`Watcher::elapsed`].
+    pub fn restarted(config: WatchConfig, workers: u64, grace: Duration) -> Self {
+        let mut watcher = Watcher::new(config);
+        watcher.rejoin = (workers > 0).then_some(Rejoin {
+            before: workers,
+            back: 0,
+            grace,
+        });
+        watcher
+    }
+
+    /// The engine workers a restart after this start has to wait for: the
+    /// workers attached as last seen, or, while workers of an earlier start
+    /// are still awaited within their grace, that larger count.
+    pub fn workers_to_carry(&self) -> u64 {
+        let awaited = self.rejoin.map_or(0, |r| r.before);
+        awaited.max(self.attached)
+    }
+
+    /// Tells the watcher that `since_ready` has passed since the server was
+    /// ready (the supervise loop calls it after every poll; before Ready it
+    /// does nothing). Returns the [`Event::WorkersLost`] of the workers of
+    /// the previous start that are not back once the grace has passed, and
+    /// keeps the time for [`Watcher::unresponsive_too_long`].
+    pub fn elapsed(&mut self, since_ready: Duration) -> Vec<Event> {
+        let mut events = Vec::new();
+        if !self.ready {
+            return events;
+        }
+        self.since_ready = Some(since_ready);
+        if self.no_answers > 0 {
+            self.silent_since.get_or_insert(since_ready);
+        }
+        if let Some(rejoin) = self.rejoin.filter(|r| since_ready >= r.grace) {
+            self.rejoin = None;
+            events.push(Event::WorkersLost {
+                before: rejoin.before,
+                now: rejoin.back,
+                cause: LossCause::ServerRestarted,
+            });
+        }
+        events
+    }
+
+    /// How long the server has given no HTTP answer, counted from the
+    /// [`Watcher::elapsed`] call that first saw the streak, once that is
+    /// [`WatchConfig::restart_unresponsive_after`] or more: the launch then
+    /// stops the server and starts it again. `None` otherwise, and always
+    /// when that setting is `None`.
+    pub fn unresponsive_too_long(&self) -> Option<Silence> {
+        let limit = self.config.restart_unresponsive_after?;
+        let silent = self.since_ready?.saturating_sub(self.silent_since?);
+        (silent >= limit).then_some(Silence { silent, limit })
     }
 
     /// Whether `/status` has answered 200 since the start.
@@ -274,6 +534,7 @@ impl Watcher {
             }
         };
         self.no_answers = 0;
+        self.silent_since = None;
         match bad_answer {
             Some(reason) => {
                 self.bad_answers += 1;
@@ -306,6 +567,12 @@ impl Watcher {
             self.announced = self.announced.min(now);
         }
         self.departures.settle(liveness, events);
+        if let Some(rejoin) = &mut self.rejoin {
+            rejoin.back = rejoin.back.max(now);
+            if rejoin.back >= rejoin.before {
+                self.rejoin = None;
+            }
+        }
         if now > self.attached {
             self.attached = now;
             let enough = self.config.expected_workers.is_none_or(|n| now >= n);
@@ -406,6 +673,7 @@ impl Departures {
             events.push(Event::WorkersLost {
                 before: fall.before,
                 now: fall.before - lost,
+                cause: LossCause::Reaped,
             });
         }
         if lost < fall.gone {
@@ -479,6 +747,14 @@ mod tests {
         Poll::NoAnswer("connection refused".into())
     }
 
+    fn lost(before: u64, now: u64) -> Event {
+        Event::WorkersLost {
+            before,
+            now,
+            cause: LossCause::Reaped,
+        }
+    }
+
     #[test]
     fn start_up_noise_is_silent_until_the_first_answer() {
         let mut w = Watcher::new(WatchConfig::default());
@@ -514,7 +790,7 @@ mod tests {
             [
                 Event::Ready,
                 Event::WorkersAttached { count: 1 },
-                Event::WorkersLost { before: 1, now: 0 },
+                lost(1, 0),
             ]
         );
         assert_eq!(
@@ -543,10 +819,7 @@ mod tests {
         run(&mut w, &[with_reaper(0, 5, 0), with_reaper(1, 5, 0)]);
         let mut events = run(&mut w, &[refused(), refused(), refused(), refused()]);
         events.extend(run(&mut w, &[with_reaper(0, 7, 0), with_reaper(0, 7, 0)]));
-        assert!(
-            events.contains(&Event::WorkersLost { before: 1, now: 0 }),
-            "{events:?}"
-        );
+        assert!(events.contains(&lost(1, 0)), "{events:?}");
         assert!(
             !events
                 .iter()
@@ -566,10 +839,7 @@ mod tests {
                 reaped: None,
             });
         }
-        assert_eq!(
-            run(&mut w, &[failed.clone(), failed]),
-            [Event::WorkersLost { before: 1, now: 0 }]
-        );
+        assert_eq!(run(&mut w, &[failed.clone(), failed]), [lost(1, 0)]);
     }
 
     #[test]
@@ -603,11 +873,7 @@ mod tests {
         for polls in orders {
             let mut w = Watcher::new(WatchConfig::default());
             run(&mut w, &attach);
-            assert_eq!(
-                run(&mut w, polls),
-                [Event::WorkersLost { before: 1, now: 0 }],
-                "{polls:?}"
-            );
+            assert_eq!(run(&mut w, polls), [lost(1, 0)], "{polls:?}");
         }
     }
 
@@ -618,10 +884,7 @@ mod tests {
         assert!(run(&mut w, &[with_reaper(0, 6, 1)]).is_empty());
         assert_eq!(
             run(&mut w, &[with_reaper(0, 6, 1)]),
-            [
-                Event::WorkersLost { before: 2, now: 1 },
-                Event::WorkersDetached { before: 1, now: 0 },
-            ]
+            [lost(2, 1), Event::WorkersDetached { before: 1, now: 0 },]
         );
     }
 
@@ -663,10 +926,7 @@ mod tests {
             run(&mut w, std::slice::from_ref(&two)),
             [Event::WorkersAttached { count: 2 }]
         );
-        assert_eq!(
-            run(&mut w, &[attached()]),
-            [Event::WorkersLost { before: 2, now: 1 }]
-        );
+        assert_eq!(run(&mut w, &[attached()]), [lost(2, 1)]);
         assert_eq!(run(&mut w, &[two]), [Event::WorkersAttached { count: 2 }]);
     }
 
@@ -769,40 +1029,66 @@ mod tests {
         assert_eq!(events, [Event::Ready]);
     }
 
+    fn oom_file() -> std::path::PathBuf {
+        "/sys/fs/cgroup/memory/node/memory.oom_control".into()
+    }
+
     #[test]
-    fn sigkill_carries_the_oom_hint_directly_or_through_the_wrapper() {
+    fn sigkill_is_an_oom_kill_only_when_the_kernel_counted_one() {
+        let rose = OomReading::Rose {
+            file: oom_file(),
+            before: 0,
+            after: 1,
+        };
+        let unchanged = OomReading::Unchanged {
+            file: oom_file(),
+            count: 2,
+        };
+        let unreadable = OomReading::Unreadable {
+            why: "at the start: the process's /proc/<pid>/cgroup names no memory cgroup".into(),
+        };
+        // Directly, or through the wrapper's 128+9.
         for raw in [9, 137 << 8] {
-            match Event::exited(ExitStatus::from_raw(raw)) {
+            let status = ExitStatus::from_raw(raw);
+            match Event::exited(status, &rose) {
                 Event::Exited {
                     signal: Some(9),
+                    cause: ExitCause::OomKill,
                     hint: Some(hint),
                     ..
-                } => {
-                    assert!(
-                        hint.contains("OOM killer") && hint.contains("dmesg"),
-                        "{hint}"
-                    )
-                }
+                } => assert!(
+                    hint.contains("OOM-killed")
+                        && hint.contains("memory/node/memory.oom_control rose from 0 to 1"),
+                    "{hint}"
+                ),
+                other => panic!("{raw}: {other:?}"),
+            }
+            match Event::exited(status, &unchanged) {
+                Event::Exited {
+                    cause: ExitCause::Signal,
+                    hint: Some(hint),
+                    ..
+                } => assert!(
+                    hint.contains("recorded no OOM kill")
+                        && hint.contains("stayed at 2")
+                        && hint.contains("kill -9"),
+                    "{hint}"
+                ),
+                other => panic!("{raw}: {other:?}"),
+            }
+            match Event::exited(status, &unreadable) {
+                Event::Exited {
+                    cause: ExitCause::Signal,
+                    hint: Some(hint),
+                    ..
+                } => assert!(
+                    hint.contains("unknown") && hint.contains("names no memory cgroup"),
+                    "{hint}"
+                ),
                 other => panic!("{raw}: {other:?}"),
             }
         }
-        assert_eq!(
-            Event::exited(ExitStatus::from_raw(15)),
-            Event::Exited {
-                status: None,
-                signal: Some(15),
-                hint: None
-            }
-        );
-        assert_eq!(
-            Event::exited(ExitStatus::from_raw(1 << 8)),
-            Event::Exited {
-                status: Some(1),
-                signal: None,
-                hint: None
-            }
-        );
-        let line = Event::exited(ExitStatus::from_raw(137 << 8)).to_string();
+        let line = Event::exited(ExitStatus::from_raw(137 << 8), &unchanged).to_string();
         assert!(
             line.contains("status 137") && line.contains("SIGKILL"),
             "{line}"
@@ -810,12 +1096,240 @@ mod tests {
     }
 
     #[test]
+    fn other_endings_are_a_status_or_a_signal_whatever_the_count() {
+        let unchanged = OomReading::Unchanged {
+            file: oom_file(),
+            count: 0,
+        };
+        assert_eq!(
+            Event::exited(ExitStatus::from_raw(15), &unchanged),
+            Event::Exited {
+                status: None,
+                signal: Some(15),
+                cause: ExitCause::Signal,
+                hint: None
+            }
+        );
+        assert_eq!(
+            Event::exited(ExitStatus::from_raw(1 << 8), &unchanged),
+            Event::Exited {
+                status: Some(1),
+                signal: None,
+                cause: ExitCause::Status,
+                hint: None
+            }
+        );
+        // A rise with another ending: something else of the cgroup was
+        // OOM-killed; said, not counted as the server's OOM kill.
+        let rose = OomReading::Rose {
+            file: oom_file(),
+            before: 4,
+            after: 5,
+        };
+        match Event::exited(ExitStatus::from_raw(1 << 8), &rose) {
+            Event::Exited {
+                cause: ExitCause::Status,
+                hint: Some(hint),
+                ..
+            } => assert!(hint.contains("rose from 4 to 5"), "{hint}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_server_stopped_for_silence_says_so() {
+        let event = Event::stopped_unresponsive(
+            ExitStatus::from_raw(143 << 8),
+            Silence {
+                silent: Duration::from_secs(8),
+                limit: Duration::from_secs(5),
+            },
+        );
+        match &event {
+            Event::Exited {
+                cause: ExitCause::Unresponsive,
+                signal: Some(15),
+                hint: Some(hint),
+                ..
+            } => assert!(
+                hint.contains("no HTTP answer for 8s") && hint.contains("5s"),
+                "{hint}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            serde_json::to_value(&event).unwrap()["cause"],
+            "unresponsive"
+        );
+    }
+
+    #[test]
     fn events_serialize_with_a_tag() {
-        let json = serde_json::to_value(Event::WorkersLost { before: 1, now: 0 }).unwrap();
+        let json = serde_json::to_value(lost(1, 0)).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"event": "workers_lost", "before": 1, "now": 0})
+            serde_json::json!({"event": "workers_lost", "before": 1, "now": 0, "cause": "reaped"})
         );
+        let after_restart = Event::WorkersLost {
+            before: 2,
+            now: 1,
+            cause: LossCause::ServerRestarted,
+        };
+        assert_eq!(
+            serde_json::to_value(&after_restart).unwrap(),
+            serde_json::json!({"event": "workers_lost", "before": 2, "now": 1, "cause": "server_restarted"})
+        );
+        let exited = Event::exited(
+            ExitStatus::from_raw(9),
+            &OomReading::Unchanged {
+                file: oom_file(),
+                count: 0,
+            },
+        );
+        let json = serde_json::to_value(&exited).unwrap();
+        assert_eq!(json["event"], "exited");
+        assert_eq!(json["signal"], 9);
+        assert_eq!(json["cause"], "signal");
+        assert!(json["hint"].is_string());
+    }
+
+    /// A watcher of a restarted server awaiting `workers` for `grace` s.
+    fn after_restart(workers: u64, grace: u64) -> Watcher {
+        Watcher::restarted(WatchConfig::default(), workers, Duration::from_secs(grace))
+    }
+
+    fn tracked(n: u64) -> Poll {
+        with_reaper(n, 1, 0)
+    }
+
+    fn restarted_lost(before: u64, now: u64) -> Event {
+        Event::WorkersLost {
+            before,
+            now,
+            cause: LossCause::ServerRestarted,
+        }
+    }
+
+    #[test]
+    fn workers_that_do_not_come_back_within_the_grace_are_lost_to_the_restart() {
+        let mut w = after_restart(1, 30);
+        assert_eq!(w.elapsed(Duration::from_secs(40)), [], "not ready yet");
+        assert_eq!(run(&mut w, &[refused(), tracked(0)]), [Event::Ready]);
+        assert_eq!(w.workers_to_carry(), 1);
+        for t in [0, 2, 28] {
+            assert!(w.elapsed(Duration::from_secs(t)).is_empty(), "{t}");
+            assert!(run(&mut w, &[tracked(0)]).is_empty());
+        }
+        assert_eq!(w.elapsed(Duration::from_secs(30)), [restarted_lost(1, 0)]);
+        assert!(
+            w.elapsed(Duration::from_secs(60)).is_empty(),
+            "reported once"
+        );
+        assert_eq!(w.workers_to_carry(), 0);
+    }
+
+    #[test]
+    fn workers_that_come_back_in_time_are_not_lost() {
+        let mut w = after_restart(2, 30);
+        run(&mut w, &[tracked(0)]);
+        assert!(w.elapsed(Duration::from_secs(2)).is_empty());
+        assert_eq!(
+            run(&mut w, &[tracked(2)]),
+            [Event::WorkersAttached { count: 2 }]
+        );
+        assert!(w.elapsed(Duration::from_secs(30)).is_empty());
+        assert!(w.elapsed(Duration::from_secs(90)).is_empty());
+    }
+
+    #[test]
+    fn workers_partly_back_leave_the_rest_lost() {
+        let mut w = after_restart(3, 30);
+        run(&mut w, &[tracked(0), tracked(1), tracked(2)]);
+        // One of those back unregisters again: the two that came back are
+        // accounted for; its detach is the watcher's usual report.
+        run(&mut w, &[tracked(1), tracked(1)]);
+        assert_eq!(w.elapsed(Duration::from_secs(31)), [restarted_lost(3, 2)]);
+    }
+
+    #[test]
+    fn a_second_restart_within_the_grace_carries_the_larger_count() {
+        // Two workers at the first restart; one back before the second.
+        let mut w = after_restart(2, 30);
+        run(&mut w, &[tracked(0), tracked(1)]);
+        assert!(w.elapsed(Duration::from_secs(10)).is_empty());
+        assert_eq!(w.workers_to_carry(), 2);
+        let mut next = after_restart(w.workers_to_carry(), 30);
+        run(&mut next, &[tracked(0)]);
+        assert_eq!(
+            next.elapsed(Duration::from_secs(30)),
+            [restarted_lost(2, 0)]
+        );
+        // More attached than awaited: those are carried.
+        let mut w = after_restart(1, 30);
+        run(&mut w, &[tracked(0), tracked(3)]);
+        assert_eq!(w.workers_to_carry(), 3);
+    }
+
+    #[test]
+    fn a_restarted_server_that_dies_before_ready_carries_the_workers_on() {
+        let mut w = after_restart(2, 30);
+        run(&mut w, &[refused(), Poll::NotReady(503)]);
+        assert!(w.elapsed(Duration::from_secs(100)).is_empty());
+        assert_eq!(w.workers_to_carry(), 2);
+        let fresh = Watcher::new(WatchConfig::default());
+        assert_eq!(fresh.workers_to_carry(), 0);
+    }
+
+    #[test]
+    fn silence_past_the_limit_asks_for_a_restart_and_an_answer_resets_it() {
+        let mut w = Watcher::new(WatchConfig {
+            restart_unresponsive_after: Some(Duration::from_secs(10)),
+            ..WatchConfig::default()
+        });
+        run(&mut w, &[idle()]);
+        w.elapsed(Duration::from_secs(2));
+        assert_eq!(w.unresponsive_too_long(), None);
+        run(&mut w, &[refused()]);
+        w.elapsed(Duration::from_secs(6));
+        run(&mut w, &[refused()]);
+        w.elapsed(Duration::from_secs(10));
+        assert_eq!(w.unresponsive_too_long(), None, "4 s of silence");
+        // A 503 is an answer: the streak starts again.
+        run(&mut w, &[Poll::NotReady(503), refused()]);
+        w.elapsed(Duration::from_secs(14));
+        run(&mut w, &[refused()]);
+        w.elapsed(Duration::from_secs(22));
+        assert_eq!(w.unresponsive_too_long(), None, "8 s of silence");
+        run(&mut w, &[refused()]);
+        w.elapsed(Duration::from_secs(26));
+        assert_eq!(
+            w.unresponsive_too_long(),
+            Some(Silence {
+                silent: Duration::from_secs(12),
+                limit: Duration::from_secs(10)
+            })
+        );
+
+        let mut never = Watcher::new(WatchConfig {
+            restart_unresponsive_after: None,
+            ..WatchConfig::default()
+        });
+        run(&mut never, &[idle(), refused()]);
+        never.elapsed(Duration::from_secs(1));
+        run(&mut never, &[refused()]);
+        never.elapsed(Duration::from_secs(86_400));
+        assert_eq!(never.unresponsive_too_long(), None);
+    }
+
+    #[test]
+    fn a_server_that_never_answered_is_not_silent() {
+        let mut w = Watcher::new(WatchConfig {
+            restart_unresponsive_after: Some(Duration::from_secs(1)),
+            ..WatchConfig::default()
+        });
+        run(&mut w, &[refused(), refused()]);
+        w.elapsed(Duration::from_secs(100));
+        assert_eq!(w.unresponsive_too_long(), None);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -310,6 +310,7 @@ fn negative_flags_are_refused_by_name() {
         "--stop-grace",
         "--restart-backoff",
         "--fast-failure-window",
+        "--unresponsive-timeout",
     ] {
         let out = case.run(&["launch", flag, "18446744073709551615", "--dry-run"]);
         assert_fails(&out, 2, &[flag, "0..=604800"]);

@@ -215,7 +215,7 @@ fn prometheus_scrapes_two_nodes_and_every_dashboard_query_returns_a_series() {
         long,
     );
 
-    // Node A's server, killed as the OOM killer would: a restart.
+    // Node A's server, SIGKILLed: a restart.
     let wrapper = children_of(a.launch.pid())[0];
     kill(Pid::from_raw(wrapper), Signal::SIGKILL).unwrap();
     let restarted = format!(

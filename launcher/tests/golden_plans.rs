@@ -375,3 +375,29 @@ fn the_plan_refuses_an_s3_key_prefix_with_path_syntax_naming_the_tier_and_the_ke
         );
     }
 }
+
+/// The reap grace of workers after a restart is the server's reap timeout
+/// as its arguments set it (the last one wins, as argparse reads them),
+/// else LMCache's default 120 s, also when reaping is off (0).
+#[test]
+fn the_rejoin_grace_is_the_servers_reap_timeout_else_lmcaches_default() {
+    use std::time::Duration;
+    let plan = plan_of(&node(&[]), &facts(1));
+    assert_eq!(plan.worker_reap_timeout(), None);
+    assert_eq!(plan.rejoin_grace(), Duration::from_secs(120));
+    let extra = node(&[(
+        "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+        "--worker-reap-timeout-seconds 45 --worker-registration-grace-seconds 60",
+    )]);
+    let mut plan = plan_of(&extra, &facts(1));
+    assert_eq!(plan.worker_reap_timeout(), Some(Duration::from_secs(45)));
+    assert_eq!(plan.rejoin_grace(), Duration::from_secs(45));
+    // Arguments added after planning (the `--server-arg` test hook), in
+    // argparse's abbreviated `=` form.
+    plan.args.push("--worker-reap-timeout=30.5".into());
+    assert_eq!(plan.rejoin_grace(), Duration::from_secs_f64(30.5));
+    plan.args.push("--worker-reap-timeout-seconds".into());
+    plan.args.push("0".into());
+    assert_eq!(plan.worker_reap_timeout(), Some(Duration::ZERO));
+    assert_eq!(plan.rejoin_grace(), Duration::from_secs(120));
+}

@@ -70,8 +70,9 @@ fn mount_entry(dev: u64) -> Option<(String, Option<String>)> {
         .next_back()
 }
 
-/// A mountinfo field with its octal escapes (`\040` for a space) undone.
-fn unescape_octal(field: &str) -> String {
+/// A `/proc/self/mountinfo` field with its octal escapes (`\040` for a
+/// space) undone, as the kernel writes them (`proc(5)`).
+pub fn unescape_octal(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -399,7 +399,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
                 // Whatever the server left in its group goes with it.
                 child.signal(Signal::SIGKILL);
                 let status = status.map_err(ProcessError::LostServer)?;
-                metrics.server().observe(&Event::exited(status));
+                metrics.server().observe(&Event::exited(status, &child.oom_reading()));
                 return Ok(ExitStatus::of_server(exit_code(status)));
             }
             number = signals.recv() => child.forward(number),

@@ -27,6 +27,7 @@ use lmcache_launcher::output::with_progress;
 use lmcache_launcher::ports;
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
+use lmcache_launcher::watch::{WatchConfig, UNRESPONSIVE_TIMEOUT};
 use lmcache_launcher::{gpu, locate};
 use lmcache_launcher::{DiskAccess, Facts};
 use lmcache_launcher::{KvCacheBackend, Planned};
@@ -286,6 +287,12 @@ struct LaunchArgs {
     /// a row end the launch with exit 5.
     #[arg(long, default_value_t = 120, value_name = "SECONDS", value_parser = seconds())]
     fast_failure_window: u64,
+    /// Seconds a server that was ready may give no HTTP answer at all
+    /// before the launch stops it (SIGTERM and SIGCONT, SIGKILL after
+    /// --stop-grace) and starts it again under the restart policy; 0 never
+    /// does.
+    #[arg(long, default_value_t = UNRESPONSIVE_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
+    unresponsive_timeout: u64,
     /// Test hook: one more argument appended verbatim to the server's command
     /// line (repeat it for several). Not for production nodes.
     #[arg(long, hide = true, value_name = "ARG", allow_hyphen_values = true)]
@@ -815,6 +822,11 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     let options = RunOptions {
         ready_timeout: Duration::from_secs(args.ready_timeout),
         stop_grace: Duration::from_secs(args.stop_grace),
+        watch: WatchConfig {
+            restart_unresponsive_after: Some(Duration::from_secs(args.unresponsive_timeout))
+                .filter(|limit| !limit.is_zero()),
+            ..WatchConfig::default()
+        },
         restart: RestartPolicy {
             first_backoff,
             max_backoff: default_restart.max_backoff.max(first_backoff),
@@ -822,7 +834,6 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
             ..default_restart
         },
         progress: lmcache_launcher::output::spinner,
-        ..RunOptions::default()
     };
     // The tier's scan and lock go on with the plan's housekeeping, if any.
     drop(measured);

@@ -20,9 +20,13 @@ pub struct LaunchFigures {
     pub exits: BTreeMap<String, u64>,
     /// Seconds from the last start to the first healthy `/status`.
     pub ready_seconds: Option<f64>,
-    /// Engine workers LMCache reaped after they went silent while the
-    /// server answered (`engine_workers_lost_total`).
+    /// Engine workers lost, every cause together
+    /// (`engine_workers_lost_total`).
     pub workers_lost: u64,
+    /// The same by cause: `reaped` (silent while the server answered),
+    /// `server_restarted` (not back after a restart); empty from a launch
+    /// that does not label them.
+    pub workers_lost_by_cause: BTreeMap<String, u64>,
     /// Engine workers that unregistered cleanly
     /// (`engine_workers_detached_total`).
     pub workers_detached: u64,
@@ -138,7 +142,13 @@ pub fn parse(text: &str) -> LaunchFigures {
             "lmcache_tier_server_starts_total" => figures.starts = count,
             "lmcache_tier_server_restarts_total" => figures.restarts = count,
             "lmcache_tier_server_ready_seconds" => figures.ready_seconds = Some(value),
-            "lmcache_tier_engine_workers_lost_total" => figures.workers_lost = count,
+            "lmcache_tier_engine_workers_lost_total" => match label("cause") {
+                Some(cause) => {
+                    figures.workers_lost += count;
+                    figures.workers_lost_by_cause.insert(cause, count);
+                }
+                None => figures.workers_lost = count,
+            },
             "lmcache_tier_engine_workers_detached_total" => figures.workers_detached = count,
             "lmcache_tier_server_exits_total" => {
                 if let Some(cause) = label("cause") {
@@ -200,8 +210,9 @@ fn parse_labels(text: &str) -> Vec<(String, String)> {
     labels
 }
 
-/// The figures in words, for the text view: `2 starts (1 restart; exits:
-/// oom_kill 1), ready in 5.2 s; housekeeping deleted other_model 1`.
+/// The figures in words, for the text view: `2 start(s), 1 restart(s);
+/// exits: oom_kill 1, signal 0, ...; ready in 5.2 s; engine workers lost: 1
+/// (server_restarted 1); housekeeping deleted other_model 1`.
 pub fn describe(figures: &LaunchFigures) -> String {
     let mut out = format!(
         "{} start(s), {} restart(s)",
@@ -220,6 +231,15 @@ pub fn describe(figures: &LaunchFigures) -> String {
     }
     if figures.workers_lost > 0 {
         out.push_str(&format!("; engine workers lost: {}", figures.workers_lost));
+        let causes: Vec<String> = figures
+            .workers_lost_by_cause
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(cause, n)| format!("{cause} {n}"))
+            .collect();
+        if !causes.is_empty() {
+            out.push_str(&format!(" ({})", causes.join(", ")));
+        }
     }
     if figures.workers_detached > 0 {
         out.push_str(&format!(
@@ -256,7 +276,8 @@ pub fn describe(figures: &LaunchFigures) -> String {
 mod tests {
     use super::*;
     use crate::metrics::{Format, NodeMetrics};
-    use crate::watch::Event;
+    use crate::oom::OomReading;
+    use crate::watch::{Event, LossCause};
     use std::os::unix::process::ExitStatusExt;
 
     #[test]
@@ -265,18 +286,46 @@ mod tests {
         let server = metrics.server();
         server.started(1);
         server.observe(&Event::Ready);
-        server.observe(&Event::exited(std::process::ExitStatus::from_raw(9)));
+        let oom = OomReading::Rose {
+            file: "/cg/memory.events".into(),
+            before: 0,
+            after: 1,
+        };
+        server.observe(&Event::exited(std::process::ExitStatus::from_raw(9), &oom));
         server.started(2);
+        server.observe(&Event::Ready);
+        server.observe(&Event::WorkersLost {
+            before: 2,
+            now: 0,
+            cause: LossCause::ServerRestarted,
+        });
         let figures = parse(&metrics.render(Format::Prometheus).unwrap());
         assert_eq!((figures.starts, figures.restarts), (2, 1));
         assert_eq!(figures.exits.get("oom_kill"), Some(&1));
+        assert_eq!(figures.exits.get("unresponsive"), Some(&0));
         assert!(figures.ready_seconds.is_some());
+        assert_eq!(figures.workers_lost, 2);
+        assert_eq!(
+            figures.workers_lost_by_cause,
+            BTreeMap::from([("reaped".into(), 0), ("server_restarted".into(), 2)])
+        );
         assert_eq!(figures.housekeeping_at_unix, None);
         let text = describe(&figures);
         assert!(
             text.starts_with("2 start(s), 1 restart(s); exits: oom_kill 1"),
             "{text}"
         );
+        assert!(
+            text.contains("; engine workers lost: 2 (server_restarted 2)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_unlabelled_count_of_lost_workers_is_read_as_the_total() {
+        let figures = parse("lmcache_tier_engine_workers_lost_total 3\n");
+        assert_eq!(figures.workers_lost, 3);
+        assert!(figures.workers_lost_by_cause.is_empty());
     }
 
     #[test]

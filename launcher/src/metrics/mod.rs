@@ -37,7 +37,7 @@ use prometheus_client::registry::{Registry, Unit};
 pub use endpoint::{MetricsEndpoint, MetricsError};
 
 use crate::launch_plan::LaunchPlan;
-use crate::watch::Event;
+use crate::watch::{Event, ExitCause, LossCause};
 
 /// The prefix of every family.
 pub const PREFIX: &str = "lmcache_tier";
@@ -235,16 +235,22 @@ fn register_plan(registry: &mut Registry, plan: &LaunchPlan) {
 /// The liveness states a server is in, one series each (1 for the current).
 const LIVENESS: [&str; 5] = ["starting", "ready", "unhealthy", "unresponsive", "exited"];
 
-/// The causes of a server's end, one series each from the start (at 0), so
-/// that `increase()` sees the first one.
-const EXIT_CAUSES: [&str; 3] = ["status", "signal", "oom_kill"];
-
-/// How a server process ended.
+/// How a server process ended ([`ExitCause`]); one series per cause from
+/// the start (at 0), so that `increase()` sees the first one.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ExitLabels {
-    /// `status` (an exit code), `signal`, or `oom_kill` (SIGKILL, the
-    /// out-of-memory signature).
-    cause: String,
+    /// `status` (an exit code), `signal`, `oom_kill` (SIGKILL with a rise
+    /// of the kernel's OOM-kill count) or `unresponsive` (stopped by the
+    /// launch for giving no answer).
+    cause: &'static str,
+}
+
+/// Why engine workers were lost ([`LossCause`]); one series per cause from
+/// the start (at 0).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LossLabels {
+    /// `reaped` or `server_restarted`.
+    cause: &'static str,
 }
 
 /// A liveness state.
@@ -262,7 +268,7 @@ pub struct ServerMetrics {
     exits: Family<ExitLabels, Counter>,
     liveness: Family<StateLabels, Gauge>,
     workers: Gauge,
-    workers_lost: Counter,
+    workers_lost: Family<LossLabels, Counter>,
     workers_detached: Counter,
     ready_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the server last started, for the time to ready.
@@ -278,7 +284,7 @@ impl ServerMetrics {
             exits: Family::default(),
             liveness: Family::default(),
             workers: Gauge::default(),
-            workers_lost: Counter::default(),
+            workers_lost: Family::default(),
             workers_detached: Counter::default(),
             ready_seconds: Gauge::default(),
             started_at: Arc::default(),
@@ -300,7 +306,7 @@ impl ServerMetrics {
         );
         registry.register(
             "server_exits",
-            "Ends of the LMCache server process by cause (status, signal, oom_kill)",
+            "Ends of the LMCache server process by cause (status, signal, oom_kill, unresponsive)",
             server.exits.clone(),
         );
         registry.register(
@@ -315,7 +321,7 @@ impl ServerMetrics {
         );
         registry.register(
             "engine_workers_lost",
-            "Engine workers LMCache reaped after they went silent while the server answered",
+            "Engine workers lost by cause: reaped (silent while the server answered), server_restarted (not back after a restart)",
             server.workers_lost.clone(),
         );
         registry.register(
@@ -329,11 +335,17 @@ impl ServerMetrics {
             Unit::Seconds,
             server.ready_seconds.clone(),
         );
-        for cause in EXIT_CAUSES {
+        for cause in ExitCause::ALL {
             let labels = ExitLabels {
-                cause: cause.to_string(),
+                cause: cause.as_str(),
             };
             server.exits.get_or_create(&labels).inc_by(0);
+        }
+        for cause in LossCause::ALL {
+            let labels = LossLabels {
+                cause: cause.as_str(),
+            };
+            server.workers_lost.get_or_create(&labels).inc_by(0);
         }
         for state in LIVENESS {
             let labels = StateLabels {
@@ -375,9 +387,19 @@ impl ServerMetrics {
             Event::WorkersAttached { count } => {
                 self.workers.set(i64::try_from(*count).unwrap_or(i64::MAX));
             }
-            Event::WorkersLost { before, now } => {
-                self.workers_lost.inc_by(before.saturating_sub(*now));
-                self.workers.set(i64::try_from(*now).unwrap_or(i64::MAX));
+            Event::WorkersLost { before, now, cause } => {
+                let labels = LossLabels {
+                    cause: cause.as_str(),
+                };
+                self.workers_lost
+                    .get_or_create(&labels)
+                    .inc_by(before.saturating_sub(*now));
+                // After a restart `now` counts those that came back at any
+                // time of the grace; the gauge follows this start's own
+                // attach and fall events instead.
+                if *cause == LossCause::Reaped {
+                    self.workers.set(i64::try_from(*now).unwrap_or(i64::MAX));
+                }
             }
             Event::WorkersDetached { before, now } => {
                 self.workers_detached.inc_by(before.saturating_sub(*now));
@@ -391,15 +413,10 @@ impl ServerMetrics {
                 self.up.set(0);
                 self.state("unresponsive");
             }
-            Event::Exited { signal, .. } => {
-                let cause = match signal {
-                    Some(9) => "oom_kill",
-                    Some(_) => "signal",
-                    None => "status",
-                };
+            Event::Exited { cause, .. } => {
                 self.exits
                     .get_or_create(&ExitLabels {
-                        cause: cause.to_string(),
+                        cause: cause.as_str(),
                     })
                     .inc();
                 self.up.set(0);
@@ -1089,25 +1106,39 @@ mod tests {
 
     #[test]
     fn starts_events_and_exits_are_counted_by_cause() {
+        use crate::oom::OomReading;
+        use std::os::unix::process::ExitStatusExt;
+        use std::process::ExitStatus;
+
         let metrics = NodeMetrics::new(None);
         let before = metrics.render(Format::OpenMetrics).unwrap();
-        for cause in EXIT_CAUSES {
+        for cause in ["status", "signal", "oom_kill", "unresponsive"] {
             let series = format!(r#"lmcache_tier_server_exits_total{{cause="{cause}"}}"#);
+            assert_eq!(sample(&before, &series), 0.0, "{before}");
+        }
+        for cause in ["reaped", "server_restarted"] {
+            let series = format!(r#"lmcache_tier_engine_workers_lost_total{{cause="{cause}"}}"#);
             assert_eq!(sample(&before, &series), 0.0, "{before}");
         }
         assert!(
             !before.contains("housekeeping"),
             "no housekeeping without a plan"
         );
+        let reaped = r#"lmcache_tier_engine_workers_lost_total{cause="reaped"}"#;
+        let restarted = r#"lmcache_tier_engine_workers_lost_total{cause="server_restarted"}"#;
         let server = metrics.server();
         server.started(1);
         server.observe(&Event::Ready);
         server.observe(&Event::WorkersAttached { count: 2 });
-        server.observe(&Event::WorkersLost { before: 2, now: 1 });
+        server.observe(&Event::WorkersLost {
+            before: 2,
+            now: 1,
+            cause: LossCause::Reaped,
+        });
         let text = metrics.render(Format::OpenMetrics).unwrap();
         assert_eq!(sample(&text, "lmcache_tier_server_up"), 1.0);
         assert_eq!(sample(&text, "lmcache_tier_engine_workers"), 1.0);
-        assert_eq!(sample(&text, "lmcache_tier_engine_workers_lost_total"), 1.0);
+        assert_eq!(sample(&text, reaped), 1.0);
         assert_eq!(
             sample(&text, "lmcache_tier_engine_workers_detached_total"),
             0.0
@@ -1115,7 +1146,7 @@ mod tests {
         server.observe(&Event::WorkersDetached { before: 1, now: 0 });
         let text = metrics.render(Format::OpenMetrics).unwrap();
         assert_eq!(sample(&text, "lmcache_tier_engine_workers"), 0.0);
-        assert_eq!(sample(&text, "lmcache_tier_engine_workers_lost_total"), 1.0);
+        assert_eq!(sample(&text, reaped), 1.0);
         assert_eq!(
             sample(&text, "lmcache_tier_engine_workers_detached_total"),
             1.0
@@ -1125,28 +1156,53 @@ mod tests {
             1.0
         );
         assert!(sample(&text, "lmcache_tier_server_ready_seconds") >= 0.0);
-        server.observe(&Event::exited(
-            std::os::unix::process::ExitStatusExt::from_raw(9),
-        ));
+        let file: std::path::PathBuf = "/cg/memory.oom_control".into();
+        let oom = OomReading::Rose {
+            file: file.clone(),
+            before: 0,
+            after: 1,
+        };
+        let no_oom = OomReading::Unchanged { file, count: 1 };
+        server.observe(&Event::exited(ExitStatus::from_raw(9), &oom));
         server.started(2);
-        server.observe(&Event::exited(
-            std::os::unix::process::ExitStatusExt::from_raw(1 << 8),
+        server.observe(&Event::exited(ExitStatus::from_raw(9), &no_oom));
+        server.started(3);
+        server.observe(&Event::Ready);
+        server.observe(&Event::WorkersAttached { count: 1 });
+        server.observe(&Event::WorkersLost {
+            before: 3,
+            now: 1,
+            cause: LossCause::ServerRestarted,
+        });
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        assert_eq!(sample(&text, restarted), 2.0);
+        assert_eq!(
+            sample(&text, "lmcache_tier_engine_workers"),
+            1.0,
+            "the attached gauge follows this start"
+        );
+        server.observe(&Event::stopped_unresponsive(
+            ExitStatus::from_raw(143 << 8),
+            crate::watch::Silence {
+                silent: Duration::from_secs(130),
+                limit: Duration::from_secs(120),
+            },
         ));
+        server.started(4);
+        server.observe(&Event::exited(ExitStatus::from_raw(1 << 8), &no_oom));
         let text = metrics.render(Format::OpenMetrics).unwrap();
         assert_eq!(sample(&text, "lmcache_tier_server_up"), 0.0);
-        assert_eq!(sample(&text, "lmcache_tier_server_starts_total"), 2.0);
-        assert_eq!(sample(&text, "lmcache_tier_server_restarts_total"), 1.0);
-        assert_eq!(
-            sample(
-                &text,
-                r#"lmcache_tier_server_exits_total{cause="oom_kill"}"#
-            ),
-            1.0
-        );
-        assert_eq!(
-            sample(&text, r#"lmcache_tier_server_exits_total{cause="status"}"#),
-            1.0
-        );
+        assert_eq!(sample(&text, "lmcache_tier_server_starts_total"), 4.0);
+        assert_eq!(sample(&text, "lmcache_tier_server_restarts_total"), 3.0);
+        for (cause, count) in [
+            ("oom_kill", 1.0),
+            ("signal", 1.0),
+            ("unresponsive", 1.0),
+            ("status", 1.0),
+        ] {
+            let series = format!(r#"lmcache_tier_server_exits_total{{cause="{cause}"}}"#);
+            assert_eq!(sample(&text, &series), count, "{cause}");
+        }
         assert_eq!(
             sample(&text, r#"lmcache_tier_server_liveness{state="exited"}"#),
             1.0
