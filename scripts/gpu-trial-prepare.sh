@@ -7,7 +7,9 @@
 #   csrc.tar.gz  the C++/CUDA sources of LMCache 0.5.6's sdist, to rebuild
 #                lmcache.cuda_ops against the node's torch when the wheel's
 #                does not load
-#   bin/         lmcache-tier and erebine-lmcache, release, stripped, gzipped
+#   bin/         lmcache-tier and erebine-lmcache, release, stripped, gzipped:
+#                built here (about 6 minutes on 2 cores) unless --binaries
+#                names them
 # About 40 MB in all. Run it on a machine with network access and Rust, then
 # copy the checkout, .gpu-trial included (git ignores it), to the GPU node
 # and run scripts/gpu-trial.sh there (docs/performance.md, "GPU node
@@ -15,16 +17,23 @@
 #
 # --python-version X.Y  the GPU node's python3 (default 3.12): the wheels
 #                       are built for one Python
+# --binaries DIR        take lmcache-tier and erebine-lmcache from DIR (a
+#                       release build's directory, such as target/release)
+#                       instead of building them; both must be there
 #
-# Usage: scripts/gpu-trial-prepare.sh [--python-version X.Y]
+# Usage: scripts/gpu-trial-prepare.sh [--python-version X.Y] [--binaries DIR]
 set -euo pipefail
 
 PYTHON_VERSION=3.12
+BINARIES=
 while [ $# -gt 0 ]; do
   case "$1" in
-    --python-version)
-      [ -n "${2:-}" ] || { echo "gpu-trial-prepare: --python-version needs a value" >&2; exit 2; }
-      PYTHON_VERSION=$2
+    --python-version | --binaries)
+      [ -n "${2:-}" ] || { echo "gpu-trial-prepare: $1 needs a value (see --help)" >&2; exit 2; }
+      case "$1" in
+        --python-version) PYTHON_VERSION=$2 ;;
+        --binaries) BINARIES=$2 ;;
+      esac
       shift 2
       ;;
     -h | --help) sed -n '/^# Prepares/,/^# Usage/s/^# \{0,1\}//p' "$0"; exit 0 ;;
@@ -88,17 +97,37 @@ fetch_sources() {
   tar -czf "$KIT/csrc.tar.gz" -C "$tmp/lmcache-$LMCACHE_VERSION" csrc
 }
 
+BINS=(lmcache-tier erebine-lmcache)
+
+# The binaries named by --binaries, checked before anything is downloaded.
+check_binaries() {
+  local bin
+  for bin in "${BINS[@]}"; do
+    [ -x "$BINARIES/$bin" ] || { say "no executable $BINARIES/$bin (--binaries names the directory that holds both)"; exit 2; }
+  done
+  "$BINARIES/lmcache-tier" --version 2>/dev/null | grep -q '^lmcache-tier ' ||
+    { say "$BINARIES/lmcache-tier --version does not name lmcache-tier: not this project's binary"; exit 2; }
+}
+
 build_binaries() {
-  say "building the release binaries"
-  (cd "$ROOT" && cargo build -q --release -p lmcache-launcher --bins)
+  local bin from
+  if [ -n "$BINARIES" ]; then
+    from=$BINARIES
+    say "taking the binaries from $from: $("$from/lmcache-tier" --version)"
+  else
+    say "building the release binaries"
+    (cd "$ROOT" && cargo build -q --release -p lmcache-launcher --bins)
+    from=${CARGO_TARGET_DIR:-$ROOT/target}/release
+  fi
+  rm -rf "${KIT:?}/bin"
   mkdir -p "$KIT/bin"
-  local bin target=${CARGO_TARGET_DIR:-$ROOT/target}
-  for bin in lmcache-tier erebine-lmcache; do
-    strip -o "$KIT/bin/$bin" "$target/release/$bin"
+  for bin in "${BINS[@]}"; do
+    strip -o "$KIT/bin/$bin" "$from/$bin"
     gzip -f "$KIT/bin/$bin"
   done
 }
 
+[ -z "$BINARIES" ] || check_binaries
 mkdir -p "$KIT"
 fetch_wheels
 fetch_sources

@@ -8,7 +8,10 @@
 #  1. the plan on this GPU node: --max-gpu-workers is the TP size; when the
 #     shipped lmcache.cuda_ops does not load with the node's torch, the plan
 #     warns (naming torch, the extension, the error); cuda_ops is then
-#     rebuilt from LMCache's sources and the warning is gone;
+#     rebuilt from LMCache's sources and the warning is gone. A later run on
+#     the same node finds that rebuilt copy installed (pip keeps an
+#     installed LMCache of the same version) and says so: the shipped copy
+#     is then not tried, unless --reinstall puts it back first;
 #  2. `lmcache-tier launch`, then `lmcache bench server --mode gpu`: every
 #     checksum matches, the objects are on disk (no temp files left), and
 #     the bench's clean unregistration is logged as a detach, never a loss;
@@ -18,13 +21,21 @@
 #  4. SIGTERM: exit 0, no LMCache process left, the port closed.
 # trial.log and summary.json go to $OUT (or /tmp/gpu-trial-out), and every
 # plan, log and report of the steps to details.tar.gz beside them. It works
-# in /tmp/gpu-trial (removed first), uses ports 6555 and 8090, and installs
-# the wheels into the environment of the node's python3: run it on a
-# machine that is yours to change, never on a serving node.
+# in /tmp/gpu-trial (removed first; it refuses while a process still runs
+# from there), needs ports 6555 and 8090 free, and installs the wheels into
+# the environment of the node's python3: run it on a machine that is yours
+# to change, never on a serving node. It stops only the processes it
+# started, by their ids. Exit status: 0 passed, 1 a check failed, 2 bad
+# arguments.
 #
 # --tp-size N    the engine's tensor-parallel size: the plan must give
 #                --max-gpu-workers N and the bench runs N workers (default 1)
 # --requests N   bench requests, one 1024-token chunk each (default 20)
+# --reinstall    install the LMCache wheel again even when the same version
+#                is installed, so the shipped cuda_ops is the one tried
+# --install-only install LMCache (and rebuild cuda_ops where needed), unpack
+#                the binaries to /tmp/gpu-trial/bin, plan, then stop: what
+#                scripts/vllm-trial.sh needs before it runs vLLM
 # --rehearse     the same steps on a CPU machine before spending GPU time:
 #                LMCache comes from $VIRTUAL_ENV, the bench runs in CPU
 #                mode, cuda_ops is not rebuilt. The plan must still see a
@@ -33,7 +44,7 @@
 #                /proc/driver && mkdir -p /proc/driver/nvidia/gpus/0 &&
 #                exec scripts/gpu-trial.sh --rehearse'
 #
-# Usage: scripts/gpu-trial.sh [--tp-size N] [--requests N] [--rehearse]
+# Usage: scripts/gpu-trial.sh [--tp-size N] [--requests N] [--reinstall] [--install-only] [--rehearse]
 set -euo pipefail
 
 usage() { sed -n '/^# The GPU-node trial/,/^# Usage/s/^# \{0,1\}//p' "$0"; }
@@ -45,15 +56,23 @@ value() {
 TP=1
 REQUESTS=20
 REHEARSE=false
+REINSTALL=false
+INSTALL_ONLY=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --tp-size) TP=$(value "$@"); shift 2 ;;
     --requests) REQUESTS=$(value "$@"); shift 2 ;;
+    --reinstall) REINSTALL=true; shift ;;
+    --install-only) INSTALL_ONLY=true; shift ;;
     --rehearse) REHEARSE=true; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "gpu-trial: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+if $REHEARSE && $REINSTALL; then
+  echo "gpu-trial: --rehearse installs nothing, so it takes no --reinstall" >&2
+  exit 2
+fi
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 KIT=$ROOT/.gpu-trial
@@ -62,6 +81,15 @@ WORK=/tmp/gpu-trial
 RESULTS=$WORK/results
 MP_PORT=6555
 HTTP_PORT=8090
+# Processes whose command line names $WORK: an earlier trial's launch still
+# running, or what this one left. Only looked at, never signalled.
+from_work() { { pgrep -f -- "$WORK/" || true; } | while read -r pid; do echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)"; done; }
+left=$(from_work)
+if [ -n "$left" ]; then
+  echo "gpu-trial: processes still run from $WORK; stop them before a new trial:" >&2
+  echo "$left" >&2
+  exit 1
+fi
 rm -rf "$WORK"
 mkdir -p "$OUTPUT" "$RESULTS" "$WORK/bin" "$WORK/home"
 exec > >(tee "$OUTPUT/trial.log") 2>&1
@@ -69,9 +97,33 @@ SECONDS=0
 
 step() { echo "== [${SECONDS}s] $*"; }
 keep_details() { tar -czf "$OUTPUT/details.tar.gz" -C "$RESULTS" . 2>/dev/null || true; }
+# descendants PID: the processes under PID, by their parent ids.
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+launch_pid=
+# Stops the launch this script started, if it still runs: SIGTERM to its
+# pid, then, after 30 s, SIGKILL to it and to the processes under it.
+stop_started() {
+  [ -n "$launch_pid" ] && kill -0 "$launch_pid" 2>/dev/null || return 0
+  local tree pid
+  tree=$(descendants "$launch_pid")
+  kill -TERM "$launch_pid" 2>/dev/null || true
+  for _ in $(seq 60); do kill -0 "$launch_pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$launch_pid" 2>/dev/null; then
+    echo "the launch (pid $launch_pid) did not stop in 30 s of SIGTERM: SIGKILL to it and its processes"
+    for pid in "$launch_pid" $tree; do kill -KILL "$pid" 2>/dev/null || true; done
+  fi
+  wait "$launch_pid" 2>/dev/null || true
+  launch_pid=
+}
 fail() {
   echo "TRIAL FAILED: $*"
-  pkill -TERM -f "$WORK/bin/lmcache-tier" 2>/dev/null || true
+  stop_started
   keep_details
   exit 1
 }
@@ -87,6 +139,8 @@ else
   PY=$(command -v python3)
 fi
 PREFIX=$("$PY" -c 'import sys; print(sys.prefix)')
+LMCACHE_WHEEL=$(find "$KIT/wheels" -maxdepth 1 -name 'lmcache-0.5.6-*.whl' | head -1)
+[ -n "$LMCACHE_WHEEL" ] || fail "no LMCache 0.5.6 wheel in $KIT/wheels: run scripts/gpu-trial-prepare.sh again"
 
 step "node"
 nvidia-smi -L || true
@@ -95,8 +149,16 @@ nvidia-smi -L || true
 if ! $REHEARSE; then
   step "install LMCache 0.5.6 and what it needs into $PREFIX"
   "$PY" -m pip install -q --no-index --no-deps --no-cache-dir --no-compile "$KIT"/wheels/*.whl
+  if $REINSTALL; then
+    echo "installing the LMCache wheel again: the shipped cuda_ops is the one tried"
+    "$PY" -m pip install -q --no-index --no-deps --no-cache-dir --no-compile --force-reinstall "$LMCACHE_WHEEL"
+  fi
 fi
 [ -x "$PREFIX/bin/lmcache" ] || fail "no $PREFIX/bin/lmcache"
+PACKAGE=$("$PY" -c 'import importlib.util as u; print(list(u.find_spec("lmcache").submodule_search_locations)[0])')
+# A rebuild leaves this beside the copy it installed: the copy's sha256 and
+# the torch it was built against.
+REBUILT_MARK=$PACKAGE/cuda_ops.rebuilt-on-this-node
 for bin in lmcache-tier erebine-lmcache; do
   gunzip -c "$KIT/bin/$bin.gz" > "$WORK/bin/$bin"
   chmod +x "$WORK/bin/$bin"
@@ -116,18 +178,57 @@ plan() {
 }
 gpu_warnings() { json "$1" '"\n".join(w for w in d["decisions"]["warnings"] if "GPU" in w)'; }
 
+# cuda_ops_copy: which lmcache.cuda_ops is installed: "shipped" (the
+# wheel's own bytes), "rebuilt" (the copy a rebuild on this node left, per
+# its mark), "missing", or "unknown" (neither).
+cuda_ops_copy() {
+  local wheel=$LMCACHE_WHEEL
+  $REHEARSE && wheel=
+  "$PY" - "$PACKAGE" "$REBUILT_MARK" "$wheel" <<'PY'
+import glob, hashlib, os, sys, zipfile
+package, mark, wheel = sys.argv[1:]
+installed = sorted(glob.glob(os.path.join(package, "cuda_ops.*.so")))
+if not installed:
+    print("missing")
+    sys.exit()
+digest = hashlib.sha256(open(installed[0], "rb").read()).hexdigest()
+rebuilt = open(mark).read().split()[0] if os.path.exists(mark) else None
+if wheel:
+    with zipfile.ZipFile(wheel) as z:
+        shipped = {hashlib.sha256(z.read(n)).hexdigest() for n in z.namelist()
+                   if n.startswith("lmcache/cuda_ops.") and n.endswith(".so")}
+    print("shipped" if digest in shipped else "rebuilt" if digest == rebuilt else "unknown")
+else:
+    # --rehearse: the environment's copy came from its own wheel.
+    print("rebuilt" if digest == rebuilt else "shipped")
+PY
+}
+
 step "plan on this node"
-plan plan-shipped
-json "$RESULTS/plan-shipped.json" 'd["facts"]["gpu"]'
-workers=$(json "$RESULTS/plan-shipped.json" 'd["argv"][d["argv"].index("--max-gpu-workers") + 1]')
+copy=$(cuda_ops_copy)
+case "$copy" in
+  shipped) echo "lmcache.cuda_ops installed: the copy the wheel shipped" ;;
+  rebuilt) echo "lmcache.cuda_ops installed: the copy an earlier run rebuilt on this node ($(cut -d' ' -f2- "$REBUILT_MARK")); the shipped copy is not tried (--reinstall tries it)" ;;
+  missing) fail "no lmcache.cuda_ops in $PACKAGE" ;;
+  *) echo "lmcache.cuda_ops installed: neither the wheel's copy nor one rebuilt by this script" ;;
+esac
+plan plan-installed
+json "$RESULTS/plan-installed.json" 'd["facts"]["gpu"]'
+workers=$(json "$RESULTS/plan-installed.json" 'd["argv"][d["argv"].index("--max-gpu-workers") + 1]')
 [ "$workers" = "$TP" ] || fail "the plan gives --max-gpu-workers $workers for TP $TP"
-shipped=$(json "$RESULTS/plan-shipped.json" 'd["facts"]["gpu"]["extensions"]["state"]')
-cuda_ops_failed=$(json "$RESULTS/plan-shipped.json" \
+installed=$(json "$RESULTS/plan-installed.json" 'd["facts"]["gpu"]["extensions"]["state"]')
+cuda_ops_failed=$(json "$RESULTS/plan-installed.json" \
   'any(f["extension"] == "lmcache.cuda_ops" for f in d["facts"]["gpu"]["extensions"].get("failures", []))')
-warning=$(gpu_warnings "$RESULTS/plan-shipped.json")
-echo "shipped extensions: $shipped; warning: ${warning:-none}"
+warning=$(gpu_warnings "$RESULTS/plan-installed.json")
+if [ "$copy" = shipped ]; then
+  shipped=$installed
+  echo "shipped extensions: $shipped; warning: ${warning:-none}"
+else
+  shipped="not tried"
+  echo "extensions with the $copy cuda_ops: $installed; warning: ${warning:-none}"
+fi
 if [ "$cuda_ops_failed" = True ]; then
-  torch=$(json "$RESULTS/plan-shipped.json" 'd["facts"]["gpu"]["extensions"]["torch"]')
+  torch=$(json "$RESULTS/plan-installed.json" 'd["facts"]["gpu"]["extensions"]["torch"]')
   case "$warning" in
     *"torch $torch"*lmcache.cuda_ops*Error*) ;;
     *) fail "cuda_ops does not load but the warning does not name torch, the extension and the error: $warning" ;;
@@ -138,11 +239,11 @@ if [ "$cuda_ops_failed" = True ] && ! $REHEARSE; then
   step "rebuild lmcache.cuda_ops from LMCache's sources against torch $torch (sm_90)"
   mkdir -p "$WORK/src"
   tar -xzf "$KIT/csrc.tar.gz" -C "$WORK/src"
-  PACKAGE=$("$PY" -c 'import importlib.util as u; print(list(u.find_spec("lmcache").submodule_search_locations)[0])')
-  TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$(nproc) "$PY" - "$WORK/src/csrc" "$PACKAGE" <<'PY'
-import glob, os, shutil, sys, sysconfig
+  TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$(nproc) "$PY" - "$WORK/src/csrc" "$PACKAGE" "$REBUILT_MARK" <<'PY'
+import glob, hashlib, os, shutil, sys, sysconfig
+import torch
 from torch.utils import cpp_extension
-csrc, package = sys.argv[1], sys.argv[2]
+csrc, package, mark = sys.argv[1:]
 sources = [os.path.join(csrc, "cuda", name) for name in (
     "pybind.cpp", "mem_kernels.cu", "mp_mem_kernels.cu", "phase_timing_recorder.cu",
     "blend_kernels.cu", "cal_cdf.cu", "ac_enc.cu", "ac_dec.cu", "pos_kernels.cu",
@@ -155,15 +256,31 @@ cpp_extension.load(name="cuda_ops", sources=sources, extra_include_paths=[csrc],
 suffix = sysconfig.get_config_var("EXT_SUFFIX")
 for old in glob.glob(os.path.join(package, "cuda_ops.*.so")):
     os.remove(old)
-shutil.copy(os.path.join(build, "cuda_ops.so"), os.path.join(package, "cuda_ops" + suffix))
-print("rebuilt", os.path.join(package, "cuda_ops" + suffix))
+target = os.path.join(package, "cuda_ops" + suffix)
+shutil.copy(os.path.join(build, "cuda_ops.so"), target)
+with open(mark, "w") as f:
+    f.write(f"{hashlib.sha256(open(target, 'rb').read()).hexdigest()} against torch {torch.__version__}\n")
+print("rebuilt", target)
 PY
+  copy="rebuilt in this run"
   plan plan-rebuilt
   rebuilt=$(json "$RESULTS/plan-rebuilt.json" 'd["facts"]["gpu"]["extensions"]["state"]')
   [ "$rebuilt" = loaded ] || fail "after the rebuild the extensions are $rebuilt"
   [ -z "$(gpu_warnings "$RESULTS/plan-rebuilt.json")" ] || fail "a GPU warning after the rebuild"
   echo "after the rebuild: extensions $rebuilt, no warning"
 fi
+
+if $INSTALL_ONLY; then
+  keep_details
+  step "LMCache installed in $PREFIX (cuda_ops: $copy), binaries in $WORK/bin"
+  exit 0
+fi
+
+# port_free PORT: true when nothing listens on 127.0.0.1:PORT.
+port_free() { ! python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; }
+for port in "$MP_PORT" "$HTTP_PORT"; do
+  port_free "$port" || fail "port $port is taken: another server runs on this node; the trial needs 6555 and 8090"
+done
 
 # wait_ready LOG: seconds until /status answers 200 (at most 300).
 wait_ready() {
@@ -180,12 +297,21 @@ start_launch() {
   launch_pid=$!
   wait_ready "$RESULTS/$1"
 }
+# stop_launch: SIGTERM to the launch; it must exit 0 and leave none of the
+# processes it started.
 stop_launch() {
-  local start=$SECONDS status=0
+  local start=$SECONDS status=0 tree pid alive=
+  tree=$(descendants "$launch_pid")
   kill -TERM "$launch_pid"
   wait "$launch_pid" || status=$?
+  launch_pid=
   [ "$status" = 0 ] || fail "the launch exited $status on SIGTERM"
-  echo "stopped in $((SECONDS - start)) s, exit 0"
+  sleep 1
+  for pid in $tree; do
+    kill -0 "$pid" 2>/dev/null && alive="$alive $pid ($(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null))"
+  done
+  [ -z "$alive" ] || fail "the launch exited but left running:$alive"
+  echo "stopped in $((SECONDS - start)) s, exit 0, none of its $(echo "$tree" | wc -w) processes left"
 }
 bench() {
   "$PREFIX/bin/lmcache" bench server "${BENCH_MODE[@]}" --tp-size "$TP" \
@@ -212,7 +338,7 @@ grep -q "engine workers detached: [0-9]* -> 0" "$RESULTS/launch-1.log" || fail "
 ! grep -q "engine workers lost" "$RESULTS/launch-1.log" || fail "a clean detach was logged as a loss"
 objects=$(find "$WORK/cache" -maxdepth 1 -name '*.data' | wc -l)
 temps=$(find "$WORK/cache" -maxdepth 1 -name '*.tmp' | wc -l)
-[ "$objects" -ge "$REQUESTS" ] && [ "$temps" = 0 ] || fail "$objects objects and $temps temp files on disk"
+if [ "$objects" -lt "$REQUESTS" ] || [ "$temps" != 0 ]; then fail "$objects objects and $temps temp files on disk"; fi
 echo "$matched checksums matched; $objects objects on disk ($(du -sh "$WORK/cache" | cut -f1)), no temp file"
 inspect_json inspect-1.json
 stop_launch
@@ -236,20 +362,20 @@ echo "$hits of $REQUESTS cold lookups hit; the data read back equals what was st
 stop_launch
 
 step "nothing left"
-sleep 1
-left=$(pgrep -af "lmcache server|erebine-lmcache" | grep -v pgrep || true)
+left=$(from_work)
 [ -z "$left" ] || fail "left running: $left"
-! python3 -c "import socket; socket.create_connection(('127.0.0.1', $HTTP_PORT), 1)" 2>/dev/null || fail "port $HTTP_PORT still open"
+port_free "$HTTP_PORT" || fail "port $HTTP_PORT still open"
 
 p50() { grep "$2" "$RESULTS/$1" | grep -o '[0-9.]* ms' | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-python3 - "$OUTPUT" "$TP" "$REQUESTS" "$shipped" "$SECONDS" \
+python3 - "$OUTPUT" "$TP" "$REQUESTS" "$shipped" "$copy" "$SECONDS" \
   "$(p50 bench-1.log '/cold] STORE')" "$(p50 bench-1.log '/warm] RETRIEVE')" \
   "$(p50 bench-1.log '/warm] LOOKUP')" "$(p50 bench-2.log '/cold] LOOKUP')" \
   "$(grep -o 'ready in [0-9.]*s' "$RESULTS/launch-1.log" | head -1)" \
   "$(grep -o 'ready in [0-9.]*s' "$RESULTS/launch-2.log" | head -1)" <<'PY'
 import json, sys
-out, tp, n, shipped, secs, store, retrieve, lookup, cold, ready1, ready2 = sys.argv[1:]
+out, tp, n, shipped, copy, secs, store, retrieve, lookup, cold, ready1, ready2 = sys.argv[1:]
 summary = {"tp_size": int(tp), "requests": int(n), "shipped_extensions": shipped,
+           "cuda_ops": copy,
            "store_p50_ms": store, "retrieve_p50_ms": retrieve, "warm_lookup_p50_ms": lookup,
            "lookup_after_restart_p50_ms": cold, "first_start": ready1, "restart": ready2,
            "trial_seconds": int(secs)}
