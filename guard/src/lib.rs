@@ -39,6 +39,7 @@
 //! server is safe.
 
 pub mod capacity;
+mod index;
 pub mod status;
 pub mod tracker;
 
@@ -1018,7 +1019,11 @@ fn apply(
     // Written, renamed into place, or read but not tracked yet: look at it.
     match fstatat(dir.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_dev == dir.device() => {
-            tracker.upsert(&object, u64::try_from(st.st_blocks).unwrap_or(0) * 512);
+            tracker.upsert(
+                &object,
+                u64::try_from(st.st_blocks).unwrap_or(0) * 512,
+                false,
+            );
             let written = mask.intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO);
             let changed = SystemTime::UNIX_EPOCH
                 + Duration::new(
