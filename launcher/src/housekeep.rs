@@ -6,15 +6,16 @@ use std::path::PathBuf;
 
 use lmcache_capacity_guard::Watch;
 use lmcache_housekeeping::{
-    Housekeeping, HousekeepingError, LaunchIdentity, Mode, ScannedTier, TierPolicy,
+    GuardBound, Housekeeping, HousekeepingError, LaunchIdentity, Mode, ScannedTier, TierPolicy,
 };
 use serde::Serialize;
 
 use crate::facts::{MeasuredTier, TierScan};
 
 /// The housekeeping a launch runs on the node's disk tier: purge objects of
-/// other launch identities, trim oldest-first to the capacity, record the
-/// identity in the manifest.
+/// other launch identities, trim oldest-first to the capacity (or, for a
+/// tier left at its capacity guard's trigger, to where the guard leaves
+/// it), record the identity in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DiskHousekeeping {
     /// The tier directory (the node's disk path).
@@ -23,6 +24,10 @@ pub struct DiskHousekeeping {
     pub identity: LaunchIdentity,
     /// Capacity in bytes the remaining objects are trimmed to.
     pub capacity_bytes: u64,
+    /// The tier's capacity guard: the objects left at or above its trigger
+    /// are trimmed to its target instead (`docs/capacity-guard.md`,
+    /// "Housekeeping and the guard"); `None` when no guard bounds the tier.
+    pub guard: Option<GuardBound>,
     /// The scan the plan sized the tier from, housekept from here.
     #[serde(skip)]
     pub tier: MeasuredTier,
@@ -59,6 +64,7 @@ impl DiskHousekeeping {
         let policy = TierPolicy {
             capacity_bytes: Some(self.capacity_bytes),
             shared: false,
+            guard: self.guard,
         };
         let housekeeping = scanned.housekeep(&self.identity, policy, mode)?;
         Ok(Housekept {

@@ -12,7 +12,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::identity::NAME_MAX;
 use lmcache_housekeeping::tier_dir::replace_control_file;
 use lmcache_housekeeping::{
-    housekeep, HousekeepingError, LaunchIdentity, Mode, Report, TierPolicy,
+    housekeep, GuardBound, HousekeepingError, LaunchIdentity, Mode, Report, TierPolicy,
 };
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
 use lmcache_launcher::exit::{
@@ -662,6 +662,7 @@ struct NodeTier {
     path: PathBuf,
     identity: LaunchIdentity,
     capacity_bytes: Option<u64>,
+    guard: Option<GuardBound>,
 }
 
 fn node_housekeeping(
@@ -688,6 +689,7 @@ fn node_housekeeping(
             path: tier.path,
             identity: tier.identity,
             capacity_bytes: Some(tier.capacity_bytes),
+            guard: tier.guard,
         }));
     }
     if !path_given {
@@ -697,6 +699,7 @@ fn node_housekeeping(
         path: node.disk_path,
         identity: facts.launch_identity(plan.decisions.chunk_size.value),
         capacity_bytes: None,
+        guard: None,
     }))
 }
 
@@ -1087,12 +1090,15 @@ fn housekeep_cmd(args: HousekeepArgs, mut vars: Vars) -> Result<(), Failure> {
         }
         return Ok(());
     };
+    // A capacity given here is trimmed to as given; the launch's own is
+    // trimmed to where its capacity guard leaves the tier.
     let policy = TierPolicy {
         capacity_bytes: match args.capacity_gb {
             Some(gib) => gib_to_bytes(gib),
             None => target.capacity_bytes,
         },
         shared: false,
+        guard: target.guard.filter(|_| args.capacity_gb.is_none()),
     };
     let (path, identity) = (target.path, target.identity);
     let mode = if args.dry_run {
