@@ -184,6 +184,22 @@ impl Tracker {
         tracker
     }
 
+    /// [`Tracker::from_inventory`] less the objects at `deleted` (indices
+    /// into `inventory.objects()`, e.g. what housekeeping deleted since the
+    /// scan), taken out in one pass. Indices past the inventory are
+    /// ignored.
+    pub fn from_inventory_less(inventory: &Inventory, deleted: &[u32]) -> Self {
+        let mut tracker = Self::from_inventory(inventory);
+        // Entry i is object i after `fill`.
+        let slots: Vec<usize> = deleted
+            .iter()
+            .map(|&i| i as usize)
+            .filter(|&i| i < tracker.len())
+            .collect();
+        tracker.remove_many(&slots);
+        tracker
+    }
+
     /// Adds a scan's objects to an empty tracker, in the scan's order
     /// (entry i is object i), tick 0; the entry array is reserved for
     /// exactly that many. One scan's keys are distinct (names decode
@@ -831,6 +847,16 @@ mod tests {
             );
         }
         inv
+    }
+
+    #[test]
+    fn a_start_up_count_less_the_deleted_keeps_the_rest_in_order() {
+        let entries: Vec<(u32, i64, u64)> = (0..10).map(|i| (i, 10 - i64::from(i), 512)).collect();
+        // Objects 2 and 5 deleted (5 named twice), and an index past the end.
+        let t = &mut Tracker::from_inventory_less(&inventory(&entries), &[2, 5, 5, 99]);
+        assert_eq!((t.len(), t.usage()), (8, 8 * 512));
+        let kept: Vec<String> = [9, 8, 7, 6, 4, 3, 1, 0].into_iter().map(name).collect();
+        assert_eq!(victims(t, u64::MAX), kept);
     }
 
     #[test]
