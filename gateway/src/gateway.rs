@@ -319,8 +319,23 @@ struct Connection {
 impl Peers {
     /// The connection from `peer`, checked: its socket's owner looked up
     /// once ([`peer::socket_owner`]) and compared with the server's uid.
-    fn check(&self, peer: SocketAddr) -> Connection {
-        let refusal = match peer::socket_owner(peer, self.addr) {
+    /// The `sock_diag` lookup runs here; the socket tables, where it is not
+    /// to be had, are read on a blocking thread, never on the runtime's
+    /// (the launch runs one: a read of a busy table takes milliseconds).
+    async fn check(self, peer: SocketAddr) -> Connection {
+        let local = self.addr;
+        let owner = match peer::socket_owner_by_diag(peer, local) {
+            Some(owner) => owner,
+            None => tokio::task::spawn_blocking(move || peer::socket_owner_in_tables(peer, local))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(PeerError::Table {
+                        path: "/proc/net/tcp".into(),
+                        problem: format!("the lookup did not finish: {e}"),
+                    })
+                }),
+        };
+        let refusal = match owner {
             Ok(uid) if uid == self.server_uid => None,
             Ok(uid) => Some(PeerRefusal::OtherUid {
                 uid,
@@ -360,7 +375,7 @@ pub(crate) async fn serve(
         let upstream = upstream.clone();
         let stats = stats.clone();
         tokio::spawn(async move {
-            let connection = Arc::new(peers.check(peer));
+            let connection = Arc::new(peers.check(peer).await);
             let service = service_fn(move |request| {
                 handle(upstream.clone(), stats.clone(), connection.clone(), request)
             });

@@ -267,7 +267,8 @@ impl HasExitStatus for PlanError {
             PlanError::DiskPath { .. }
             | PlanError::Sizing { .. }
             | PlanError::NothingToCache { .. }
-            | PlanError::Engine { .. } => ExitStatus::BadInput,
+            | PlanError::Engine { .. }
+            | PlanError::HostFact { .. } => ExitStatus::BadInput,
         }
     }
 }
@@ -333,6 +334,14 @@ impl HasExitStatus for LaunchError {
             // this host does not have).
             LaunchError::PortInUse { .. } | LaunchError::Metrics(_) => ExitStatus::PortInUse,
             LaunchError::NotAnAddressHere { .. } => ExitStatus::BadInput,
+            // Out of descriptors is this process's failure; a privileged
+            // port or an unusable address is the setting's.
+            LaunchError::CannotListen { source, .. } => match source.raw_os_error() {
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                    ExitStatus::Failure
+                }
+                _ => ExitStatus::BadInput,
+            },
             LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
             LaunchError::Gateway(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),

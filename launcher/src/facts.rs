@@ -288,12 +288,23 @@ pub fn measure_disk(path: &Path, access: DiskAccess) -> Result<DiskFacts, PlanEr
     measure_disk_as(path, access, Tier::Enabled)
 }
 
-/// Whether the disk tier will be used: a disabled one is measured for the
-/// record only, so a directory it could not write to is no error.
+/// [`measure_disk`] read-only, for housekeeping: a directory this process
+/// cannot write to (a read-only volume, say) is measured and scanned, not
+/// refused, since a dry run of housekeeping writes nothing there.
+///
+/// Errors: an unusable cache directory ([`PlanError::DiskPath`]).
+pub fn measure_disk_to_housekeep(path: &Path) -> Result<DiskFacts, PlanError> {
+    measure_disk_as(path, DiskAccess::Inspect, Tier::Housekept)
+}
+
+/// What the disk tier is measured for: a launch's tier, one disabled
+/// (measured for the record only, so a directory it could not write to is
+/// no error), or housekeeping (scanned, and no error either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tier {
     Enabled,
     Disabled,
+    Housekept,
 }
 
 fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<DiskFacts, PlanError> {
@@ -315,7 +326,7 @@ fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<Dis
             "Make the directory writable by this user, or point the variable at a writable directory",
         ));
     }
-    let (reclaimable_bytes, tier) = if measured_at == path && purpose == Tier::Enabled {
+    let (reclaimable_bytes, tier) = if measured_at == path && purpose != Tier::Disabled {
         let scan = scan_tier(path, access)?;
         let reclaimable = scan.scanned.inventory.reclaimable_bytes();
         (reclaimable, MeasuredTier::new(scan))

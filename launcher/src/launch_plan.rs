@@ -197,6 +197,16 @@ pub enum PlanError {
     /// given carry none.
     #[error("the cache directory's volume was not measured: plan from Facts::measure, or give HostFacts a disk")]
     NotMeasured,
+    /// A host fact no host has (given by hand, not measured).
+    #[error("HostFacts.{field} = {value} cannot be a host's: give {expected}")]
+    HostFact {
+        /// The field at fault.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// What to give instead.
+        expected: &'static str,
+    },
     /// An engine fact out of range.
     #[error("--{flag} {value} is not valid: {expected}")]
     Engine {
@@ -517,6 +527,7 @@ pub fn plan_launch(
     executable: PathBuf,
 ) -> Result<LaunchPlan, PlanError> {
     check_engine(facts)?;
+    check_host(host)?;
     let listeners = ports::listeners(node);
     ports::check_distinct(&listeners)?;
     let extra = &node.extra_args;
@@ -528,6 +539,7 @@ pub fn plan_launch(
     );
     let server_l1 = server_l1(node, l1_budget.clone())?.value;
     let (cascade, disk, cascade_source) = choose_cascade(node, host, server_l1)?;
+    check_writable(node, host, disk.as_ref())?;
     let extra_l1 = extra_l1_bytes(node)?;
     let (l1_size, l1_mode) = match (l1_budget.value, cascade.tiers().is_empty()) {
         (0, true) if extra_l1.unwrap_or(0) == 0 => {
@@ -747,6 +759,14 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
         ("tensor-parallel-size", facts.tensor_parallel_size),
         ("pipeline-parallel-size", facts.pipeline_parallel_size),
         ("data-parallel-size", facts.data_parallel_size),
+        (
+            "decode-context-parallel-size",
+            facts.decode_context_parallel_size,
+        ),
+        (
+            "cp-kv-cache-interleave-size",
+            facts.cp_kv_cache_interleave_size,
+        ),
         ("block-size", facts.block_size),
         ("max-num-batched-tokens", facts.max_num_batched_tokens),
     ];
@@ -763,10 +783,53 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
         return Err(PlanError::Engine {
             flag: "model",
             value: format!("{:?}", facts.model),
-            expected: "give the served model name: not empty, without '@' (LMCache separates object name fields with it)",
+            expected: "give vLLM's --model as the engine gets it: not empty, without '@' (LMCache separates object name fields with it)",
         });
     }
     Ok(())
+}
+
+/// Refuses host facts no host has (a library caller's [`HostFacts`] built
+/// by hand; [`crate::Facts::measure`] never gives them): no memory, no
+/// cores. The rules would otherwise size from them silently (a 4 GiB L1,
+/// its floor, from 0 bytes).
+fn check_host(host: &HostFacts) -> Result<(), PlanError> {
+    let impossible = |field: &'static str, value: String| PlanError::HostFact {
+        field,
+        value,
+        expected: "a measured figure above 0 (Facts::measure gives it)",
+    };
+    if host.memory.value == 0 {
+        return Err(impossible("memory", "0 bytes".into()));
+    }
+    if host.physical_cores == 0 {
+        return Err(impossible("physical_cores", "0".into()));
+    }
+    Ok(())
+}
+
+/// Refuses a built-in disk tier on a read-only volume: no object could be
+/// stored there. (Housekeeping only reads the tier, and does not ask.)
+fn check_writable(
+    node: &NodeEnv,
+    host: &HostFacts,
+    disk: Option<&DiskTier>,
+) -> Result<(), PlanError> {
+    let Some(facts) = host.disk.as_ref().filter(|d| d.filesystem.read_only) else {
+        return Ok(());
+    };
+    if disk.is_none_or(|d| d.capacity.value == 0) {
+        return Ok(());
+    }
+    Err(PlanError::DiskPath {
+        variable: env::DISK_PATH,
+        path: node.disk_path.display().to_string(),
+        problem: format!(
+            "its volume ({}) is mounted read-only, so no object could be stored there",
+            facts.filesystem.fs_type
+        ),
+        fix: "Point it at a writable volume, or set EREBINE_AGENT_LMCACHE_DISK_SIZE_GB=0 for no disk tier",
+    })
 }
 
 /// What the node itself would pass, before `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`.

@@ -4,6 +4,7 @@
 //! usage and the housekeeping; a server SIGKILLed by hand is counted as an
 //! exit by `signal` (the kernel recorded no OOM kill) and a restart.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -149,17 +150,12 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
     assert!(get_text(&url).is_none(), "the endpoint outlived the launch");
 }
 
-/// `erebine-lmcache server` run alone (the image entrypoint) serves the
-/// families it knows: its capacity guards, its gateways and its server.
-#[test]
-fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
-    let tier = dir.join("fs-tier");
+/// `erebine-lmcache server` on the given ports with a guarded `fs` tier in
+/// `dir`, its metrics endpoint on `metrics_port` when one is given.
+fn drop_in(dir: &Path, mp_port: u16, http_port: u16, metrics_port: Option<u16>) -> Command {
     let spec = format!(
         r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
-        tier.display()
+        dir.join("fs-tier").display()
     );
     let mut cmd = Command::new(BINS.erebine_lmcache());
     cmd.env_clear()
@@ -167,32 +163,26 @@ fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
         .env("HOME", dir)
         .env("VIRTUAL_ENV", lmcache_tier_e2e::lmcache_venv())
         .env("LMCACHE_TRACK_USAGE", "false")
-        .env(
-            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-            metrics_port.to_string(),
-        )
-        .args([
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &mp_port.to_string(),
-        ])
-        .args([
-            "--http-host",
-            "127.0.0.1",
-            "--http-port",
-            &http_port.to_string(),
-        ])
-        .args([
-            "--l1-size-gb",
-            "1",
-            "--eviction-policy",
-            "LRU",
-            "--chunk-size",
-            "256",
-        ])
-        .args(["--l2-adapter", &spec]);
+        .args(["server", "--host", "127.0.0.1", "--port"])
+        .arg(mp_port.to_string())
+        .args(["--http-host", "127.0.0.1", "--http-port"])
+        .arg(http_port.to_string())
+        .args(["--l1-size-gb", "1", "--eviction-policy", "LRU"])
+        .args(["--chunk-size", "256", "--l2-adapter", &spec]);
+    if let Some(port) = metrics_port {
+        cmd.env("EREBINE_AGENT_LMCACHE_METRICS_PORT", port.to_string());
+    }
+    cmd
+}
+
+/// `erebine-lmcache server` run alone (the image entrypoint) serves the
+/// families it knows: its capacity guards, its gateways and its server.
+#[test]
+fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
+    let cmd = drop_in(dir, mp_port, http_port, Some(metrics_port));
     let mut server = Proc::spawn(cmd, &dir.join("server.log"));
     let status_url = format!("http://127.0.0.1:{http_port}/status");
     wait_for_status(&status_url, &mut server, Duration::from_secs(180));
@@ -216,4 +206,28 @@ fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
         .wait_timeout(Duration::from_secs(60))
         .expect("SIGTERM stops erebine-lmcache");
     assert!(get_text(&url).is_none(), "the endpoint outlived the server");
+}
+
+/// The drop-in listens on no port of its own unless asked: with the
+/// launch's default metrics port taken (by this test, or by a node that
+/// runs here), it starts as the stock server does.
+#[test]
+fn erebine_lmcache_server_alone_takes_no_metrics_port_unless_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Held for the test; if something else holds it, it is taken anyway.
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", 8091));
+    let (mp_port, http_port) = (free_port(), free_port());
+    let mut server = Proc::spawn(
+        drop_in(dir, mp_port, http_port, None),
+        &dir.join("server.log"),
+    );
+    let status_url = format!("http://127.0.0.1:{http_port}/status");
+    wait_for_status(&status_url, &mut server, Duration::from_secs(180));
+    let log = server.output();
+    assert!(!log.contains("metrics on"), "{log}");
+    server.signal(Signal::SIGTERM);
+    server
+        .wait_timeout(Duration::from_secs(60))
+        .expect("SIGTERM stops erebine-lmcache");
 }

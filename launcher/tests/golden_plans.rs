@@ -401,3 +401,41 @@ fn the_rejoin_grace_is_the_servers_reap_timeout_else_lmcaches_default() {
     assert_eq!(plan.worker_reap_timeout(), Some(Duration::ZERO));
     assert_eq!(plan.rejoin_grace(), Duration::from_secs(120));
 }
+
+#[test]
+fn facts_no_host_has_are_refused_naming_the_field() {
+    let node = node(&[]);
+    let no_memory = HostFacts {
+        memory: Decision::new(0, "given", "a caller's zero"),
+        ..host()
+    };
+    let no_cores = HostFacts {
+        physical_cores: 0,
+        ..host()
+    };
+    for (host, field) in [
+        (no_memory, "HostFacts.memory"),
+        (no_cores, "HostFacts.physical_cores"),
+    ] {
+        let err = plan(&facts(1), &node.vars, &host).unwrap_err();
+        assert!(matches!(err, PlanError::HostFact { .. }), "{err}");
+        assert!(err.to_string().starts_with(field), "{err}");
+    }
+}
+
+#[test]
+fn a_read_only_volume_gets_no_disk_tier_it_cannot_write() {
+    let read_only = || {
+        let mut host = host();
+        host.disk.as_mut().unwrap().filesystem.read_only = true;
+        host
+    };
+    let err = plan(&facts(1), &node(&[]).vars, &read_only()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("EREBINE_AGENT_LMCACHE_DISK_PATH=") && text.contains("read-only"),
+        "{text}"
+    );
+    let l1_only = node(&[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0")]);
+    assert!(plan(&facts(1), &l1_only.vars, &read_only()).is_ok());
+}

@@ -53,9 +53,10 @@ An `fs` or `fs_native` --l2-adapter with max_capacity_gb gets a capacity
 guard once the server listens (help and rejected command lines touch
 nothing): LRU eviction at the spec's eviction watermark, usage counted from
 disk at its start, state in <base_path>/.lmcache-tier-guard.json.
-`server` serves Prometheus metrics of its guards, gateways and server on
-127.0.0.1:8091/metrics (EREBINE_AGENT_LMCACHE_METRICS_PORT, 0 turns it off;
-_HOST; docs/metrics.md).
+With EREBINE_AGENT_LMCACHE_METRICS_PORT set (and _HOST, default 127.0.0.1),
+`server` serves Prometheus metrics of its guards, gateways and server there
+(docs/metrics.md); unset or 0, it listens on no port of its own, as the
+stock server does.
 Every --l2-adapter value must be one JSON object with a \"type\" (NaN,
 Infinity and 1e400 are not JSON), and the flag must be written in full
 (argparse would take an abbreviation such as --l2-adapt, which this process
@@ -431,14 +432,16 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
 /// (`EREBINE_AGENT_LMCACHE_METRICS_PORT`, `_HOST`; `docs/metrics.md`): the
 /// guards' and gateways' families and the server's exits. Under
 /// `lmcache-tier launch` the launch serves them and sets the port to 0
-/// here. `None` for other commands (`bench l2`) or a port of 0.
+/// here. `None` for other commands (`bench l2`), or with the port unset or
+/// 0.
 async fn start_metrics(
     server: &Server,
     vars: &Vars,
     metrics: &Arc<NodeMetrics>,
 ) -> Result<Option<MetricsEndpoint>, Failure> {
     let is_server = server.text_args.first().map(String::as_str) == Some("server");
-    let Some(address) = metrics_address(vars)?.filter(|_| is_server) else {
+    // Unset: no endpoint, as the stock server has none.
+    let Some(address) = metrics_address(vars, 0)?.filter(|_| is_server) else {
         return Ok(None);
     };
     for (flag, role, port) in server_ports(&server.text_args) {
