@@ -810,3 +810,122 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// A cgroup v1 memory cgroup made for a test (beside this process's own, or
+/// inside another made one); its processes are killed and it is removed
+/// when dropped. Making one needs root and a v1 memory controller.
+pub struct MemoryCgroup {
+    dir: PathBuf,
+}
+
+impl MemoryCgroup {
+    /// A new cgroup v1 memory cgroup beside this process's own, named after
+    /// `name` and this process, or why none can be made here.
+    pub fn make(name: &str) -> Result<MemoryCgroup, String> {
+        use lmcache_sizing::cgroup::{memory_cgroup, CgroupVersion};
+        if !nix::unistd::geteuid().is_root() {
+            return Err("making a memory cgroup needs root".into());
+        }
+        let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
+        let own = memory_cgroup(&read("/proc/self/cgroup")?, &read("/proc/self/mountinfo")?)
+            .map_err(|e| format!("no memory cgroup to make one in: {e}"))?;
+        if own.version != CgroupVersion::V1 {
+            return Err(format!(
+                "it needs a cgroup v1 memory controller, and this host's memory cgroup is v2 ({})",
+                own.dir.display()
+            ));
+        }
+        let parent = own.dir.parent().unwrap_or(Path::new("/"));
+        MemoryCgroup::at(parent.join(format!("erebine-{name}-{}", std::process::id())))
+    }
+
+    /// A new cgroup inside this one; drop it before this one.
+    pub fn child(&self, name: &str) -> Result<MemoryCgroup, String> {
+        MemoryCgroup::at(self.dir.join(name))
+    }
+
+    fn at(dir: PathBuf) -> Result<MemoryCgroup, String> {
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        Ok(MemoryCgroup { dir })
+    }
+
+    /// The cgroup's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// One of its files.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    /// One of its files' contents; panics when it cannot be read.
+    pub fn read(&self, file: &str) -> String {
+        let path = self.path(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Writes one of its files.
+    pub fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
+        std::fs::write(self.path(file), value)
+    }
+
+    /// A file that holds a number of bytes, read.
+    pub fn bytes(&self, file: &str) -> u64 {
+        self.read(file).trim().parse().unwrap()
+    }
+
+    /// Makes `cmd` move itself into this cgroup before it runs.
+    pub fn enter(&self, cmd: &mut Command) {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::process::CommandExt;
+        let procs = std::ffi::CString::new(self.path("cgroup.procs").as_os_str().as_bytes())
+            .expect("a path without NUL");
+        // SAFETY: only open, write and close between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = nix::libc::open(procs.as_ptr(), nix::libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0": the writing process itself.
+                let written = nix::libc::write(fd, b"0".as_ptr().cast(), 1);
+                nix::libc::close(fd);
+                match written {
+                    1 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    }
+
+    /// The processes in it.
+    pub fn members(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.path("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = self.write("memory.memsw.limit_in_bytes", "-1");
+        let _ = self.write("memory.limit_in_bytes", "-1");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            for pid in self.members() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove {}", self.dir.display());
+    }
+}

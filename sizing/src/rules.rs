@@ -3,6 +3,7 @@
 //!
 //! Source: `docs/sizing.md` (with worked examples) and `docs/configuration.md`.
 
+use crate::cgroup::MemoryLimit;
 use crate::{fmt_gib, Decision, GIB};
 
 /// Lower clamp of the derived L1 budget: 4 GiB.
@@ -76,27 +77,29 @@ pub fn memory_share(memory_bytes: u64, host_agent_count: u32) -> u64 {
 
 /// What the host says about its memory, in bytes: the facts
 /// [`memory`] decides from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemoryFacts {
     /// The host's total RAM.
     pub ram_bytes: u64,
-    /// The cgroup v2 memory limit of this container (`memory.max`), when
-    /// there is one.
-    pub cgroup_limit_bytes: Option<u64>,
+    /// The tightest memory limit of this process's cgroup and its
+    /// ancestors, with the file it came from, when there is one
+    /// ([`crate::cgroup::tightest_limit`]).
+    pub cgroup_limit: Option<MemoryLimit>,
 }
 
-/// The memory this node may use, in bytes: the host's RAM, or the cgroup
-/// memory limit of its container when that is lower (a node in a container
+/// The memory this node may use, in bytes: the host's RAM, or the tightest
+/// cgroup memory limit on its way to the root when that is lower (a node in a container
 /// must not size L1 from RAM it cannot have; `docs/sizing.md`).
 pub fn memory(facts: &MemoryFacts) -> Decision<u64> {
     let ram = facts.ram_bytes;
-    match facts.cgroup_limit_bytes {
-        Some(limit) if limit < ram => Decision::new(
-            limit,
+    match &facts.cgroup_limit {
+        Some(limit) if limit.bytes < ram => Decision::new(
+            limit.bytes,
             "cgroup-limit",
             format!(
-                "cgroup memory limit {} (host RAM {})",
-                fmt_gib(limit),
+                "cgroup memory limit {} in {} (host RAM {})",
+                fmt_gib(limit.bytes),
+                limit.file.display(),
                 fmt_gib(ram)
             ),
         ),
