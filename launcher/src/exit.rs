@@ -268,7 +268,8 @@ impl HasExitStatus for PlanError {
             | PlanError::Sizing { .. }
             | PlanError::NothingToCache { .. }
             | PlanError::Engine { .. }
-            | PlanError::HostFact { .. } => ExitStatus::BadInput,
+            | PlanError::HostFact { .. }
+            | PlanError::L1AboveMemory(_) => ExitStatus::BadInput,
         }
     }
 }

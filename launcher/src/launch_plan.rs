@@ -197,6 +197,9 @@ pub enum PlanError {
     /// given carry none.
     #[error("the cache directory's volume was not measured: plan from Facts::measure, or give HostFacts a disk")]
     NotMeasured,
+    /// An L1 set by hand above the node's memory.
+    #[error(transparent)]
+    L1AboveMemory(#[from] rules::L1AboveMemory),
     /// A host fact no host has (given by hand, not measured).
     #[error("HostFacts.{field} = {value} cannot be a host's: give {expected}")]
     HostFact {
@@ -561,6 +564,7 @@ pub fn plan_launch(
         },
     };
     let l1_size = with_extra_l1(node, l1_size)?;
+    let l1_warnings = judge_l1(node, &l1_size, &host.memory)?;
     let lookup_hash_log = node
         .lookup_hash_log
         .clone()
@@ -586,6 +590,7 @@ pub fn plan_launch(
     if let Some(disk) = &decisions.disk {
         decisions.warnings = disk.warnings(decisions.l1_size.value);
     }
+    decisions.warnings.extend(l1_warnings);
     decisions
         .warnings
         .extend(small_l1_warning(decisions.l1_size.value));
@@ -938,6 +943,35 @@ pub fn server_l1(node: &NodeEnv, budget: Decision<u64>) -> Result<Decision<u64>,
         _ => budget,
     };
     with_extra_l1(node, own)
+}
+
+/// The L1 the server gets judged against the node's memory
+/// ([`rules::judge_l1`]): refused above the memory when set by hand, its
+/// warnings otherwise.
+fn judge_l1(
+    node: &NodeEnv,
+    l1: &Decision<u64>,
+    memory: &Decision<u64>,
+) -> Result<Vec<String>, PlanError> {
+    let setting = match l1.rule {
+        "explicit" => Some(format!(
+            "{}={}",
+            env::KV_OFFLOAD_SIZE_GB,
+            l1.value as f64 / GIB as f64
+        )),
+        "extra-args" => Some(format!(
+            "{} --l1-size-gb {}",
+            env::LMCACHE_EXTRA_ARGS,
+            node.extra_args.value("--l1-size-gb").unwrap_or_default()
+        )),
+        _ => None,
+    };
+    Ok(rules::judge_l1(
+        l1.value,
+        setting.as_deref(),
+        memory,
+        node.host_agent_count,
+    )?)
 }
 
 /// A warning for an L1 above 0 but below the 1 GiB a write buffer gets:

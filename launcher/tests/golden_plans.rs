@@ -439,3 +439,69 @@ fn a_read_only_volume_gets_no_disk_tier_it_cannot_write() {
     let l1_only = node(&[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0")]);
     assert!(plan(&facts(1), &l1_only.vars, &read_only()).is_ok());
 }
+
+#[test]
+fn an_l1_set_by_hand_is_judged_against_the_memory_it_would_take() {
+    // The golden host has 256 GiB.
+    let refused = node(&[("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "300")]);
+    let err = plan(&facts(1), &refused.vars, &host()).unwrap_err();
+    assert!(matches!(err, PlanError::L1AboveMemory(_)), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=300 gives L1 300.00 GiB, more than the 256.00 GiB"
+        ) && text.contains("golden host: 256 GiB"),
+        "{text}"
+    );
+    let extra = node(&[("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--l1-size-gb 512")]);
+    let err = plan(&facts(1), &extra.vars, &host())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l1-size-gb 512 gives L1"),
+        "{err}"
+    );
+    let above_share = node(&[
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "100"),
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4"),
+    ]);
+    let warned = plan_of(&above_share, &facts(1));
+    assert!(
+        warned.decisions.warnings.iter().any(|w| w.starts_with("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=100 gives L1 100.00 GiB, above this node's 64.00 GiB share")),
+        "{:?}",
+        warned.decisions.warnings
+    );
+    let within = node(&[
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "60"),
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4"),
+    ]);
+    assert!(!plan_of(&within, &facts(1))
+        .decisions
+        .warnings
+        .iter()
+        .any(|w| w.contains("share of memory")));
+}
+
+#[test]
+fn an_l1_raised_to_its_floor_above_a_quarter_of_the_share_is_warned_about() {
+    let small = HostFacts {
+        memory: Decision::new(
+            8 * GIB,
+            "cgroup-limit",
+            "cgroup memory limit 8.00 GiB in /sys/fs/cgroup/memory.max",
+        ),
+        ..host()
+    };
+    let node = node(&[("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "")]);
+    let Planned::Server(plan) = plan(&facts(1), &node.vars, &small).unwrap() else {
+        panic!("a server is planned");
+    };
+    assert_eq!(plan.decisions.l1_size.value, 4 * GIB);
+    assert!(
+        plan.decisions.warnings.iter().any(|w| w.starts_with(
+            "L1 is raised to its 4.00 GiB floor, above a quarter of this node's 8.00 GiB share"
+        ) && w.contains("/sys/fs/cgroup/memory.max")),
+        "{:?}",
+        plan.decisions.warnings
+    );
+}
