@@ -324,9 +324,11 @@ fn backends_other_than_lmcache_have_nothing_to_launch() {
 fn the_lookup_hash_log_dir_is_created_0700_at_launch_and_not_in_a_dry_run() {
     let node_dir = tempfile::tempdir().unwrap();
     let cache = node_dir.path().join("cache");
+    // Measured on this machine: an L1 it can hold.
     let mut node = node(&[
         ("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR", "1"),
         ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "100"),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1"),
     ]);
     node.vars.insert(
         "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
