@@ -1125,7 +1125,14 @@ impl DiskTier {
             .free_bytes
             .saturating_add(self.reclaimable_bytes);
         let measured = self.volume_kind.value != VolumeKind::Untrusted;
-        if self.capacity.rule.starts_with("explicit") && measured && capacity > available {
+        let sizeless = self.volume.total_bytes == 0;
+        if self.capacity.rule.starts_with("explicit") && measured && sizeless && capacity > 0 {
+            warnings.push(format!(
+                "the volume of {} reports no size (as ramfs does: it grows until the host's RAM runs out), so nothing but the tier's {} capacity and its guard bound what is stored there",
+                self.path.display(),
+                fmt_gib(capacity)
+            ));
+        } else if self.capacity.rule.starts_with("explicit") && measured && capacity > available {
             warnings.push(format!(
                 "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB gives the disk tier {}, more than the {} free on its volume (with {} of cache already there): as the tier fills, the volume fills for everything else on it",
                 fmt_gib(capacity),
