@@ -593,6 +593,9 @@ pub fn plan_launch(
     decisions.warnings.extend(l1_warnings);
     decisions
         .warnings
+        .extend(unbounded_tier_warnings(&cascade, &decisions.cascade_source));
+    decisions
+        .warnings
         .extend(small_l1_warning(decisions.l1_size.value));
     decisions
         .warnings
@@ -943,6 +946,38 @@ pub fn server_l1(node: &NodeEnv, budget: Decision<u64>) -> Result<Decision<u64>,
         _ => budget,
     };
     with_extra_l1(node, own)
+}
+
+/// A warning for each `fs` or `fs_native` tier of a custom cascade without
+/// `max_capacity_gb`: LMCache 0.5.6 never evicts such a tier, and nothing
+/// else bounds it (no capacity guard either), so it grows until its volume
+/// is full (public LMCache reports of a 4,000 GB tier at 14 TB). The node
+/// does not rewrite what the operator wrote; the built-in tier always has
+/// a capacity.
+fn unbounded_tier_warnings(cascade: &Cascade, source: &Decision<()>) -> Vec<String> {
+    if source.rule == "built-in" {
+        return Vec::new();
+    }
+    cascade
+        .tiers()
+        .iter()
+        .enumerate()
+        .filter(|(_, tier)| matches!(tier.adapter_type(), "fs" | "fs_native"))
+        .filter(|(_, tier)| {
+            tier.as_object()
+                .get("max_capacity_gb")
+                .and_then(Value::as_f64)
+                .is_none_or(|gb| gb <= 0.0)
+        })
+        .map(|(position, tier)| {
+            format!(
+                "L2 tier {position} ({} at {}) has no max_capacity_gb: LMCache never evicts from it and nothing else bounds it, so it grows until its volume is full; add \"max_capacity_gb\": <GiB> to its spec ({}), which also gives it a capacity guard",
+                tier.adapter_type(),
+                tier.base_path().unwrap_or("its base_path"),
+                source.reason
+            )
+        })
+        .collect()
 }
 
 /// The L1 the server gets judged against the node's memory

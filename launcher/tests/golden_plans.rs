@@ -507,3 +507,41 @@ fn an_l1_raised_to_its_floor_above_a_quarter_of_the_share_is_warned_about() {
         plan.decisions.warnings
     );
 }
+
+#[test]
+fn a_custom_filesystem_tier_without_a_capacity_is_warned_about() {
+    let unbounded = |warnings: &[String]| -> Vec<String> {
+        warnings
+            .iter()
+            .filter(|w| w.contains("has no max_capacity_gb"))
+            .cloned()
+            .collect()
+    };
+    let cascade = r#"[{"type":"fs","base_path":"/data/a"},{"type":"fs_native","base_path":"/data/b","max_capacity_gb":0},{"type":"fs","base_path":"/data/c","max_capacity_gb":100},{"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_region":"REGION","aws_access_key_id":"AKIAEXAMPLE","aws_secret_access_key":"s3cr3t-example"}]"#;
+    let custom = node(&[("EREBINE_AGENT_LMCACHE_L2_ADAPTER", cascade)]);
+    let warned = unbounded(&plan_of(&custom, &facts(1)).decisions.warnings);
+    assert_eq!(warned.len(), 2, "{warned:#?}");
+    assert!(
+        warned[0].starts_with("L2 tier 0 (fs at /data/a) has no max_capacity_gb"),
+        "{}",
+        warned[0]
+    );
+    assert!(
+        warned[1].starts_with("L2 tier 1 (fs_native at /data/b)"),
+        "{}",
+        warned[1]
+    );
+    assert!(warned[0].contains(r#"add "max_capacity_gb": <GiB>"#));
+    let extra = node(&[(
+        "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+        r#"--l2-adapter {"type":"fs_native","base_path":"/data/d"}"#,
+    )]);
+    let warned = unbounded(&plan_of(&extra, &facts(1)).decisions.warnings);
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].contains("EREBINE_AGENT_LMCACHE_EXTRA_ARGS"),
+        "{}",
+        warned[0]
+    );
+    assert!(unbounded(&plan_of(&node(&[]), &facts(1)).decisions.warnings).is_empty());
+}
