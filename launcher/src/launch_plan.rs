@@ -10,7 +10,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lmcache_sizing::rules::{self, VolumeStats, WRITE_BUFFER_L1_BYTES};
+use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, SizingError, TierSizing, VolumeKind};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 use lmcache_tier_spec::{fs_native_tier, Cascade};
@@ -142,6 +142,10 @@ pub struct HostFacts {
     /// extensions load there; `None` on a node without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<crate::gpu::GpuFacts>,
+    /// The O_DIRECT test write in each custom `fs`/`fs_native` tier that
+    /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub odirect_tiers: Vec<crate::facts::TierOdirect>,
 }
 
 /// A launch that cannot be planned.
@@ -596,6 +600,9 @@ pub fn plan_launch(
         .extend(unbounded_tier_warnings(&cascade, &decisions.cascade_source));
     decisions
         .warnings
+        .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));
+    decisions
+        .warnings
         .extend(small_l1_warning(decisions.l1_size.value));
     decisions
         .warnings
@@ -978,6 +985,25 @@ fn unbounded_tier_warnings(cascade: &Cascade, source: &Decision<()>) -> Vec<Stri
             )
         })
         .collect()
+}
+
+/// A warning for a custom tier that sets `"use_odirect": true` where the
+/// O_DIRECT test write did not succeed (`docs/sizing.md`, "O_DIRECT"):
+/// LMCache would fail every store to it while `/status` says healthy. The
+/// node does not rewrite the operator's spec.
+fn odirect_tier_warning(tier: &crate::facts::TierOdirect) -> Option<String> {
+    let what = match &tier.odirect {
+        OdirectProbe::Succeeded => return None,
+        OdirectProbe::Failed(why) => format!("an O_DIRECT test write there failed ({why}): every store LMCache makes to it will fail while /status says healthy"),
+        OdirectProbe::NotWritable(why) => format!("no file can be created there ({why})"),
+        OdirectProbe::VolumeFull(why) => format!("O_DIRECT could not be tested there: the volume is full ({why})"),
+    };
+    Some(format!(
+        "L2 tier {} ({} at {}) sets \"use_odirect\": true, and {what}; set \"use_odirect\": false in its spec unless the filesystem takes O_DIRECT",
+        tier.position,
+        tier.adapter,
+        tier.base_path.display()
+    ))
 }
 
 /// The L1 the server gets judged against the node's memory

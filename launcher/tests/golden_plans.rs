@@ -62,6 +62,7 @@ fn host() -> HostFacts {
             tier: Default::default(),
         }),
         gpu: None,
+        odirect_tiers: Vec::new(),
     }
 }
 
@@ -544,4 +545,69 @@ fn a_custom_filesystem_tier_without_a_capacity_is_warned_about() {
         warned[0]
     );
     assert!(unbounded(&plan_of(&node(&[]), &facts(1)).decisions.warnings).is_empty());
+}
+
+/// A ramfs mounted for a test (root), unmounted when dropped.
+struct Ramfs(PathBuf);
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_custom_tier_that_asks_for_odirect_where_it_fails_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let ram = Ramfs(dir.path().join("ram"));
+    fs::create_dir(&ram.0).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "ramfs", "ramfs"])
+        .arg(&ram.0)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mounting a ramfs needs root");
+    let on_disk = dir.path().join("disk-tier");
+    let spec = |path: &std::path::Path, odirect: bool| {
+        format!(
+            r#"{{"type":"fs_native","base_path":"{}","max_capacity_gb":1,"use_odirect":{odirect}}}"#,
+            path.display()
+        )
+    };
+    let cascade = format!(
+        "[{},{},{}]",
+        spec(&ram.0.join("tier"), true),
+        spec(&on_disk, true),
+        spec(&ram.0.join("buffered"), false)
+    );
+    let node = node(&[
+        ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1"),
+    ]);
+    let Planned::Server(plan) = plan_measured(&facts(1), &node.vars, DiskAccess::Inspect).unwrap()
+    else {
+        panic!("a server is planned");
+    };
+    let odirect: Vec<&String> = plan
+        .decisions
+        .warnings
+        .iter()
+        .filter(|w| w.contains(r#"sets "use_odirect": true"#))
+        .collect();
+    assert_eq!(odirect.len(), 1, "{:#?}", plan.decisions.warnings);
+    assert!(
+        odirect[0].starts_with(&format!(
+            "L2 tier 0 (fs_native at {}/tier)",
+            ram.0.display()
+        )) && odirect[0].contains("O_DIRECT test write there failed"),
+        "{}",
+        odirect[0]
+    );
+    assert!(
+        !ram.0.join("tier").exists(),
+        "the probe created the tier directory"
+    );
 }

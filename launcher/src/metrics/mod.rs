@@ -1058,6 +1058,7 @@ mod tests {
                 tier: Default::default(),
             }),
             gpu: None,
+            odirect_tiers: Vec::new(),
         };
         match plan(&engine, &vars, &host).unwrap() {
             Planned::Server(plan) => *plan,
