@@ -1145,8 +1145,18 @@ fn tier_capacity(
 ) -> Result<(Decision<VolumeKind>, Decision<u64>), PlanError> {
     let kind = volume::volume_kind(filesystem, volume);
     let share = rules::memory_share(memory_bytes, node.host_agent_count);
-    let capacity = volume::tier_capacity(&TierSizing {
-        volume,
+    // Several nodes on one host share its volume as they share its memory
+    // (`docs/sizing.md`, "Several nodes on one host"): a derived size on a
+    // local volume comes from this node's share of its figures.
+    let nodes = u64::from(node.host_agent_count.max(1));
+    let shared = nodes > 1 && node.disk_size_bytes.is_none() && kind.value == VolumeKind::Local;
+    let node_volume = VolumeStats {
+        total_bytes: volume.total_bytes / nodes,
+        free_bytes: volume.free_bytes / nodes,
+        ..*volume
+    };
+    let mut capacity = volume::tier_capacity(&TierSizing {
+        volume: if shared { &node_volume } else { volume },
         kind: &kind,
         reclaimable_bytes,
         l1_bytes,
@@ -1158,6 +1168,16 @@ fn tier_capacity(
         path: node.disk_path.display().to_string(),
         source,
     })?;
+    if shared {
+        capacity.reason = format!(
+            "{}; from this node's 1/{nodes} share of the volume ({} of {}, {} of {} free; EREBINE_AGENT_HOST_AGENT_COUNT={nodes})",
+            capacity.reason,
+            fmt_gib(node_volume.total_bytes),
+            fmt_gib(volume.total_bytes),
+            fmt_gib(node_volume.free_bytes),
+            fmt_gib(volume.free_bytes)
+        );
+    }
     Ok((kind, capacity))
 }
 

@@ -611,3 +611,42 @@ fn a_custom_tier_that_asks_for_odirect_where_it_fails_is_warned_about() {
         "the probe created the tier directory"
     );
 }
+
+#[test]
+fn several_nodes_on_one_host_share_its_volume_as_they_share_its_memory() {
+    // A 100 GiB volume with 56 GiB free: 46 GiB of room after the 10 GiB
+    // reserve. One node alone plans 32 GiB (8 x its 4 GiB L1); four nodes
+    // planning that each would ask 128 GiB of it.
+    let mut small = host();
+    let disk = small.disk.as_mut().unwrap();
+    disk.volume.total_bytes = 100 * GIB;
+    disk.volume.free_bytes = 56 * GIB;
+    let capacity = |pairs: &[(&str, &str)]| {
+        let mut vars = vec![("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "4")];
+        vars.extend_from_slice(pairs);
+        let Planned::Server(plan) = plan(&facts(1), &node(&vars).vars, &small).unwrap() else {
+            panic!("a server is planned");
+        };
+        plan.decisions.disk.unwrap().capacity
+    };
+    assert_eq!(capacity(&[]).value, 32 * GIB);
+    let shared = capacity(&[("EREBINE_AGENT_HOST_AGENT_COUNT", "4")]);
+    assert!(
+        4 * shared.value <= 46 * GIB && shared.value >= 11 * GIB,
+        "{shared:?}"
+    );
+    assert!(
+        shared
+            .reason
+            .contains("this node's 1/4 share of the volume")
+            && shared.reason.contains("EREBINE_AGENT_HOST_AGENT_COUNT=4"),
+        "{}",
+        shared.reason
+    );
+    // An explicit size is the operator's, whatever the count.
+    let explicit = capacity(&[
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4"),
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "20"),
+    ]);
+    assert_eq!(explicit.value, 20 * GIB);
+}
