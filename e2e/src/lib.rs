@@ -719,8 +719,8 @@ pub fn answering_store(status: &'static str) -> u16 {
 }
 
 /// A tmpfs of its own mounted at a directory (tests of a volume that fills
-/// up need one whose free space only they change); unmounted when dropped.
-/// Mounting needs root.
+/// up need one whose free space only they change), or a bind mount;
+/// unmounted (lazily) when dropped. Mounting needs root.
 pub struct Tmpfs {
     mount: PathBuf,
 }
@@ -728,9 +728,17 @@ pub struct Tmpfs {
 impl Tmpfs {
     /// Mounts a tmpfs of `size_kib` KiB at `mount`, made if missing.
     pub fn mount(mount: &Path, size_kib: u64) -> Tmpfs {
+        Tmpfs::mount_with(mount, &format!("size={size_kib}k"))
+    }
+
+    /// Mounts a tmpfs with the mount options `options` (e.g.
+    /// `size=4096k,nr_inodes=64`: 64 inodes, the root directory's
+    /// included; `nr_inodes=0`: no limit, and statfs reports no inodes) at
+    /// `mount`, made if missing.
+    pub fn mount_with(mount: &Path, options: &str) -> Tmpfs {
         std::fs::create_dir_all(mount).unwrap();
         let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
             .arg(mount)
             .output()
             .expect("mount(8)");
@@ -743,6 +751,35 @@ impl Tmpfs {
         Tmpfs {
             mount: mount.to_path_buf(),
         }
+    }
+
+    /// Mounts the directory `source` over `mount` as well (`mount
+    /// --bind`); unmounted when dropped like a tmpfs. Needs root.
+    pub fn bind(source: &Path, mount: &Path) -> Tmpfs {
+        let out = Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(mount)
+            .output()
+            .expect("mount(8)");
+        assert!(
+            out.status.success(),
+            "bind-mounting {} at {} needs root: {}",
+            source.display(),
+            mount.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs {
+            mount: mount.to_path_buf(),
+        }
+    }
+
+    /// Free inodes on it (`f_favail`, as the capacity guard measures
+    /// them).
+    pub fn free_inodes(&self) -> u64 {
+        nix::sys::statvfs::statvfs(&self.mount)
+            .unwrap()
+            .files_available() as u64
     }
 
     /// Where it is mounted.

@@ -8,8 +8,10 @@
 //! - `guard-bench cpu DIR SECONDS`: 200 stores a second (5 events each: 1,000
 //!   events/s) for SECONDS; the guard thread's CPU time from
 //!   `/proc/self/task/*/schedstat`.
-//! - `guard-bench memory N`: heap bytes of a tracker of N objects (named like
-//!   `make_tier.py`'s), from a counting allocator.
+//! - `guard-bench memory N...`: heap bytes per object of a tracker of N
+//!   objects (named like `make_tier.py`'s), from a counting allocator, for
+//!   each N: grown one write at a time, after evicting a fifth of its bytes
+//!   from there, and made from a start-up count of N objects.
 //! - `guard-bench count DIR`: housekeeping's scan alone and the guard's
 //!   start-up count (scan + tracker) on the same directory, in the order
 //!   scan, count, count, scan (two pairs, each side first once); the
@@ -31,7 +33,9 @@ use lmcache_capacity_guard::status::{read_status, GuardStatus};
 use lmcache_capacity_guard::tracker::Tracker;
 use lmcache_capacity_guard::{Guard, GuardOptions};
 use lmcache_housekeeping::codec::parse_object_name;
-use lmcache_housekeeping::{scan, Access, TierDir};
+use lmcache_housekeeping::scan::EntryStats;
+use lmcache_housekeeping::tier_dir::AccessTimes;
+use lmcache_housekeeping::{scan, Access, Inventory, ObjectName, TierDir};
 use lmcache_tier_spec::Cascade;
 
 /// Status interval while a figure waits on the status file.
@@ -152,6 +156,47 @@ fn thread_cpu_ns(name: &str) -> u64 {
     panic!("no thread {name}");
 }
 
+/// Heap bytes now.
+fn heap() -> usize {
+    ALLOCATED.load(Ordering::Relaxed)
+}
+
+/// Prints the heap bytes per object of trackers of `n` objects.
+fn memory(n: u64) {
+    let names: Vec<String> = (0..n).map(name).collect();
+    let before = heap();
+    let mut grown = Tracker::new();
+    for name in &names {
+        grown.upsert(&parse_object_name(name).unwrap(), 4096, false);
+    }
+    let grown_bytes = heap() - before;
+    grown.take_lru(grown.usage() / 5);
+    let evicted_bytes = heap() - before;
+    let left = grown.len();
+    drop(grown);
+    let mut inventory = Inventory::new("/bench", AccessTimes::Recorded);
+    for (i, name) in names.iter().enumerate() {
+        let owned: ObjectName = name.parse().unwrap();
+        let at = i as i64 * 1_000_000;
+        let stats = EntryStats {
+            allocated_bytes: 4096,
+            modified_ns: at,
+            accessed_ns: at,
+        };
+        inventory.add_object(&owned, stats);
+    }
+    let before = heap();
+    let counted = Tracker::from_inventory(&inventory);
+    let counted_bytes = heap() - before;
+    assert_eq!(counted.len() as u64, n);
+    println!(
+        "memory objects={n} grown_heap_bytes={grown_bytes} grown_bytes_per_object={:.1} after_evicting_a_fifth_objects={left} bytes_per_object={:.1} start_up_count_heap_bytes={counted_bytes} bytes_per_object={:.1}",
+        grown_bytes as f64 / n as f64,
+        evicted_bytes as f64 / left as f64,
+        counted_bytes as f64 / n as f64,
+    );
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -213,19 +258,9 @@ fn main() -> ExitCode {
             g.stop();
         }
         "memory" => {
-            let n: u64 = arg(2).parse().unwrap();
-            let names: Vec<String> = (0..n).map(name).collect();
-            let before = ALLOCATED.load(Ordering::Relaxed);
-            let mut tracker = Tracker::new();
-            for name in &names {
-                tracker.upsert(&parse_object_name(name).unwrap(), 4096);
+            for n in args[2..].iter().map(|a| a.parse::<u64>().unwrap()) {
+                memory(n);
             }
-            let grown = ALLOCATED.load(Ordering::Relaxed) - before;
-            println!(
-                "memory objects={n} heap_bytes={grown} bytes_per_object={:.1}",
-                grown as f64 / n as f64
-            );
-            drop(tracker);
         }
         "count" => {
             // Scan, count, count, scan: each comes first and second once, so
@@ -282,7 +317,7 @@ fn main() -> ExitCode {
             g.stop();
         }
         _ => {
-            eprintln!("usage: guard-bench events DIR N | cpu DIR SECONDS | memory N | count DIR | evict DIR");
+            eprintln!("usage: guard-bench events DIR N | cpu DIR SECONDS | memory N... | count DIR | evict DIR");
             return ExitCode::from(2);
         }
     }

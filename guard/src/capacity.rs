@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use lmcache_housekeeping::GuardBound;
 use lmcache_tier_spec::{Cascade, TierSpec};
 
 /// One GiB in bytes.
@@ -83,6 +84,23 @@ impl GuardSpec {
         (fraction * self.capacity_bytes as f64).ceil() as u64
     }
 
+    /// The usage in bytes a cycle that starts at or above the trigger ends
+    /// at (or below, by whole objects): the trigger less `eviction_ratio` x
+    /// capacity ([`GuardSpec::reclaim_bytes`]).
+    pub fn target_bytes(&self) -> u64 {
+        let ratio = (self.eviction_ratio * self.capacity_bytes as f64).ceil() as u64;
+        self.trigger_bytes().saturating_sub(ratio)
+    }
+
+    /// When the guard evicts and where it leaves the tier, for the
+    /// housekeeping that runs before it ([`lmcache_housekeeping::TierPolicy::guard`]).
+    pub fn bound(&self) -> GuardBound {
+        GuardBound {
+            trigger_bytes: self.trigger_bytes(),
+            target_bytes: self.target_bytes(),
+        }
+    }
+
     /// Bytes one eviction cycle frees when it starts at `usage_bytes`:
     /// `eviction_ratio` x capacity, or more when the usage overshot the
     /// trigger, so that a cycle always ends at or below the trigger less
@@ -90,8 +108,7 @@ impl GuardSpec {
     /// brought back in one cycle).
     pub fn reclaim_bytes(&self, usage_bytes: u64) -> u64 {
         let ratio = (self.eviction_ratio * self.capacity_bytes as f64).ceil() as u64;
-        let floor = self.trigger_bytes().saturating_sub(ratio);
-        ratio.max(usage_bytes.saturating_sub(floor))
+        ratio.max(usage_bytes.saturating_sub(self.target_bytes()))
     }
 
     /// Checks the capacity against the size of the volume that holds
@@ -300,7 +317,15 @@ fn same_directory_key(path: &Path) -> PathBuf {
     }
 }
 
-fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>, CapacityError> {
+/// The guard's settings for one tier at `position` of its cascade: `None`
+/// when the guard does not bound it (not `fs` or `fs_native`, no
+/// `max_capacity_gb`, or 0). Checks the values as [`guard_specs`] does, and
+/// looks at no filesystem.
+///
+/// # Errors
+/// [`CapacityError::Invalid`] and [`CapacityError::NoBasePath`], as
+/// [`guard_specs`].
+pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>, CapacityError> {
     let adapter_type = tier.adapter_type();
     if adapter_type != "fs" && adapter_type != "fs_native" {
         return Ok(None);
@@ -448,8 +473,20 @@ mod tests {
             3 * gib - (spec.trigger_bytes() - ratio),
             "an overshoot is brought back to the trigger less the ratio in one cycle"
         );
+        assert_eq!(spec.target_bytes(), spec.trigger_bytes() - ratio);
         spec.role = GuardRole::HardBound;
         assert_eq!(spec.trigger_bytes(), (0.9 * gib as f64).ceil() as u64);
+        // The built-in tier's bound: evicts at 0.9, leaves 0.7.
+        let bound = spec.bound();
+        assert_eq!(bound.trigger_bytes, spec.trigger_bytes());
+        assert_eq!(bound.target_bytes, spec.trigger_bytes() - ratio);
+        for usage in [spec.trigger_bytes(), gib, 2 * gib] {
+            assert_eq!(
+                usage - spec.reclaim_bytes(usage),
+                bound.target_bytes,
+                "a cycle from {usage} ends at the target"
+            );
+        }
     }
 
     #[test]

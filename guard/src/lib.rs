@@ -17,21 +17,36 @@
 //!   `"shared": true` tier, whose other writers inotify may not see (network
 //!   filesystems). A rescan is a full scan: the interval is stretched to 20x
 //!   the last scan's duration, so rescans take at most 5% of a core.
+//! - The directory it guards: the one `base_path` names, which is the one
+//!   the server writes to (LMCache 0.5.6's `fs` adapter opens
+//!   `base_path/<name>` at every store). Every
+//!   [`GuardOptions::fallback_rescan`] the guard opens the path again: a
+//!   directory made there, moved there or mounted over it is counted and
+//!   guarded from then on (on its own volume, with a free-space line
+//!   measured there); a symlink put at a path that was not one when the
+//!   guard started is never followed; while the path names no directory
+//!   the guard may use, it counts and deletes nothing anywhere.
 //! - Eviction: one cycle deletes LRU objects until
-//!   [`GuardSpec::reclaim_bytes`] are freed, each by `fstatat`
+//!   [`GuardSpec::reclaim_bytes`] are taken from the tier, each by `fstatat`
 //!   (`AT_SYMLINK_NOFOLLOW`: still a regular file on the directory's
 //!   filesystem) and `unlinkat` relative to the directory descriptor, never
 //!   `AT_REMOVEDIR`: only names that decode as objects, only inside the
-//!   directory, no symlink followed. One log line per cycle.
+//!   directory, no symlink followed. One log line per cycle. What a cycle
+//!   frees is counted as the filesystem frees it: a file's blocks when its
+//!   last link goes, nothing for a file with other hard links.
 //! - Free space: the guard keeps the line the launch planned to leave free
 //!   on the tier's volume ([`lmcache_sizing::rules::free_space_line`],
-//!   measured when it starts). Every [`GuardOptions::free_check`] it reads
-//!   the volume's free space; below the line (another writer filled the
-//!   volume, LMCache's stores failing with `ENOSPC`) it evicts LRU objects
-//!   of its own tier, the same way, until the line is back or the tier is
-//!   empty, and at least a regular cycle (`eviction_ratio` x capacity), so
-//!   that a tier giving way to another writer evicts in cycles. A volume
-//!   with no free space at all gets one even when the line is 0.
+//!   measured when it starts), and a line of free inodes (min(10% of the
+//!   volume's inodes, 1,000,000, the free inodes at its start)). Every
+//!   [`GuardOptions::free_check`] it reads the volume; below either line
+//!   (another writer filled the volume or used up its inodes, LMCache's
+//!   stores failing with `ENOSPC`) it evicts LRU objects of its own tier,
+//!   the same way, until both lines are back or the tier holds nothing
+//!   whose deletion frees anything, and at least a regular cycle
+//!   (`eviction_ratio` x capacity), so that a tier giving way to another
+//!   writer evicts in cycles. Objects with other hard links are left in
+//!   place: deleting them would free nothing. A volume with no free byte or
+//!   no free inode at all gets a cycle even when the line is 0.
 //! - State: [`status`], a file in the tier directory.
 //!
 //! LMCache's `fs` adapter checks the disk on every lookup and treats a vanished
@@ -39,6 +54,7 @@
 //! server is safe.
 
 pub mod capacity;
+mod index;
 pub mod status;
 pub mod tracker;
 
@@ -47,6 +63,7 @@ use std::fmt::Write as _;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -64,9 +81,10 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use crate::capacity::{CapacityError, GuardSpec};
 use status::{
-    CountBytes, Cycle, Evictions, Following, FreeSpace, GuardStatus, StartCount, STATUS_VERSION,
+    CountBytes, Cycle, Evictions, Following, FreeInodes, FreeSpace, GuardStatus, StartCount,
+    STATUS_VERSION,
 };
-use tracker::Tracker;
+use tracker::{Tracker, Victim};
 
 /// Unlinks between two drains of the event queue during an eviction cycle,
 /// so the guard's own `DELETE` events do not overflow it (the kernel default
@@ -84,7 +102,10 @@ pub struct GuardOptions {
     /// Least time between periodic rescans of a `"shared": true` tier.
     /// Default 10 s.
     pub shared_rescan: Duration,
-    /// Least time between rescans of a tier inotify cannot watch. Default 1 s.
+    /// Least time between rescans of a tier inotify cannot watch, and
+    /// between two looks at what the tier path names (a directory made,
+    /// moved or mounted there; `docs/capacity-guard.md`, "The directory it
+    /// guards"). Default 1 s.
     pub fallback_rescan: Duration,
     /// Follow the tier with inotify (default); `false` follows it by rescans
     /// only, as when inotify is unavailable.
@@ -328,17 +349,76 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// Bytes to evict for the free space: 0 at or above the line; below it, or
-/// on a full volume whatever the line (stores are failing with `ENOSPC`
-/// there), what `free_bytes` lacks to reach `line_bytes` and at least
-/// `regular_cycle`. A tier that gives way to another writer then evicts in
-/// cycles, as at its watermark, not an object at each check while LMCache
-/// goes on storing.
-fn below_line(free_bytes: u64, line_bytes: u64, regular_cycle: u64) -> u64 {
-    if free_bytes > 0 && free_bytes >= line_bytes {
-        return 0;
+/// The inode reserve of a volume of `inodes` inodes: 10% of them, at most
+/// a million (`docs/capacity-guard.md`, "The free-space line at run time").
+/// A million free inodes let anything on a node create files; the cache's
+/// objects are large, so a capacity's worth of them takes few.
+fn inode_reserve(inodes: u64) -> u64 {
+    (inodes / 10).min(1_000_000)
+}
+
+/// What an eviction for the free space must give back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shortfall {
+    /// Bytes to free.
+    bytes: u64,
+    /// Inodes to free (objects whose last link goes).
+    inodes: u64,
+}
+
+/// What an eviction for the free space must give back, `None` at or above
+/// both lines. Below the space line, or on a volume with no free byte
+/// (stores fail with `ENOSPC` there, whatever the line): what the free
+/// space lacks to reach the line. Below the inode line, or with no free
+/// inode: what the free inodes lack. Either way at least `regular_cycle`
+/// bytes, so that a tier giving way to another writer evicts in cycles, as
+/// at its watermark, not an object at each check while LMCache goes on
+/// storing. `inodes` is (free, line), `None` on a volume that reports no
+/// inodes.
+fn shortfall(
+    free: u64,
+    line: u64,
+    inodes: Option<(u64, u64)>,
+    regular_cycle: u64,
+) -> Option<Shortfall> {
+    let space_short = free == 0 || free < line;
+    let inodes_short = inodes.is_some_and(|(free, line)| free == 0 || free < line);
+    if !space_short && !inodes_short {
+        return None;
     }
-    line_bytes.saturating_sub(free_bytes).max(regular_cycle)
+    Some(Shortfall {
+        bytes: line.saturating_sub(free).max(regular_cycle),
+        inodes: inodes.map_or(0, |(free, line)| line.saturating_sub(free)),
+    })
+}
+
+/// Why the guard holds no tier directory for now: the path names none it
+/// may guard (`docs/capacity-guard.md`, "The directory it guards").
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Away {
+    /// Nothing at the path: the directory was removed or moved away.
+    Gone,
+    /// A symlink put at the path, which was a directory when the guard
+    /// started; its target, for the message.
+    Link(PathBuf),
+    /// Something at the path that is not a directory.
+    NotADirectory,
+}
+
+impl std::fmt::Display for Away {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Gone => f.write_str(
+                "the tier path names nothing now (the directory was removed or moved away)",
+            ),
+            Self::Link(target) => write!(
+                f,
+                "a symlink was put at the tier path (to {}): a guard never follows a link that was not there when it started, so the directory behind it is not guarded; remove the link, or restart the server to guard the tier there",
+                target.display()
+            ),
+            Self::NotADirectory => f.write_str("the tier path names something that is not a directory"),
+        }
+    }
 }
 
 /// The guard's thread.
@@ -346,6 +426,17 @@ struct Runner {
     spec: GuardSpec,
     options: GuardOptions,
     dir: TierDir,
+    /// The path was a symlink when the directory was opened: the operator
+    /// names the tier through a link, which is followed whenever the path
+    /// is opened again.
+    follows_link: bool,
+    /// Set while the path names no directory the guard may guard.
+    away: Option<Away>,
+    /// The inotify watch ended: look at the path before anything else.
+    path_check_due: bool,
+    /// The inotify watch ended while the path may still name the
+    /// directory: watch it again if it does.
+    rewatch: bool,
     inotify: Option<Inotify>,
     tracker: Tracker,
     start: StartCount,
@@ -372,7 +463,7 @@ struct Warned {
     delete: bool,
     scan: bool,
     statvfs: bool,
-    other_filesystem: bool,
+    path: bool,
     no_size: bool,
 }
 
@@ -398,7 +489,11 @@ impl Runner {
         Self {
             spec,
             options,
+            follows_link: dir.through_symlink(),
             dir,
+            away: None,
+            path_check_due: false,
+            rewatch: false,
             inotify,
             tracker: Tracker::new(),
             start: StartCount::default(),
@@ -462,44 +557,43 @@ impl Runner {
         let mut dir_check = Instant::now() + self.options.fallback_rescan;
         let mut free_check = Instant::now();
         loop {
-            if Instant::now() >= dir_check {
-                self.check_dir_removed();
+            if self.path_check_due || Instant::now() >= dir_check {
+                self.path_check_due = false;
+                self.follow_path();
                 dir_check = Instant::now() + self.options.fallback_rescan;
             }
-            self.drain(&mut buffer);
-            self.evict_if_needed(&mut buffer);
-            if Instant::now() >= free_check {
-                self.keep_free_space(&mut buffer);
-                free_check = Instant::now() + self.options.free_check;
-            }
-            if self.rescan_due.is_some_and(|due| Instant::now() >= due) {
-                if self.inotify.is_none() {
-                    self.follow_replaced_dir();
+            if self.away.is_none() {
+                self.drain(&mut buffer);
+                self.evict_if_needed(&mut buffer);
+                if Instant::now() >= free_check {
+                    self.keep_free_space(&mut buffer);
+                    free_check = Instant::now() + self.options.free_check;
                 }
-                self.rescan();
-                self.schedule_rescan();
+                if self.rescan_due.is_some_and(|due| Instant::now() >= due) {
+                    self.rescan();
+                    self.schedule_rescan();
+                    continue;
+                }
+            }
+            if self.path_check_due {
                 continue;
             }
             let write_due = self.last_write.map(|t| t + self.options.status_interval);
             if self.dirty && write_due.is_none_or(|due| Instant::now() >= due) {
                 self.write_status();
             }
-            let mut next = Some(
-                self.rescan_due
-                    .map_or(dir_check, |due| due.min(dir_check))
-                    .min(free_check),
-            );
-            if self.dirty {
-                next = match (next, write_due) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+            let mut next = dir_check;
+            if self.away.is_none() {
+                next = next.min(free_check);
+                if let Some(due) = self.rescan_due {
+                    next = next.min(due);
+                }
+                if let (true, Some(due)) = (self.dirty, write_due) {
+                    next = next.min(due);
+                }
             }
-            let timeout = match next {
-                Some(at) => PollTimeout::try_from(at.saturating_duration_since(Instant::now()))
-                    .unwrap_or(PollTimeout::MAX),
-                None => PollTimeout::NONE,
-            };
+            let timeout = PollTimeout::try_from(next.saturating_duration_since(Instant::now()))
+                .unwrap_or(PollTimeout::MAX);
             let mut fds = vec![PollFd::new(stopped.as_fd(), PollFlags::POLLIN)];
             if let Some(inotify) = &self.inotify {
                 fds.push(PollFd::new(inotify.as_fd(), PollFlags::POLLIN));
@@ -518,7 +612,9 @@ impl Runner {
                 break;
             }
         }
-        self.write_status();
+        if self.away.is_none() {
+            self.write_status();
+        }
     }
 
     /// The tracker of a scan made before the guard started, less the
@@ -563,53 +659,146 @@ impl Runner {
         }
     }
 
-    /// Notices that the directory the guard holds was removed: inotify
-    /// reports no removal while the guard's own descriptor keeps it, so
-    /// its link count is looked at every [`GuardOptions::fallback_rescan`].
-    /// Then the guard follows the path by rescans, and a directory made
-    /// there again ([`Runner::follow_replaced_dir`]).
-    fn check_dir_removed(&mut self) {
-        let removed = nix::sys::stat::fstat(self.dir.fd()).is_ok_and(|st| st.st_nlink == 0);
-        if !removed || self.inotify.is_none() {
-            return;
-        }
-        tracing::warn!(
-            "{}: the tier directory was removed; following its path by rescans",
-            self.label()
-        );
-        self.inotify = None;
-        self.follow_replaced_dir();
-        self.schedule_rescan();
-    }
-
-    /// Follows a tier directory that was removed and made again, or
-    /// replaced by another at `base_path`: when the path now names another
-    /// directory than the one the guard holds, the guard opens that one,
-    /// watches it and counts it. Until the path names a directory again,
-    /// the guard rescans the one it holds (which a removal left empty).
-    fn follow_replaced_dir(&mut self) {
-        let Ok(now) = TierDir::open(&self.spec.base_path, Access::ReadWrite) else {
-            return;
+    /// Opens the tier path again and guards what it names now
+    /// (`docs/capacity-guard.md`, "The directory it guards"): the same
+    /// directory, nothing to do; another directory (made anew, moved there,
+    /// a volume or a bind mount over it, the operator's link pointed
+    /// elsewhere), guarded from now on; nothing, a non-directory, or a
+    /// symlink put at a path that was not one at the start, nothing guarded
+    /// until that changes. A link put there that leads to the directory the
+    /// guard holds changes nothing: the server still writes there. When
+    /// the path cannot be opened for another reason (a read-only remount,
+    /// descriptors exhausted), the guard keeps what it holds.
+    fn follow_path(&mut self) {
+        let path = &self.spec.base_path;
+        let opened = match self.follows_link {
+            true => TierDir::open(path, Access::ReadWrite),
+            false => TierDir::open_no_follow(path, Access::ReadWrite),
         };
-        if same_dir(&now, &self.dir) {
-            return;
-        }
-        if now.device() != self.dir.device() {
-            if !std::mem::replace(&mut self.warned.other_filesystem, true) {
-                tracing::warn!(
-                    "{}: the path now names a directory on another filesystem; not followed (a guard never enters another filesystem): restart the server to guard the tier there",
-                    self.label()
-                );
+        if let Err(TierDirError::Symlink { .. }) = opened {
+            match TierDir::open(path, Access::ReadWrite) {
+                Ok(target) if same_dir(&target, &self.dir) => self.stay(),
+                _ => {
+                    let target = std::fs::read_link(path).unwrap_or_default();
+                    self.go_away(Away::Link(target));
+                }
             }
             return;
         }
+        match opened {
+            Ok(now) if same_dir(&now, &self.dir) => self.stay(),
+            Ok(now) => self.take_up(now),
+            Err(TierDirError::NotFound { .. }) => self.go_away(Away::Gone),
+            Err(TierDirError::NotADirectory { .. } | TierDirError::FilesystemRoot { .. }) => {
+                self.go_away(Away::NotADirectory)
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.warned.path, true) {
+                    tracing::warn!(
+                        "{}: cannot open the tier path to see what it names ({e}); guarding the directory it holds meanwhile (this warning is given once)",
+                        self.label()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Stops guarding anything until the path names a directory again: no
+    /// count, no deletion, no status write, anywhere.
+    fn go_away(&mut self, away: Away) {
+        if self.away.as_ref() == Some(&away) {
+            return;
+        }
         tracing::warn!(
-            "{}: the tier directory was replaced; following the new one",
+            "{}: {away}; nothing is counted or deleted until the path names a directory again",
             self.label()
         );
-        self.inotify = Watch::add(&now).ok().map(|watch| watch.0);
+        self.away = Some(away);
+        self.inotify = None;
+        self.rewatch = false;
+        self.tracker = Tracker::new();
+        self.rescan_due = None;
+        self.dirty = false;
+    }
+
+    /// The path names the directory the guard holds: after a time away,
+    /// watch and count it again; after its watch ended (the directory moved
+    /// and linked back from the path), watch it again and rescan it.
+    fn stay(&mut self) {
+        let away = self.away.take();
+        if away.is_none() && !std::mem::take(&mut self.rewatch) {
+            return;
+        }
+        self.rewatch = false;
+        self.inotify = self.watch(&self.dir);
+        match away {
+            Some(_) => {
+                tracing::warn!(
+                    "{}: the tier path names the directory the guard held again; guarding it",
+                    self.label()
+                );
+                self.recount();
+            }
+            None => self.rescan(),
+        }
+        self.schedule_rescan();
+        self.write_status();
+    }
+
+    /// Guards `now`, the directory the path names now instead of the one
+    /// the guard held: watched, counted, and on another volume, a
+    /// free-space line measured there.
+    fn take_up(&mut self, now: TierDir) {
+        let other_volume = now.device() != self.dir.device();
+        tracing::warn!(
+            "{}: the tier path names another directory now{}; guarding that one from now on",
+            self.label(),
+            match other_volume {
+                true => " on another filesystem (a volume mounted over the tier directory, or a link pointed at another volume)",
+                false => " (the directory replaced, another bind-mounted over it, or a link pointed elsewhere)",
+            }
+        );
+        self.inotify = self.watch(&now);
         self.dir = now;
-        self.rescan();
+        self.away = None;
+        self.rewatch = false;
+        self.recount();
+        if other_volume {
+            let before = self.free_space;
+            self.free_space = self.measure_line().map(|mut line| {
+                if let Some(before) = before {
+                    line.evictions = before.evictions;
+                    line.shortages = before.shortages;
+                }
+                line
+            });
+        }
+        self.schedule_rescan();
+        self.write_status();
+    }
+
+    /// An inotify watch on `dir`, `None` (warned) when inotify cannot
+    /// watch it: the guard follows it by rescans then.
+    fn watch(&self, dir: &TierDir) -> Option<Inotify> {
+        match Watch::add(dir) {
+            Ok(watch) => Some(watch.0),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: cannot watch the directory with inotify ({e}); following it by rescans",
+                    self.label()
+                );
+                None
+            }
+        }
+    }
+
+    /// A fresh count of the directory, in place of everything tracked.
+    fn recount(&mut self) {
+        self.tracker = match self.scan() {
+            Some(inventory) => Tracker::from_inventory(&inventory),
+            None => Tracker::new(),
+        };
+        self.rescans += 1;
         self.dirty = true;
     }
 
@@ -632,7 +821,9 @@ impl Runner {
         self.rescan_due = base.map(|b| Instant::now() + b.max(self.last_scan * 20));
     }
 
-    /// Reads and applies every queued event (no wait).
+    /// Reads and applies every queued event (no wait). A watch that ended
+    /// (the directory removed, moved or unmounted) leaves the guard on
+    /// rescans and asks for a look at the path first.
     fn drain(&mut self, buffer: &mut [u8]) {
         let mut overflow = false;
         let mut batch_lag: Option<Duration> = None;
@@ -682,7 +873,8 @@ impl Runner {
                 self.label()
             );
             self.inotify = None;
-            self.follow_replaced_dir();
+            self.path_check_due = true;
+            self.rewatch = true;
             self.schedule_rescan();
         }
         if overflow {
@@ -705,10 +897,11 @@ impl Runner {
         let run = self.evict(self.spec.reclaim_bytes(usage), buffer);
         self.evictions.add(run.cycle);
         tracing::info!(
-            "{}: evicted {} least recently used objects ({}) in {} ms at usage {} of capacity {}; now {} objects, {}{}",
+            "{}: evicted {} least recently used objects ({} freed{}) in {} ms at usage {} of capacity {}; now {} objects, {}{}",
             self.label(),
             run.cycle.deleted.objects,
             gib(run.cycle.deleted.bytes),
+            run.links_deleted(),
             run.cycle.millis,
             gib(usage),
             gib(self.spec.capacity_bytes),
@@ -720,8 +913,9 @@ impl Runner {
     }
 
     /// The free-space line of the tier's volume, measured now, after the
-    /// start-up count: `None` (and a log line) when the volume reports no
-    /// size or cannot be measured.
+    /// count: `None` (and a log line) when the volume reports no size or
+    /// cannot be measured. The inode line is kept beside it on a volume
+    /// that reports inodes.
     fn measure_line(&mut self) -> Option<FreeSpace> {
         let volume = match volume_space(&self.dir) {
             Ok(volume) if volume.total > 0 => volume,
@@ -747,8 +941,24 @@ impl Runner {
             self.tracker.usage(),
             self.spec.capacity_bytes,
         );
+        let inodes = (volume.inodes > 0).then(|| {
+            let reserve_inodes = inode_reserve(volume.inodes);
+            FreeInodes {
+                volume_inodes: volume.inodes,
+                reserve_inodes,
+                line_inodes: reserve_inodes.min(volume.free_inodes),
+                free_inodes: volume.free_inodes,
+            }
+        });
+        let inode_line = match &inodes {
+            Some(i) => format!(
+                " and {} free inodes of {} (reserve {}; {} free at start)",
+                i.line_inodes, i.volume_inodes, i.reserve_inodes, i.free_inodes
+            ),
+            None => String::from(" (it reports no inodes, so no inode line)"),
+        };
         tracing::info!(
-            "{}: keeps {} free on the {} volume (reserve {}; free {} + tier {} - capacity {} at start); evicts below that",
+            "{}: keeps {} free on the {} volume (reserve {}; free {} + tier {} - capacity {} at start){inode_line}; evicts below that",
             self.label(),
             gib(line_bytes),
             gib(volume.total),
@@ -757,19 +967,28 @@ impl Runner {
             gib(self.tracker.usage()),
             gib(self.spec.capacity_bytes),
         );
+        if self.spec.capacity_bytes > volume.total {
+            tracing::warn!(
+                "{}: the capacity {} is larger than the {} volume the tier is on now; the free-space line bounds it there",
+                self.label(),
+                gib(self.spec.capacity_bytes),
+                gib(volume.total)
+            );
+        }
         Some(FreeSpace {
             volume_bytes: volume.total,
             reserve_bytes,
             line_bytes,
             free_bytes: volume.free,
+            inodes,
             ..FreeSpace::default()
         })
     }
 
-    /// Reads the volume's free space and, below the line, evicts LRU
-    /// objects of the tier for the difference, at least a regular cycle
-    /// ([`below_line`]). With nothing left to evict it says so once, until
-    /// the free space is back.
+    /// Reads the volume's free space and inodes and, below a line, evicts
+    /// LRU objects of the tier for the difference, at least a regular
+    /// cycle ([`shortfall`]). With nothing left whose deletion frees
+    /// anything it says so once, until the volume is back above the lines.
     fn keep_free_space(&mut self, buffer: &mut [u8]) {
         let Some(mut kept) = self.free_space else {
             return;
@@ -778,25 +997,36 @@ impl Runner {
         // two tiers on one volume do not both evict for one shortfall.
         static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(free) = self.free_now() else {
+        let Some(volume) = self.free_now() else {
             return;
         };
-        // Published when it moves by a MiB or more (the status is written at
-        // most once per status interval).
-        self.dirty |= free.abs_diff(kept.free_bytes) >= 1 << 20;
-        kept.free_bytes = free;
+        // Published when it moves by a MiB or more, or by 1% of the
+        // volume's inodes (the status is written at most once per status
+        // interval).
+        self.dirty |= volume.free.abs_diff(kept.free_bytes) >= 1 << 20;
+        kept.free_bytes = volume.free;
+        if let Some(inodes) = &mut kept.inodes {
+            self.dirty |= volume.free_inodes.abs_diff(inodes.free_inodes) * 100
+                >= inodes.volume_inodes.max(100);
+            inodes.free_inodes = volume.free_inodes;
+        }
         let regular_cycle = self.spec.reclaim_bytes(self.tracker.usage());
-        match below_line(free, kept.line_bytes, regular_cycle) {
-            0 => self.back_above(&mut kept),
-            _ if self.tracker.is_empty() => self.nothing_to_evict(&mut kept),
-            want => self.evict_for_free_space(&mut kept, want, buffer),
+        let inodes = kept.inodes.map(|i| (i.free_inodes, i.line_inodes));
+        match shortfall(kept.free_bytes, kept.line_bytes, inodes, regular_cycle) {
+            None => self.back_above(&mut kept),
+            Some(_) if self.tracker.unlinked() == 0 => self.nothing_to_evict(&mut kept),
+            Some(want) => {
+                if self.evict_for_free_space(&mut kept, want, buffer) == 0 {
+                    self.nothing_to_evict(&mut kept);
+                }
+            }
         }
         self.free_space = Some(kept);
     }
 
-    /// The volume's free space in bytes; `None`, warned once, when it
-    /// cannot be measured.
-    fn free_now(&mut self) -> Option<u64> {
+    /// The volume's size, free space and inodes; `None`, warned once, when
+    /// it cannot be measured or reports no size.
+    fn free_now(&mut self) -> Option<VolumeSpace> {
         match volume_space(&self.dir) {
             Ok(volume) if volume.total == 0 => {
                 if !std::mem::replace(&mut self.warned.no_size, true) {
@@ -804,7 +1034,7 @@ impl Runner {
                 }
                 None
             }
-            Ok(volume) => Some(volume.free),
+            Ok(volume) => Some(volume),
             Err(e) => {
                 if !std::mem::replace(&mut self.warned.statvfs, true) {
                     tracing::warn!("{}: cannot measure the volume's free space ({e}); the free-space line is not held meanwhile (this warning is given once)", self.label());
@@ -817,10 +1047,9 @@ impl Runner {
     fn back_above(&mut self, kept: &mut FreeSpace) {
         if kept.short_since_unix_ms.take().is_some() {
             tracing::info!(
-                "{}: the volume's free space {} is back above the {} line",
+                "{}: the volume is back above its lines ({})",
                 self.label(),
-                size(kept.free_bytes),
-                size(kept.line_bytes)
+                describe_volume(kept)
             );
             self.dirty = true;
         }
@@ -830,52 +1059,125 @@ impl Runner {
         if kept.short_since_unix_ms.is_none() {
             kept.short_since_unix_ms = Some(unix_ms());
             kept.shortages += 1;
+            let left = match self.tracker.len() {
+                0 => String::new(),
+                n => format!(
+                    " that would free anything: its {n} objects left have other hard links, which keep their blocks"
+                ),
+            };
             tracing::warn!(
-                "{}: the volume's free space {} is below the {} line and the tier holds nothing more to evict: something else fills the volume; free space there",
+                "{}: {} and the tier holds nothing more to evict{left}: something else fills the volume; free space there",
                 self.label(),
-                size(kept.free_bytes),
-                size(kept.line_bytes)
+                shortage(kept, "is below")
             );
             self.dirty = true;
         }
     }
 
-    fn evict_for_free_space(&mut self, kept: &mut FreeSpace, want: u64, buffer: &mut [u8]) {
-        let free = kept.free_bytes;
-        let run = self.evict(want, buffer);
+    /// One eviction for the free space; returns the objects it deleted.
+    fn evict_for_free_space(
+        &mut self,
+        kept: &mut FreeSpace,
+        want: Shortfall,
+        buffer: &mut [u8],
+    ) -> u64 {
+        let before = shortage(kept, "fell below");
+        let run = self.evict_freeing(want, buffer);
+        if run.cycle.deleted.objects == 0 {
+            return 0;
+        }
         kept.evictions.add(run.cycle);
-        kept.free_bytes = volume_space(&self.dir).map_or(free, |v| v.free);
+        if let Ok(volume) = volume_space(&self.dir) {
+            kept.free_bytes = volume.free;
+            if let Some(inodes) = &mut kept.inodes {
+                inodes.free_inodes = volume.free_inodes;
+            }
+        }
+        let passed = match run.linked_kept {
+            0 => String::new(),
+            n => format!(
+                "; {n} objects with other hard links left in place (deleting them frees nothing)"
+            ),
+        };
         tracing::warn!(
-            "{}: the volume's free space {} fell below the {} line (something else is filling the volume); evicted {} least recently used objects ({}) in {} ms; now {} free, the tier {} objects, {}{}",
+            "{}: {before} (something else is filling the volume); evicted {} least recently used objects ({} freed) in {} ms; now {}, the tier {} objects, {}{passed}{}",
             self.label(),
-            size(free),
-            size(kept.line_bytes),
             run.cycle.deleted.objects,
             size(run.cycle.deleted.bytes),
             run.cycle.millis,
-            size(kept.free_bytes),
+            describe_volume(kept),
             self.tracker.len(),
             size(self.tracker.usage()),
             run.misses()
         );
+        run.cycle.deleted.objects
     }
 
-    /// One eviction cycle: deletes the least recently used objects until
-    /// `bytes` are freed or the tier is empty.
+    /// One eviction cycle for the capacity: deletes the least recently used
+    /// objects until `bytes` are taken from the tier or it is empty.
     fn evict(&mut self, bytes: u64, buffer: &mut [u8]) -> EvictionRun {
         let started = Instant::now();
-        let victims = self.tracker.take_lru(bytes);
         let mut run = EvictionRun::default();
+        let victims = self.tracker.take_lru(bytes);
+        self.delete(&victims, false, &mut run, buffer);
+        run.finish(started);
+        self.dirty = true;
+        run
+    }
+
+    /// One eviction for the free space: deletes the least recently used
+    /// objects whose deletion frees something until `want` is freed, as
+    /// the filesystem counts it, or nothing such is left. Objects found
+    /// with other hard links stay, tracked at their place and marked.
+    fn evict_freeing(&mut self, want: Shortfall, buffer: &mut [u8]) -> EvictionRun {
+        let started = Instant::now();
+        let mut run = EvictionRun::default();
+        loop {
+            let bytes = want.bytes.saturating_sub(run.cycle.deleted.bytes);
+            let inodes = want.inodes.saturating_sub(run.freed_inodes);
+            let victims = self.tracker.take_lru_freeing(bytes, inodes);
+            if victims.is_empty() {
+                break;
+            }
+            self.delete(&victims, true, &mut run, buffer);
+        }
+        for victim in std::mem::take(&mut run.linked) {
+            self.tracker.put_back(&victim);
+        }
+        run.finish(started);
+        self.dirty = true;
+        run
+    }
+
+    /// Deletes `victims` into `run`; with `keep_linked`, a victim whose
+    /// file has other hard links is left in place and listed in
+    /// `run.linked`.
+    fn delete(
+        &mut self,
+        victims: &[Victim],
+        keep_linked: bool,
+        run: &mut EvictionRun,
+        buffer: &mut [u8],
+    ) {
         for (i, victim) in victims.iter().enumerate() {
             self.name.clear();
             // Writing into a String cannot fail.
             let _ = write!(self.name, "{}", self.tracker.file_name(&victim.key));
-            match delete_object(&self.dir, &self.name) {
-                Ok(Some(bytes)) => {
+            match delete_object(&self.dir, &self.name, keep_linked) {
+                Ok(Deleted::Freed(bytes)) => {
                     run.cycle.deleted.objects += 1;
                     run.cycle.deleted.bytes += bytes;
+                    run.freed_inodes += 1;
                 }
-                Ok(None) => run.vanished += 1,
+                Ok(Deleted::Unlinked) => {
+                    run.cycle.deleted.objects += 1;
+                    run.linked_deleted += 1;
+                }
+                Ok(Deleted::Linked) => {
+                    run.linked_kept += 1;
+                    run.linked.push(*victim);
+                }
+                Ok(Deleted::Gone) => run.vanished += 1,
                 Err(e) => {
                     run.failed += 1;
                     if !std::mem::replace(&mut self.warned.delete, true) {
@@ -891,10 +1193,6 @@ impl Runner {
                 self.drain(buffer);
             }
         }
-        run.cycle.at_unix_ms = unix_ms();
-        run.cycle.millis = started.elapsed().as_millis() as u64;
-        self.dirty = true;
-        run
     }
 
     fn write_status(&mut self) {
@@ -941,10 +1239,64 @@ impl Runner {
     }
 }
 
-/// What one eviction cycle did.
+/// The volume's free space and inodes against their lines, for log lines:
+/// `free 10.0 MiB (line 20.0 MiB), 0 free inodes (line 20)`.
+fn describe_volume(kept: &FreeSpace) -> String {
+    let mut text = format!(
+        "free {} (line {})",
+        size(kept.free_bytes),
+        size(kept.line_bytes)
+    );
+    if let Some(inodes) = &kept.inodes {
+        let _ = write!(
+            text,
+            ", {} free inodes (line {})",
+            inodes.free_inodes, inodes.line_inodes
+        );
+    }
+    text
+}
+
+/// What is short on the volume, for log lines: `the volume's free space
+/// 1.0 MiB <verb> the 2.0 MiB line`, `the volume's free inodes 0 <verb> the
+/// 20 line`, or both; the free space when neither is.
+fn shortage(kept: &FreeSpace, verb: &str) -> String {
+    let space = format!(
+        "the volume's free space {} {verb} the {} line",
+        size(kept.free_bytes),
+        size(kept.line_bytes)
+    );
+    let space_short = kept.free_bytes == 0 || kept.free_bytes < kept.line_bytes;
+    let inodes = kept
+        .inodes
+        .filter(|i| i.free_inodes == 0 || i.free_inodes < i.line_inodes)
+        .map(|i| {
+            format!(
+                "the volume's free inodes {} {verb} the {} line",
+                i.free_inodes, i.line_inodes
+            )
+        });
+    match (space_short, inodes) {
+        (true, Some(inodes)) => format!("{space} and {inodes}"),
+        (false, Some(inodes)) => inodes,
+        (_, None) => space,
+    }
+}
+
+/// What one eviction did. `cycle.deleted` counts the objects deleted and
+/// the bytes that freed on the volume.
 #[derive(Default)]
 struct EvictionRun {
     cycle: Cycle,
+    /// Deleted objects that were their file's last link (each gave the
+    /// volume an inode back).
+    freed_inodes: u64,
+    /// Deleted objects whose file has other hard links: nothing freed.
+    linked_deleted: u64,
+    /// Objects with other hard links left in place (free-space evictions).
+    linked_kept: u64,
+    /// Those objects, to track again.
+    linked: Vec<Victim>,
     /// Victims already gone, or no longer regular files of the volume.
     vanished: u64,
     /// Victims that could not be deleted.
@@ -952,6 +1304,22 @@ struct EvictionRun {
 }
 
 impl EvictionRun {
+    fn finish(&mut self, started: Instant) {
+        self.cycle.at_unix_ms = unix_ms();
+        self.cycle.millis = started.elapsed().as_millis() as u64;
+    }
+
+    /// The part of a capacity cycle's log line about deleted objects with
+    /// other hard links, if any.
+    fn links_deleted(&self) -> String {
+        match self.linked_deleted {
+            0 => String::new(),
+            n => format!(
+                "; {n} of them had other hard links, which keep their blocks: nothing freed for those"
+            ),
+        }
+    }
+
     /// The tail of a cycle's log line: victims gone or failed, if any.
     fn misses(&self) -> String {
         if self.vanished + self.failed == 0 {
@@ -961,22 +1329,28 @@ impl EvictionRun {
     }
 }
 
-/// Size and free space of a volume, in bytes.
+/// Size, free space and inodes of a volume.
 struct VolumeSpace {
-    /// Blocks x fragment size.
+    /// Blocks x fragment size, in bytes.
     total: u64,
-    /// Blocks available to an unprivileged writer x fragment size, as the
-    /// launch's sizing measures free space.
+    /// Blocks available to an unprivileged writer x fragment size, in
+    /// bytes, as the launch's sizing measures free space.
     free: u64,
+    /// Inodes (`f_files`); 0 on a volume that reports none.
+    inodes: u64,
+    /// Inodes available to an unprivileged writer (`f_favail`).
+    free_inodes: u64,
 }
 
-/// The size and free space of the volume that holds `dir`.
+/// The size, free space and inodes of the volume that holds `dir`.
 fn volume_space(dir: &TierDir) -> nix::Result<VolumeSpace> {
     let st = nix::sys::statvfs::fstatvfs(dir.fd())?;
     let fragment = st.fragment_size() as u64;
     Ok(VolumeSpace {
         total: (st.blocks() as u64).saturating_mul(fragment),
         free: (st.blocks_available() as u64).saturating_mul(fragment),
+        inodes: st.files() as u64,
+        free_inodes: st.files_available() as u64,
     })
 }
 
@@ -1018,7 +1392,8 @@ fn apply(
     // Written, renamed into place, or read but not tracked yet: look at it.
     match fstatat(dir.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_dev == dir.device() => {
-            tracker.upsert(&object, u64::try_from(st.st_blocks).unwrap_or(0) * 512);
+            let bytes = u64::try_from(st.st_blocks).unwrap_or(0) * 512;
+            tracker.upsert(&object, bytes, st.st_nlink > 1);
             let written = mask.intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO);
             let changed = SystemTime::UNIX_EPOCH
                 + Duration::new(
@@ -1036,39 +1411,151 @@ fn apply(
     }
 }
 
-/// Deletes one object file: `Ok(Some(bytes))` when deleted, `Ok(None)` when
-/// it is gone or no longer a regular file on the directory's filesystem
-/// (left alone).
-fn delete_object(dir: &TierDir, name: &str) -> Result<Option<u64>, Errno> {
+/// What [`delete_object`] did with one object file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deleted {
+    /// Deleted, and it was the file's last link: the volume got its
+    /// allocated bytes (and an inode) back once no process holds it open.
+    Freed(u64),
+    /// Deleted, but the file has other hard links, which keep its blocks:
+    /// nothing freed.
+    Unlinked,
+    /// Left in place: the file has other hard links, so deleting it would
+    /// free nothing (asked for with `keep_linked`).
+    Linked,
+    /// Already gone, or no longer a regular file on the directory's
+    /// filesystem (left alone).
+    Gone,
+}
+
+/// Deletes one object file, and says what that freed as the filesystem
+/// counts it ([`Deleted`]); with `keep_linked`, a file with other hard
+/// links is left in place.
+fn delete_object(dir: &TierDir, name: &str, keep_linked: bool) -> Result<Deleted, Errno> {
     let st = match fstatat(dir.fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
-        Err(Errno::ENOENT) => return Ok(None),
+        Err(Errno::ENOENT) => return Ok(Deleted::Gone),
         Err(e) => return Err(e),
     };
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_dev != dir.device() {
-        return Ok(None);
+        return Ok(Deleted::Gone);
+    }
+    let linked = st.st_nlink > 1;
+    if linked && keep_linked {
+        return Ok(Deleted::Linked);
     }
     match unlinkat(dir.fd(), name, UnlinkatFlags::NoRemoveDir) {
-        Ok(()) => Ok(Some(u64::try_from(st.st_blocks).unwrap_or(0) * 512)),
-        Err(Errno::ENOENT) => Ok(None),
+        Ok(()) if linked => Ok(Deleted::Unlinked),
+        Ok(()) => Ok(Deleted::Freed(
+            u64::try_from(st.st_blocks).unwrap_or(0) * 512,
+        )),
+        Err(Errno::ENOENT) => Ok(Deleted::Gone),
         Err(e) => Err(e),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::below_line;
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
 
     #[test]
     fn below_the_line_a_cycle_covers_the_deficit_and_at_least_a_regular_cycle() {
-        const MIB: u64 = 1 << 20;
-        assert_eq!(below_line(300 * MIB, 200 * MIB, 50 * MIB), 0);
-        assert_eq!(below_line(200 * MIB, 200 * MIB, 50 * MIB), 0);
-        assert_eq!(below_line(190 * MIB, 200 * MIB, 50 * MIB), 50 * MIB);
-        assert_eq!(below_line(100 * MIB, 200 * MIB, 50 * MIB), 100 * MIB);
+        let bytes = |free, line, cycle| shortfall(free, line, None, cycle).map(|s| s.bytes);
+        assert_eq!(bytes(300 * MIB, 200 * MIB, 50 * MIB), None);
+        assert_eq!(bytes(200 * MIB, 200 * MIB, 50 * MIB), None);
+        assert_eq!(bytes(190 * MIB, 200 * MIB, 50 * MIB), Some(50 * MIB));
+        assert_eq!(bytes(100 * MIB, 200 * MIB, 50 * MIB), Some(100 * MIB));
         // A full volume: stores fail whatever the line.
-        assert_eq!(below_line(0, 200 * MIB, 50 * MIB), 200 * MIB);
-        assert_eq!(below_line(0, 0, 50 * MIB), 50 * MIB);
-        assert_eq!(below_line(1, 0, 50 * MIB), 0);
+        assert_eq!(bytes(0, 200 * MIB, 50 * MIB), Some(200 * MIB));
+        assert_eq!(bytes(0, 0, 50 * MIB), Some(50 * MIB));
+        assert_eq!(bytes(1, 0, 50 * MIB), None);
+    }
+
+    #[test]
+    fn below_the_inode_line_a_cycle_frees_the_inodes_missing_and_a_regular_cycle() {
+        let room = 300 * MIB;
+        let short = |free_inodes, line_inodes| {
+            shortfall(room, 200 * MIB, Some((free_inodes, line_inodes)), 50 * MIB)
+        };
+        assert_eq!(short(1_000, 100), None);
+        assert_eq!(short(100, 100), None);
+        assert_eq!(
+            short(40, 100),
+            Some(Shortfall {
+                bytes: 50 * MIB,
+                inodes: 60
+            })
+        );
+        // No free inode: stores fail whatever the line.
+        assert_eq!(
+            short(0, 0),
+            Some(Shortfall {
+                bytes: 50 * MIB,
+                inodes: 0
+            })
+        );
+        // Short of both.
+        assert_eq!(
+            shortfall(100 * MIB, 200 * MIB, Some((0, 20)), 50 * MIB),
+            Some(Shortfall {
+                bytes: 100 * MIB,
+                inodes: 20
+            })
+        );
+        assert_eq!(shortfall(room, 200 * MIB, Some((1, 0)), 50 * MIB), None);
+    }
+
+    #[test]
+    fn the_inode_reserve_is_a_tenth_of_the_inodes_and_at_most_a_million() {
+        assert_eq!(inode_reserve(0), 0);
+        assert_eq!(inode_reserve(200), 20);
+        assert_eq!(inode_reserve(2_097_152), 209_715);
+        assert_eq!(inode_reserve(61_054_976), 1_000_000);
+    }
+
+    #[test]
+    fn a_deletion_frees_what_the_filesystem_frees() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tier");
+        std::fs::create_dir(&dir).unwrap();
+        let tier = TierDir::open(&dir, Access::ReadWrite).unwrap();
+        let write = |name: &str| std::fs::write(dir.join(name), vec![1u8; 8192]).unwrap();
+        let allocated = |name: &str| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(dir.join(name)).unwrap().blocks() * 512
+        };
+        write("a.data");
+        let bytes = allocated("a.data");
+        assert!(bytes >= 8192);
+        assert_eq!(
+            delete_object(&tier, "a.data", true),
+            Ok(Deleted::Freed(bytes))
+        );
+        assert_eq!(delete_object(&tier, "a.data", true), Ok(Deleted::Gone));
+        // Two and three links: one outside the tier, one more inside.
+        for extra in [&["outside"][..], &["outside", "b.data"]] {
+            write("a.data");
+            for name in extra {
+                let link = match *name {
+                    "outside" => tmp.path().join("outside"),
+                    other => dir.join(other),
+                };
+                let _ = std::fs::remove_file(&link);
+                std::fs::hard_link(dir.join("a.data"), &link).unwrap();
+            }
+            assert_eq!(delete_object(&tier, "a.data", true), Ok(Deleted::Linked));
+            assert!(dir.join("a.data").exists());
+            assert_eq!(delete_object(&tier, "a.data", false), Ok(Deleted::Unlinked));
+            assert!(!dir.join("a.data").exists());
+        }
+        // b.data now has one link inside the tier and the outside one.
+        assert_eq!(delete_object(&tier, "b.data", false), Ok(Deleted::Unlinked));
+        std::fs::remove_file(tmp.path().join("outside")).unwrap();
+        // A symlink with an object's name is not a file of the tier.
+        std::os::unix::fs::symlink(tmp.path(), dir.join("c.data")).unwrap();
+        assert_eq!(delete_object(&tier, "c.data", false), Ok(Deleted::Gone));
+        assert!(dir.join("c.data").symlink_metadata().is_ok());
     }
 }

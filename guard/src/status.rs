@@ -49,7 +49,9 @@ pub struct StartCount {
 pub struct Cycle {
     /// When it ended, milliseconds since the Unix epoch.
     pub at_unix_ms: u64,
-    /// Objects and bytes it deleted.
+    /// Objects it deleted, and the bytes that gave back to the volume as
+    /// the filesystem counts them: a file's allocated bytes when its last
+    /// link went, nothing for a file with other hard links.
     #[serde(flatten)]
     pub deleted: CountBytes,
     /// How long it took, in milliseconds.
@@ -61,7 +63,7 @@ pub struct Cycle {
 pub struct Evictions {
     /// Eviction cycles run.
     pub cycles: u64,
-    /// Objects and bytes deleted, all cycles.
+    /// Objects deleted and bytes freed on the volume, all cycles.
     #[serde(flatten)]
     pub deleted: CountBytes,
     /// The last cycle, if any.
@@ -69,9 +71,10 @@ pub struct Evictions {
 }
 
 /// The free space the guard keeps on the tier's volume
-/// (`docs/capacity-guard.md`, "The reserve at run time"): the line the launch
-/// planned to leave, measured when the guard started, and the evictions
-/// made to hold it when something else fills the volume.
+/// (`docs/capacity-guard.md`, "The free-space line at run time"): the line
+/// the launch planned to leave, measured when the guard started, the line
+/// of free inodes beside it, and the evictions made to hold them when
+/// something else fills the volume.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FreeSpace {
     /// Size of the volume, in bytes (statvfs blocks x fragment size).
@@ -84,6 +87,11 @@ pub struct FreeSpace {
     /// Free space (available to an unprivileged writer) at the last check,
     /// in bytes.
     pub free_bytes: u64,
+    /// The free inodes kept; `None` on a volume that reports no inodes
+    /// (btrfs and others allocate them as needed), and in status files of
+    /// guards from before it was kept.
+    #[serde(default)]
+    pub inodes: Option<FreeInodes>,
     /// When the free space last fell below the line with nothing of the
     /// tier left to evict, milliseconds since the Unix epoch; `None` once
     /// it is back above the line.
@@ -94,6 +102,24 @@ pub struct FreeSpace {
     pub shortages: u64,
     /// Evictions made to bring the free space back to the line.
     pub evictions: Evictions,
+}
+
+/// The free inodes the guard keeps on the tier's volume, beside its free
+/// space (`docs/capacity-guard.md`, "The free-space line at run time"):
+/// with none left, every store fails with `ENOSPC` however many bytes are
+/// free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeInodes {
+    /// Inodes of the volume (statvfs `f_files`).
+    pub volume_inodes: u64,
+    /// The inode reserve: 10% of the volume's inodes, at most 1,000,000.
+    pub reserve_inodes: u64,
+    /// The inode line: min(reserve, the free inodes at the guard's start).
+    /// Below it the guard evicts.
+    pub line_inodes: u64,
+    /// Free inodes (available to an unprivileged writer, `f_favail`) at the
+    /// last check.
+    pub free_inodes: u64,
 }
 
 impl Evictions {

@@ -3,24 +3,32 @@
 //!
 //! Memory: 44 bytes an object in a dense array (the chunk hash inline, a
 //! 4-byte id of the rest of the name, allocated bytes in 512-byte blocks, a
-//! 4-byte use tick) plus a `hashbrown` index of 4-byte slots (about 5 to 10
-//! bytes an object at its load factor): at most 64 bytes per tracked object
-//! (`docs/performance.md`, "Capacity guard"). The rest of a name (model, kv_rank, object group, salt, hash
-//! length) is a "family" interned once, with the model and salt in the
-//! housekeeping codec's [`NameTable`]: a tier holds few families.
+//! 4-byte use tick), which grows by a sixteenth and gives back what it holds
+//! beyond an eighth, plus an index of 4-byte buckets 45% to 80% full
+//! (`guard/src/index.rs`): at most 64 bytes per tracked object at any count
+//! (`docs/performance.md`, "Capacity guard"). The rest of a name (model,
+//! kv_rank, object group, salt, hash length) is a "family" interned once,
+//! with the model and salt in the housekeeping codec's [`NameTable`]: a
+//! tier holds few families.
 //!
 //! Order: a logical clock, one tick per use; the least recently used object
 //! has the smallest tick. Eviction sorts the ticks (no list to keep up on
 //! every read). When the 32-bit clock runs out, ticks are renumbered in order.
+//!
+//! Links: an object whose file has other hard links (`st_nlink` > 1 when the
+//! guard last looked) is marked; deleting it frees nothing on the volume
+//! while another link keeps its blocks, so an eviction for the free space
+//! passes over it ([`Tracker::take_lru_freeing`]).
 
 use std::hash::BuildHasher;
 
-use hashbrown::HashTable;
 use lmcache_housekeeping::codec::{
     ChunkHash, KvRank, ModelId, NameTable, ObjectNameRef, SaltId, MAX_HASH_BYTES,
 };
 use lmcache_housekeeping::tier_dir::AccessTimes;
 use lmcache_housekeeping::{Inventory, ObjectKey};
+
+use crate::index::SlotIndex;
 
 /// Everything in an object name but its chunk hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,19 +52,29 @@ impl Family {
     }
 }
 
+/// The bit of [`Entry::blocks`] that marks an object linked elsewhere.
+const LINKED: u32 = 1 << 31;
+/// The bits of [`Entry::blocks`] that count blocks.
+const BLOCKS: u32 = LINKED - 1;
+
 /// One tracked object: 44 bytes.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     hash: [u8; MAX_HASH_BYTES],
     family: u32,
-    /// Allocated bytes / 512 (`st_blocks`), saturating at 2 TiB.
+    /// Allocated bytes / 512 (`st_blocks`), saturating at 1 TiB, and
+    /// [`LINKED`] when the file has other hard links.
     blocks: u32,
     tick: u32,
 }
 
 impl Entry {
     fn bytes(&self) -> u64 {
-        u64::from(self.blocks) * 512
+        u64::from(self.blocks & BLOCKS) * 512
+    }
+
+    fn linked(&self) -> bool {
+        self.blocks & LINKED != 0
     }
 }
 
@@ -67,6 +85,8 @@ pub struct Victim {
     pub key: ObjectKey,
     /// Its allocated bytes when it was last seen.
     pub bytes: u64,
+    /// Its place in the use order, for [`Tracker::put_back`].
+    tick: u32,
 }
 
 /// The objects of one tier in least-recently-used order (see the module docs).
@@ -76,10 +96,11 @@ pub struct Tracker {
     families: Vec<Family>,
     family_ids: hashbrown::HashMap<Family, u32, foldhash::fast::RandomState>,
     entries: Vec<Entry>,
-    index: HashTable<u32>,
+    index: SlotIndex,
     hasher: foldhash::fast::RandomState,
     clock: u32,
     usage: u64,
+    linked: usize,
 }
 
 impl Default for Tracker {
@@ -89,7 +110,18 @@ impl Default for Tracker {
 }
 
 fn blocks_of(bytes: u64) -> u32 {
-    u32::try_from(bytes.div_ceil(512)).unwrap_or(u32::MAX)
+    u32::try_from(bytes.div_ceil(512)).map_or(BLOCKS, |b| b.min(BLOCKS))
+}
+
+/// Entries the array grows by when full: a sixteenth, at least 16.
+fn growth(len: usize) -> usize {
+    (len / 16).max(16)
+}
+
+/// Whether an array of `capacity` entries holding `len` holds more than
+/// an eighth (and 16) spare, and so gives the rest back.
+fn too_roomy(capacity: usize, len: usize) -> bool {
+    capacity > len + len / 8 + 16
 }
 
 /// When an inventory says an object was last used: its atime or mtime,
@@ -110,17 +142,20 @@ impl Tracker {
             families: Vec::new(),
             family_ids: hashbrown::HashMap::default(),
             entries: Vec::new(),
-            index: HashTable::new(),
+            index: SlotIndex::default(),
             hasher: foldhash::fast::RandomState::default(),
             clock: 0,
             usage: 0,
+            linked: 0,
         }
     }
 
     /// The objects of a scan, ordered by last use (atime or mtime, see
     /// [`lmcache_housekeeping::plan()`]'s trim order; ties by chunk hash),
     /// oldest first. The tracker takes over the scan's [`NameTable`], so the
-    /// scan's keys are used as they are, without decoding names again.
+    /// scan's keys are used as they are, without decoding names again. No
+    /// object is marked linked: a scan does not read link counts, and a
+    /// deletion finds them ([`Tracker::put_back`]).
     pub fn from_inventory(inventory: &Inventory) -> Self {
         let mut tracker = Self::new();
         tracker.names = inventory.names().clone();
@@ -150,26 +185,21 @@ impl Tracker {
     }
 
     /// Adds a scan's objects to an empty tracker, in the scan's order
-    /// (entry i is object i), tick 0.
+    /// (entry i is object i), tick 0; the entry array is reserved for
+    /// exactly that many.
     ///
-    /// The index is filled grouped by where each hash lands in it
-    /// (hashbrown starts probing at `hash & (buckets - 1)`), so it is
-    /// written front to back: inserting a million objects in scan order
-    /// costs a cache miss or two each (200-450 ns an object here), grouped
-    /// about a tenth of that. Only speed depends on the grouping; any order
-    /// is correct. One scan's keys are distinct (names decode exactly and a
-    /// directory holds a name once), so none is looked up before it is
-    /// inserted.
+    /// The index is filled grouped by the top byte of each hash, which
+    /// orders the home buckets (`guard/src/index.rs`), so it is written front
+    /// to back: inserting a million objects in scan order costs a cache
+    /// miss or two each (200-450 ns an object here), grouped about a tenth
+    /// of that. Only speed depends on the grouping; any order is correct.
+    /// One scan's keys are distinct (names decode exactly and a directory
+    /// holds a name once), so none is looked up before it is inserted.
     fn fill(&mut self, objects: &[lmcache_housekeeping::scan::ObjectEntry]) {
         const REGION_BITS: u32 = 8;
+        let region = |h: u64| (h >> (64 - REGION_BITS)) as usize;
         let n = objects.len();
         self.entries.reserve_exact(n);
-        self.index.reserve(n, |_| 0);
-        let bucket_bits = (self.index.capacity() / 7 * 8)
-            .next_power_of_two()
-            .trailing_zeros();
-        let shift = bucket_bits.saturating_sub(REGION_BITS);
-        let region = |h: u64| ((h & ((1u64 << bucket_bits) - 1)) >> shift) as usize;
         let mut hashes = Vec::with_capacity(n);
         let mut starts = vec![0usize; (1 << REGION_BITS) + 1];
         for object in objects {
@@ -196,12 +226,14 @@ impl Tracker {
             grouped[*next] = (h, slot as u32);
             *next += 1;
         }
-        let (entries, hasher) = (&self.entries, &self.hasher);
+        let (entries, hasher, index) = (&self.entries, &self.hasher, &mut self.index);
+        let hash_of = |s: u32| {
+            let e = &entries[s as usize];
+            hasher.hash_one((e.family, &e.hash))
+        };
+        index.reserve(n, hash_of);
         for (h, slot) in grouped {
-            self.index.insert_unique(h, slot, |&s| {
-                let e = &entries[s as usize];
-                hasher.hash_one((e.family, &e.hash))
-            });
+            index.insert(h, slot, hash_of);
         }
     }
 
@@ -213,6 +245,12 @@ impl Tracker {
     /// Whether no object is tracked.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Objects tracked that are not marked linked: those whose deletion
+    /// would free their blocks, as far as the guard knows.
+    pub fn unlinked(&self) -> usize {
+        self.entries.len() - self.linked
     }
 
     /// Allocated bytes of the tracked objects.
@@ -248,14 +286,18 @@ impl Tracker {
         Some((family, inline_hash(&key.chunk_hash)))
     }
 
-    fn slot(&self, family: u32, hash: &[u8; MAX_HASH_BYTES]) -> Option<usize> {
+    /// The index bucket of an entry, found by its family and hash.
+    fn bucket(&self, family: u32, hash: &[u8; MAX_HASH_BYTES]) -> Option<usize> {
         let h = self.hash_entry(family, hash);
-        self.index
-            .find(h, |&slot| {
-                let e = &self.entries[slot as usize];
-                e.family == family && e.hash == *hash
-            })
-            .map(|&slot| slot as usize)
+        self.index.find(h, |slot| {
+            let e = &self.entries[slot as usize];
+            e.family == family && e.hash == *hash
+        })
+    }
+
+    fn slot(&self, family: u32, hash: &[u8; MAX_HASH_BYTES]) -> Option<usize> {
+        self.bucket(family, hash)
+            .map(|bucket| self.index.get(bucket) as usize)
     }
 
     fn next_tick(&mut self) -> u32 {
@@ -278,36 +320,36 @@ impl Tracker {
     }
 
     /// Records an object as just written (or seen by a rescan), with its
-    /// allocated bytes: inserted, or its size updated; either way it becomes
-    /// the most recently used.
-    pub fn upsert(&mut self, name: &ObjectNameRef<'_>, bytes: u64) {
+    /// allocated bytes and whether its file has other hard links: inserted,
+    /// or its size and mark updated; either way it becomes the most
+    /// recently used.
+    pub fn upsert(&mut self, name: &ObjectNameRef<'_>, bytes: u64, linked: bool) {
         let key = self.names.intern(name);
-        self.upsert_key(&key, bytes);
+        let family = self.family_id(&key);
+        let hash = inline_hash(&key.chunk_hash);
+        let tick = self.next_tick();
+        self.set(
+            family,
+            hash,
+            blocks_of(bytes) | if linked { LINKED } else { 0 },
+            tick,
+        );
     }
 
-    /// [`Tracker::upsert`] of a key made from this tracker's name table.
-    fn upsert_key(&mut self, key: &ObjectKey, bytes: u64) {
-        let family = self.family_id(key);
-        let hash = inline_hash(&key.chunk_hash);
-        let h = self.hash_entry(family, &hash);
-        let entries = &self.entries;
-        let found = self.index.find(h, |&s| {
-            let e = &entries[s as usize];
-            e.family == family && e.hash == hash
-        });
-        match found.copied() {
+    /// Tracks the object of `family` and `hash` with `blocks` (and its
+    /// [`LINKED`] mark) at `tick`: inserted, or updated in place.
+    fn set(&mut self, family: u32, hash: [u8; MAX_HASH_BYTES], blocks: u32, tick: u32) {
+        match self.slot(family, &hash) {
             Some(slot) => {
-                let tick = self.next_tick();
-                let blocks = blocks_of(bytes);
-                let entry = &mut self.entries[slot as usize];
-                self.usage = self.usage - entry.bytes() + u64::from(blocks) * 512;
+                let entry = self.entries[slot];
+                self.usage = self.usage - entry.bytes() + u64::from(blocks & BLOCKS) * 512;
+                self.linked =
+                    self.linked - usize::from(entry.linked()) + usize::from(blocks & LINKED != 0);
+                let entry = &mut self.entries[slot];
                 entry.blocks = blocks;
                 entry.tick = tick;
             }
-            None => {
-                let tick = self.next_tick();
-                self.push(h, family, hash, bytes, tick);
-            }
+            None => self.push(family, hash, blocks, tick),
         }
     }
 
@@ -325,20 +367,25 @@ impl Tracker {
         }
     }
 
-    /// Adds an object that is not tracked yet, last used at `tick`; `h` is
-    /// [`Tracker::hash_entry`] of `family` and `hash`.
-    fn push(&mut self, h: u64, family: u32, hash: [u8; MAX_HASH_BYTES], bytes: u64, tick: u32) {
-        let blocks = blocks_of(bytes);
+    /// Adds an object that is not tracked yet, last used at `tick`. The
+    /// entry array grows by [`growth`], never doubling.
+    fn push(&mut self, family: u32, hash: [u8; MAX_HASH_BYTES], blocks: u32, tick: u32) {
+        if self.entries.len() == self.entries.capacity() {
+            self.entries.reserve_exact(growth(self.entries.len()));
+        }
         let slot = self.entries.len() as u32;
-        self.entries.push(Entry {
+        let entry = Entry {
             hash,
             family,
             blocks,
             tick,
-        });
-        self.usage += u64::from(blocks) * 512;
+        };
+        self.entries.push(entry);
+        self.usage += entry.bytes();
+        self.linked += usize::from(entry.linked());
+        let h = self.hash_entry(family, &hash);
         let (entries, hasher) = (&self.entries, &self.hasher);
-        self.index.insert_unique(h, slot, |&s| {
+        self.index.insert(h, slot, |s| {
             let e = &entries[s as usize];
             hasher.hash_one((e.family, &e.hash))
         });
@@ -366,22 +413,38 @@ impl Tracker {
         Some(self.remove_slot(slot))
     }
 
+    /// Removes the entry at `slot` (the last entry moves into its place)
+    /// and returns its bytes; an array left roomier than [`too_roomy`]
+    /// gives memory back.
     fn remove_slot(&mut self, slot: usize) -> u64 {
         let entry = self.entries[slot];
-        let h = self.hash_entry(entry.family, &entry.hash);
-        if let Ok(found) = self.index.find_entry(h, |&s| s as usize == slot) {
-            found.remove();
-        }
         let last = self.entries.len() - 1;
-        if slot != last {
-            let moved = self.entries[last];
-            let h = self.hash_entry(moved.family, &moved.hash);
-            if let Some(s) = self.index.find_mut(h, |&s| s as usize == last) {
-                *s = slot as u32;
+        {
+            let (entries, hasher) = (&self.entries, &self.hasher);
+            let hash_of = |s: u32| {
+                let e = &entries[s as usize];
+                hasher.hash_one((e.family, &e.hash))
+            };
+            if let Some(bucket) = self
+                .index
+                .find(hash_of(slot as u32), |s| s as usize == slot)
+            {
+                self.index.remove(bucket, hash_of);
+            }
+            if slot != last {
+                let moved = hash_of(last as u32);
+                if let Some(bucket) = self.index.find(moved, |s| s as usize == last) {
+                    self.index.set(bucket, slot as u32);
+                }
             }
         }
         self.entries.swap_remove(slot);
+        if too_roomy(self.entries.capacity(), self.entries.len()) {
+            let len = self.entries.len();
+            self.entries.shrink_to(len + growth(len));
+        }
         self.usage -= entry.bytes();
+        self.linked -= usize::from(entry.linked());
         entry.bytes()
     }
 
@@ -389,17 +452,29 @@ impl Tracker {
     /// bytes reach `reclaim_bytes` (or none is left), oldest first. The caller
     /// deletes them.
     pub fn take_lru(&mut self, reclaim_bytes: u64) -> Vec<Victim> {
+        self.take(reclaim_bytes, 0, false)
+    }
+
+    /// As [`Tracker::take_lru`], passing over the objects marked linked
+    /// (whose deletion frees nothing), until the bytes reach `bytes` and
+    /// the objects `objects` (each deletion gives the volume an inode back).
+    pub fn take_lru_freeing(&mut self, bytes: u64, objects: u64) -> Vec<Victim> {
+        self.take(bytes, objects, true)
+    }
+
+    fn take(&mut self, bytes: u64, objects: u64, skip_linked: bool) -> Vec<Victim> {
         let mut order: Vec<u64> = self
             .entries
             .iter()
             .enumerate()
+            .filter(|(_, e)| !(skip_linked && e.linked()))
             .map(|(slot, e)| u64::from(e.tick) << 32 | slot as u64)
             .collect();
         order.sort_unstable();
         let mut chosen = Vec::new();
         let mut freed = 0u64;
         for packed in order {
-            if freed >= reclaim_bytes {
+            if freed >= bytes && chosen.len() as u64 >= objects {
                 break;
             }
             let entry = self.entries[(packed & u64::from(u32::MAX)) as usize];
@@ -416,15 +491,27 @@ impl Tracker {
                 Victim {
                     key,
                     bytes: self.remove_slot(slot),
+                    tick: entry.tick,
                 }
             })
             .collect()
     }
 
+    /// Tracks a victim again, at its place in the use order, marked linked:
+    /// its file has other hard links, so it was left in place. An object
+    /// tracked again since it was taken (written anew) keeps that state.
+    pub fn put_back(&mut self, victim: &Victim) {
+        let family = self.family_id(&victim.key);
+        let hash = inline_hash(&victim.key.chunk_hash);
+        if self.slot(family, &hash).is_none() {
+            self.push(family, hash, blocks_of(victim.bytes) | LINKED, victim.tick);
+        }
+    }
+
     /// Brings the tracker in line with a fresh scan: objects the scan did not
     /// find are forgotten, sizes are taken from the scan, objects already
-    /// tracked keep their place in the order, and new ones are added as the
-    /// most recently used, in the order of their times.
+    /// tracked keep their place in the order (and their link mark), and new
+    /// ones are added as the most recently used, in the order of their times.
     pub fn reconcile(&mut self, inventory: &Inventory) {
         let mut seen = vec![false; self.entries.len()];
         let mut new = Vec::new();
@@ -434,9 +521,11 @@ impl Tracker {
                 Some(slot) => {
                     seen[slot] = true;
                     let entry = &mut self.entries[slot];
-                    let blocks = blocks_of(object.stats.allocated_bytes);
-                    self.usage = self.usage - entry.bytes() + u64::from(blocks) * 512;
-                    entry.blocks = blocks;
+                    let bytes = entry.bytes();
+                    entry.blocks =
+                        blocks_of(object.stats.allocated_bytes) | (entry.blocks & LINKED);
+                    let now = entry.bytes();
+                    self.usage = self.usage - bytes + now;
                 }
                 None => new.push(i as u32),
             }
@@ -449,7 +538,7 @@ impl Tracker {
         for i in use_order(inventory, new.into_iter()) {
             let object = &inventory.objects()[i as usize];
             let name = inventory.names().name(&object.key);
-            self.upsert(&name, object.stats.allocated_bytes);
+            self.upsert(&name, object.stats.allocated_bytes, false);
         }
     }
 }
@@ -507,7 +596,12 @@ mod tests {
     }
 
     fn upsert(t: &mut Tracker, i: u32, bytes: u64) {
-        t.upsert(&parse_object_name(&name(i)).unwrap(), bytes);
+        t.upsert(&parse_object_name(&name(i)).unwrap(), bytes, false);
+    }
+
+    /// Heap bytes of the entry array and the index.
+    fn table_bytes(t: &Tracker) -> usize {
+        t.entries.capacity() * std::mem::size_of::<Entry>() + t.index.heap_bytes()
     }
 
     fn victims(t: &mut Tracker, reclaim: u64) -> Vec<String> {
@@ -521,6 +615,82 @@ mod tests {
     #[test]
     fn entries_stay_within_the_memory_budget() {
         assert_eq!(std::mem::size_of::<Entry>(), 44);
+    }
+
+    /// The tables stay within 58.5 bytes an object (and a few hundred
+    /// bytes more at any size) at every count, growing one object at a
+    /// time and shrinking one at a time: no doubling leaves half of them
+    /// empty.
+    #[test]
+    fn the_tables_stay_within_the_memory_budget_at_every_count() {
+        let mut t = Tracker::new();
+        let within = |t: &Tracker| {
+            let bytes = table_bytes(t);
+            assert!(
+                bytes as f64 <= 58.5 * t.len() as f64 + 1024.0,
+                "{bytes} bytes for {} objects",
+                t.len()
+            );
+        };
+        for i in 0..150_000 {
+            upsert(&mut t, i, 4096);
+            within(&t);
+        }
+        for i in 0..149_000 {
+            assert_eq!(t.remove(&parse_object_name(&name(i)).unwrap()), Some(4096));
+            within(&t);
+        }
+        // A start-up count is reserved exactly.
+        let entries: Vec<(u32, i64, u64)> = (0..70_000).map(|i| (i, 0, 4096)).collect();
+        let counted = Tracker::from_inventory(&inventory(&entries));
+        assert_eq!(counted.entries.capacity(), 70_000);
+        within(&counted);
+    }
+
+    /// An object whose file has other links frees nothing when deleted: an
+    /// eviction for the free space passes over it, one for the capacity
+    /// does not; put back, it keeps its place in the order.
+    #[test]
+    fn linked_objects_are_passed_over_when_freeing_and_kept_in_order() {
+        let mut t = Tracker::new();
+        for i in 0..6 {
+            t.upsert(&parse_object_name(&name(i)).unwrap(), 1024, i % 2 == 0);
+        }
+        assert_eq!(t.unlinked(), 3);
+        assert_eq!(t.usage(), 6 * 1024);
+        let freeing = t.take_lru_freeing(2048, 0);
+        let names: Vec<String> = freeing
+            .iter()
+            .map(|v| t.file_name(&v.key).to_string())
+            .collect();
+        assert_eq!(names, [name(1), name(3)]);
+        assert_eq!(t.unlinked(), 1);
+        // At least three objects: only one unlinked is left.
+        let more = t.take_lru_freeing(0, 3);
+        assert_eq!(more.len(), 1);
+        assert_eq!(t.unlinked(), 0);
+        assert!(t.take_lru_freeing(u64::MAX, u64::MAX).is_empty());
+        // Object 1 turned out to be linked when it came to deleting it.
+        t.put_back(&freeing[0]);
+        assert_eq!((t.len(), t.unlinked()), (4, 0));
+        assert_eq!(
+            victims(&mut t, u64::MAX),
+            [name(0), name(1), name(2), name(4)]
+        );
+        assert_eq!((t.usage(), t.linked), (0, 0));
+    }
+
+    #[test]
+    fn a_rewrite_clears_or_sets_the_link_mark() {
+        let mut t = Tracker::new();
+        t.upsert(&parse_object_name(&name(1)).unwrap(), 512, true);
+        assert_eq!(t.unlinked(), 0);
+        t.upsert(&parse_object_name(&name(1)).unwrap(), 1024, false);
+        assert_eq!((t.len(), t.unlinked(), t.usage()), (1, 1, 1024));
+        t.upsert(&parse_object_name(&name(1)).unwrap(), 1024, true);
+        assert_eq!(t.unlinked(), 0);
+        assert_eq!(t.remove(&parse_object_name(&name(1)).unwrap()), Some(1024));
+        assert_eq!((t.len(), t.linked), (0, 0));
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //!   evict the tier's least recently used objects until the line is back,
 //!   and nothing else.
 //! - A full volume (a writer got `ENOSPC`) is freed, and writes resume.
+//! - Objects with other hard links free nothing when deleted: the guard
+//!   leaves them, counts what its deletions free as the filesystem does,
+//!   and says so when nothing else is left.
+//! - Another writer that uses up the volume's inodes (bytes to spare) costs
+//!   the tier its oldest objects until the inode line is back, and writes
+//!   resume.
 
 use std::fs;
 use std::io::Write;
@@ -34,10 +40,15 @@ struct Volume {
 
 impl Volume {
     fn mount(size_kib: u64) -> Volume {
+        Volume::mount_with(&format!("size={size_kib}k"))
+    }
+
+    /// A tmpfs with the mount options `options`.
+    fn mount_with(options: &str) -> Volume {
         let tmp = tempfile::tempdir().unwrap();
         let mount = tmp.path().join("volume");
         Volume {
-            tmpfs: Tmpfs::mount(&mount, size_kib),
+            tmpfs: Tmpfs::mount_with(&mount, options),
             mount,
             _tmp: tmp,
         }
@@ -279,5 +290,157 @@ fn a_tier_replaced_by_a_link_to_another_filesystem_is_not_followed() {
     // The guard looks at its directory every fallback interval (1 s).
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(objects_on_disk(&elsewhere).len(), 40);
+    guard.stop();
+}
+
+/// Allocated bytes of one stored object on this volume.
+fn object_bytes(dir: &Path, i: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(dir.join(object_name(i))).unwrap().blocks() * 512
+}
+
+/// Objects 0..4 get two more links outside the tier (three in all),
+/// objects 4..8 one more (two in all), 8 and 9 none. Another writer takes
+/// the volume half an object below the line: the guard deletes objects
+/// 8 and 9 only, the two whose deletion frees anything, and counts what
+/// that freed on the volume, not the bytes of the objects it passed over.
+#[test]
+fn objects_with_other_links_are_passed_over_when_the_volume_needs_space() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    let (backup, second) = (volume.mount.join("backup"), volume.mount.join("second"));
+    for d in [&dir, &backup, &second] {
+        fs::create_dir(d).unwrap();
+    }
+    let guard = start(&dir);
+    wait_status(&dir, "start", |s| s.free_space.is_some());
+    for i in 0..10 {
+        store(&dir, i).unwrap();
+    }
+    let each = object_bytes(&dir, 0);
+    for i in 0..8 {
+        fs::hard_link(dir.join(object_name(i)), backup.join(object_name(i))).unwrap();
+    }
+    for i in 0..4 {
+        fs::hard_link(dir.join(object_name(i)), second.join(object_name(i))).unwrap();
+    }
+    let filled = wait_status(&dir, "ten objects", |s| s.tracked.objects == 10);
+    let line = filled.free_space.unwrap().line_bytes;
+    let outside = volume.mount.join("model.safetensors");
+    let take = volume.free() - line + each / 2;
+    assert_eq!(volume.tmpfs.fill(&outside, take), take);
+    let status = wait_status(&dir, "back at the line", |s| {
+        s.free_space
+            .is_some_and(|f| f.evictions.cycles > 0 && f.free_bytes >= line)
+    });
+    let kept = status.free_space.unwrap();
+    let left: Vec<String> = (0..8).map(object_name).collect();
+    assert_eq!(objects_on_disk(&dir), left, "{status:#?}");
+    assert_eq!(kept.evictions.deleted.objects, 2, "{status:#?}");
+    assert_eq!(kept.evictions.deleted.bytes, 2 * each, "{status:#?}");
+    assert!(volume.free() >= line);
+    assert_eq!(objects_on_disk(&backup).len(), 8);
+    assert_eq!(objects_on_disk(&second).len(), 4);
+    guard.stop();
+}
+
+/// The example: with every object of the tier linked elsewhere, the guard
+/// deleted all of them in under a second while the free space did not
+/// move, and reported their bytes as freed. Now it deletes none and says
+/// the volume is short.
+#[test]
+fn a_tier_whose_every_object_is_linked_elsewhere_gives_nothing_up_for_the_free_space() {
+    let volume = Volume::mount(4096);
+    let dir = volume.mount.join("tier");
+    let backup = volume.mount.join("backup");
+    fs::create_dir(&dir).unwrap();
+    fs::create_dir(&backup).unwrap();
+    let guard = start(&dir);
+    wait_status(&dir, "start", |s| s.free_space.is_some());
+    for i in 0..10 {
+        store(&dir, i).unwrap();
+        fs::hard_link(dir.join(object_name(i)), backup.join(object_name(i))).unwrap();
+    }
+    let filled = wait_status(&dir, "ten objects", |s| s.tracked.objects == 10);
+    let line = filled.free_space.unwrap().line_bytes;
+    let outside = volume.mount.join("logs");
+    volume.tmpfs.fill(&outside, volume.free() - line / 4);
+    let status = wait_status(&dir, "short", |s| {
+        s.free_space
+            .is_some_and(|f| f.short_since_unix_ms.is_some())
+    });
+    let kept = status.free_space.unwrap();
+    assert_eq!(kept.evictions.cycles, 0, "{status:#?}");
+    assert_eq!(kept.evictions.deleted.bytes, 0, "{status:#?}");
+    assert_eq!(objects_on_disk(&dir).len(), 10);
+    assert_eq!(status.tracked.objects, 10, "{status:#?}");
+    guard.stop();
+}
+
+/// A volume of 64 inodes with bytes to spare: another writer makes empty
+/// files until no inode is left, and every store fails with `ENOSPC`. The
+/// guard keeps an inode line (a tenth of the inodes), evicts the tier's
+/// oldest objects until it is back, and stores resume; the other writer's
+/// files stay.
+#[test]
+fn another_writer_that_uses_up_the_inodes_costs_the_tier_its_oldest_objects() {
+    let volume = Volume::mount_with("size=4096k,nr_inodes=64");
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    let first = wait_status(&dir, "start", |s| s.free_space.is_some());
+    let inodes = first
+        .free_space
+        .unwrap()
+        .inodes
+        .expect("tmpfs counts inodes");
+    assert_eq!(
+        (inodes.volume_inodes, inodes.reserve_inodes),
+        (64, 6),
+        "{first:#?}"
+    );
+    assert_eq!(inodes.line_inodes, 6, "{first:#?}");
+    for i in 0..10 {
+        store(&dir, i).unwrap();
+    }
+    wait_status(&dir, "ten objects", |s| s.tracked.objects == 10);
+    let others = volume.mount.join("many-small-files");
+    fs::create_dir(&others).unwrap();
+    let mut made = 0;
+    loop {
+        match fs::File::create(others.join(made.to_string())) {
+            Ok(_) => made += 1,
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+            Err(e) => panic!("another writer: {e}"),
+        }
+    }
+    assert!(volume.free() > 2 << 20, "bytes to spare: {}", volume.free());
+    let status = wait_status(&dir, "back at the inode line", |s| {
+        s.free_space.is_some_and(|f| {
+            f.evictions.cycles > 0 && f.inodes.is_some_and(|i| i.free_inodes >= i.line_inodes)
+        })
+    });
+    assert!(volume.tmpfs.free_inodes() >= 6, "{status:#?}");
+    let left = objects_on_disk(&dir);
+    assert!(left.len() <= 4, "six inodes back: {left:?}");
+    assert!(left.contains(&object_name(9)), "the newest stays: {left:?}");
+    assert!(!left.contains(&object_name(0)), "the oldest goes: {left:?}");
+    store(&dir, 100).expect("a store after the inodes were used up");
+    assert_eq!(fs::read_dir(&others).unwrap().count(), made);
+    guard.stop();
+}
+
+/// A tmpfs without an inode limit reports no inodes: the guard keeps its
+/// free-space line there and no inode line.
+#[test]
+fn a_volume_that_reports_no_inodes_gets_no_inode_line() {
+    let volume = Volume::mount_with("size=4096k,nr_inodes=0");
+    let dir = volume.mount.join("tier");
+    fs::create_dir(&dir).unwrap();
+    let guard = start(&dir);
+    let status = wait_status(&dir, "start", |s| s.free_space.is_some());
+    let line = status.free_space.unwrap();
+    assert_eq!(line.volume_bytes, 4096 * KIB, "{status:#?}");
+    assert_eq!(line.inodes, None, "{status:#?}");
     guard.stop();
 }

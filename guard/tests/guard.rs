@@ -372,3 +372,61 @@ fn an_inotify_queue_overflow_is_rescanned_and_the_bound_holds() {
     assert!(objects_on_disk(dir).contains(&object_name(199)));
     guard.stop();
 }
+
+/// A capacity cycle deletes the least recently used objects whatever
+/// their links (the tier's usage is what it holds), but counts what that
+/// freed as the filesystem does: nothing for the ten objects with another
+/// link outside the tier, their blocks for the others. The outside links
+/// keep their content.
+#[test]
+fn a_capacity_cycle_counts_what_its_deletions_free_on_the_volume() {
+    use std::os::unix::fs::MetadataExt;
+    let _volume = shared_volume();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tier");
+    let backup = tmp.path().join("backup");
+    fs::create_dir(&dir).unwrap();
+    fs::create_dir(&backup).unwrap();
+    for i in 0..10 {
+        store(&dir, i);
+        fs::hard_link(dir.join(object_name(i)), backup.join(object_name(i))).unwrap();
+    }
+    let each = fs::metadata(dir.join(object_name(0))).unwrap().blocks() * 512;
+    let guard = start(&dir, fast());
+    wait_status(&dir, "start count", |s| s.start.found.objects == 10);
+    for i in 10..40 {
+        store(&dir, i);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_status(&dir, "evicted", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
+    });
+    guard.stop();
+    // The status written when the guard stopped: every cycle it ran.
+    let status = wait_status(&dir, "the last status", |_| true);
+    let kept = objects_on_disk(&dir);
+    let evicted: Vec<u32> = (0..40)
+        .filter(|&i| !kept.contains(&object_name(i)))
+        .collect();
+    assert!(
+        evicted.iter().any(|&i| i < 10),
+        "the linked ones are the oldest: {evicted:?}"
+    );
+    let freeing = evicted.iter().filter(|&&i| i >= 10).count() as u64;
+    assert_eq!(
+        status.evictions.deleted.objects,
+        evicted.len() as u64,
+        "{status:#?}"
+    );
+    assert_eq!(
+        status.evictions.deleted.bytes,
+        freeing * each,
+        "{status:#?}"
+    );
+    for i in 0..10 {
+        assert_eq!(
+            fs::read(backup.join(object_name(i))).unwrap(),
+            vec![7u8; OBJECT]
+        );
+    }
+}

@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         let capacity = totals.objects.bytes / 2;
         let policy = TierPolicy {
             capacity_bytes: Some(capacity),
-            shared: false,
+            ..TierPolicy::default()
         };
         (manifest, policy)
     };

@@ -64,6 +64,10 @@ pub struct Report {
     pub shared: bool,
     /// Capacity trimmed to, in bytes.
     pub capacity_bytes: Option<u64>,
+    /// Set when the objects left reached the capacity guard's trigger: the
+    /// bytes they were trimmed to instead, where the guard's first cycle
+    /// would leave the tier ([`crate::plan::GuardBound`]).
+    pub trimmed_for_guard: Option<u64>,
     /// How objects were ordered for the trim.
     pub trim_order: TrimOrder,
     /// Deletions per reason, in reason order, reasons with none left out.
@@ -99,6 +103,7 @@ impl Report {
         let TierPolicy {
             capacity_bytes,
             shared,
+            guard: _,
         } = plan.policy;
         let totals = inventory.totals();
         Self {
@@ -106,6 +111,7 @@ impl Report {
             dry_run,
             shared,
             capacity_bytes,
+            trimmed_for_guard: plan.trimmed_for_guard,
             trim_order: plan.trim_order,
             deleted: Vec::new(),
             deleted_total: CountBytes::default(),
@@ -199,6 +205,13 @@ impl fmt::Display for Report {
         )?;
         if let Some(capacity) = self.capacity_bytes {
             write!(f, " of capacity {}", gib(capacity))?;
+        }
+        if let Some(target) = self.trimmed_for_guard {
+            write!(
+                f,
+                " (trimmed to {}, where the capacity guard leaves a tier that reaches its trigger)",
+                gib(target)
+            )?;
         }
         if self.shared {
             f.write_str(" (shared tier: no purge by identity)")?;

@@ -18,7 +18,7 @@
 //!     cp_kv_cache_interleave_size: 1,
 //!     mla_only: false,
 //! };
-//! let policy = TierPolicy { capacity_bytes: Some(100 << 30), shared: false };
+//! let policy = TierPolicy { capacity_bytes: Some(100 << 30), ..TierPolicy::default() };
 //! let done = housekeep("/data/lmcache", &identity, policy, Mode::Apply)?;
 //! println!("{}", done.report); // one line for the launch log
 //! // keep `done.lock` alive for the life of the server
@@ -39,7 +39,7 @@ pub use codec::{KvRank, ObjectKey, ObjectName};
 pub use execute::{dry_run_report, execute, Report};
 pub use identity::{read_manifest, write_manifest, LaunchIdentity, Manifest, ManifestRead};
 pub use lock::{LockError, TierLock};
-pub use plan::{plan, IdentityChange, IdentityPurge, Plan, Reason, TierPolicy};
+pub use plan::{plan, GuardBound, IdentityChange, IdentityPurge, Plan, Reason, TierPolicy};
 pub use scan::{scan, Inventory, InventoryTotals, ScanError};
 pub use tier_dir::{Access, TierDir, TierDirError};
 

@@ -13,7 +13,12 @@
 //!    block size and chunk size are unknown and reading them back could hand
 //!    the engine garbage;
 //! 5. [`Reason::Trim`]: of the objects left, the least recently used go
-//!    first until their allocated bytes fit the capacity.
+//!    first until their allocated bytes fit the capacity. A tier with a
+//!    capacity guard ([`TierPolicy::guard`]) whose objects left reach the
+//!    guard's trigger is trimmed further, to where the guard's first cycle
+//!    would leave it (`docs/capacity-guard.md`, "Housekeeping and the
+//!    guard"): one pass of deletions before the server starts, not a trim
+//!    to the capacity followed at once by the guard's own cycle.
 //!
 //! A purge by identity (rules 1 to 4) that takes more than half of the
 //! tier's object bytes is described in [`Plan::identity_purge`]: what the
@@ -53,6 +58,22 @@ pub struct TierPolicy {
     pub capacity_bytes: Option<u64>,
     /// Other nodes write here: no purge by identity, temp files kept.
     pub shared: bool,
+    /// Where the tier's capacity guard leaves it, when one bounds the tier
+    /// once the server runs.
+    pub guard: Option<GuardBound>,
+}
+
+/// When a tier's capacity guard evicts and where its cycle ends
+/// (`docs/capacity-guard.md`, "Which tiers, and who evicts what"): once the
+/// objects reach `trigger_bytes` it deletes the least recently used down to
+/// `target_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GuardBound {
+    /// The usage at which the guard starts a cycle, in bytes.
+    pub trigger_bytes: u64,
+    /// The usage a cycle started at or above the trigger ends at, in bytes
+    /// (at most: the trigger less `eviction_ratio` x capacity).
+    pub target_bytes: u64,
 }
 
 /// Why an entry is deleted. Serialised as `{"reason": "other_model"}`,
@@ -208,6 +229,10 @@ pub struct Plan {
     /// Set when the purge by identity takes more than half of the tier's
     /// object bytes.
     pub identity_purge: Option<IdentityPurge>,
+    /// Set when the objects left reached the capacity guard's trigger: the
+    /// bytes they were trimmed to, the guard's target
+    /// ([`GuardBound::target_bytes`]).
+    pub trimmed_for_guard: Option<u64>,
 }
 
 impl Plan {
@@ -281,11 +306,17 @@ pub fn plan(
             }
         }
     }
-    if let Some(capacity) = policy.capacity_bytes {
-        if kept.bytes > capacity {
+    let mut limit = policy.capacity_bytes;
+    let mut trimmed_for_guard = None;
+    if let Some(guard) = policy.guard.filter(|g| kept.bytes >= g.trigger_bytes) {
+        limit = Some(limit.map_or(guard.target_bytes, |c| c.min(guard.target_bytes)));
+        trimmed_for_guard = Some(guard.target_bytes);
+    }
+    if let Some(limit) = limit {
+        if kept.bytes > limit {
             survivors.sort_unstable();
             for (_, index) in survivors {
-                if kept.bytes <= capacity {
+                if kept.bytes <= limit {
                     break;
                 }
                 let bytes = inventory.objects()[index as usize].stats.allocated_bytes;
@@ -313,6 +344,7 @@ pub fn plan(
         manifest_change,
         manifest_warning,
         identity_purge,
+        trimmed_for_guard,
     }
 }
 
@@ -639,7 +671,7 @@ mod tests {
             &manifest,
             TierPolicy {
                 capacity_bytes: Some(0),
-                shared: false,
+                ..TierPolicy::default()
             },
         );
         assert_eq!(
@@ -690,8 +722,8 @@ mod tests {
     fn shared_tiers_are_never_purged_by_identity_and_keep_temps() {
         let inv = mixed();
         let policy = TierPolicy {
-            capacity_bytes: None,
             shared: true,
+            ..TierPolicy::default()
         };
         let plan = plan(&inv, &identity(), &ManifestRead::Missing, policy);
         assert!(plan.deletions.is_empty());
@@ -712,7 +744,7 @@ mod tests {
         }
         let policy = TierPolicy {
             capacity_bytes: Some(9 * MIB),
-            shared: false,
+            ..TierPolicy::default()
         };
         let plan = plan(&inv, &identity(), &manifest_of(&identity()), policy);
         let trimmed: Vec<_> = plan
@@ -737,6 +769,67 @@ mod tests {
         );
     }
 
+    /// A tier at or above its guard's trigger is trimmed to the guard's
+    /// target: at its capacity (the example: trimmed to 100%, then the
+    /// guard deleted 30% more), over it, and exactly at the trigger; below
+    /// the trigger, to the capacity as before (nothing).
+    #[test]
+    fn a_tier_at_the_guards_trigger_is_trimmed_to_where_the_guard_leaves_it() {
+        // Capacity 100 MiB, trigger 0.9, target 0.7 (a built-in tier's
+        // hard bound: watermark 0.8, ratio 0.2).
+        let guard = GuardBound {
+            trigger_bytes: 90 * MIB,
+            target_bytes: 70 * MIB,
+        };
+        let policy = TierPolicy {
+            capacity_bytes: Some(100 * MIB),
+            guard: Some(guard),
+            ..TierPolicy::default()
+        };
+        for (objects, kept, trimmed_for_guard) in [
+            (100, 70, Some(70 * MIB)),
+            (130, 70, Some(70 * MIB)),
+            (90, 70, Some(70 * MIB)),
+            (89, 89, None),
+            (10, 10, None),
+        ] {
+            let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+            for n in 0..objects {
+                inv.add_object(&object("org/model", 4, n), stats(1, i64::from(n), 0));
+            }
+            let plan = plan(&inv, &identity(), &manifest_of(&identity()), policy);
+            assert_eq!(plan.kept_objects.bytes, kept * MIB, "{objects} objects");
+            assert_eq!(
+                plan.trimmed_for_guard, trimmed_for_guard,
+                "{objects} objects"
+            );
+            // The oldest go: what is kept is the newest `kept`.
+            let deleted: Vec<u32> = plan
+                .deletions
+                .iter()
+                .map(|d| match d.target {
+                    Target::Object(i) => i,
+                    Target::Temp(_) => unreachable!("no temps here"),
+                })
+                .collect();
+            assert_eq!(
+                deleted,
+                (0..(u32::from(objects) - kept as u32)).collect::<Vec<_>>()
+            );
+        }
+        // Without a capacity, the guard's bound still applies.
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        for n in 0..95 {
+            inv.add_object(&object("org/model", 4, n), stats(1, i64::from(n), 0));
+        }
+        let bound_only = TierPolicy {
+            guard: Some(guard),
+            ..TierPolicy::default()
+        };
+        let plan = plan(&inv, &identity(), &manifest_of(&identity()), bound_only);
+        assert_eq!(plan.kept_objects.bytes, 70 * MIB);
+    }
+
     #[test]
     fn on_a_noatime_volume_trim_goes_by_modification_time() {
         let mut inv = Inventory::new("/tier", AccessTimes::NotRecorded);
@@ -744,7 +837,7 @@ mod tests {
         inv.add_object(&object("org/model", 4, 2), stats(1, 200, 0));
         let policy = TierPolicy {
             capacity_bytes: Some(MIB),
-            shared: false,
+            ..TierPolicy::default()
         };
         let plan = plan(&inv, &identity(), &manifest_of(&identity()), policy);
         assert_eq!(plan.trim_order, TrimOrder::Modification);
@@ -761,7 +854,7 @@ mod tests {
             for (n, (mib, m, a)) in objects.iter().enumerate() {
                 inv.add_object(&object("org/model", 4, n as u16), stats(*mib, *m, *a));
             }
-            let policy = TierPolicy { capacity_bytes: Some(capacity_mib * MIB), shared: false };
+            let policy = TierPolicy { capacity_bytes: Some(capacity_mib * MIB), ..TierPolicy::default() };
             let plan = plan(&inv, &identity(), &manifest_of(&identity()), policy);
             prop_assert!(plan.kept_objects.bytes <= capacity_mib * MIB);
             let deleted: std::collections::HashSet<u32> = plan.deletions.iter().map(|d| match d.target {

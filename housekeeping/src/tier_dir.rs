@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{open, openat, renameat, OFlag};
-use nix::sys::stat::{fstat, Mode};
+use nix::libc::{S_IFLNK, S_IFMT};
+use nix::sys::stat::{fstat, lstat, Mode};
 use nix::sys::statvfs::{fstatvfs, FsFlags};
 use nix::unistd::{faccessat, fsync, unlinkat, AccessFlags, UnlinkatFlags};
 
@@ -50,6 +51,13 @@ pub enum TierDirError {
         /// The path given.
         path: PathBuf,
     },
+    /// The path is a symlink, and the caller asked for a directory at the
+    /// path itself ([`TierDir::open_no_follow`]).
+    #[error("tier path {path} is a symlink, which is not followed here")]
+    Symlink {
+        /// The path given.
+        path: PathBuf,
+    },
     /// The path is the filesystem root, never a tier.
     #[error("tier path {path} is the filesystem root: refusing to housekeep `/`; use a directory of its own")]
     FilesystemRoot {
@@ -82,6 +90,7 @@ pub struct TierDir {
     device: u64,
     access: Access,
     access_times: AccessTimes,
+    through_symlink: bool,
 }
 
 impl TierDir {
@@ -93,19 +102,47 @@ impl TierDir {
     /// `NotWritable` for [`Access::ReadWrite`] on a read-only mount or a
     /// directory this process may not write, `Io` otherwise.
     pub fn open(path: impl AsRef<Path>, access: Access) -> Result<Self, TierDirError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_at_path(path.as_ref(), access, true)
+    }
+
+    /// Opens `path` as [`TierDir::open`] does, except that a symlink at the
+    /// path itself is refused, not followed: the directory must be at the
+    /// path. A capacity guard looks at its tier's path this way once it
+    /// runs, so that a link put there later does not take it into another
+    /// directory (`docs/capacity-guard.md`, "The directory it guards").
+    ///
+    /// # Errors
+    /// As [`TierDir::open`], and [`TierDirError::Symlink`] when the path is
+    /// a symlink.
+    pub fn open_no_follow(path: impl AsRef<Path>, access: Access) -> Result<Self, TierDirError> {
+        Self::open_at_path(path.as_ref(), access, false)
+    }
+
+    fn open_at_path(path: &Path, access: Access, follow: bool) -> Result<Self, TierDirError> {
+        let path = path.to_path_buf();
         let io_err = |e: Errno| TierDirError::Io {
             path: path.clone(),
             source: io::Error::from(e),
         };
-        let fd = match open(
-            &path,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        // The path itself first, without following a symlink there: Linux
+        // answers ENOTDIR for a symlink as for any other non-directory.
+        let (fd, through_symlink) = match open(&path, flags | OFlag::O_NOFOLLOW, Mode::empty()) {
+            Ok(fd) => (fd, false),
             Err(Errno::ENOENT) => return Err(TierDirError::NotFound { path }),
-            Err(Errno::ENOTDIR) => return Err(TierDirError::NotADirectory { path }),
+            Err(Errno::ENOTDIR) => {
+                let symlink = lstat(&path).is_ok_and(|st| st.st_mode & S_IFMT == S_IFLNK);
+                match (symlink, follow) {
+                    (false, _) => return Err(TierDirError::NotADirectory { path }),
+                    (true, false) => return Err(TierDirError::Symlink { path }),
+                    (true, true) => match open(&path, flags, Mode::empty()) {
+                        Ok(fd) => (fd, true),
+                        Err(Errno::ENOENT) => return Err(TierDirError::NotFound { path }),
+                        Err(Errno::ENOTDIR) => return Err(TierDirError::NotADirectory { path }),
+                        Err(e) => return Err(io_err(e)),
+                    },
+                }
+            }
             Err(e) => return Err(io_err(e)),
         };
         let stat = fstat(&fd).map_err(io_err)?;
@@ -144,7 +181,14 @@ impl TierDir {
             device: stat.st_dev,
             access,
             access_times,
+            through_symlink,
         })
+    }
+
+    /// Whether the path was a symlink when it was opened: the directory is
+    /// the link's target then.
+    pub fn through_symlink(&self) -> bool {
+        self.through_symlink
     }
 
     /// The path it was opened with.
@@ -435,6 +479,50 @@ mod tests {
         assert_eq!(fs::read(&outside).unwrap(), b"not ours");
         assert_eq!(fs::read(tier.join(NAME)).unwrap(), b"status again");
         assert!(!tier.join(TEMP).exists());
+    }
+
+    #[test]
+    fn a_symlink_at_the_path_is_followed_by_open_and_refused_by_open_no_follow() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tier");
+        fs::create_dir(&dir).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let file = tmp.path().join("file");
+        fs::write(&file, b"not a directory").unwrap();
+        let file_link = tmp.path().join("file-link");
+        std::os::unix::fs::symlink(&file, &file_link).unwrap();
+
+        let direct = TierDir::open(&dir, Access::ReadOnly).unwrap();
+        assert!(!direct.through_symlink());
+        let linked = TierDir::open(&link, Access::ReadOnly).unwrap();
+        assert!(linked.through_symlink());
+        assert_eq!(
+            fstat(linked.fd()).unwrap().st_ino,
+            fstat(direct.fd()).unwrap().st_ino
+        );
+        assert!(!TierDir::open_no_follow(&dir, Access::ReadOnly)
+            .unwrap()
+            .through_symlink());
+        assert!(matches!(
+            TierDir::open_no_follow(&link, Access::ReadOnly),
+            Err(TierDirError::Symlink { .. })
+        ));
+        for path in [&file, &file_link] {
+            assert!(matches!(
+                TierDir::open(path, Access::ReadOnly),
+                Err(TierDirError::NotADirectory { .. })
+            ));
+        }
+        assert!(matches!(
+            TierDir::open_no_follow(&file, Access::ReadOnly),
+            Err(TierDirError::NotADirectory { .. })
+        ));
+        fs::remove_dir(&dir).unwrap();
+        assert!(matches!(
+            TierDir::open(&link, Access::ReadOnly),
+            Err(TierDirError::NotFound { .. })
+        ));
     }
 
     #[test]

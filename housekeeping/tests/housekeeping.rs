@@ -253,7 +253,7 @@ fn trim_removes_the_least_recently_used_objects_first() {
     }
     let policy = TierPolicy {
         capacity_bytes: Some(2 * 64 * 1024),
-        shared: false,
+        ..TierPolicy::default()
     };
     let done = apply(dir, &bench_identity(), policy);
     assert_eq!(count_of(&done.report, Reason::Trim), 2);
@@ -280,8 +280,8 @@ fn shared_tiers_are_not_purged_by_identity_and_get_no_manifest() {
     }
     fs::write(dir.join("test-model@0x01000100@0@00cc.tmp"), b"in flight").unwrap();
     let shared = TierPolicy {
-        capacity_bytes: None,
         shared: true,
+        ..TierPolicy::default()
     };
     let done = apply(dir, &bench_identity(), shared);
     assert_eq!(done.report.deleted_total.count, 0);

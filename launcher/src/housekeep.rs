@@ -4,9 +4,10 @@
 
 use std::path::PathBuf;
 
+use lmcache_capacity_guard::capacity::guard_spec;
 use lmcache_capacity_guard::Watch;
 use lmcache_housekeeping::{
-    Housekeeping, HousekeepingError, LaunchIdentity, Mode, ScannedTier, TierPolicy,
+    GuardBound, Housekeeping, HousekeepingError, LaunchIdentity, Mode, ScannedTier, TierPolicy,
 };
 use serde::Serialize;
 
@@ -16,8 +17,9 @@ use crate::launch_plan::{self, EngineFacts, HostFacts};
 use lmcache_sizing::rules;
 
 /// The housekeeping a launch runs on the node's disk tier: purge objects of
-/// other launch identities, trim oldest-first to the capacity, record the
-/// identity in the manifest.
+/// other launch identities, trim oldest-first to the capacity (or, for a
+/// tier left at its capacity guard's trigger, to where the guard leaves
+/// it), record the identity in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DiskHousekeeping {
     /// The tier directory (the node's disk path).
@@ -26,6 +28,10 @@ pub struct DiskHousekeeping {
     pub identity: LaunchIdentity,
     /// Capacity in bytes the remaining objects are trimmed to.
     pub capacity_bytes: u64,
+    /// The tier's capacity guard: the objects left at or above its trigger
+    /// are trimmed to its target instead (`docs/capacity-guard.md`,
+    /// "Housekeeping and the guard"); `None` when no guard bounds the tier.
+    pub guard: Option<GuardBound>,
     /// The scan the plan sized the tier from, housekept from here.
     #[serde(skip)]
     pub tier: MeasuredTier,
@@ -62,6 +68,7 @@ impl DiskHousekeeping {
         let policy = TierPolicy {
             capacity_bytes: Some(self.capacity_bytes),
             shared: false,
+            guard: self.guard,
         };
         let housekeeping = scanned.housekeep(&self.identity, policy, mode)?;
         Ok(Housekept {
@@ -92,6 +99,9 @@ pub struct NodeTier {
     /// `None` when the node's plan has no built-in disk tier (a custom
     /// cascade, or a size of 0).
     pub capacity: Option<lmcache_sizing::Decision<u64>>,
+    /// The built-in tier's capacity guard, as [`DiskHousekeeping::guard`]
+    /// (`None` without a capacity).
+    pub guard: Option<GuardBound>,
 }
 
 /// The [`NodeTier`] of the node `vars` describe (its backend taken as
@@ -115,11 +125,17 @@ pub fn node_tier(
         true => Some(node_capacity(&node)?).filter(|c| c.value > 0),
         false => None,
     };
+    // The built-in tier as the launch writes it: its guard's bound.
+    let guard = capacity.as_ref().and_then(|c| {
+        let spec = lmcache_tier_spec::fs_native_tier(&node.disk_path, 1, false, c.value);
+        guard_spec(0, &spec).ok().flatten().map(|g| g.bound())
+    });
     Ok(NodeTier {
         path: node.disk_path.clone(),
         identity: engine.launch_identity(chunk.value),
         chunk_size_source: chunk.reason,
         capacity,
+        guard,
     })
 }
 

@@ -23,6 +23,7 @@ use crate::facts::DiskFacts;
 use crate::housekeep::DiskHousekeeping;
 use crate::ports::{self, Listener};
 use crate::server_flags::server_flags;
+use lmcache_capacity_guard::capacity::guard_spec;
 use lmcache_housekeeping::LaunchIdentity;
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
@@ -607,7 +608,7 @@ pub fn plan_launch(
     decisions
         .warnings
         .extend(host.gpu.as_ref().and_then(crate::gpu::warning));
-    let housekeeping = disk_housekeeping(facts, host, &decisions);
+    let housekeeping = disk_housekeeping(facts, host, &decisions, &cascade);
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
     decisions.replaced_by_extra_args = replaced;
@@ -677,17 +678,27 @@ fn choose_cascade(
 }
 
 /// The housekeeping of the built-in disk tier before the server starts,
-/// from the launch's scan in `host`; `None` without a disk tier.
+/// from the launch's scan in `host`, with the bound of the tier's capacity
+/// guard in `cascade`; `None` without a disk tier.
 fn disk_housekeeping(
     facts: &EngineFacts,
     host: &HostFacts,
     decisions: &Decisions,
+    cascade: &Cascade,
 ) -> Option<DiskHousekeeping> {
     let disk = decisions.disk.as_ref().filter(|d| d.capacity.value > 0)?;
+    let guard = cascade
+        .tiers()
+        .iter()
+        .enumerate()
+        .filter_map(|(position, tier)| guard_spec(position, tier).ok().flatten())
+        .find(|spec| spec.base_path == disk.path)
+        .map(|spec| spec.bound());
     Some(DiskHousekeeping {
         path: disk.path.clone(),
         identity: facts.launch_identity(decisions.chunk_size.value),
         capacity_bytes: disk.capacity.value,
+        guard,
         tier: host
             .disk
             .as_ref()

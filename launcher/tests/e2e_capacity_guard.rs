@@ -1,7 +1,8 @@
 //! End to end with the real server: the capacity guard holds a 1 GiB disk
 //! tier while the CPU bench worker stores more than three times that, across
 //! a restart, for an `fs` tier given through EREBINE_AGENT_LMCACHE_L2_ADAPTER
-//! and for the node's built-in `fs_native` tier.
+//! and for the node's built-in `fs_native` tier; and a launch on a built-in
+//! tier at or over its capacity trims it once, to where the guard leaves it.
 //!
 //! L1 is 1 GiB too and keeps chunks after they reach L2, so the hits after a
 //! restart (L1 empty) are what the disk tier kept; the bound is sampled on
@@ -316,4 +317,67 @@ fn the_builtin_fs_native_tier_stays_within_its_capacity_across_a_restart() {
     };
     // LMCache evicts on its own count first; the guard is the bound behind it.
     holds_the_capacity_across_a_restart(&node, false);
+}
+
+/// Writes `count` objects of the launch identity (`test-model`, TP 1) of
+/// `OBJECT` allocated bytes each into `tier`, oldest first.
+fn fill_with_objects(tier: &Path, count: u32) {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    for i in 0..count {
+        let path = tier.join(format!("test-model@0x01000100@0@{i:064x}.data"));
+        let file = fs::File::create(&path).unwrap();
+        fallocate(&file, FallocateFlags::empty(), 0, OBJECT as i64).unwrap();
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + u64::from(i));
+        file.set_times(fs::FileTimes::new().set_accessed(at).set_modified(at))
+            .unwrap();
+    }
+}
+
+/// The example: a launch on a tier at its capacity trimmed it to 100%, and
+/// the guard then deleted another 30% within seconds. Now housekeeping
+/// trims it to the guard's target (0.7 of the 1 GiB built-in tier: its hard
+/// bound evicts at 0.9 with a ratio of 0.2) and the guard evicts nothing:
+/// for a tier at its capacity (32 objects of 32 MiB) and one over it (40).
+#[test]
+fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
+    for count in [32, 40] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let node = Node {
+            tier: dir.join("cache"),
+            dir,
+            mp_port: free_port(),
+            http_port: free_port(),
+            env: vec![("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1".into())],
+        };
+        // A first launch records the identity the objects are written under.
+        let mut launch = node.launch("launch-1");
+        stop_launch(&mut launch);
+        fill_with_objects(&node.tier, count);
+        assert_eq!(objects(&node.tier).1, u64::from(count) * OBJECT);
+
+        let mut launch = node.launch("launch-2");
+        let first = status(&node.tier);
+        let kept = first["start"]["bytes"].as_u64().unwrap();
+        let ratio = (0.2 * first["capacity_bytes"].as_u64().unwrap() as f64).ceil() as u64;
+        let target = first["trigger_bytes"].as_u64().unwrap() - ratio;
+        assert!(
+            kept <= target && kept + OBJECT > target,
+            "{count} objects: {first:#}"
+        );
+        // The guard's first status is written after any cycle at its start.
+        assert_eq!(
+            first["evictions"]["cycles"], 0,
+            "{count} objects: {first:#}"
+        );
+        assert_eq!(objects(&node.tier).1, kept);
+        assert!(
+            launch
+                .output()
+                .contains("where the capacity guard leaves a tier"),
+            "{}",
+            launch.output()
+        );
+        stop_launch(&mut launch);
+    }
 }

@@ -1054,9 +1054,12 @@ fn housekeep_cmd(args: HousekeepArgs, vars: Vars) -> Result<(), Failure> {
             .map(|bytes| lmcache_sizing::Decision::new(bytes, "flag", "--capacity-gb")),
         None => target.capacity.clone(),
     };
+    // A capacity given here is trimmed to as given; the launch's own is
+    // trimmed to where its capacity guard leaves the tier.
     let policy = TierPolicy {
         capacity_bytes: capacity.as_ref().map(|c| c.value),
         shared: false,
+        guard: target.guard.filter(|_| args.capacity_gb.is_none()),
     };
     let sources = json!({
         "path": match args.path {

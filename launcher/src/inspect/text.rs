@@ -302,14 +302,21 @@ fn free_space(f: &FreeSpace, running: bool) -> String {
     let short = match (f.short_since_unix_ms, f.shortages) {
         (Some(_), _) if !running => "; was short when the guard stopped".to_string(),
         (Some(_), _) => {
-            "; SHORT NOW: below the line with the tier empty, something else fills the volume"
+            "; SHORT NOW: below the line with nothing of the tier left to free, something else fills the volume"
                 .to_string()
         }
         (None, 0) => String::new(),
         (None, n) => format!("; short {n} times with the tier empty"),
     };
+    let inodes = match &f.inodes {
+        Some(i) => format!(
+            ", {} inodes free of {} (keeps {})",
+            i.free_inodes, i.volume_inodes, i.line_inodes
+        ),
+        None => String::new(),
+    };
     format!(
-        "{} free of {} (keeps {}: reserve {}); {} cycles evicted {} objects {} to keep it{short}",
+        "{} free of {} (keeps {}: reserve {}){inodes}; {} cycles evicted {} objects, freed {} to keep it{short}",
         fmt_gib(f.free_bytes),
         fmt_gib(f.volume_bytes),
         fmt_gib(f.line_bytes),

@@ -713,7 +713,7 @@ const GUARD_FAMILIES: [TierFamily<GuardStatus>; 9] = [
     },
     TierFamily {
         name: "guard_evicted",
-        help: "Allocated bytes the capacity guard deleted",
+        help: "Bytes the capacity guard's deletions freed on the volume (nothing for a file with other hard links)",
         bytes: true,
         counter: true,
         value: |s| s.evictions.deleted.bytes,
@@ -754,26 +754,50 @@ const FREE_SPACE_FAMILIES: [TierFamily<GuardStatus>; 5] = [
     },
     TierFamily {
         name: "guard_free_space_eviction_cycles",
-        help: "Eviction cycles run because the volume's free space fell below the line",
+        help: "Eviction cycles run because the volume's free space or inodes fell below the line",
         bytes: false,
         counter: true,
         value: |s| s.free_space.unwrap_or_default().evictions.cycles,
     },
     TierFamily {
         name: "guard_free_space_evicted_objects",
-        help: "Cache objects deleted because the volume's free space fell below the line",
+        help: "Cache objects deleted because the volume's free space or inodes fell below the line",
         bytes: false,
         counter: true,
         value: |s| s.free_space.unwrap_or_default().evictions.deleted.objects,
     },
     TierFamily {
         name: "guard_free_space_evicted",
-        help: "Allocated bytes deleted because the volume's free space fell below the line",
+        help: "Bytes freed on the volume by deletions because its free space or inodes fell below the line",
         bytes: true,
         counter: true,
         value: |s| s.free_space.unwrap_or_default().evictions.deleted.bytes,
     },
 ];
+
+/// The families of the free inodes each guard keeps on its volume, for the
+/// guards whose volume reports inodes (read only from statuses that have
+/// [`FreeSpace::inodes`](lmcache_capacity_guard::status::FreeSpace::inodes)).
+const INODE_FAMILIES: [TierFamily<GuardStatus>; 2] = [
+    TierFamily {
+        name: "guard_volume_free_inodes",
+        help: "Free inodes on the tier's volume at the guard's last check",
+        bytes: false,
+        counter: false,
+        value: |s| free_inodes(s).free_inodes,
+    },
+    TierFamily {
+        name: "guard_free_space_line_inodes",
+        help: "Free inodes the guard keeps on the volume: min(10% of its inodes, 1,000,000, free at start); below it the guard evicts",
+        bytes: false,
+        counter: false,
+        value: |s| free_inodes(s).line_inodes,
+    },
+];
+
+fn free_inodes(status: &GuardStatus) -> lmcache_capacity_guard::status::FreeInodes {
+    status.free_space.and_then(|f| f.inodes).unwrap_or_default()
+}
 
 /// The S3 gateways' per-tier families, from their counters.
 const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
@@ -831,6 +855,13 @@ fn encode_guards(
         .collect();
     for family in &FREE_SPACE_FAMILIES {
         family.encode(encoder, &measured, labels)?;
+    }
+    let counted: Vec<GuardStatus> = measured
+        .into_iter()
+        .filter(|s| s.free_space.is_some_and(|f| f.inodes.is_some()))
+        .collect();
+    for family in &INODE_FAMILIES {
+        family.encode(encoder, &counted, labels)?;
     }
     let lags: Vec<(TierLabels, f64)> = statuses
         .iter()
@@ -1272,6 +1303,16 @@ mod tests {
             ) > 0.0
         );
         assert!(sample(&text, r#"lmcache_tier_guard_volume_free_bytes{tier="0"}"#) > 0.0);
+        // The free inodes, on a volume that counts them (btrfs reports none).
+        if nix::sys::statvfs::statvfs(tmp.path()).unwrap().files() > 0 {
+            assert!(sample(&text, r#"lmcache_tier_guard_volume_free_inodes{tier="0"}"#) > 0.0);
+            assert!(
+                sample(
+                    &text,
+                    r#"lmcache_tier_guard_free_space_line_inodes{tier="0"}"#
+                ) > 0.0
+            );
+        }
         assert_eq!(
             sample(
                 &text,
