@@ -63,10 +63,15 @@ fn main() {
         })
         .collect();
     let cascade = Cascade::parse(&format!("[{}]", fs_tiers.join(",")), "BENCH").unwrap();
-    let guards: Vec<Guard> = guard_specs(&cascade)
-        .unwrap()
-        .into_iter()
-        .map(|spec| Guard::start(spec, GuardOptions::default()).unwrap())
+    let specs = guard_specs(&cascade).unwrap();
+    let metrics = Arc::new(NodeMetrics::new(None));
+    let options = GuardOptions {
+        owner: Some(metrics.guard_owner()),
+        ..GuardOptions::default()
+    };
+    let guards: Vec<Guard> = specs
+        .iter()
+        .map(|spec| Guard::start(spec.clone(), options.clone()).unwrap())
         .collect();
     let store = answering_store("200 OK");
     let mut args = Vec::new();
@@ -77,8 +82,7 @@ fn main() {
         ));
     }
     let (_, gateways) = runtime.block_on(Gateways::start(&args, &|_| None)).unwrap();
-    let metrics = Arc::new(NodeMetrics::new(None));
-    metrics.watch_guards(dirs.clone());
+    metrics.watch_guards(specs);
     metrics.watch_gateways(gateways.view());
     // Every guard has written its status file.
     let started = Instant::now();

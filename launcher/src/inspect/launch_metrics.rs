@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use lmcache_s3_gateway::{capped_body, BodyError};
 use serde::Serialize;
 
 /// The launch's own figures, from its metrics endpoint.
@@ -86,7 +87,16 @@ pub fn metrics_url(address: SocketAddr) -> String {
     format!("http://{host}:{}/metrics", address.port())
 }
 
-/// Scrapes `url` within `timeout` and reads the launch's figures.
+/// The largest answer read from the metrics port, in bytes: a launch's page
+/// is about 9 KiB with 4 guarded tiers and 4 gateways (`docs/performance.md`,
+/// "One scrape"), so 1 MiB holds one of hundreds of tiers. Whatever else
+/// holds the port is not trusted to answer that little: reading stops at
+/// the bound (`docs/inspect.md`).
+pub const METRICS_MAX_BYTES: usize = 1 << 20;
+
+/// Scrapes `url` within `timeout` and reads the launch's figures, from an
+/// answer of at most [`METRICS_MAX_BYTES`]: a larger one is cut there,
+/// read no further, and said to be no launch's.
 pub async fn read(url: &str, timeout: Duration) -> LaunchMetrics {
     let no_answer = |why: String| LaunchMetrics::NoAnswer {
         url: url.to_string(),
@@ -108,13 +118,23 @@ pub async fn read(url: &str, timeout: Duration) -> LaunchMetrics {
     if !response.status().is_success() {
         return no_answer(format!("HTTP {}", response.status().as_u16()));
     }
-    match response.text().await {
-        Ok(text) if text.contains("lmcache_tier_server_starts_total") => LaunchMetrics::Read {
+    let body = match capped_body(response, METRICS_MAX_BYTES).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge { limit }) => {
+            return no_answer(format!(
+                "the answer is larger than {} KiB, read no further: not a launch's metrics",
+                limit >> 10
+            ))
+        }
+        Err(e) => return no_answer(e.to_string()),
+    };
+    let text = String::from_utf8_lossy(&body);
+    match text.contains("lmcache_tier_server_starts_total") {
+        true => LaunchMetrics::Read {
             url: url.to_string(),
             figures: parse(&text),
         },
-        Ok(_) => no_answer("the answer is not a launch's metrics".to_string()),
-        Err(e) => no_answer(e.to_string()),
+        false => no_answer("the answer is not a launch's metrics".to_string()),
     }
 }
 
