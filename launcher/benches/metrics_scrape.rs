@@ -115,13 +115,8 @@ fn main() {
             .collect();
         println!("render {format:?}: {}", summary(samples));
     }
-    let endpoint = runtime
-        .block_on(MetricsEndpoint::start(
-            "127.0.0.1:0".parse().unwrap(),
-            "BENCH",
-            metrics.clone(),
-        ))
-        .unwrap();
+    let endpoint =
+        MetricsEndpoint::start("127.0.0.1:0".parse().unwrap(), "BENCH", metrics.clone()).unwrap();
     let url = format!("http://{}/metrics", endpoint.address());
     let client = reqwest::blocking::Client::builder()
         .no_proxy()

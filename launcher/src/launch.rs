@@ -327,7 +327,7 @@ async fn run_launch(
         return Ok(ExitStatus::from_raw(0));
     }
     let metrics = Arc::new(NodeMetrics::new(Some(plan)));
-    let _endpoint = start_metrics(plan, &metrics).await?;
+    let _endpoint = start_metrics(plan, &metrics)?;
     let prepared = prepare(plan, options, &metrics).await?;
     if let Some(why) = signals.already_received().await {
         tracing::info!("{why} received before the LMCache server started: not starting it");
@@ -405,7 +405,7 @@ fn server_listeners(plan: &LaunchPlan) -> Vec<Listener> {
 }
 
 /// The plan's metrics endpoint, started; `None` when it is off.
-async fn start_metrics(
+fn start_metrics(
     plan: &LaunchPlan,
     metrics: &Arc<NodeMetrics>,
 ) -> Result<Option<MetricsEndpoint>, LaunchError> {
@@ -413,7 +413,7 @@ async fn start_metrics(
         return Ok(None);
     };
     let address = std::net::SocketAddr::new(listener.host, listener.port);
-    let endpoint = MetricsEndpoint::start(address, &listener.setting(), metrics.clone()).await?;
+    let endpoint = MetricsEndpoint::start(address, &listener.setting(), metrics.clone())?;
     tracing::info!("metrics on http://{}/metrics", endpoint.address());
     Ok(Some(endpoint))
 }

@@ -365,7 +365,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
     if let Some(owner) = launch_guard_owner(&vars) {
         metrics.serve_guards_of(&owner);
     }
-    let _endpoint = start_metrics(&server, &vars, &metrics).await?;
+    let _endpoint = start_metrics(&server, &vars, &metrics)?;
     let (rewritten, gateways) =
         Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
     // LMCache gets the gateways' key through boto3 (stopped with them if not).
@@ -438,7 +438,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
 /// guards' and gateways' families and the server's exits. Under
 /// `lmcache-tier launch` the launch serves them and sets the port to 0
 /// here. `None` for other commands (`bench l2`) or a port of 0.
-async fn start_metrics(
+fn start_metrics(
     server: &Server,
     vars: &Vars,
     metrics: &Arc<NodeMetrics>,
@@ -456,7 +456,7 @@ async fn start_metrics(
             }));
         }
     }
-    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone()).await?;
+    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone())?;
     say!("metrics on http://{}/metrics", endpoint.address());
     Ok(Some(endpoint))
 }

@@ -14,6 +14,7 @@
 //! status file, each gateway's counters), so nothing is counted twice. The
 //! plan, housekeeping and server families are set by the launch as it goes.
 
+mod connections;
 mod endpoint;
 
 use std::path::PathBuf;
@@ -35,7 +36,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-pub use endpoint::{MetricsEndpoint, MetricsError};
+pub use endpoint::{EndpointLimits, MetricsEndpoint, MetricsError};
 
 use crate::launch_plan::LaunchPlan;
 use crate::watch::{Event, ExitCause, LossCause};
@@ -53,6 +54,8 @@ pub struct NodeMetrics {
     /// housekept.
     housekeeping: Option<HousekeepingMetrics>,
     tiers: Arc<TierSources>,
+    /// What the endpoint serving these metrics holds.
+    endpoint: Arc<connections::EndpointState>,
 }
 
 impl NodeMetrics {
@@ -70,11 +73,13 @@ impl NodeMetrics {
             .map(|_| HousekeepingMetrics::register(&mut registry));
         let tiers = Arc::new(TierSources::new());
         registry.register_collector(Box::new(tiers.clone()));
+        let endpoint = connections::EndpointState::register(&mut registry);
         NodeMetrics {
             registry,
             server,
             housekeeping,
             tiers,
+            endpoint,
         }
     }
 
