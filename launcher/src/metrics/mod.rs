@@ -1088,6 +1088,17 @@ fn encode_gateways(
             ]
         },
     )?;
+    encode_labelled(
+        encoder,
+        states,
+        "gateway_client_upload_failures",
+        "Uploads their own client ended while the upstream waited for the body, by reason (stalled: no byte for 5 s, broke_off); not the upstream's failures",
+        "reason",
+        |s| {
+            let f = s.client_upload_failures;
+            vec![("stalled", f.stalled), ("broke_off", f.broke_off)]
+        },
+    )?;
     encode_labelled(encoder, states, "gateway_rejected", "Requests the gateway refused with 403, by reason (malformed, unknown_key, scope, time, signature)", "reason", |s| {
         let r = s.rejected_by_reason;
         vec![("malformed", r.malformed), ("unknown_key", r.unknown_key), ("scope", r.scope), ("time", r.time), ("signature", r.signature)]
@@ -1673,6 +1684,7 @@ mod tests {
             },
             credential_expiry_unix: None,
             peer_refused: 0,
+            client_upload_failures: Default::default(),
         }
     }
 
