@@ -299,6 +299,66 @@ mod tests {
     use crate::oom::OomReading;
     use crate::watch::{Event, LossCause};
     use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// A port on loopback whose every answer is 200 with the headers
+    /// `head` and then `unit` over and over, until the client goes; with
+    /// the bytes of body it got written.
+    fn endless(head: &'static str, unit: Vec<u8>) -> (u16, Arc<AtomicU64>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let sent = Arc::new(AtomicU64::new(0));
+        let written = sent.clone();
+        std::thread::spawn(move || {
+            let body = unit.repeat((64 << 10) / unit.len());
+            for mut stream in listener.incoming().flatten() {
+                let _ = stream.read(&mut [0u8; 4096]);
+                let _ = stream.write_all(format!("HTTP/1.1 200 OK\r\n{head}\r\n").as_bytes());
+                while stream.write_all(&body).is_ok() {
+                    written.fetch_add(body.len() as u64, Ordering::Relaxed);
+                }
+            }
+        });
+        (port, sent)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_over_the_bound_is_cut_there_and_said_to_be_none_of_a_launchs() {
+        // A page's first line, then the same for ever: announced as 2 GiB,
+        // chunked, or until the connection closes.
+        let line = b"lmcache_tier_server_starts_total 1\n".to_vec();
+        let mut chunk = format!("{:x}\r\n", line.len()).into_bytes();
+        chunk.extend_from_slice(&line);
+        chunk.extend_from_slice(b"\r\n");
+        for (head, unit) in [
+            ("content-length: 2147483648\r\n", line.clone()),
+            ("transfer-encoding: chunked\r\n", chunk),
+            ("connection: close\r\n", line),
+        ] {
+            let (port, sent) = endless(head, unit);
+            let url = format!("http://127.0.0.1:{port}/metrics");
+            let read = read(&url, Duration::from_secs(600)).await;
+            let LaunchMetrics::NoAnswer { why, .. } = &read else {
+                panic!("{head}: {read:?}");
+            };
+            assert_eq!(
+                why, "the answer is larger than 1024 KiB, read no further: not a launch's metrics",
+                "{head}"
+            );
+            // Beyond the bound, only what the sockets' buffers hold.
+            let written = sent.load(Ordering::Relaxed);
+            assert!(written < 64 << 20, "{head}: {written} bytes written");
+        }
+        // A launch's page is read whole.
+        let metrics = Arc::new(NodeMetrics::new(None));
+        let endpoint =
+            crate::metrics::MetricsEndpoint::start("127.0.0.1:0".parse().unwrap(), "V", metrics)
+                .unwrap();
+        let read = read(&metrics_url(endpoint.address()), Duration::from_secs(60)).await;
+        assert!(matches!(read, LaunchMetrics::Read { .. }), "{read:?}");
+    }
 
     #[test]
     fn the_figures_are_the_endpoints_numbers_read_back() {
