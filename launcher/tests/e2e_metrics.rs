@@ -1,6 +1,6 @@
 //! End to end: a launch of the real LMCache 0.5.6 server serves the node's
 //! metrics on its endpoint. A scrape during a CPU bench passes `promtool
-//! check metrics` and shows the plan, the server up, the capacity guard's
+//! check metrics` and a strict OpenMetrics parser, and shows the plan, the server up, the capacity guard's
 //! usage and the housekeeping; a server SIGKILLed by hand is counted as an
 //! exit by `signal` (the kernel recorded no OOM kill) and a restart.
 
@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    binaries, children_of, free_port, get_text, promtool, run_bench, stop_launch, wait_for_status,
-    Binaries, Proc,
+    binaries, children_of, free_port, get_openmetrics, get_text, promtool, run_bench, stop_launch,
+    strict_openmetrics, wait_for_status, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -110,6 +110,13 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
     // the Prometheus text format.
     let findings = promtool_findings(&text);
     assert!(findings.trim().is_empty(), "promtool findings:\n{findings}");
+    // What Prometheus gets passes a strict OpenMetrics parser.
+    let open = get_openmetrics(&url).expect("an OpenMetrics page");
+    assert!(
+        strict_openmetrics(&open).is_ok(),
+        "{:?}\n{open}",
+        strict_openmetrics(&open)
+    );
 
     // The server's wrapper, SIGKILLed by hand: the kernel counts no OOM
     // kill, so the exit's cause is `signal`.
@@ -211,6 +218,12 @@ fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
     );
     let findings = promtool_findings(&text);
     assert!(findings.trim().is_empty(), "promtool findings:\n{findings}");
+    let open = get_openmetrics(&url).expect("an OpenMetrics page");
+    assert!(
+        strict_openmetrics(&open).is_ok(),
+        "{:?}\n{open}",
+        strict_openmetrics(&open)
+    );
     server.signal(Signal::SIGTERM);
     server
         .wait_timeout(Duration::from_secs(60))
