@@ -1,8 +1,9 @@
 //! End to end: a launch of the real LMCache 0.5.6 server serves the node's
 //! metrics on its endpoint. A scrape during a CPU bench passes `promtool
-//! check metrics` and a strict OpenMetrics parser, and shows the plan, the server up, the capacity guard's
-//! usage and the housekeeping; a server SIGKILLed by hand is counted as an
-//! exit by `signal` (the kernel recorded no OOM kill) and a restart.
+//! check metrics` and a strict OpenMetrics parser, and shows the plan, the
+//! server up, the capacity guard's usage and the housekeeping; a server
+//! SIGKILLed by hand is counted as an exit by `signal` (the kernel recorded
+//! no OOM kill) and a restart.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
