@@ -88,7 +88,7 @@ pub fn metrics_url(address: SocketAddr) -> String {
 }
 
 /// The largest answer read from the metrics port, in bytes: a launch's page
-/// is about 9 KiB with 4 guarded tiers and 4 gateways (`docs/performance.md`,
+/// is about 22 KiB with 4 guarded tiers and 4 gateways (`docs/performance.md`,
 /// "One scrape"), so 1 MiB holds one of hundreds of tiers. Whatever else
 /// holds the port is not trusted to answer that little: reading stops at
 /// the bound (`docs/inspect.md`).

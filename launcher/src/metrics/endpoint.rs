@@ -65,7 +65,7 @@ pub struct EndpointLimits {
     pub head_timeout: Duration,
     /// How long an answer may wait for its client, in seconds: from the
     /// first write that finds the socket full until everything written
-    /// reached it. Default 10 s: a page is about 9 KiB with 4 guarded
+    /// reached it. Default 10 s: a page is about 22 KiB with 4 guarded
     /// tiers and 4 gateways (`docs/performance.md`, "One scrape"), which
     /// the socket takes at once from a client that reads it.
     pub answer_timeout: Duration,
