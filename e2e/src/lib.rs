@@ -235,6 +235,58 @@ pub fn get_text(url: &str) -> Option<String> {
     resp.text().ok()
 }
 
+/// The page at `url` as Prometheus asks for it (`Accept:
+/// application/openmetrics-text`); `None` when nothing answers 200 within
+/// 10 s.
+pub fn get_openmetrics(url: &str) -> Option<String> {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .ok()?;
+    let resp = client
+        .get(url)
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )
+        .send()
+        .ok()?;
+    if resp.status().as_u16() != 200 {
+        return None;
+    }
+    resp.text().ok()
+}
+
+/// Parses `text` with a strict OpenMetrics 1.0 parser, that of the
+/// Python `prometheus_client` in the LMCache environment
+/// (`prometheus_client.openmetrics.parser.text_string_to_metric_families`,
+/// which also checks a histogram's buckets against its count): the number
+/// of families, or the parser's error. `promtool check metrics` checks
+/// less (it takes a histogram whose `+Inf` bucket is not its count).
+pub fn strict_openmetrics(text: &str) -> Result<usize, String> {
+    let python = lmcache_venv().join("bin/python");
+    let script = "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\nprint(len(list(parse(sys.stdin.read()))))\n";
+    let mut child = Command::new(&python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    let mut stdin = child.stdin.take().expect("a pipe");
+    std::io::Write::write_all(&mut stdin, text.as_bytes()).expect("the page written");
+    drop(stdin);
+    let out = child.wait_with_output().expect("the parser ends");
+    match out.status.success() {
+        true => String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|e| format!("{e}")),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
 /// Prometheus's `promtool`: `$EREBINE_TEST_PROMTOOL`, else `promtool` on
 /// `PATH`. Panics with what to run when it is missing.
 pub fn promtool() -> PathBuf {

@@ -57,6 +57,12 @@ pub type ShowProgress = fn(&str, &mut dyn FnMut());
 /// of paths), so that `erebine-lmcache server` does not start a second one.
 pub const GUARDED_BY_LAUNCH: &str = "EREBINE_LMCACHE_GUARDED_BY_LAUNCH";
 
+/// The variable a launch sets for the server's process with the owner its
+/// capacity guards write into their status files
+/// ([`NodeMetrics::guard_owner`]), so that the guards `erebine-lmcache
+/// server` runs for the launch are served as the launch's own.
+pub const GUARD_OWNER: &str = "EREBINE_LMCACHE_GUARD_OWNER";
+
 fn run_unseen(_: &str, work: &mut dyn FnMut()) {
     work()
 }
@@ -348,7 +354,7 @@ async fn run_launch(
         return Ok(ExitStatus::from_raw(0));
     }
     let metrics = Arc::new(NodeMetrics::new(Some(plan)));
-    let _endpoint = start_metrics(plan, &metrics).await?;
+    let _endpoint = start_metrics(plan, &metrics)?;
     let prepared = prepare(plan, options, &metrics).await?;
     if let Some(why) = signals.already_received().await {
         tracing::info!("{why} received before the LMCache server started: not starting it");
@@ -410,6 +416,9 @@ struct Prepared {
     _lock: Option<lmcache_housekeeping::TierLock>,
     /// The capacity guard of the disk tier, started from the launch's scan.
     guard: Option<(std::path::PathBuf, Guard)>,
+    /// The owner every guard of the launch is started with, here and
+    /// under `erebine-lmcache` ([`GUARD_OWNER`]).
+    guard_owner: String,
 }
 
 /// The server's listeners: the plan's, less the metrics endpoint, which
@@ -423,7 +432,7 @@ fn server_listeners(plan: &LaunchPlan) -> Vec<Listener> {
 }
 
 /// The plan's metrics endpoint, started; `None` when it is off.
-async fn start_metrics(
+fn start_metrics(
     plan: &LaunchPlan,
     metrics: &Arc<NodeMetrics>,
 ) -> Result<Option<MetricsEndpoint>, LaunchError> {
@@ -431,7 +440,7 @@ async fn start_metrics(
         return Ok(None);
     };
     let address = std::net::SocketAddr::new(listener.host, listener.port);
-    let endpoint = MetricsEndpoint::start(address, &listener.setting(), metrics.clone()).await?;
+    let endpoint = MetricsEndpoint::start(address, &listener.setting(), metrics.clone())?;
     tracing::info!("metrics on http://{}/metrics", endpoint.address());
     Ok(Some(endpoint))
 }
@@ -464,13 +473,15 @@ async fn prepare(
     };
     let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
     metrics.watch_gateways(gateways.view());
-    metrics.watch_guards(guarded.into_iter().map(|spec| spec.base_path));
+    metrics.watch_guards(guarded);
+    let guard_owner = metrics.guard_owner();
     let Some(hk) = &plan.housekeeping else {
         return Ok(Prepared {
             args,
             gateways,
             _lock: None,
             guard: None,
+            guard_owner,
         });
     };
     let started = Instant::now();
@@ -486,7 +497,7 @@ async fn prepare(
     }
     metrics.housekept(&housekept.housekeeping.report, started.elapsed());
     let lock = housekept.tier.lock.take();
-    let guard = start_guard(plan, &hk.path, housekept)?;
+    let guard = start_guard(plan, &hk.path, housekept, &guard_owner)?;
     tracing::debug!(
         "housekept {} and started its capacity guard in {} ms",
         hk.path.display(),
@@ -497,15 +508,18 @@ async fn prepare(
         gateways,
         _lock: lock,
         guard: guard.map(|g| (hk.path.clone(), g)),
+        guard_owner,
     })
 }
 
 /// The capacity guard of the plan's disk tier at `path`, started from the
-/// tier's scan and housekeeping; `None` when the plan does not guard it.
+/// tier's scan and housekeeping with `owner` ([`GuardOptions::owner`]);
+/// `None` when the plan does not guard it.
 fn start_guard(
     plan: &LaunchPlan,
     path: &std::path::Path,
     housekept: Housekept,
+    owner: &str,
 ) -> Result<Option<Guard>, LaunchError> {
     let specs = guard_specs(&plan.cascade).map_err(GuardError::from)?;
     let Some(spec) = specs.into_iter().find(|s| s.base_path == path) else {
@@ -517,11 +531,11 @@ fn start_guard(
         inventory: housekept.tier.inventory,
         deleted: housekept.housekeeping.deleted_objects,
     };
-    Ok(Some(Guard::start_from_scan(
-        spec,
-        GuardOptions::default(),
-        prior,
-    )?))
+    let options = GuardOptions {
+        owner: Some(owner.to_string()),
+        ..GuardOptions::default()
+    };
+    Ok(Some(Guard::start_from_scan(spec, options, prior)?))
 }
 
 /// How one start ended.
@@ -656,6 +670,7 @@ fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchErr
         let guarded = serde_json::json!([path]).to_string();
         command.env(GUARDED_BY_LAUNCH, guarded);
     }
+    command.env(GUARD_OWNER, &prepared.guard_owner);
     Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
         executable: plan.executable.display().to_string(),
         detail: e.to_string(),

@@ -20,7 +20,9 @@ use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
 use lmcache_capacity_guard::GuardError;
 use lmcache_launcher::env::{metrics_address, process_vars, ConfigError, Vars, METRICS_PORT};
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
-use lmcache_launcher::guards::{check_guards, start_guards, without_launch_guarded};
+use lmcache_launcher::guards::{
+    check_guards, launch_guard_owner, start_guards, without_launch_guarded,
+};
 use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use lmcache_launcher::output;
@@ -361,7 +363,10 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
             .map(str::to_string)
     };
     let metrics = Arc::new(NodeMetrics::new(None));
-    let _endpoint = start_metrics(&server, &vars, &metrics).await?;
+    if let Some(owner) = launch_guard_owner(&vars) {
+        metrics.serve_guards_of(&owner);
+    }
+    let _endpoint = start_metrics(&server, &vars, &metrics)?;
     let (rewritten, gateways) =
         Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
     // LMCache gets the gateways' key through boto3 (stopped with them if not).
@@ -369,7 +374,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
         check_boto3(&python_of(&server.stock), &vars)?;
     }
     metrics.watch_gateways(gateways.view());
-    metrics.watch_guards(server.guards.iter().map(|g| g.base_path.clone()));
+    metrics.watch_guards(server.guards.iter().cloned());
     let args = server.args.iter().zip(&server.text_args).zip(rewritten);
     let args = args.map(|((given, read), sent)| match *read == sent {
         true => given.clone(),
@@ -384,6 +389,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
         };
     }
     command.env_remove(lmcache_launcher::launch::GUARDED_BY_LAUNCH);
+    command.env_remove(lmcache_launcher::launch::GUARD_OWNER);
     let mut child =
         Supervised::spawn(command, Output::Inherit).map_err(|source| Failure::CannotStart {
             stock: server.stock.clone(),
@@ -412,7 +418,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
                     metrics.server().observe(&Event::Ready);
                 }
                 if listening && pending.is_some() {
-                    match start_guards(pending.take().unwrap_or_default()) {
+                    match start_guards(pending.take().unwrap_or_default(), &metrics.guard_owner()) {
                         Ok(started) => _guards = started,
                         Err(e) => {
                             // Said before the stop, which may take STOP_GRACE.
@@ -434,7 +440,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
 /// `lmcache-tier launch` the launch serves them and sets the port to 0
 /// here. `None` for other commands (`bench l2`), or with the port unset or
 /// 0.
-async fn start_metrics(
+fn start_metrics(
     server: &Server,
     vars: &Vars,
     metrics: &Arc<NodeMetrics>,
@@ -453,7 +459,7 @@ async fn start_metrics(
             }));
         }
     }
-    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone()).await?;
+    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone())?;
     say!("metrics on http://{}/metrics", endpoint.address());
     Ok(Some(endpoint))
 }
