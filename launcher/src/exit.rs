@@ -333,7 +333,12 @@ impl HasExitStatus for LaunchError {
         match self {
             // The metrics port is taken (another process, or an address
             // this host does not have).
-            LaunchError::PortInUse { .. } | LaunchError::Metrics(_) => ExitStatus::PortInUse,
+            LaunchError::PortInUse { .. }
+            | LaunchError::Metrics(crate::metrics::MetricsError::Listen { .. }) => {
+                ExitStatus::PortInUse
+            }
+            // This process could not start the endpoint's thread.
+            LaunchError::Metrics(crate::metrics::MetricsError::Thread(_)) => ExitStatus::Failure,
             LaunchError::NotAnAddressHere { .. } => ExitStatus::BadInput,
             // Out of descriptors is this process's failure; a privileged
             // port or an unusable address is the setting's.

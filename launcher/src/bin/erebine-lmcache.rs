@@ -129,7 +129,8 @@ enum Failure {
     /// The metrics variables are unusable (2).
     #[error(transparent)]
     MetricsConfig(#[from] lmcache_launcher::env::ConfigError),
-    /// The metrics endpoint cannot listen (4).
+    /// The metrics endpoint cannot listen (4), or its thread cannot start
+    /// (1).
     #[error("{0}; the server was not started")]
     Metrics(#[from] MetricsError),
     /// This process itself failed.
@@ -149,7 +150,8 @@ impl HasExitStatus for Failure {
             Failure::Boto3(e) => e.exit_status(),
             Failure::GuardStart(e) => e.exit_status(),
             Failure::MetricsConfig(e) => e.exit_status(),
-            Failure::Metrics(_) => ExitStatus::PortInUse,
+            Failure::Metrics(MetricsError::Listen { .. }) => ExitStatus::PortInUse,
+            Failure::Metrics(MetricsError::Thread(_)) => ExitStatus::Failure,
             Failure::Process(e) => e.exit_status(),
         }
     }
