@@ -235,6 +235,58 @@ pub fn get_text(url: &str) -> Option<String> {
     resp.text().ok()
 }
 
+/// The page at `url` as Prometheus asks for it (`Accept:
+/// application/openmetrics-text`); `None` when nothing answers 200 within
+/// 10 s.
+pub fn get_openmetrics(url: &str) -> Option<String> {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .ok()?;
+    let resp = client
+        .get(url)
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )
+        .send()
+        .ok()?;
+    if resp.status().as_u16() != 200 {
+        return None;
+    }
+    resp.text().ok()
+}
+
+/// Parses `text` with a strict OpenMetrics 1.0 parser, that of the
+/// Python `prometheus_client` in the LMCache environment
+/// (`prometheus_client.openmetrics.parser.text_string_to_metric_families`,
+/// which also checks a histogram's buckets against its count): the number
+/// of families, or the parser's error. `promtool check metrics` checks
+/// less (it takes a histogram whose `+Inf` bucket is not its count).
+pub fn strict_openmetrics(text: &str) -> Result<usize, String> {
+    let python = lmcache_venv().join("bin/python");
+    let script = "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\nprint(len(list(parse(sys.stdin.read()))))\n";
+    let mut child = Command::new(&python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    let mut stdin = child.stdin.take().expect("a pipe");
+    std::io::Write::write_all(&mut stdin, text.as_bytes()).expect("the page written");
+    drop(stdin);
+    let out = child.wait_with_output().expect("the parser ends");
+    match out.status.success() {
+        true => String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|e| format!("{e}")),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
 /// Prometheus's `promtool`: `$EREBINE_TEST_PROMTOOL`, else `promtool` on
 /// `PATH`. Panics with what to run when it is missing.
 pub fn promtool() -> PathBuf {
@@ -845,5 +897,124 @@ impl Drop for Tmpfs {
             .arg("--lazy")
             .arg(&self.mount)
             .status();
+    }
+}
+
+/// A cgroup v1 memory cgroup made for a test (beside this process's own, or
+/// inside another made one); its processes are killed and it is removed
+/// when dropped. Making one needs root and a v1 memory controller.
+pub struct MemoryCgroup {
+    dir: PathBuf,
+}
+
+impl MemoryCgroup {
+    /// A new cgroup v1 memory cgroup beside this process's own, named after
+    /// `name` and this process, or why none can be made here.
+    pub fn make(name: &str) -> Result<MemoryCgroup, String> {
+        use lmcache_sizing::cgroup::{memory_cgroup, CgroupVersion};
+        if !nix::unistd::geteuid().is_root() {
+            return Err("making a memory cgroup needs root".into());
+        }
+        let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
+        let own = memory_cgroup(&read("/proc/self/cgroup")?, &read("/proc/self/mountinfo")?)
+            .map_err(|e| format!("no memory cgroup to make one in: {e}"))?;
+        if own.version != CgroupVersion::V1 {
+            return Err(format!(
+                "it needs a cgroup v1 memory controller, and this host's memory cgroup is v2 ({})",
+                own.dir.display()
+            ));
+        }
+        let parent = own.dir.parent().unwrap_or(Path::new("/"));
+        MemoryCgroup::at(parent.join(format!("erebine-{name}-{}", std::process::id())))
+    }
+
+    /// A new cgroup inside this one; drop it before this one.
+    pub fn child(&self, name: &str) -> Result<MemoryCgroup, String> {
+        MemoryCgroup::at(self.dir.join(name))
+    }
+
+    fn at(dir: PathBuf) -> Result<MemoryCgroup, String> {
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        Ok(MemoryCgroup { dir })
+    }
+
+    /// The cgroup's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// One of its files.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    /// One of its files' contents; panics when it cannot be read.
+    pub fn read(&self, file: &str) -> String {
+        let path = self.path(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Writes one of its files.
+    pub fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
+        std::fs::write(self.path(file), value)
+    }
+
+    /// A file that holds a number of bytes, read.
+    pub fn bytes(&self, file: &str) -> u64 {
+        self.read(file).trim().parse().unwrap()
+    }
+
+    /// Makes `cmd` move itself into this cgroup before it runs.
+    pub fn enter(&self, cmd: &mut Command) {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::process::CommandExt;
+        let procs = std::ffi::CString::new(self.path("cgroup.procs").as_os_str().as_bytes())
+            .expect("a path without NUL");
+        // SAFETY: only open, write and close between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = nix::libc::open(procs.as_ptr(), nix::libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0": the writing process itself.
+                let written = nix::libc::write(fd, b"0".as_ptr().cast(), 1);
+                nix::libc::close(fd);
+                match written {
+                    1 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    }
+
+    /// The processes in it.
+    pub fn members(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.path("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = self.write("memory.memsw.limit_in_bytes", "-1");
+        let _ = self.write("memory.limit_in_bytes", "-1");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            for pid in self.members() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove {}", self.dir.display());
     }
 }

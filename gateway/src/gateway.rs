@@ -12,7 +12,10 @@
 //! payloads; 503 when the upstream cannot be reached or is silent for
 //! [`UPSTREAM_SILENCE`]: LMCache's S3 client gets a status it retries and
 //! reports as an S3 error, never a dropped connection, which its circuit
-//! breaker would count towards switching the tier off.
+//! breaker would count towards switching the tier off. An upload that its
+//! own client stops sending for that long, or that breaks off, is the
+//! client's: 400 `RequestTimeout` or `IncompleteBody`, as S3 answers them,
+//! counted apart from the upstream's failures ([`Upload`]).
 //!
 //! Each connection is checked once, when it is accepted: the owner of the
 //! connecting socket must be the LMCache server's uid ([`Peers`]); every
@@ -319,8 +322,23 @@ struct Connection {
 impl Peers {
     /// The connection from `peer`, checked: its socket's owner looked up
     /// once ([`peer::socket_owner`]) and compared with the server's uid.
-    fn check(&self, peer: SocketAddr) -> Connection {
-        let refusal = match peer::socket_owner(peer, self.addr) {
+    /// The `sock_diag` lookup runs here; the socket tables, where it is not
+    /// to be had, are read on a blocking thread, never on the runtime's
+    /// (the launch runs one: a read of a busy table takes milliseconds).
+    async fn check(self, peer: SocketAddr) -> Connection {
+        let local = self.addr;
+        let owner = match peer::socket_owner_by_diag(peer, local) {
+            Some(owner) => owner,
+            None => tokio::task::spawn_blocking(move || peer::socket_owner_in_tables(peer, local))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(PeerError::Table {
+                        path: "/proc/net/tcp".into(),
+                        problem: format!("the lookup did not finish: {e}"),
+                    })
+                }),
+        };
+        let refusal = match owner {
             Ok(uid) if uid == self.server_uid => None,
             Ok(uid) => Some(PeerRefusal::OtherUid {
                 uid,
@@ -360,7 +378,7 @@ pub(crate) async fn serve(
         let upstream = upstream.clone();
         let stats = stats.clone();
         tokio::spawn(async move {
-            let connection = Arc::new(peers.check(peer));
+            let connection = Arc::new(peers.check(peer).await);
             let service = service_fn(move |request| {
                 handle(upstream.clone(), stats.clone(), connection.clone(), request)
             });
@@ -435,6 +453,13 @@ enum ForwardError {
         /// Why not.
         BoxError,
     ),
+    /// The request's own client stopped sending its body, or its body
+    /// broke off, while the upstream waited for it (400).
+    #[error(transparent)]
+    Client(
+        /// Which.
+        ClientFault,
+    ),
     /// The upstream did not answer (503).
     #[error("the upstream object store did not answer: {0}")]
     Unreachable(
@@ -460,6 +485,7 @@ impl ForwardError {
     fn status(&self) -> StatusCode {
         match self {
             ForwardError::Unauthenticated(_) => StatusCode::FORBIDDEN,
+            ForwardError::Client(_) => StatusCode::BAD_REQUEST,
             ForwardError::Chunked => StatusCode::NOT_IMPLEMENTED,
             ForwardError::Unroutable(refusal) => {
                 StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST)
@@ -478,6 +504,8 @@ impl ForwardError {
             ForwardError::Unauthenticated(sigv4::Rejection::UnknownKey) => "InvalidAccessKeyId",
             ForwardError::Unauthenticated(sigv4::Rejection::Signature) => "SignatureDoesNotMatch",
             ForwardError::Unauthenticated(_) => "AccessDenied",
+            ForwardError::Client(ClientFault::Stalled(_)) => "RequestTimeout",
+            ForwardError::Client(ClientFault::BrokeOff(_)) => "IncompleteBody",
             ForwardError::Chunked => "NotImplemented",
             ForwardError::Unroutable(refusal) => refusal.code(),
             ForwardError::NoCredentials(_)
@@ -520,7 +548,9 @@ async fn handle(
     };
     let status = response.status();
     stats.answered(status, arrived.elapsed());
-    if status.is_server_error() {
+    if let Some(ForwardError::Client(fault)) = &own_error {
+        tracing::warn!(tier = upstream.tier.position, %method, %path, %status, "S3 gateway request ended by its client, not the upstream: {fault}");
+    } else if status.is_server_error() {
         let cause = match own_error {
             Some(e) => e.to_string(),
             None => "the upstream answered it".to_string(),
@@ -567,9 +597,14 @@ async fn forward(
     let payload_hash = authenticate(upstream, stats, &parts)?;
     let route = route(&upstream.tier, &parts)?;
     let progress = Progress::new();
-    let body = upstream_body(body, stats.clone(), progress.clone());
+    let upload = Upload::default();
+    let body = upstream_body(body, stats.clone(), progress.clone(), upload.clone());
     let request = re_sign(upstream, stats, &parts, &route, &payload_hash, body).await?;
-    relay(upstream, stats, &parts.method, &route, request, &progress).await
+    let exchange = Exchange {
+        progress: &progress,
+        upload: &upload,
+    };
+    relay(upstream, stats, &parts.method, &route, request, exchange).await
 }
 
 /// Checks the request's SigV4 signature against the per-launch key (a
@@ -661,27 +696,43 @@ async fn re_sign(
         .map_err(ForwardError::Sign)
 }
 
+/// What one exchange's request body did: when it last moved, and what its
+/// client did ([`Upload`]).
+#[derive(Clone, Copy)]
+struct Exchange<'a> {
+    progress: &'a Progress,
+    upload: &'a Upload,
+}
+
 /// Sends `request` upstream and passes the answer back as it streams in
 /// (a listing inside a key prefix is read whole, to strip the prefix from
 /// its keys); failures and 5xx answers are counted in `stats`. The head
-/// must come within [`UPSTREAM_SILENCE`] of the last `progress` (the
-/// request body's last byte).
+/// must come within [`UPSTREAM_SILENCE`] of the last progress of
+/// `exchange` (the request body's last byte). An exchange that ends with
+/// no answer while the request body waited on its client, or after that
+/// body broke off, is the client's, not the upstream's.
 async fn relay(
     upstream: &Upstream,
     stats: &Arc<Stats>,
     method: &Method,
     route: &Route,
     request: Request<Body>,
-    progress: &Progress,
+    exchange: Exchange<'_>,
 ) -> Result<Response<Body>, ForwardError> {
     let response = upstream
         .client
-        .send(request, progress, UPSTREAM_SILENCE)
+        .send(request, exchange.progress, UPSTREAM_SILENCE)
         .await
-        .map_err(|e| {
-            let cause = error_chain(&e);
-            stats.unreachable(method, &cause);
-            ForwardError::Unreachable(cause)
+        .map_err(|e| match exchange.upload.fault() {
+            Some(fault) => {
+                stats.client_fault(&fault);
+                ForwardError::Client(fault)
+            }
+            None => {
+                let cause = error_chain(&e);
+                stats.unreachable(method, &cause);
+                ForwardError::Unreachable(cause)
+            }
         })?;
     if response.status().is_server_error() {
         stats.upstream_error(method, &format!("answered {}", response.status()));
@@ -703,12 +754,19 @@ async fn relay(
 /// The request body LMCache sent, as the upstream gets it: in chunks of at
 /// least [`FORWARD_CHUNK`] bytes ([`coalesce`]), counted in `stats`. Each
 /// piece read from LMCache moves `progress`: the upstream takes the body
-/// as fast as it reads, so a stalled upstream stops the reading.
-fn upstream_body(body: Incoming, stats: Arc<Stats>, progress: Progress) -> Body {
+/// as fast as it reads, so a stalled upstream stops the reading. `upload`
+/// follows whether the reading waits on LMCache.
+fn upstream_body(body: Incoming, stats: Arc<Stats>, progress: Progress, upload: Upload) -> Body {
     if body.is_end_stream() {
         return client::empty();
     }
-    let pieces = BodyDataStream::new(body).inspect(move |_| progress.moved());
+    let mut data = BodyDataStream::new(body);
+    let watched = futures_util::stream::poll_fn(move |cx| {
+        let polled = data.poll_next_unpin(cx);
+        upload.saw(&polled);
+        polled
+    });
+    let pieces = watched.inspect(move |_| progress.moved());
     let chunks = coalesce(pieces).map(move |chunk| match chunk {
         Ok(data) => {
             stats.sent(data.len());
@@ -779,6 +837,67 @@ async fn listing_back(
 
 fn finish(head: http::response::Builder, body: Body) -> Result<Response<Body>, ForwardError> {
     head.body(body).map_err(ForwardError::Response)
+}
+
+/// Why an upload ended by its own client's doing ([`Upload::fault`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ClientFault {
+    /// The client sent no byte of the body for [`UPSTREAM_SILENCE`] while
+    /// the upstream waited for one.
+    #[error("it sent no byte of the request body for {} s while the upstream waited for one", .0.as_secs())]
+    Stalled(
+        /// [`UPSTREAM_SILENCE`].
+        Duration,
+    ),
+    /// The client's body broke off (its connection closed or failed before
+    /// the body was whole).
+    #[error("its request body broke off: {0}")]
+    BrokeOff(
+        /// The cause chain.
+        String,
+    ),
+}
+
+/// What the client's side of one request body did, to tell whose silence
+/// or failure ended an exchange. The upstream's client reads the body only
+/// when it can send more, so a read that waits on the client means the
+/// upstream was ready for bytes the client did not send; a stalled
+/// upstream instead stops the reading with the last read answered.
+#[derive(Clone, Default)]
+struct Upload(Arc<UploadState>);
+
+#[derive(Default)]
+struct UploadState {
+    /// The last read of the body waits for the client.
+    waiting: AtomicBool,
+    /// Why the body broke off, if it did.
+    broke: std::sync::Mutex<Option<String>>,
+}
+
+impl Upload {
+    /// Records what a read of the body gave.
+    fn saw(&self, polled: &Poll<Option<Result<Bytes, hyper::Error>>>) {
+        self.0.waiting.store(polled.is_pending(), Ordering::Relaxed);
+        if let Poll::Ready(Some(Err(e))) = polled {
+            if let Ok(mut broke) = self.0.broke.lock() {
+                *broke = Some(error_chain(e));
+            }
+        }
+    }
+
+    /// The client's fault in an exchange that got no answer: its body broke
+    /// off, or the upstream was waiting on it; `None` when the upstream was
+    /// the one that stopped.
+    fn fault(&self) -> Option<ClientFault> {
+        let broke = self.0.broke.lock().ok().and_then(|b| b.clone());
+        match broke {
+            Some(cause) => Some(ClientFault::BrokeOff(cause)),
+            None if self.0.waiting.load(Ordering::Relaxed) => {
+                Some(ClientFault::Stalled(UPSTREAM_SILENCE))
+            }
+            None => None,
+        }
+    }
 }
 
 /// Why an upstream answer's body ended early.

@@ -79,6 +79,25 @@ pub struct GatewayState {
     /// counted in [`GatewayState::requests`] or [`GatewayState::rejected`].
     #[serde(default)]
     pub peer_refused: u64,
+    /// Uploads that their own client (LMCache) ended: it stopped sending
+    /// the body, or the body broke off, while the upstream waited for it.
+    /// Answered 400 by the gateway, and counted neither in
+    /// [`GatewayState::upstream_unreachable`] nor in
+    /// [`GatewayState::last_upstream_error`]: the object store did nothing
+    /// wrong.
+    #[serde(default)]
+    pub client_upload_failures: ClientUploadFailures,
+}
+
+/// Uploads ended by their own client, by how.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientUploadFailures {
+    /// It sent no byte of the body for [`crate::UPSTREAM_SILENCE`] (5 s)
+    /// while the upstream waited for one (answered 400 `RequestTimeout`).
+    pub stalled: u64,
+    /// Its body broke off (answered 400 `IncompleteBody`, if the client is
+    /// still there to read it).
+    pub broke_off: u64,
 }
 
 /// Answers by HTTP status class.
@@ -248,6 +267,8 @@ pub(crate) struct Stats {
     answer_micros: AtomicU64,
     credential_expiry_unix: AtomicU64,
     peer_refused: AtomicU64,
+    /// [`ClientUploadFailures`]: stalled, broke off.
+    client_faults: [AtomicU64; 2],
 }
 
 impl Stats {
@@ -275,6 +296,7 @@ impl Stats {
                 answer_seconds: Histogram::default(),
                 credential_expiry_unix: None,
                 peer_refused: 0,
+                client_upload_failures: ClientUploadFailures::default(),
             },
             requests: Default::default(),
             rejected: AtomicU64::new(0),
@@ -289,6 +311,7 @@ impl Stats {
             answer_micros: AtomicU64::new(0),
             credential_expiry_unix: AtomicU64::new(0),
             peer_refused: AtomicU64::new(0),
+            client_faults: Default::default(),
         }
     }
 
@@ -376,6 +399,16 @@ impl Stats {
         self.remember(method, cause);
     }
 
+    /// Counts an upload its own client ended (`fault`); the upstream's
+    /// counters and last error are left alone.
+    pub(crate) fn client_fault(&self, fault: &crate::gateway::ClientFault) {
+        let slot = match fault {
+            crate::gateway::ClientFault::Stalled(_) => 0,
+            crate::gateway::ClientFault::BrokeOff(_) => 1,
+        };
+        self.client_faults[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts request body bytes sent upstream.
     pub(crate) fn sent(&self, bytes: usize) {
         self.bytes_up.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -444,6 +477,10 @@ impl Stats {
             answer_seconds: self.histogram(),
             credential_expiry_unix: Some(count(&self.credential_expiry_unix)).filter(|t| *t > 0),
             peer_refused: count(&self.peer_refused),
+            client_upload_failures: {
+                let [stalled, broke_off] = self.client_faults.each_ref().map(count);
+                ClientUploadFailures { stalled, broke_off }
+            },
             ..self.identity.clone()
         }
     }
@@ -511,7 +548,18 @@ mod tests {
         stats.received(7);
         stats.upstream_error(&Method::PUT, "answered 500 Internal Server Error");
         stats.unreachable(&Method::GET, "error sending request: connection refused");
+        use crate::gateway::ClientFault;
+        stats.client_fault(&ClientFault::Stalled(Duration::from_secs(5)));
+        stats.client_fault(&ClientFault::BrokeOff("reset".into()));
+        stats.client_fault(&ClientFault::Stalled(Duration::from_secs(5)));
         let state = stats.snapshot();
+        assert_eq!(
+            state.client_upload_failures,
+            ClientUploadFailures {
+                stalled: 2,
+                broke_off: 1
+            }
+        );
         assert_eq!(
             state.requests,
             RequestCounts {

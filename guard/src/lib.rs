@@ -114,6 +114,12 @@ pub struct GuardOptions {
     /// microseconds). Default 250 ms: how soon stores that failed on a full
     /// volume find room again.
     pub free_check: Duration,
+    /// Who runs the guard: a token of the launch, or of the `erebine-lmcache`
+    /// process, that started it, written into the status file as
+    /// [`GuardStatus::owner`] so that its metrics serve only its own guards'
+    /// statuses, never one an earlier launch left in the directory
+    /// (`docs/metrics.md`, "Capacity guards"). Default `None`.
+    pub owner: Option<String>,
 }
 
 impl Default for GuardOptions {
@@ -124,6 +130,7 @@ impl Default for GuardOptions {
             fallback_rescan: Duration::from_secs(1),
             inotify: true,
             free_check: Duration::from_millis(250),
+            owner: None,
         }
     }
 }
@@ -1192,6 +1199,7 @@ impl Runner {
         let status = GuardStatus {
             version: STATUS_VERSION,
             pid: std::process::id(),
+            owner: self.options.owner.clone(),
             tier: self.spec.position,
             adapter_type: self.spec.adapter_type.clone(),
             base_path: self.spec.base_path.clone(),

@@ -149,6 +149,11 @@ pub struct GuardStatus {
     pub version: u32,
     /// The writer's process id.
     pub pid: u32,
+    /// [`crate::GuardOptions::owner`] of the guard that wrote it: which
+    /// launch runs that guard; `None` from a guard started without one, or
+    /// written before the field existed.
+    #[serde(default)]
+    pub owner: Option<String>,
     /// Position of the tier in the cascade (0-based).
     pub tier: usize,
     /// Adapter type (`fs`, `fs_native`).

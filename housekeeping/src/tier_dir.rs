@@ -416,16 +416,27 @@ pub fn replace_control_file(
     )
     .map_err(fail(ReplaceStep::Create))?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(bytes).map_err(|source| ReplaceError {
-        step: ReplaceStep::Write,
-        source,
-    })?;
-    file.sync_all().map_err(|source| ReplaceError {
-        step: ReplaceStep::SyncFile,
-        source,
-    })?;
+    let written = file
+        .write_all(bytes)
+        .map_err(|source| ReplaceError {
+            step: ReplaceStep::Write,
+            source,
+        })
+        .and_then(|()| {
+            file.sync_all().map_err(|source| ReplaceError {
+                step: ReplaceStep::SyncFile,
+                source,
+            })
+        });
     drop(file);
-    renameat(dir, temp_name, dir, name).map_err(fail(ReplaceStep::Rename))?;
+    let renamed = written
+        .and_then(|()| renameat(dir, temp_name, dir, name).map_err(fail(ReplaceStep::Rename)));
+    if renamed.is_err() {
+        // A full volume, say: the temp goes now rather than at the next
+        // housekeeping (a kill still leaves it to that).
+        let _ = unlinkat(dir, temp_name, UnlinkatFlags::NoRemoveDir);
+    }
+    renamed?;
     fsync(dir).map_err(fail(ReplaceStep::SyncDirectory))
 }
 

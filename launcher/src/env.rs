@@ -261,7 +261,7 @@ impl NodeEnv {
                 .map(|v| parse_port(HTTP_PORT, &v))
                 .transpose()?
                 .unwrap_or(DEFAULT_HTTP_PORT),
-            metrics: metrics_address(vars)?,
+            metrics: metrics_address(vars, DEFAULT_METRICS_PORT)?,
             lmcache_path: get_path(LMCACHE_PATH),
             l2_adapter: get(L2_ADAPTER)
                 .map(|v| Cascade::parse(&v, L2_ADAPTER))
@@ -577,14 +577,20 @@ fn parse_positive(variable: &str, value: &str, what: &str) -> Result<u32, Config
     }
 }
 
-/// Where the metrics endpoint listens, from
-/// `EREBINE_AGENT_LMCACHE_METRICS_PORT` and
-/// `EREBINE_AGENT_LMCACHE_METRICS_HOST` alone (for `erebine-lmcache`,
-/// which reads no other node variable); `None` when the port is 0.
+/// Where a metrics endpoint listens, from
+/// `EREBINE_AGENT_LMCACHE_METRICS_PORT` (else `default_port`) and
+/// `EREBINE_AGENT_LMCACHE_METRICS_HOST` alone; `None` when the port is 0.
+/// A launch's default is [`DEFAULT_METRICS_PORT`]; `erebine-lmcache` run
+/// alone, which reads no other node variable, passes 0: the drop-in
+/// behaves as the stock `lmcache server` does unless asked for more, and
+/// listens on no port of its own by default (`docs/metrics.md`).
 ///
 /// Errors: [`ConfigError::Invalid`] for a bad port or address, or one that
 /// is not UTF-8 text.
-pub fn metrics_address(vars: &Vars) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+pub fn metrics_address(
+    vars: &Vars,
+    default_port: u16,
+) -> Result<Option<std::net::SocketAddr>, ConfigError> {
     let text = |name: &str| -> Result<Option<String>, ConfigError> {
         match vars.get(OsStr::new(name)).map(|v| v.to_str()) {
             None => Ok(None),
@@ -597,7 +603,7 @@ pub fn metrics_address(vars: &Vars) -> Result<Option<std::net::SocketAddr>, Conf
     };
     let port = match text(METRICS_PORT)? {
         Some(v) => parse_port_or_off(METRICS_PORT, &v)?,
-        None => DEFAULT_METRICS_PORT,
+        None => default_port,
     };
     let host = match text(METRICS_HOST)? {
         Some(v) => parse_host(METRICS_HOST, &v)?,

@@ -267,7 +267,9 @@ impl HasExitStatus for PlanError {
             PlanError::DiskPath { .. }
             | PlanError::Sizing { .. }
             | PlanError::NothingToCache { .. }
-            | PlanError::Engine { .. } => ExitStatus::BadInput,
+            | PlanError::Engine { .. }
+            | PlanError::HostFact { .. }
+            | PlanError::L1AboveMemory(_) => ExitStatus::BadInput,
         }
     }
 }
@@ -331,8 +333,21 @@ impl HasExitStatus for LaunchError {
         match self {
             // The metrics port is taken (another process, or an address
             // this host does not have).
-            LaunchError::PortInUse { .. } | LaunchError::Metrics(_) => ExitStatus::PortInUse,
+            LaunchError::PortInUse { .. }
+            | LaunchError::Metrics(crate::metrics::MetricsError::Listen { .. }) => {
+                ExitStatus::PortInUse
+            }
+            // This process could not start the endpoint's thread.
+            LaunchError::Metrics(crate::metrics::MetricsError::Thread(_)) => ExitStatus::Failure,
             LaunchError::NotAnAddressHere { .. } => ExitStatus::BadInput,
+            // Out of descriptors is this process's failure; a privileged
+            // port or an unusable address is the setting's.
+            LaunchError::CannotListen { source, .. } => match source.raw_os_error() {
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                    ExitStatus::Failure
+                }
+                _ => ExitStatus::BadInput,
+            },
             LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
             LaunchError::Gateway(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),

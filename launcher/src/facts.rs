@@ -62,6 +62,53 @@ pub struct Facts {
     /// node without one, or when the stock `lmcache` cannot be found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuFacts>,
+    /// The O_DIRECT test write in each `fs` or `fs_native` tier of a custom
+    /// cascade whose spec sets `"use_odirect": true`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub odirect_tiers: Vec<TierOdirect>,
+}
+
+/// The O_DIRECT test write in the directory of one tier of a custom
+/// cascade (the nearest existing ancestor while it does not exist).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierOdirect {
+    /// The tier's position in the cascade.
+    pub position: usize,
+    /// Its adapter type (`fs`, `fs_native`).
+    pub adapter: String,
+    /// Its `base_path`.
+    pub base_path: PathBuf,
+    /// What the test write did.
+    pub odirect: OdirectProbe,
+}
+
+/// The O_DIRECT test write of every `fs` or `fs_native` tier of `cascade`
+/// that sets `"use_odirect": true`: LMCache then opens every object with
+/// O_DIRECT, and on a filesystem that refuses it every store fails while
+/// `/status` says healthy (a public LMCache report; seen on ramfs here).
+fn probe_odirect_tiers(cascade: &lmcache_tier_spec::Cascade) -> Vec<TierOdirect> {
+    cascade
+        .tiers()
+        .iter()
+        .enumerate()
+        .filter(|(_, tier)| matches!(tier.adapter_type(), "fs" | "fs_native"))
+        .filter(|(_, tier)| {
+            tier.as_object().get("use_odirect") == Some(&serde_json::Value::Bool(true))
+        })
+        .filter_map(|(position, tier)| {
+            let base_path = PathBuf::from(tier.base_path()?);
+            let probed = base_path
+                .ancestors()
+                .find(|dir| dir.is_dir())?
+                .to_path_buf();
+            Some(TierOdirect {
+                position,
+                adapter: tier.adapter_type().to_string(),
+                odirect: probe::probe_odirect(&probed),
+                base_path,
+            })
+        })
+        .collect()
 }
 
 /// What the cache directory's volume and contents are.
@@ -166,6 +213,8 @@ impl Facts {
         }
         if node.builtin_tier() {
             facts.disk = Some(measure_node_disk(&node, access)?);
+        } else if let Some(cascade) = node.extra_args.l2_adapters().or(node.l2_adapter.as_ref()) {
+            facts.odirect_tiers = probe_odirect_tiers(cascade);
         }
         Ok(facts)
     }
@@ -183,6 +232,7 @@ impl Facts {
             executable: None,
             disk: None,
             gpu: None,
+            odirect_tiers: Vec::new(),
         })
     }
 }
@@ -197,6 +247,7 @@ impl From<&Facts> for HostFacts {
             executable: facts.executable.clone(),
             disk: facts.disk.clone(),
             gpu: facts.gpu.clone(),
+            odirect_tiers: facts.odirect_tiers.clone(),
         }
     }
 }
@@ -288,12 +339,23 @@ pub fn measure_disk(path: &Path, access: DiskAccess) -> Result<DiskFacts, PlanEr
     measure_disk_as(path, access, Tier::Enabled)
 }
 
-/// Whether the disk tier will be used: a disabled one is measured for the
-/// record only, so a directory it could not write to is no error.
+/// [`measure_disk`] read-only, for housekeeping: a directory this process
+/// cannot write to (a read-only volume, say) is measured and scanned, not
+/// refused, since a dry run of housekeeping writes nothing there.
+///
+/// Errors: an unusable cache directory ([`PlanError::DiskPath`]).
+pub fn measure_disk_to_housekeep(path: &Path) -> Result<DiskFacts, PlanError> {
+    measure_disk_as(path, DiskAccess::Inspect, Tier::Housekept)
+}
+
+/// What the disk tier is measured for: a launch's tier, one disabled
+/// (measured for the record only, so a directory it could not write to is
+/// no error), or housekeeping (scanned, and no error either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tier {
     Enabled,
     Disabled,
+    Housekept,
 }
 
 fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<DiskFacts, PlanError> {
@@ -315,7 +377,7 @@ fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<Dis
             "Make the directory writable by this user, or point the variable at a writable directory",
         ));
     }
-    let (reclaimable_bytes, tier) = if measured_at == path && purpose == Tier::Enabled {
+    let (reclaimable_bytes, tier) = if measured_at == path && purpose != Tier::Disabled {
         let scan = scan_tier(path, access)?;
         let reclaimable = scan.scanned.inventory.reclaimable_bytes();
         (reclaimable, MeasuredTier::new(scan))

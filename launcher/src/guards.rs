@@ -32,17 +32,32 @@ pub fn check_guards(specs: &L2AdapterArgs) -> Result<Vec<GuardSpec>, CapacityErr
     Ok(specs)
 }
 
-/// Starts the guards [`check_guards`] returned: each creates its directory
-/// if missing, counts it, and trims it to its watermark.
+/// Starts the guards [`check_guards`] returned, with `owner`
+/// ([`GuardOptions::owner`]: whose metrics serve their statuses): each
+/// creates its directory if missing, counts it, and trims it to its
+/// watermark.
 ///
 /// # Errors
 /// [`GuardError`]: the first tier whose directory cannot be created,
 /// opened or watched; guards already started are stopped.
-pub fn start_guards(specs: Vec<GuardSpec>) -> Result<Vec<Guard>, GuardError> {
+pub fn start_guards(specs: Vec<GuardSpec>, owner: &str) -> Result<Vec<Guard>, GuardError> {
+    let options = GuardOptions {
+        owner: Some(owner.to_string()),
+        ..GuardOptions::default()
+    };
     specs
         .into_iter()
-        .map(|spec| Guard::start(spec, GuardOptions::default()))
+        .map(|spec| Guard::start(spec, options.clone()))
         .collect()
+}
+
+/// The owner the launch that started this process gives its guards
+/// ([`crate::launch::GUARD_OWNER`] in `vars`), if one did.
+pub fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
+    vars.get(std::ffi::OsStr::new(crate::launch::GUARD_OWNER))
+        .and_then(|v| v.to_str())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
 }
 
 /// `specs` without the tiers whose guard the launch that started this

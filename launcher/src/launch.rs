@@ -22,8 +22,7 @@ use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::ports::{Listener, PortSource};
 use crate::status::{Poll, StatusClient};
 use crate::supervise::{
-    describe, listener_owned_by_tree, reap_orphans, signal_name, Output, Supervised,
-    TerminatingSignals,
+    describe, listener_owned_by_tree, signal_name, Output, Supervised, TerminatingSignals,
 };
 use crate::watch::{Event, Silence, WatchConfig, Watcher};
 
@@ -58,6 +57,12 @@ pub type ShowProgress = fn(&str, &mut dyn FnMut());
 /// of paths), so that `erebine-lmcache server` does not start a second one.
 pub const GUARDED_BY_LAUNCH: &str = "EREBINE_LMCACHE_GUARDED_BY_LAUNCH";
 
+/// The variable a launch sets for the server's process with the owner its
+/// capacity guards write into their status files
+/// ([`NodeMetrics::guard_owner`]), so that the guards `erebine-lmcache
+/// server` runs for the launch are served as the launch's own.
+pub const GUARD_OWNER: &str = "EREBINE_LMCACHE_GUARD_OWNER";
+
 fn run_unseen(_: &str, work: &mut dyn FnMut()) {
     work()
 }
@@ -82,9 +87,11 @@ impl Default for RunOptions {
 /// command line that does not work, and the same command line will not work
 /// the second time. Once it has been ready, an exit is a crash (an OOM kill,
 /// a bug) and the server is started again after a backoff that doubles from
-/// `first_backoff` up to `max_backoff`. A run shorter than `fast_failure` is a
-/// fast failure; `max_fast_failures` of them in a row end the launch with
-/// [`LaunchError::GaveUp`]. A longer run resets the count and the backoff.
+/// `first_backoff` up to `max_backoff`. A run shorter than `fast_failure`,
+/// and a restart that never became ready (its ready timeout may be longer),
+/// is a fast failure; `max_fast_failures` of them in a row end the launch
+/// with [`LaunchError::GaveUp`]. A longer run that was ready resets the count
+/// and the backoff.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RestartPolicy {
     /// Wait before the first restart. Default 1 s.
@@ -121,6 +128,18 @@ pub enum LaunchError {
         port: u16,
         /// The bind error.
         detail: String,
+    },
+    /// A listener cannot be opened for another reason than a taken port
+    /// or a foreign address: the kernel's error as it gave it (too many
+    /// open files, a privileged port, an address that needs a scope).
+    #[error("{listener}: cannot listen on {}: {source}. {}", std::net::SocketAddr::new(listener.host, *port), listen_advice(source, listener))]
+    CannotListen {
+        /// The listener, with its setting.
+        listener: Listener,
+        /// The port.
+        port: u16,
+        /// The bind error.
+        source: std::io::Error,
     },
     /// A listener's address is not one of this host's (only the metrics
     /// endpoint's host can be set).
@@ -168,7 +187,7 @@ pub enum LaunchError {
         tail: Vec<String>,
     },
     /// The server kept failing soon after each restart.
-    #[error("the LMCache server failed {failures} times in a row, each within {}s of its start; not restarting it again. Last: {status}; its last lines:\n{}", within.as_secs(), tail.join("\n"))]
+    #[error("the LMCache server failed {failures} times in a row, each within {}s of its start or before it became ready; not restarting it again. Last: {status}; its last lines:\n{}", within.as_secs(), tail.join("\n"))]
     GaveUp {
         /// Fast failures in a row.
         failures: u32,
@@ -203,20 +222,34 @@ pub enum LaunchError {
 pub fn check_ports(listeners: &[Listener]) -> Result<(), LaunchError> {
     for listener in listeners {
         if let Err(e) = TcpListener::bind((listener.host, listener.port)) {
-            if e.kind() == std::io::ErrorKind::AddrNotAvailable {
-                return Err(LaunchError::NotAnAddressHere {
+            return Err(match e.kind() {
+                std::io::ErrorKind::AddrNotAvailable => LaunchError::NotAnAddressHere {
                     host: listener.host,
                     detail: e.to_string(),
-                });
-            }
-            return Err(LaunchError::PortInUse {
-                listener: listener.clone(),
-                port: listener.port,
-                detail: e.to_string(),
+                },
+                std::io::ErrorKind::AddrInUse => LaunchError::PortInUse {
+                    listener: listener.clone(),
+                    port: listener.port,
+                    detail: e.to_string(),
+                },
+                _ => LaunchError::CannotListen {
+                    listener: listener.clone(),
+                    port: listener.port,
+                    source: e,
+                },
             });
         }
     }
     Ok(())
+}
+
+/// What to do about a bind error that is not a taken port.
+fn listen_advice(source: &std::io::Error, listener: &Listener) -> String {
+    match source.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => "This process or the host has no file descriptors left: raise the limit (`ulimit -n`, systemd's LimitNOFILE) or find what holds them (`ls /proc/<pid>/fd | wc -l`)".to_string(),
+        Some(libc::EACCES) => format!("Ports below 1024 need privilege: choose a port of 1024 or above with {}", listener.setting()),
+        _ => format!("Check the address and the port of {}", listener.setting()),
+    }
 }
 
 /// Starts the planned server, waits until `/status` answers, and runs until
@@ -321,7 +354,7 @@ async fn run_launch(
         return Ok(ExitStatus::from_raw(0));
     }
     let metrics = Arc::new(NodeMetrics::new(Some(plan)));
-    let _endpoint = start_metrics(plan, &metrics).await?;
+    let _endpoint = start_metrics(plan, &metrics)?;
     let prepared = prepare(plan, options, &metrics).await?;
     if let Some(why) = signals.already_received().await {
         tracing::info!("{why} received before the LMCache server started: not starting it");
@@ -341,7 +374,7 @@ async fn run_launch(
             let _ = tx.send(event);
         }
     };
-    let mut restarts = Restarts::new(plan, options);
+    let mut restarts = Restarts::new(plan.status_url(), options);
     // Engine workers of the previous start that the next one must see
     // register again (`docs/inspect.md`, "Workers a restart loses").
     let mut carried = 0;
@@ -383,6 +416,9 @@ struct Prepared {
     _lock: Option<lmcache_housekeeping::TierLock>,
     /// The capacity guard of the disk tier, started from the launch's scan.
     guard: Option<(std::path::PathBuf, Guard)>,
+    /// The owner every guard of the launch is started with, here and
+    /// under `erebine-lmcache` ([`GUARD_OWNER`]).
+    guard_owner: String,
 }
 
 /// The server's listeners: the plan's, less the metrics endpoint, which
@@ -396,7 +432,7 @@ fn server_listeners(plan: &LaunchPlan) -> Vec<Listener> {
 }
 
 /// The plan's metrics endpoint, started; `None` when it is off.
-async fn start_metrics(
+fn start_metrics(
     plan: &LaunchPlan,
     metrics: &Arc<NodeMetrics>,
 ) -> Result<Option<MetricsEndpoint>, LaunchError> {
@@ -404,7 +440,7 @@ async fn start_metrics(
         return Ok(None);
     };
     let address = std::net::SocketAddr::new(listener.host, listener.port);
-    let endpoint = MetricsEndpoint::start(address, &listener.setting(), metrics.clone()).await?;
+    let endpoint = MetricsEndpoint::start(address, &listener.setting(), metrics.clone())?;
     tracing::info!("metrics on http://{}/metrics", endpoint.address());
     Ok(Some(endpoint))
 }
@@ -437,13 +473,15 @@ async fn prepare(
     };
     let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
     metrics.watch_gateways(gateways.view());
-    metrics.watch_guards(guarded.into_iter().map(|spec| spec.base_path));
+    metrics.watch_guards(guarded);
+    let guard_owner = metrics.guard_owner();
     let Some(hk) = &plan.housekeeping else {
         return Ok(Prepared {
             args,
             gateways,
             _lock: None,
             guard: None,
+            guard_owner,
         });
     };
     let started = Instant::now();
@@ -459,7 +497,7 @@ async fn prepare(
     }
     metrics.housekept(&housekept.housekeeping.report, started.elapsed());
     let lock = housekept.tier.lock.take();
-    let guard = start_guard(plan, &hk.path, housekept)?;
+    let guard = start_guard(plan, &hk.path, housekept, &guard_owner)?;
     tracing::debug!(
         "housekept {} and started its capacity guard in {} ms",
         hk.path.display(),
@@ -470,15 +508,18 @@ async fn prepare(
         gateways,
         _lock: lock,
         guard: guard.map(|g| (hk.path.clone(), g)),
+        guard_owner,
     })
 }
 
 /// The capacity guard of the plan's disk tier at `path`, started from the
-/// tier's scan and housekeeping; `None` when the plan does not guard it.
+/// tier's scan and housekeeping with `owner` ([`GuardOptions::owner`]);
+/// `None` when the plan does not guard it.
 fn start_guard(
     plan: &LaunchPlan,
     path: &std::path::Path,
     housekept: Housekept,
+    owner: &str,
 ) -> Result<Option<Guard>, LaunchError> {
     let specs = guard_specs(&plan.cascade).map_err(GuardError::from)?;
     let Some(spec) = specs.into_iter().find(|s| s.base_path == path) else {
@@ -490,11 +531,11 @@ fn start_guard(
         inventory: housekept.tier.inventory,
         deleted: housekept.housekeeping.deleted_objects,
     };
-    Ok(Some(Guard::start_from_scan(
-        spec,
-        GuardOptions::default(),
-        prior,
-    )?))
+    let options = GuardOptions {
+        owner: Some(owner.to_string()),
+        ..GuardOptions::default()
+    };
+    Ok(Some(Guard::start_from_scan(spec, options, prior)?))
 }
 
 /// How one start ended.
@@ -562,7 +603,7 @@ async fn start_once(
     .await;
     // The server's own processes, when its wrapper died before them:
     // gone before the lock is released or the next start.
-    reap_orphans(options.stop_grace).await;
+    server.reap_orphans(options.stop_grace).await;
     let (status, last_poll) = match ended? {
         Ended::Stopped(status) => return Ok(Run::Stopped(status)),
         Ended::Exited(status) => {
@@ -629,6 +670,7 @@ fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchErr
         let guarded = serde_json::json!([path]).to_string();
         command.env(GUARDED_BY_LAUNCH, guarded);
     }
+    command.env(GUARD_OWNER, &prepared.guard_owner);
     Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
         executable: plan.executable.display().to_string(),
         detail: e.to_string(),
@@ -649,11 +691,11 @@ struct Restarts<'a> {
 }
 
 impl<'a> Restarts<'a> {
-    fn new(plan: &LaunchPlan, options: &'a RunOptions) -> Self {
+    fn new(url: String, options: &'a RunOptions) -> Self {
         let policy = &options.restart;
         Self {
             policy,
-            url: plan.status_url(),
+            url,
             ready_timeout: options.ready_timeout,
             starts: 1,
             backoff: policy.first_backoff,
@@ -686,7 +728,10 @@ impl<'a> Restarts<'a> {
                 },
             });
         }
-        if ended.ran < policy.fast_failure {
+        // A restart that never became ready failed however long it ran
+        // (the ready timeout can outlast `fast_failure`): counted, so such
+        // restarts end the launch instead of repeating for ever.
+        if ended.ran < policy.fast_failure || !ended.was_ready {
             self.fast_failures += 1;
         } else {
             self.fast_failures = 0;
@@ -939,6 +984,46 @@ async fn stop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ending(ran_s: u64, was_ready: bool) -> Ending {
+        Ending {
+            status: "no 200 from /status within 180s".into(),
+            was_ready,
+            ran: Duration::from_secs(ran_s),
+            last_poll: None,
+            tail: Vec::new(),
+            workers: 0,
+        }
+    }
+
+    #[test]
+    fn restarts_that_never_become_ready_end_the_launch_however_long_they_ran() {
+        let options = RunOptions::default();
+        let mut restarts = Restarts::new("http://127.0.0.1:9/status".into(), &options);
+        assert!(restarts.after(ending(3600, true)).is_ok());
+        // Each runs the whole 180 s ready timeout, longer than the 120 s
+        // under which a run is fast.
+        assert!(restarts.after(ending(180, false)).is_ok());
+        assert!(restarts.after(ending(180, false)).is_ok());
+        match restarts.after(ending(180, false)) {
+            Err(e @ LaunchError::GaveUp { failures: 3, .. }) => {
+                assert!(e.to_string().contains("before it became ready"), "{e}")
+            }
+            other => panic!("expected GaveUp, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_long_ready_run_resets_the_count() {
+        let options = RunOptions::default();
+        let mut restarts = Restarts::new("http://127.0.0.1:9/status".into(), &options);
+        assert!(restarts.after(ending(3600, true)).is_ok());
+        for _ in 0..5 {
+            assert!(restarts.after(ending(180, false)).is_ok());
+            assert!(restarts.after(ending(30, true)).is_ok());
+            assert!(restarts.after(ending(600, true)).is_ok());
+        }
+    }
 
     fn lines(text: &str) -> Vec<String> {
         text.lines().map(str::to_string).collect()

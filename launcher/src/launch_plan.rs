@@ -10,7 +10,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lmcache_sizing::rules::{self, VolumeStats, WRITE_BUFFER_L1_BYTES};
+use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, SizingError, TierSizing, VolumeKind};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 use lmcache_tier_spec::{fs_native_tier, Cascade};
@@ -143,6 +143,10 @@ pub struct HostFacts {
     /// extensions load there; `None` on a node without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<crate::gpu::GpuFacts>,
+    /// The O_DIRECT test write in each custom `fs`/`fs_native` tier that
+    /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub odirect_tiers: Vec<crate::facts::TierOdirect>,
 }
 
 /// A launch that cannot be planned.
@@ -198,6 +202,19 @@ pub enum PlanError {
     /// given carry none.
     #[error("the cache directory's volume was not measured: plan from Facts::measure, or give HostFacts a disk")]
     NotMeasured,
+    /// An L1 set by hand above the node's memory.
+    #[error(transparent)]
+    L1AboveMemory(#[from] rules::L1AboveMemory),
+    /// A host fact no host has (given by hand, not measured).
+    #[error("HostFacts.{field} = {value} cannot be a host's: give {expected}")]
+    HostFact {
+        /// The field at fault.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// What to give instead.
+        expected: &'static str,
+    },
     /// An engine fact out of range.
     #[error("--{flag} {value} is not valid: {expected}")]
     Engine {
@@ -518,6 +535,7 @@ pub fn plan_launch(
     executable: PathBuf,
 ) -> Result<LaunchPlan, PlanError> {
     check_engine(facts)?;
+    check_host(host)?;
     let listeners = ports::listeners(node);
     ports::check_distinct(&listeners)?;
     let extra = &node.extra_args;
@@ -529,6 +547,7 @@ pub fn plan_launch(
     );
     let server_l1 = server_l1(node, l1_budget.clone())?.value;
     let (cascade, disk, cascade_source) = choose_cascade(node, host, server_l1)?;
+    check_writable(node, host, disk.as_ref())?;
     let extra_l1 = extra_l1_bytes(node)?;
     let (l1_size, l1_mode) = match (l1_budget.value, cascade.tiers().is_empty()) {
         (0, true) if extra_l1.unwrap_or(0) == 0 => {
@@ -550,6 +569,7 @@ pub fn plan_launch(
         },
     };
     let l1_size = with_extra_l1(node, l1_size)?;
+    let l1_warnings = judge_l1(node, &l1_size, &host.memory)?;
     let lookup_hash_log = node
         .lookup_hash_log
         .clone()
@@ -575,6 +595,13 @@ pub fn plan_launch(
     if let Some(disk) = &decisions.disk {
         decisions.warnings = disk.warnings(decisions.l1_size.value);
     }
+    decisions.warnings.extend(l1_warnings);
+    decisions
+        .warnings
+        .extend(unbounded_tier_warnings(&cascade, &decisions.cascade_source));
+    decisions
+        .warnings
+        .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));
     decisions
         .warnings
         .extend(small_l1_warning(decisions.l1_size.value));
@@ -758,6 +785,14 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
         ("tensor-parallel-size", facts.tensor_parallel_size),
         ("pipeline-parallel-size", facts.pipeline_parallel_size),
         ("data-parallel-size", facts.data_parallel_size),
+        (
+            "decode-context-parallel-size",
+            facts.decode_context_parallel_size,
+        ),
+        (
+            "cp-kv-cache-interleave-size",
+            facts.cp_kv_cache_interleave_size,
+        ),
         ("block-size", facts.block_size),
         ("max-num-batched-tokens", facts.max_num_batched_tokens),
     ];
@@ -774,10 +809,53 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
         return Err(PlanError::Engine {
             flag: "model",
             value: format!("{:?}", facts.model),
-            expected: "give the served model name: not empty, without '@' (LMCache separates object name fields with it)",
+            expected: "give vLLM's --model as the engine gets it: not empty, without '@' (LMCache separates object name fields with it)",
         });
     }
     Ok(())
+}
+
+/// Refuses host facts no host has (a library caller's [`HostFacts`] built
+/// by hand; [`crate::Facts::measure`] never gives them): no memory, no
+/// cores. The rules would otherwise size from them silently (a 4 GiB L1,
+/// its floor, from 0 bytes).
+fn check_host(host: &HostFacts) -> Result<(), PlanError> {
+    let impossible = |field: &'static str, value: String| PlanError::HostFact {
+        field,
+        value,
+        expected: "a measured figure above 0 (Facts::measure gives it)",
+    };
+    if host.memory.value == 0 {
+        return Err(impossible("memory", "0 bytes".into()));
+    }
+    if host.physical_cores == 0 {
+        return Err(impossible("physical_cores", "0".into()));
+    }
+    Ok(())
+}
+
+/// Refuses a built-in disk tier on a read-only volume: no object could be
+/// stored there. (Housekeeping only reads the tier, and does not ask.)
+fn check_writable(
+    node: &NodeEnv,
+    host: &HostFacts,
+    disk: Option<&DiskTier>,
+) -> Result<(), PlanError> {
+    let Some(facts) = host.disk.as_ref().filter(|d| d.filesystem.read_only) else {
+        return Ok(());
+    };
+    if disk.is_none_or(|d| d.capacity.value == 0) {
+        return Ok(());
+    }
+    Err(PlanError::DiskPath {
+        variable: env::DISK_PATH,
+        path: node.disk_path.display().to_string(),
+        problem: format!(
+            "its volume ({}) is mounted read-only, so no object could be stored there",
+            facts.filesystem.fs_type
+        ),
+        fix: "Point it at a writable volume, or set EREBINE_AGENT_LMCACHE_DISK_SIZE_GB=0 for no disk tier",
+    })
 }
 
 /// What the node itself would pass, before `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`.
@@ -886,6 +964,86 @@ pub fn server_l1(node: &NodeEnv, budget: Decision<u64>) -> Result<Decision<u64>,
         _ => budget,
     };
     with_extra_l1(node, own)
+}
+
+/// A warning for each `fs` or `fs_native` tier of a custom cascade without
+/// `max_capacity_gb`: LMCache 0.5.6 never evicts such a tier, and nothing
+/// else bounds it (no capacity guard either), so it grows until its volume
+/// is full (public LMCache reports of a 4,000 GB tier at 14 TB). The node
+/// does not rewrite what the operator wrote; the built-in tier always has
+/// a capacity.
+fn unbounded_tier_warnings(cascade: &Cascade, source: &Decision<()>) -> Vec<String> {
+    if source.rule == "built-in" {
+        return Vec::new();
+    }
+    cascade
+        .tiers()
+        .iter()
+        .enumerate()
+        .filter(|(_, tier)| matches!(tier.adapter_type(), "fs" | "fs_native"))
+        .filter(|(_, tier)| {
+            tier.as_object()
+                .get("max_capacity_gb")
+                .and_then(Value::as_f64)
+                .is_none_or(|gb| gb <= 0.0)
+        })
+        .map(|(position, tier)| {
+            format!(
+                "L2 tier {position} ({} at {}) has no max_capacity_gb: LMCache never evicts from it and nothing else bounds it, so it grows until its volume is full; add \"max_capacity_gb\": <GiB> to its spec ({}), which also gives it a capacity guard",
+                tier.adapter_type(),
+                tier.base_path().unwrap_or("its base_path"),
+                source.reason
+            )
+        })
+        .collect()
+}
+
+/// A warning for a custom tier that sets `"use_odirect": true` where the
+/// O_DIRECT test write did not succeed (`docs/sizing.md`, "O_DIRECT"):
+/// LMCache would fail every store to it while `/status` says healthy. The
+/// node does not rewrite the operator's spec.
+fn odirect_tier_warning(tier: &crate::facts::TierOdirect) -> Option<String> {
+    let what = match &tier.odirect {
+        OdirectProbe::Succeeded => return None,
+        OdirectProbe::Failed(why) => format!("an O_DIRECT test write there failed ({why}): every store LMCache makes to it will fail while /status says healthy"),
+        OdirectProbe::NotWritable(why) => format!("no file can be created there ({why})"),
+        OdirectProbe::VolumeFull(why) => format!("O_DIRECT could not be tested there: the volume is full ({why})"),
+    };
+    Some(format!(
+        "L2 tier {} ({} at {}) sets \"use_odirect\": true, and {what}; set \"use_odirect\": false in its spec unless the filesystem takes O_DIRECT",
+        tier.position,
+        tier.adapter,
+        tier.base_path.display()
+    ))
+}
+
+/// The L1 the server gets judged against the node's memory
+/// ([`rules::judge_l1`]): refused above the memory when set by hand, its
+/// warnings otherwise.
+fn judge_l1(
+    node: &NodeEnv,
+    l1: &Decision<u64>,
+    memory: &Decision<u64>,
+) -> Result<Vec<String>, PlanError> {
+    let setting = match l1.rule {
+        "explicit" => Some(format!(
+            "{}={}",
+            env::KV_OFFLOAD_SIZE_GB,
+            l1.value as f64 / GIB as f64
+        )),
+        "extra-args" => Some(format!(
+            "{} --l1-size-gb {}",
+            env::LMCACHE_EXTRA_ARGS,
+            node.extra_args.value("--l1-size-gb").unwrap_or_default()
+        )),
+        _ => None,
+    };
+    Ok(rules::judge_l1(
+        l1.value,
+        setting.as_deref(),
+        memory,
+        node.host_agent_count,
+    )?)
 }
 
 /// A warning for an L1 above 0 but below the 1 GiB a write buffer gets:
@@ -998,8 +1156,18 @@ fn tier_capacity(
 ) -> Result<(Decision<VolumeKind>, Decision<u64>), PlanError> {
     let kind = volume::volume_kind(filesystem, volume);
     let share = rules::memory_share(memory_bytes, node.host_agent_count);
-    let capacity = volume::tier_capacity(&TierSizing {
-        volume,
+    // Several nodes on one host share its volume as they share its memory
+    // (`docs/sizing.md`, "Several nodes on one host"): a derived size on a
+    // local volume comes from this node's share of its figures.
+    let nodes = u64::from(node.host_agent_count.max(1));
+    let shared = nodes > 1 && node.disk_size_bytes.is_none() && kind.value == VolumeKind::Local;
+    let node_volume = VolumeStats {
+        total_bytes: volume.total_bytes / nodes,
+        free_bytes: volume.free_bytes / nodes,
+        ..*volume
+    };
+    let mut capacity = volume::tier_capacity(&TierSizing {
+        volume: if shared { &node_volume } else { volume },
         kind: &kind,
         reclaimable_bytes,
         l1_bytes,
@@ -1011,6 +1179,16 @@ fn tier_capacity(
         path: node.disk_path.display().to_string(),
         source,
     })?;
+    if shared {
+        capacity.reason = format!(
+            "{}; from this node's 1/{nodes} share of the volume ({} of {}, {} of {} free; EREBINE_AGENT_HOST_AGENT_COUNT={nodes})",
+            capacity.reason,
+            fmt_gib(node_volume.total_bytes),
+            fmt_gib(volume.total_bytes),
+            fmt_gib(node_volume.free_bytes),
+            fmt_gib(volume.free_bytes)
+        );
+    }
     Ok((kind, capacity))
 }
 
@@ -1039,7 +1217,14 @@ impl DiskTier {
             .free_bytes
             .saturating_add(self.reclaimable_bytes);
         let measured = self.volume_kind.value != VolumeKind::Untrusted;
-        if self.capacity.rule.starts_with("explicit") && measured && capacity > available {
+        let sizeless = self.volume.total_bytes == 0;
+        if self.capacity.rule.starts_with("explicit") && measured && sizeless && capacity > 0 {
+            warnings.push(format!(
+                "the volume of {} reports no size (as ramfs does: it grows until the host's RAM runs out), so nothing but the tier's {} capacity and its guard bound what is stored there",
+                self.path.display(),
+                fmt_gib(capacity)
+            ));
+        } else if self.capacity.rule.starts_with("explicit") && measured && capacity > available {
             warnings.push(format!(
                 "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB gives the disk tier {}, more than the {} free on its volume (with {} of cache already there): as the tier fills, the volume fills for everything else on it",
                 fmt_gib(capacity),

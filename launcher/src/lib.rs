@@ -67,6 +67,7 @@
 //!         tier: Default::default(),
 //!     }),
 //!     gpu: None,
+//!     odirect_tiers: Vec::new(),
 //! };
 //! let Planned::Server(launch) = plan(&facts, &vars, &host)? else {
 //!     unreachable!("the backend is lmcache");

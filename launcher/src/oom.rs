@@ -20,16 +20,8 @@
 
 use std::path::{Path, PathBuf};
 
-use lmcache_sizing::probe::unescape_octal;
-
-/// The cgroup version whose memory controller counts a process's OOM kills.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CgroupVersion {
-    /// cgroup v1: `memory.oom_control`.
-    V1,
-    /// cgroup v2: `memory.events`.
-    V2,
-}
+pub use lmcache_sizing::cgroup::CgroupVersion;
+use lmcache_sizing::cgroup::{memory_cgroup, CgroupError};
 
 /// The file in which the kernel counts the OOM kills of a process's memory
 /// cgroup.
@@ -53,19 +45,9 @@ pub enum OomCounterError {
         /// The OS error, in words.
         error: String,
     },
-    /// `/proc/<pid>/cgroup` names neither a v1 `memory` cgroup nor a v2
-    /// one.
-    #[error("the process's /proc/<pid>/cgroup names no memory cgroup")]
-    NoMemoryCgroup,
-    /// The process has a cgroup of that version, but no mount of it here
-    /// shows that cgroup.
-    #[error("no {what} mount in /proc/self/mountinfo shows the process's cgroup {cgroup}")]
-    NotMounted {
-        /// `cgroup v1 memory controller` or `cgroup2`.
-        what: &'static str,
-        /// The cgroup's path, as `/proc/<pid>/cgroup` gives it.
-        cgroup: String,
-    },
+    /// The process's memory cgroup cannot be found.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
     /// The file has no `oom_kill` line (cgroup v1 before Linux 4.13).
     #[error("{} has no oom_kill line", .path.display())]
     NoCount {
@@ -76,99 +58,21 @@ pub enum OomCounterError {
 
 /// The file that counts OOM kills for the process whose `/proc/<pid>/cgroup`
 /// is `proc_cgroup`, found through the mounts of `mountinfo`
-/// (`/proc/self/mountinfo`; fields: id, parent, major:minor, root, mount
-/// point, options, optional fields, `-`, type, source, super options).
-///
-/// A v1 `memory` line (`<id>:<controllers>:<path>` whose controllers include
-/// `memory`) wins over the v2 line (`0::<path>`): on a hybrid host the
-/// memory controller is the v1 one. The cgroup's directory is the mount
-/// point of the first mount of that hierarchy whose root holds the path,
-/// with the root taken off the path (a mount of `/docker/abc` shows the
-/// cgroup `/docker/abc/x` as `<mount point>/x`).
+/// ([`lmcache_sizing::cgroup::memory_cgroup`]): `memory.oom_control` in its
+/// v1 memory cgroup, else `memory.events` in its v2 one.
 ///
 /// # Errors
-/// [`OomCounterError::NoMemoryCgroup`] or [`OomCounterError::NotMounted`].
+/// [`OomCounterError::Cgroup`]: no memory cgroup, or none mounted here.
 pub fn counter_file(proc_cgroup: &str, mountinfo: &str) -> Result<OomCounterFile, OomCounterError> {
-    let mut v1 = None;
-    let mut v2 = None;
-    for line in proc_cgroup.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        if controllers.split(',').any(|c| c == "memory") {
-            v1 = Some(path);
-        } else if id == "0" && controllers.is_empty() {
-            v2 = Some(path);
-        }
-    }
-    let (cgroup, version) = match (v1, v2) {
-        (Some(path), _) => (path, CgroupVersion::V1),
-        (None, Some(path)) => (path, CgroupVersion::V2),
-        (None, None) => return Err(OomCounterError::NoMemoryCgroup),
+    let cgroup = memory_cgroup(proc_cgroup, mountinfo)?;
+    let file = match cgroup.version {
+        CgroupVersion::V1 => "memory.oom_control",
+        CgroupVersion::V2 => "memory.events",
     };
-    let (what, file) = match version {
-        CgroupVersion::V1 => ("cgroup v1 memory controller", "memory.oom_control"),
-        CgroupVersion::V2 => ("cgroup2", "memory.events"),
-    };
-    let dir = mountinfo
-        .lines()
-        .filter_map(Mount::parse)
-        .filter(|m| match version {
-            CgroupVersion::V1 => {
-                m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == "memory")
-            }
-            CgroupVersion::V2 => m.fs_type == "cgroup2",
-        })
-        .find_map(|m| m.directory_of(cgroup))
-        .ok_or_else(|| OomCounterError::NotMounted {
-            what,
-            cgroup: cgroup.to_string(),
-        })?;
     Ok(OomCounterFile {
-        path: dir.join(file),
-        version,
+        path: cgroup.dir.join(file),
+        version: cgroup.version,
     })
-}
-
-/// One line of `/proc/self/mountinfo`, the fields used here.
-struct Mount<'a> {
-    /// The mount's root within its filesystem (escapes undone).
-    root: String,
-    /// Where it is mounted (escapes undone).
-    mount_point: String,
-    fs_type: &'a str,
-    super_options: &'a str,
-}
-
-impl<'a> Mount<'a> {
-    fn parse(line: &'a str) -> Option<Mount<'a>> {
-        let (head, tail) = line.split_once(" - ")?;
-        let mut head = head.split(' ');
-        let root = unescape_octal(head.nth(3)?);
-        let mount_point = unescape_octal(head.next()?);
-        let mut tail = tail.split(' ');
-        let fs_type = tail.next()?;
-        let super_options = tail.nth(1).unwrap_or("");
-        Some(Mount {
-            root,
-            mount_point,
-            fs_type,
-            super_options,
-        })
-    }
-
-    /// The directory of `cgroup` under this mount, when its root holds it.
-    fn directory_of(&self, cgroup: &str) -> Option<PathBuf> {
-        let root = self.root.trim_end_matches('/');
-        let below = match cgroup.strip_prefix(root) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
-            _ => return None,
-        };
-        Some(Path::new(&self.mount_point).join(below.trim_start_matches('/')))
-    }
 }
 
 /// The `oom_kill` count in the contents of a `memory.oom_control` (v1:
@@ -367,10 +271,10 @@ mod tests {
         // A cgroup outside the mount's root is not shown by it.
         assert_eq!(
             counter_file("5:cpu,memory:/docker/abcd\n", mountinfo),
-            Err(OomCounterError::NotMounted {
+            Err(OomCounterError::Cgroup(CgroupError::NotMounted {
                 what: "cgroup v1 memory controller",
                 cgroup: "/docker/abcd".into()
-            })
+            }))
         );
     }
 
@@ -378,21 +282,21 @@ mod tests {
     fn missing_lines_and_mounts_say_what_is_missing() {
         assert_eq!(
             counter_file("4:cpu:/\n", HYBRID_MOUNTINFO),
-            Err(OomCounterError::NoMemoryCgroup)
+            Err(OomCounterError::Cgroup(CgroupError::NoMemoryCgroup))
         );
         assert!(matches!(
             counter_file(HYBRID_CGROUP, V2_MOUNTINFO),
-            Err(OomCounterError::NotMounted {
+            Err(OomCounterError::Cgroup(CgroupError::NotMounted {
                 what: "cgroup v1 memory controller",
                 ..
-            })
+            }))
         ));
         assert!(matches!(
             counter_file(V2_CGROUP, "23 1 253:0 / / rw - ext4 /dev/vda rw\n"),
-            Err(OomCounterError::NotMounted {
+            Err(OomCounterError::Cgroup(CgroupError::NotMounted {
                 what: "cgroup2",
                 ..
-            })
+            }))
         ));
         // cgroup v1 before Linux 4.13: no oom_kill line.
         assert_eq!(oom_kill_count("oom_kill_disable 0\nunder_oom 0\n"), None);
@@ -429,7 +333,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            compare(file, Err(OomCounterError::NoMemoryCgroup), Ok(1)),
+            compare(
+                file,
+                Err(OomCounterError::Cgroup(CgroupError::NoMemoryCgroup)),
+                Ok(1)
+            ),
             OomReading::Unreadable { .. }
         ));
         assert!(matches!(

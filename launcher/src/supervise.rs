@@ -23,10 +23,22 @@ use crate::oom::{OomBaseline, OomReading};
 /// How many of the server's last output lines are kept for error messages.
 pub const TAIL_LINES: usize = 40;
 
+/// The variable every supervised child's environment carries, so that its
+/// descendants can be told apart from any other process's once they are
+/// orphaned: the ids of the [`Supervised`] spawns it descends from,
+/// `:`-separated (`4242.1:4300.1` for a server that `erebine-lmcache`
+/// started under a launch).
+pub const TREE_VARIABLE: &str = "EREBINE_SUPERVISED_BY";
+
+/// The number of the next [`Supervised`] spawn of this process.
+static NEXT_TREE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// A child process in its own process group.
 pub struct Supervised {
     child: Child,
     pgid: Pid,
+    /// This spawn's id in [`TREE_VARIABLE`].
+    tree: String,
     tail: Arc<Mutex<VecDeque<String>>>,
     /// The tasks copying the child's stdout and stderr into `tail`.
     readers: Vec<tokio::task::JoinHandle<()>>,
@@ -57,7 +69,23 @@ impl Supervised {
     /// its memory cgroup ([`Supervised::oom_reading`]).
     pub fn spawn(mut command: Command, output: Output) -> io::Result<Self> {
         let parent = nix::unistd::getpid();
+        let tree = format!(
+            "{parent}.{}",
+            NEXT_TREE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let inherited = command
+            .as_std()
+            .get_envs()
+            .find(|(k, _)| *k == TREE_VARIABLE)
+            .map(|(_, v)| v.map(|v| v.to_os_string()))
+            .unwrap_or_else(|| std::env::var_os(TREE_VARIABLE));
+        let mut marker = inherited.unwrap_or_default();
+        if !marker.is_empty() {
+            marker.push(":");
+        }
+        marker.push(&tree);
         command
+            .env(TREE_VARIABLE, marker)
             .stdin(Stdio::null())
             .process_group(0)
             .kill_on_drop(true);
@@ -93,6 +121,7 @@ impl Supervised {
         Ok(Supervised {
             child,
             pgid: Pid::from_raw(pid as i32),
+            tree,
             tail,
             readers,
             oom,
@@ -320,11 +349,15 @@ static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// (`PR_SET_CHILD_SUBREAPER`): when a wrapper between it and the server (an
 /// `erebine-lmcache` killed by SIGKILL, an OOM kill) dies first, the
 /// server's processes become this process's children, and
-/// [`reap_orphans`] waits for them before the tier's lock is released.
+/// [`Supervised::reap_orphans`] waits for them before the tier's lock is
+/// released.
 ///
-/// For a process whose only children are the servers it supervises (the
-/// `lmcache-tier launch` command): [`reap_orphans`] stops every child it
-/// finds. A library caller keeps its own process as it is.
+/// Safe in any process, an agent that runs several launches or other
+/// children included: [`Supervised::reap_orphans`] stops only the adopted
+/// processes of the server it is called for (those whose environment
+/// carries its spawn's id in [`TREE_VARIABLE`]), never another child. A
+/// descendant that cleared its environment is not recognised and is left
+/// running (the safe side), as it would be without a subreaper.
 pub fn become_subreaper() -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
@@ -334,18 +367,43 @@ pub fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
-/// Stops and reaps every child this process has once its server has
-/// exited: processes it adopted as a subreaper (see [`become_subreaper`]).
-/// Each gets SIGTERM (and its process group too) at once, SIGKILL after
-/// `grace`. Returns at once when this process is not a subreaper.
-pub async fn reap_orphans(grace: Duration) {
-    if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
-        return;
+impl Supervised {
+    /// Stops and reaps, once this child has exited, the processes of its
+    /// tree this process adopted as a subreaper (see [`become_subreaper`]):
+    /// the children of this process whose environment names this spawn in
+    /// [`TREE_VARIABLE`]. Each gets SIGTERM (and its process group too) at
+    /// once, SIGKILL after `grace`. Returns at once when this process is not
+    /// a subreaper.
+    pub async fn reap_orphans(&self, grace: Duration) {
+        if SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
+            reap_tree(&self.tree, grace).await;
+        }
     }
+}
+
+/// Whether the environment of `pid` names the spawn `tree` in
+/// [`TREE_VARIABLE`].
+fn descends_from(pid: i32, tree: &str) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let prefix = format!("{TREE_VARIABLE}=");
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|entry| entry.strip_prefix(prefix.as_bytes()))
+        .any(|ids| ids.split(|b| *b == b':').any(|id| id == tree.as_bytes()))
+}
+
+async fn reap_tree(tree: &str, grace: Duration) {
     let started = std::time::Instant::now();
     let mut told: Vec<(i32, i32)> = Vec::new();
     loop {
-        let children = children_of(std::process::id() as i32);
+        // One already told stays ours once it has exited (a zombie's
+        // environment reads empty) until it is reaped.
+        let children: Vec<i32> = children_of(std::process::id() as i32)
+            .into_iter()
+            .filter(|pid| told.iter().any(|(p, _)| p == pid) || descends_from(*pid, tree))
+            .collect();
         if children.is_empty() {
             return;
         }

@@ -991,6 +991,26 @@ fn erebine_lmcache_server_refuses_a_metrics_port_its_server_listens_on() {
     }
 }
 
+/// A bind error that is not a taken port is reported as the kernel gave
+/// it, never as "already in use": a link-local address without its scope
+/// (EINVAL).
+#[test]
+fn a_listener_that_cannot_be_opened_says_what_the_kernel_said() {
+    let mut case = Case::new();
+    case.set("EREBINE_AGENT_LMCACHE_METRICS_PORT", "18093")
+        .set("EREBINE_AGENT_LMCACHE_METRICS_HOST", "fe80::1");
+    let out = case.run(&["launch"]);
+    assert_fails(
+        &out,
+        2,
+        &[
+            "EREBINE_AGENT_LMCACHE_METRICS_PORT=18093",
+            "cannot listen on [fe80::1]:18093: ",
+        ],
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("already in use"));
+}
+
 #[test]
 fn a_metrics_host_that_is_no_listening_address_is_refused_by_name() {
     for host in [

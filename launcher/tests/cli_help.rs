@@ -144,4 +144,43 @@ fn man_pages_never_write_through_a_link_at_their_name() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("lmcache-tier-launch.1"), "{stderr}");
+    assert!(
+        !blocked.join(".lmcache-tier-launch.1.tmp").exists(),
+        "a page that could not be put in place left its temp file"
+    );
+}
+
+/// A volume too full for a page: refused naming the page, and no temp
+/// file left behind. Needs root for the mount.
+#[test]
+fn man_pages_on_a_full_volume_leave_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = lmcache_tier_e2e::Tmpfs::mount(&dir.path().join("full"), 64);
+    volume.fill_at_once(&volume.path().join("filler"));
+    let out = lmcache_tier(&["man", "--dir", volume.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("No space left"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(volume.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temp files left: {left:?}");
+}
+
+/// Completions offer directories, not files, for the flags that take one.
+#[test]
+fn directory_flags_complete_directories() {
+    let zsh = stdout_of(&["completions", "zsh"]);
+    for flag in ["--dir", "--path"] {
+        let lines: Vec<&str> = zsh
+            .lines()
+            .filter(|l| l.contains(&format!("'{flag}=")))
+            .collect();
+        assert!(!lines.is_empty(), "{flag} not in the zsh script");
+        for line in lines {
+            assert!(line.contains("_files -/"), "{flag}: {line}");
+        }
+    }
 }

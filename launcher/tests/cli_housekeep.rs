@@ -122,3 +122,74 @@ fn housekeep_cleans_the_tier_launch_plans_under_the_same_identity() {
     assert_eq!(housekeep["report"]["path"], other.to_str().unwrap());
     assert_eq!(housekeep["report"]["capacity_bytes"], 1u64 << 29);
 }
+
+/// The command line wins over every other source of a value, and each
+/// source is said; what housekeeping never uses is never refused over: a
+/// port clash, a missing server executable.
+#[test]
+fn housekeep_flags_win_and_unused_settings_are_not_judged() {
+    let home = tempfile::tempdir().unwrap();
+    let cache = home.path().join(".cache/erebine/lmcache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let extra = [("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--chunk-size 256")];
+    let noise = [
+        ("EREBINE_AGENT_LMCACHE_MP_PORT", "7000"),
+        ("EREBINE_AGENT_LMCACHE_HTTP_PORT", "7000"),
+        ("EREBINE_AGENT_LMCACHE_PATH", "/nonexistent/erebine-lmcache"),
+    ];
+    let both: Vec<(&str, &str)> = extra.iter().chain(&noise).copied().collect();
+    for vars in [&extra[..], &both[..]] {
+        let flag = dry_run(home.path(), vars, &["housekeep", "--chunk-size", "512"]);
+        assert_eq!(flag["identity"]["chunk_size"], 512, "{vars:?}");
+        assert_eq!(flag["sources"]["chunk_size"], "--chunk-size");
+        let node = dry_run(home.path(), vars, &["housekeep"]);
+        assert_eq!(node["identity"]["chunk_size"], 256, "{vars:?}");
+        let source = node["sources"]["chunk_size"].as_str().unwrap();
+        assert!(
+            source.contains("EREBINE_AGENT_LMCACHE_EXTRA_ARGS"),
+            "{source}"
+        );
+        assert_eq!(node["sources"]["path"], "EREBINE_AGENT_LMCACHE_DISK_PATH");
+        assert!(node["sources"]["capacity"].is_string(), "{node:#}");
+    }
+}
+
+/// A dry run reads a directory it cannot write (a read-only volume) and
+/// plans; only the real run is refused there. Needs root for the mount.
+#[test]
+fn housekeep_dry_run_plans_a_read_only_tier() {
+    let home = tempfile::tempdir().unwrap();
+    let volume = lmcache_tier_e2e::Tmpfs::mount(&home.path().join("ro"), 4096);
+    let tier = volume.path().join("tier");
+    std::fs::create_dir(&tier).unwrap();
+    let object = tier.join(format!("m@0x01000100@0@{:064x}.data", 1));
+    std::fs::write(&object, b"kv").unwrap();
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(volume.path())
+        .status()
+        .unwrap();
+    assert!(remount.success());
+    let tier_flag = [
+        "housekeep",
+        "--model",
+        "other",
+        "--path",
+        tier.to_str().unwrap(),
+    ];
+    let planned = dry_run(home.path(), &[], &tier_flag);
+    assert_eq!(
+        planned["report"]["deleted_total"]["count"], 1,
+        "{planned:#}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home.path())
+        .args(tier_flag)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not writable"));
+    assert!(object.exists());
+}

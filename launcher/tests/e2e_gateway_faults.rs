@@ -411,3 +411,130 @@ fn lmcache_gets_prompt_errors_while_the_store_is_down_and_stores_again_once_it_i
     let log = launch.output();
     assert!(!log.contains("S3L2Adapter disabled"), "{log}");
 }
+
+/// A signed `PUT` of `key` whose head announces `length` body bytes, sent
+/// by hand on a connection of its own; the caller sends what it likes of
+/// the body.
+fn put_by_hand(local: &Local, key: &str, length: usize) -> std::net::TcpStream {
+    use std::io::Write;
+    let path = format!("/{}", key.replace('@', "%40"));
+    let url = format!("http://{}{path}", local.host);
+    let credentials = Credentials::new(&local.key_id, &local.secret, None, None, "test");
+    let signature = s3_signature(
+        "PUT",
+        &url,
+        &[("host", local.host.as_str())],
+        "UNSIGNED-PAYLOAD",
+        &credentials,
+        REGION,
+        SystemTime::now(),
+    )
+    .unwrap();
+    let mut head = format!(
+        "PUT {path} HTTP/1.1\r\nhost: {}\r\ncontent-length: {length}\r\n",
+        local.host
+    );
+    for (name, value) in signature {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream = std::net::TcpStream::connect(&local.host).unwrap();
+    stream
+        .set_read_timeout(Some(UPSTREAM_SILENCE + MARGIN))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+}
+
+/// Waits until `done` holds for the gateway's state, or panics after
+/// [`UPSTREAM_SILENCE`] plus [`MARGIN`].
+fn state_until(local: &Local, what: &str, done: impl Fn(&GatewayState) -> bool) -> GatewayState {
+    let start = Instant::now();
+    loop {
+        let now = state(&local.host);
+        if done(&now) {
+            return now;
+        }
+        assert!(
+            start.elapsed() < UPSTREAM_SILENCE + MARGIN,
+            "{what}: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_upload_its_own_client_stalls_or_breaks_off_is_the_clients_not_the_object_stores() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);
+    let (local, gateways) = start_gateway(&format!("127.0.0.1:{}", s3.port));
+    let metrics = lmcache_launcher::metrics::NodeMetrics::new(None);
+    metrics.watch_gateways(gateways.view());
+    let part = vec![0x5a; MIB];
+
+    // 1 MiB of a 32 MiB upload, then nothing: the store waited for the
+    // rest, and the gateway says so to the client that stalled.
+    let mut stalled = put_by_hand(&local, "m@stalled", 32 * MIB);
+    stalled.write_all(&part).unwrap();
+    let mut answer = Vec::new();
+    let _ = stalled.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("<Code>RequestTimeout</Code>"), "{answer}");
+    let after = state_until(&local, "the stall", |s| {
+        s.client_upload_failures.stalled == 1
+    });
+    assert_eq!(after.upstream_unreachable, 0, "{after:?}");
+    assert_eq!(after.upstream_errors, 0, "{after:?}");
+    assert_eq!(after.answers.server_error, 0, "{after:?}");
+    assert_eq!(after.last_upstream_error, None, "{after:?}");
+
+    // 1 MiB of a 32 MiB upload, then the connection closed.
+    let mut broken = put_by_hand(&local, "m@broken", 32 * MIB);
+    broken.write_all(&part).unwrap();
+    drop(broken);
+    let after = state_until(&local, "the break", |s| {
+        s.client_upload_failures.broke_off == 1
+    });
+    assert_eq!(after.upstream_unreachable, 0, "{after:?}");
+    assert_eq!(after.last_upstream_error, None, "{after:?}");
+
+    // The metrics count both as the client's, outside the upstream
+    // families the upstream alert reads.
+    let page = metrics
+        .render(lmcache_launcher::metrics::Format::Prometheus)
+        .unwrap();
+    for (series, value) in [
+        (
+            r#"lmcache_tier_gateway_client_upload_failures_total{tier="0",reason="stalled"}"#,
+            "1",
+        ),
+        (
+            r#"lmcache_tier_gateway_client_upload_failures_total{tier="0",reason="broke_off"}"#,
+            "1",
+        ),
+        (
+            r#"lmcache_tier_gateway_upstream_unreachable_total{tier="0"}"#,
+            "0",
+        ),
+        (
+            r#"lmcache_tier_gateway_upstream_errors_total{tier="0"}"#,
+            "0",
+        ),
+    ] {
+        assert!(
+            page.contains(&format!("{series} {value}\n")),
+            "{series}:\n{page}"
+        );
+    }
+
+    // A whole upload afterwards is stored.
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    let stored = local.send(&client, "PUT", "m@whole", Some(part.clone()));
+    assert!(matches!(stored, Outcome::Answered(200, _)), "{stored:?}");
+}

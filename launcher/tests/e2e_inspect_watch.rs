@@ -275,7 +275,29 @@ fn watch_keeps_refreshing_while_the_server_is_down_and_stops_on_sigterm() {
         s.contains("server DOWN") && read_at(s) != before
     });
 
-    kill(Pid::from_raw(tmux.command_pid()), Signal::SIGTERM).unwrap();
+    // Ctrl-Z (SIGTSTP, sent to the watch alone: the pane's shell has no job
+    // control) gives the terminal back while stopped; `fg` (SIGCONT) takes
+    // it again and redraws.
+    let watch = Pid::from_raw(tmux.command_pid());
+    kill(watch, Signal::SIGTSTP).unwrap();
+    let terminal_becomes = |wanted: &str, what: &str| {
+        let started = Instant::now();
+        while tmux.format("#{alternate_on} #{cursor_flag}") != wanted {
+            assert!(started.elapsed() < minute, "{what}:\n{}", tmux.screen());
+            thread::sleep(Duration::from_millis(50));
+        }
+    };
+    terminal_becomes("0 1", "Ctrl-Z did not give the terminal back");
+    let stat = std::fs::read_to_string(format!("/proc/{watch}/stat")).unwrap();
+    assert!(stat.contains(") T "), "not stopped: {stat}");
+    kill(watch, Signal::SIGCONT).unwrap();
+    terminal_becomes("1 0", "the alternate screen was not taken again on fg");
+    let stopped_at = read_at(&tmux.screen());
+    tmux.wait_for("a refresh after fg", minute, |s| {
+        s.contains("server DOWN") && read_at(s) != stopped_at
+    });
+
+    kill(watch, Signal::SIGTERM).unwrap();
     let (status, terminal) = tmux.wait_for_exit(minute);
     assert_eq!(status, "0", "the screen:\n{}", tmux.screen());
     assert_eq!(

@@ -1,15 +1,17 @@
 //! End to end: a launch of the real LMCache 0.5.6 server serves the node's
 //! metrics on its endpoint. A scrape during a CPU bench passes `promtool
-//! check metrics` and shows the plan, the server up, the capacity guard's
-//! usage and the housekeeping; a server SIGKILLed by hand is counted as an
-//! exit by `signal` (the kernel recorded no OOM kill) and a restart.
+//! check metrics` and a strict OpenMetrics parser, and shows the plan, the
+//! server up, the capacity guard's usage and the housekeeping; a server
+//! SIGKILLed by hand is counted as an exit by `signal` (the kernel recorded
+//! no OOM kill) and a restart.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    binaries, children_of, free_port, get_text, promtool, run_bench, stop_launch, wait_for_status,
-    Binaries, Proc,
+    binaries, children_of, free_port, get_openmetrics, get_text, promtool, run_bench, stop_launch,
+    strict_openmetrics, wait_for_status, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -110,6 +112,13 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
     // the Prometheus text format.
     let findings = promtool_findings(&text);
     assert!(findings.trim().is_empty(), "promtool findings:\n{findings}");
+    // What Prometheus gets passes a strict OpenMetrics parser.
+    let open = get_openmetrics(&url).expect("an OpenMetrics page");
+    assert!(
+        strict_openmetrics(&open).is_ok(),
+        "{:?}\n{open}",
+        strict_openmetrics(&open)
+    );
 
     // The server's wrapper, SIGKILLed by hand: the kernel counts no OOM
     // kill, so the exit's cause is `signal`.
@@ -149,17 +158,12 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
     assert!(get_text(&url).is_none(), "the endpoint outlived the launch");
 }
 
-/// `erebine-lmcache server` run alone (the image entrypoint) serves the
-/// families it knows: its capacity guards, its gateways and its server.
-#[test]
-fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
-    let tier = dir.join("fs-tier");
+/// `erebine-lmcache server` on the given ports with a guarded `fs` tier in
+/// `dir`, its metrics endpoint on `metrics_port` when one is given.
+fn drop_in(dir: &Path, mp_port: u16, http_port: u16, metrics_port: Option<u16>) -> Command {
     let spec = format!(
         r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
-        tier.display()
+        dir.join("fs-tier").display()
     );
     let mut cmd = Command::new(BINS.erebine_lmcache());
     cmd.env_clear()
@@ -167,32 +171,26 @@ fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
         .env("HOME", dir)
         .env("VIRTUAL_ENV", lmcache_tier_e2e::lmcache_venv())
         .env("LMCACHE_TRACK_USAGE", "false")
-        .env(
-            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-            metrics_port.to_string(),
-        )
-        .args([
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &mp_port.to_string(),
-        ])
-        .args([
-            "--http-host",
-            "127.0.0.1",
-            "--http-port",
-            &http_port.to_string(),
-        ])
-        .args([
-            "--l1-size-gb",
-            "1",
-            "--eviction-policy",
-            "LRU",
-            "--chunk-size",
-            "256",
-        ])
-        .args(["--l2-adapter", &spec]);
+        .args(["server", "--host", "127.0.0.1", "--port"])
+        .arg(mp_port.to_string())
+        .args(["--http-host", "127.0.0.1", "--http-port"])
+        .arg(http_port.to_string())
+        .args(["--l1-size-gb", "1", "--eviction-policy", "LRU"])
+        .args(["--chunk-size", "256", "--l2-adapter", &spec]);
+    if let Some(port) = metrics_port {
+        cmd.env("EREBINE_AGENT_LMCACHE_METRICS_PORT", port.to_string());
+    }
+    cmd
+}
+
+/// `erebine-lmcache server` run alone (the image entrypoint) serves the
+/// families it knows: its capacity guards, its gateways and its server.
+#[test]
+fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
+    let cmd = drop_in(dir, mp_port, http_port, Some(metrics_port));
     let mut server = Proc::spawn(cmd, &dir.join("server.log"));
     let status_url = format!("http://127.0.0.1:{http_port}/status");
     wait_for_status(&status_url, &mut server, Duration::from_secs(180));
@@ -211,9 +209,190 @@ fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
     );
     let findings = promtool_findings(&text);
     assert!(findings.trim().is_empty(), "promtool findings:\n{findings}");
+    let open = get_openmetrics(&url).expect("an OpenMetrics page");
+    assert!(
+        strict_openmetrics(&open).is_ok(),
+        "{:?}\n{open}",
+        strict_openmetrics(&open)
+    );
     server.signal(Signal::SIGTERM);
     server
         .wait_timeout(Duration::from_secs(60))
         .expect("SIGTERM stops erebine-lmcache");
     assert!(get_text(&url).is_none(), "the endpoint outlived the server");
+}
+
+/// The drop-in listens on no port of its own unless asked: with the
+/// launch's default metrics port taken (by this test, or by a node that
+/// runs here), it starts as the stock server does.
+#[test]
+fn erebine_lmcache_server_alone_takes_no_metrics_port_unless_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Held for the test; if something else holds it, it is taken anyway.
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", 8091));
+    let (mp_port, http_port) = (free_port(), free_port());
+    let mut server = Proc::spawn(
+        drop_in(dir, mp_port, http_port, None),
+        &dir.join("server.log"),
+    );
+    let status_url = format!("http://127.0.0.1:{http_port}/status");
+    wait_for_status(&status_url, &mut server, Duration::from_secs(180));
+    let log = server.output();
+    assert!(!log.contains("metrics on"), "{log}");
+    server.signal(Signal::SIGTERM);
+    server
+        .wait_timeout(Duration::from_secs(60))
+        .expect("SIGTERM stops erebine-lmcache");
+}
+
+/// Descriptors `pid` has open now.
+fn open_descriptors(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| fds.count())
+        .unwrap_or(0)
+}
+
+/// Connects to 127.0.0.1:`port` from the loopback address 127.0.0.`host`
+/// (any of 127.0.0.0/8 is this host's: each is another client).
+fn connect_from(host: u8, port: u16) -> std::io::Result<std::net::TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&std::net::SocketAddr::from(([127, 0, 0, host], 0)).into())?;
+    socket.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+    Ok(socket.into())
+}
+
+/// Clients that keep the endpoint on `port` full until dropped: 600 idle
+/// connections from 200 addresses at any time, the oldest replaced every
+/// second, and 8 from one address that pipeline requests and read nothing.
+struct Flood {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flood {
+    fn start(port: u16) -> Flood {
+        use std::io::Write;
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let request = b"GET /metrics HTTP/1.1\r\nhost: t\r\n\r\n".repeat(1000);
+            let mut pipelined = Vec::new();
+            for _ in 0..8 {
+                if let Ok(mut stream) = connect_from(250, port) {
+                    let _ = stream.set_nonblocking(true);
+                    let _ = stream.write(&request);
+                    pipelined.push(stream);
+                }
+            }
+            let mut idle = std::collections::VecDeque::new();
+            let mut next = 0u32;
+            while !stopped.load(Ordering::Relaxed) {
+                for _ in 0..200 {
+                    let host = 2 + (next % 200) as u8;
+                    next += 1;
+                    if let Ok(stream) = connect_from(host, port) {
+                        idle.push_back(stream);
+                    }
+                }
+                while idle.len() > 600 {
+                    idle.pop_front();
+                }
+                for stream in &mut pipelined {
+                    let _ = stream.write(&request);
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        Flood {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A launch whose process may open 512 descriptors, its endpoint flooded
+/// by more clients than that: it holds no more connections than its bound,
+/// so a restart of the server (which needs descriptors for its port check,
+/// its pipes and its `/status` polls) goes through, and a scrape is
+/// answered throughout.
+#[test]
+fn a_flooded_endpoint_takes_no_descriptor_the_launch_needs() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
+    let mut cmd = BINS.launch_command(dir, mp_port, http_port, &[]);
+    cmd.env(
+        "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+        metrics_port.to_string(),
+    )
+    .env("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2")
+    .args(["--fast-failure-window", "1"]);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 512, 512)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
+    let status_url = format!("http://127.0.0.1:{http_port}/status");
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    wait_for_status(&status_url, &mut launch, Duration::from_secs(180));
+    scrape_until(&url, Duration::from_secs(30), |text| {
+        sample(text, "lmcache_tier_server_up") == Some(1.0)
+    });
+    let before = open_descriptors(launch.pid());
+
+    let flood = Flood::start(metrics_port);
+    let full = scrape_until(&url, Duration::from_secs(60), |text| {
+        sample(
+            text,
+            r#"lmcache_tier_metrics_endpoint_closed_connections_total{reason="evicted"}"#,
+        ) > Some(600.0)
+    });
+    let held = open_descriptors(launch.pid());
+    assert!(
+        held <= before + 64 + 1,
+        "{held} descriptors open, {before} before the flood:\n{full}"
+    );
+    let connections: f64 = ["idle", "answering"]
+        .iter()
+        .filter_map(|state| {
+            sample(
+                &full,
+                &format!("lmcache_tier_metrics_endpoint_connections{{state=\"{state}\"}}"),
+            )
+        })
+        .sum();
+    assert!(connections <= 64.0, "{full}");
+
+    // The server's wrapper, SIGKILLed while the flood goes on: the launch
+    // starts it again.
+    let wrapper = children_of(launch.pid())[0];
+    kill(Pid::from_raw(wrapper), Signal::SIGKILL).unwrap();
+    let text = scrape_until(&url, Duration::from_secs(180), |text| {
+        sample(text, "lmcache_tier_server_restarts_total") == Some(1.0)
+            && sample(text, "lmcache_tier_server_up") == Some(1.0)
+    });
+    let held = open_descriptors(launch.pid());
+    assert!(
+        held <= before + 64 + 1,
+        "{held} descriptors, {before} before:\n{text}"
+    );
+    drop(flood);
+    stop_launch(&mut launch);
+    let log = launch.output();
+    assert!(!log.contains("Too many open files"), "{log}");
 }

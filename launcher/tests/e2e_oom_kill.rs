@@ -13,119 +13,20 @@
 //! on a hybrid host); elsewhere it says why and returns. The cgroup v2
 //! reading is unit-tested on recorded bodies (`launcher/src/oom.rs`).
 
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lmcache_launcher::oom::{counter_file, oom_kill_count, CgroupVersion};
+use lmcache_launcher::oom::oom_kill_count;
 use lmcache_tier_e2e::{
     binaries, free_port, get_text, listeners_of, lmcache_venv, stop_launch, wait_for_status,
-    Binaries, Proc,
+    Binaries, MemoryCgroup, Proc,
 };
 
 const BINS: Binaries = binaries!();
 
-/// A memory cgroup made for this test; its processes are killed and it is
-/// removed when dropped.
-struct MemoryCgroup {
-    dir: PathBuf,
-}
-
-impl MemoryCgroup {
-    /// A new cgroup v1 memory cgroup below this process's own, or why none
-    /// can be made here.
-    fn make() -> Result<MemoryCgroup, String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("making a memory cgroup needs root".into());
-        }
-        let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
-        let own = counter_file(&read("/proc/self/cgroup")?, &read("/proc/self/mountinfo")?)
-            .map_err(|e| format!("no memory cgroup to make one in: {e}"))?;
-        if own.version != CgroupVersion::V1 {
-            return Err(format!(
-                "it needs a cgroup v1 memory controller, and this host's memory cgroup is v2 ({})",
-                own.path.display()
-            ));
-        }
-        let parent = own.path.parent().unwrap_or(Path::new("/"));
-        let dir = parent.join(format!("erebine-oom-test-{}", std::process::id()));
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-        Ok(MemoryCgroup { dir })
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.join(file)
-    }
-
-    fn read(&self, file: &str) -> String {
-        let path = self.path(file);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
-
-    fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
-        std::fs::write(self.path(file), value)
-    }
-
-    fn bytes(&self, file: &str) -> u64 {
-        self.read(file).trim().parse().unwrap()
-    }
-
-    fn oom_kills(&self) -> u64 {
-        oom_kill_count(&self.read("memory.oom_control")).expect("an oom_kill line (Linux 4.13+)")
-    }
-
-    /// Makes `cmd` move itself into this cgroup before it runs.
-    fn enter(&self, cmd: &mut Command) {
-        let procs = std::ffi::CString::new(self.path("cgroup.procs").as_os_str().as_bytes())
-            .expect("a path without NUL");
-        // SAFETY: only open, write and close between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // "0": the writing process itself.
-                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-                libc::close(fd);
-                match written {
-                    1 => Ok(()),
-                    _ => Err(std::io::Error::last_os_error()),
-                }
-            });
-        }
-    }
-
-    fn members(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.path("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for MemoryCgroup {
-    fn drop(&mut self) {
-        let _ = self.write("memory.memsw.limit_in_bytes", "-1");
-        let _ = self.write("memory.limit_in_bytes", "-1");
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            for pid in self.members() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("could not remove {}", self.dir.display());
-    }
+/// The kernel's count of OOM kills in `cgroup`.
+fn oom_kills(cgroup: &MemoryCgroup) -> u64 {
+    oom_kill_count(&cgroup.read("memory.oom_control")).expect("an oom_kill line (Linux 4.13+)")
 }
 
 /// Waits up to `limit` for `done`, checking every 250 ms.
@@ -142,7 +43,7 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn a_server_the_kernel_oom_kills_is_counted_as_an_oom_kill() {
-    let cgroup = match MemoryCgroup::make() {
+    let cgroup = match MemoryCgroup::make("oom-test") {
         Ok(cgroup) => cgroup,
         Err(why) => {
             eprintln!("skipped the OOM kill test: {why}");
@@ -184,7 +85,7 @@ fn a_server_the_kernel_oom_kills_is_counted_as_an_oom_kill() {
         std::fs::write(format!("/proc/{pid}/oom_score_adj"), "1000").unwrap();
     }
     let _ = std::fs::write(format!("/proc/{}/oom_score_adj", launch.pid()), "-1000");
-    let before = cgroup.oom_kills();
+    let before = oom_kills(&cgroup);
     let usage = cgroup.bytes("memory.usage_in_bytes");
     let limit = usage + (32 << 20);
     // No swapping instead of the OOM kill, where the host swaps.
@@ -202,7 +103,7 @@ fn a_server_the_kernel_oom_kills_is_counted_as_an_oom_kill() {
     let hog_ran = hog_started.elapsed();
     let _ = cgroup.write("memory.memsw.limit_in_bytes", "-1");
     cgroup.write("memory.limit_in_bytes", "-1").unwrap();
-    let after = cgroup.oom_kills();
+    let after = oom_kills(&cgroup);
     assert!(
         after > before,
         "the kernel OOM-killed nothing (oom_kill {before} -> {after}; usage {usage}, limit {limit}, hog {hog_status})"

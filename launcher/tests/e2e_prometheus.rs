@@ -5,14 +5,16 @@
 //! `/metrics`), with the shipped alerting rules loaded. Its HTTP API then
 //! shows the guards' usage, the gateway's requests rising, the servers up,
 //! and a restart after a server is killed; and every PromQL expression of
-//! the shipped Grafana dashboards parses and returns a series.
+//! the shipped Grafana dashboards parses and returns a series. A second
+//! test gives a gateway a known workload and reads a quantile of its
+//! answer histogram back from Prometheus.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
-    binaries, children_of, free_port, get_json, get_text, prometheus_binary, run_bench,
-    stop_launch, wait_for_status, Binaries, Proc, S3Server,
+    binaries, children_of, free_port, get_json, get_openmetrics, get_text, prometheus_binary,
+    run_bench, stop_launch, strict_openmetrics, wait_for_status, Binaries, Proc, S3Server, S3sFs,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -62,18 +64,27 @@ fn launch_node(dir: &Path, name: &str, vars: &[(&str, String)]) -> Node {
 /// A Prometheus on 127.0.0.1 scraping `nodes` every second, with the
 /// shipped alerting rules; its API's base URL.
 fn start_prometheus(dir: &Path, nodes: &[&Node]) -> (Proc, String) {
-    let targets = |port: fn(&Node) -> u16| {
-        let list: Vec<String> = nodes
+    let metrics: Vec<u16> = nodes.iter().map(|n| n.metrics_port).collect();
+    let servers: Vec<u16> = nodes.iter().map(|n| n.http_port).collect();
+    start_prometheus_on(dir, &metrics, &servers)
+}
+
+/// A Prometheus on 127.0.0.1 scraping the node endpoints on the ports
+/// `metrics` and LMCache's own `/metrics` on `servers` every second, with
+/// the shipped alerting rules; its API's base URL.
+fn start_prometheus_on(dir: &Path, metrics: &[u16], servers: &[u16]) -> (Proc, String) {
+    let targets = |ports: &[u16]| {
+        let list: Vec<String> = ports
             .iter()
-            .map(|n| format!("\"127.0.0.1:{}\"", port(n)))
+            .map(|port| format!("\"127.0.0.1:{port}\""))
             .collect();
         list.join(", ")
     };
     let config = format!(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: lmcache-node\n    static_configs:\n      - targets: [{}]\n  - job_name: lmcache-server\n    static_configs:\n      - targets: [{}]\n",
         deploy("prometheus/lmcache-node-alerts.yml").display(),
-        targets(|n| n.metrics_port),
-        targets(|n| n.http_port),
+        targets(metrics),
+        targets(servers),
     );
     let config_file = dir.join("prometheus.yml");
     std::fs::write(&config_file, config).unwrap();
@@ -251,4 +262,130 @@ fn prometheus_scrapes_two_nodes_and_every_dashboard_query_returns_a_series() {
 
     stop_launch(&mut a.launch);
     stop_launch(&mut b.launch);
+}
+
+/// s3s-fs's key for the known workload.
+const KEY_ID: &str = "AKIAE2EPROMHISTOGRAM";
+const SECRET: &str = "e2e-prometheus-histogram-secret-0123456789";
+
+/// Sends `GET /m%40absent` to the gateway on `host`, unsigned: it answers
+/// 403 without asking the store.
+fn unsigned_get(host: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    stream
+        .write_all(
+            format!("GET /m%40absent HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+/// A signed `PUT` through the gateway on `host` (with the per-launch
+/// `key`) whose head announces 32 MiB, of which 1 MiB is sent, then
+/// nothing: the gateway answers 400 `RequestTimeout` once the store has
+/// waited [`lmcache_s3_gateway::UPSTREAM_SILENCE`] for the rest.
+fn stalled_put(host: &str, key: &lmcache_s3_gateway::sigv4::KeyPair) -> String {
+    use aws_credential_types::Credentials;
+    use std::io::{Read, Write};
+    let url = format!("http://{host}/m%40stalled");
+    let credentials = Credentials::new(
+        &key.access_key_id,
+        &key.secret_access_key,
+        None,
+        None,
+        "test",
+    );
+    let signature = lmcache_s3_gateway::sigv4::s3_signature(
+        "PUT",
+        &url,
+        &[("host", host)],
+        "UNSIGNED-PAYLOAD",
+        &credentials,
+        "us-east-1",
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    let mut head = format!(
+        "PUT /m%40stalled HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\n",
+        32 << 20
+    );
+    for (name, value) in signature {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&vec![0x5a; 1 << 20]).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn prometheus_reads_the_workloads_quantile_from_the_gateway_answer_histogram() {
+    use lmcache_launcher::metrics::{MetricsEndpoint, NodeMetrics};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s3 = S3sFs::start(dir, free_port(), (KEY_ID, SECRET), &["kv-cache"]);
+    let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
+        "s3_bucket": "kv-cache", "s3_region": "us-east-1", "disable_tls": true,
+        "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET});
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let args = vec!["--l2-adapter".to_string(), spec.to_string()];
+    let (args, gateways) = runtime
+        .block_on(lmcache_s3_gateway::Gateways::start(&args, &|_| None))
+        .unwrap();
+    let local: Value = serde_json::from_str(&args[1]).unwrap();
+    let host = local["s3_endpoint"].as_str().unwrap().to_string();
+    let metrics = std::sync::Arc::new(NodeMetrics::new(None));
+    metrics.watch_gateways(gateways.view());
+    let endpoint = MetricsEndpoint::start("127.0.0.1:0".parse().unwrap(), "TEST", metrics).unwrap();
+
+    // The known workload: 3 answers within 5 s (403s, the gateway's own)
+    // and 1 between 5 s and 10 s (an upload its client stalled).
+    for _ in 0..3 {
+        let answer = unsigned_get(&host);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    }
+    let answer = stalled_put(&host, gateways.key().unwrap());
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    // The page a strict OpenMetrics parser takes, and Prometheus's
+    // quantile of it: rank 0.9 x 4 = 3.6 falls in the (5, 10] bucket,
+    // which holds the fourth answer: 5 + 5 x 0.6 = 8.
+    let url = format!("http://{}/metrics", endpoint.address());
+    let page = get_openmetrics(&url).expect("the page");
+    assert!(
+        strict_openmetrics(&page).is_ok(),
+        "{:?}\n{page}",
+        strict_openmetrics(&page)
+    );
+    let (_prometheus, base) = start_prometheus_on(dir, &[endpoint.address().port()], &[]);
+    until_series(
+        &base,
+        "lmcache_tier_gateway_answer_duration_seconds_count == 4",
+        1,
+        Duration::from_secs(60),
+    );
+    let inf = query(
+        &base,
+        r#"lmcache_tier_gateway_answer_duration_seconds_bucket{le="+Inf"}"#,
+    );
+    assert_eq!(inf[0]["value"][1], "4", "{inf:?}");
+    let p90 = query(
+        &base,
+        "histogram_quantile(0.9, lmcache_tier_gateway_answer_duration_seconds_bucket)",
+    );
+    let value: f64 = p90[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!((value - 8.0).abs() < 1e-9, "{p90:?}");
 }

@@ -62,6 +62,7 @@ fn host() -> HostFacts {
             tier: Default::default(),
         }),
         gpu: None,
+        odirect_tiers: Vec::new(),
     }
 }
 
@@ -324,9 +325,11 @@ fn backends_other_than_lmcache_have_nothing_to_launch() {
 fn the_lookup_hash_log_dir_is_created_0700_at_launch_and_not_in_a_dry_run() {
     let node_dir = tempfile::tempdir().unwrap();
     let cache = node_dir.path().join("cache");
+    // Measured on this machine: an L1 it can hold.
     let mut node = node(&[
         ("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR", "1"),
         ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "100"),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1"),
     ]);
     node.vars.insert(
         "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
@@ -400,4 +403,250 @@ fn the_rejoin_grace_is_the_servers_reap_timeout_else_lmcaches_default() {
     plan.args.push("0".into());
     assert_eq!(plan.worker_reap_timeout(), Some(Duration::ZERO));
     assert_eq!(plan.rejoin_grace(), Duration::from_secs(120));
+}
+
+#[test]
+fn facts_no_host_has_are_refused_naming_the_field() {
+    let node = node(&[]);
+    let no_memory = HostFacts {
+        memory: Decision::new(0, "given", "a caller's zero"),
+        ..host()
+    };
+    let no_cores = HostFacts {
+        physical_cores: 0,
+        ..host()
+    };
+    for (host, field) in [
+        (no_memory, "HostFacts.memory"),
+        (no_cores, "HostFacts.physical_cores"),
+    ] {
+        let err = plan(&facts(1), &node.vars, &host).unwrap_err();
+        assert!(matches!(err, PlanError::HostFact { .. }), "{err}");
+        assert!(err.to_string().starts_with(field), "{err}");
+    }
+}
+
+#[test]
+fn a_read_only_volume_gets_no_disk_tier_it_cannot_write() {
+    let read_only = || {
+        let mut host = host();
+        host.disk.as_mut().unwrap().filesystem.read_only = true;
+        host
+    };
+    let err = plan(&facts(1), &node(&[]).vars, &read_only()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("EREBINE_AGENT_LMCACHE_DISK_PATH=") && text.contains("read-only"),
+        "{text}"
+    );
+    let l1_only = node(&[("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0")]);
+    assert!(plan(&facts(1), &l1_only.vars, &read_only()).is_ok());
+}
+
+#[test]
+fn an_l1_set_by_hand_is_judged_against_the_memory_it_would_take() {
+    // The golden host has 256 GiB.
+    let refused = node(&[("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "300")]);
+    let err = plan(&facts(1), &refused.vars, &host()).unwrap_err();
+    assert!(matches!(err, PlanError::L1AboveMemory(_)), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=300 gives L1 300.00 GiB, more than the 256.00 GiB"
+        ) && text.contains("golden host: 256 GiB"),
+        "{text}"
+    );
+    let extra = node(&[("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--l1-size-gb 512")]);
+    let err = plan(&facts(1), &extra.vars, &host())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l1-size-gb 512 gives L1"),
+        "{err}"
+    );
+    let above_share = node(&[
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "100"),
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4"),
+    ]);
+    let warned = plan_of(&above_share, &facts(1));
+    assert!(
+        warned.decisions.warnings.iter().any(|w| w.starts_with("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=100 gives L1 100.00 GiB, above this node's 64.00 GiB share")),
+        "{:?}",
+        warned.decisions.warnings
+    );
+    let within = node(&[
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "60"),
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4"),
+    ]);
+    assert!(!plan_of(&within, &facts(1))
+        .decisions
+        .warnings
+        .iter()
+        .any(|w| w.contains("share of memory")));
+}
+
+#[test]
+fn an_l1_raised_to_its_floor_above_a_quarter_of_the_share_is_warned_about() {
+    let small = HostFacts {
+        memory: Decision::new(
+            8 * GIB,
+            "cgroup-limit",
+            "cgroup memory limit 8.00 GiB in /sys/fs/cgroup/memory.max",
+        ),
+        ..host()
+    };
+    let node = node(&[("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "")]);
+    let Planned::Server(plan) = plan(&facts(1), &node.vars, &small).unwrap() else {
+        panic!("a server is planned");
+    };
+    assert_eq!(plan.decisions.l1_size.value, 4 * GIB);
+    assert!(
+        plan.decisions.warnings.iter().any(|w| w.starts_with(
+            "L1 is raised to its 4.00 GiB floor, above a quarter of this node's 8.00 GiB share"
+        ) && w.contains("/sys/fs/cgroup/memory.max")),
+        "{:?}",
+        plan.decisions.warnings
+    );
+}
+
+#[test]
+fn a_custom_filesystem_tier_without_a_capacity_is_warned_about() {
+    let unbounded = |warnings: &[String]| -> Vec<String> {
+        warnings
+            .iter()
+            .filter(|w| w.contains("has no max_capacity_gb"))
+            .cloned()
+            .collect()
+    };
+    let cascade = r#"[{"type":"fs","base_path":"/data/a"},{"type":"fs_native","base_path":"/data/b","max_capacity_gb":0},{"type":"fs","base_path":"/data/c","max_capacity_gb":100},{"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_region":"REGION","aws_access_key_id":"AKIAEXAMPLE","aws_secret_access_key":"s3cr3t-example"}]"#;
+    let custom = node(&[("EREBINE_AGENT_LMCACHE_L2_ADAPTER", cascade)]);
+    let warned = unbounded(&plan_of(&custom, &facts(1)).decisions.warnings);
+    assert_eq!(warned.len(), 2, "{warned:#?}");
+    assert!(
+        warned[0].starts_with("L2 tier 0 (fs at /data/a) has no max_capacity_gb"),
+        "{}",
+        warned[0]
+    );
+    assert!(
+        warned[1].starts_with("L2 tier 1 (fs_native at /data/b)"),
+        "{}",
+        warned[1]
+    );
+    assert!(warned[0].contains(r#"add "max_capacity_gb": <GiB>"#));
+    let extra = node(&[(
+        "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+        r#"--l2-adapter {"type":"fs_native","base_path":"/data/d"}"#,
+    )]);
+    let warned = unbounded(&plan_of(&extra, &facts(1)).decisions.warnings);
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].contains("EREBINE_AGENT_LMCACHE_EXTRA_ARGS"),
+        "{}",
+        warned[0]
+    );
+    assert!(unbounded(&plan_of(&node(&[]), &facts(1)).decisions.warnings).is_empty());
+}
+
+/// A ramfs mounted for a test (root), unmounted when dropped.
+struct Ramfs(PathBuf);
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_custom_tier_that_asks_for_odirect_where_it_fails_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let ram = Ramfs(dir.path().join("ram"));
+    fs::create_dir(&ram.0).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "ramfs", "ramfs"])
+        .arg(&ram.0)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mounting a ramfs needs root");
+    let on_disk = dir.path().join("disk-tier");
+    let spec = |path: &std::path::Path, odirect: bool| {
+        format!(
+            r#"{{"type":"fs_native","base_path":"{}","max_capacity_gb":1,"use_odirect":{odirect}}}"#,
+            path.display()
+        )
+    };
+    let cascade = format!(
+        "[{},{},{}]",
+        spec(&ram.0.join("tier"), true),
+        spec(&on_disk, true),
+        spec(&ram.0.join("buffered"), false)
+    );
+    let node = node(&[
+        ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1"),
+    ]);
+    let Planned::Server(plan) = plan_measured(&facts(1), &node.vars, DiskAccess::Inspect).unwrap()
+    else {
+        panic!("a server is planned");
+    };
+    let odirect: Vec<&String> = plan
+        .decisions
+        .warnings
+        .iter()
+        .filter(|w| w.contains(r#"sets "use_odirect": true"#))
+        .collect();
+    assert_eq!(odirect.len(), 1, "{:#?}", plan.decisions.warnings);
+    assert!(
+        odirect[0].starts_with(&format!(
+            "L2 tier 0 (fs_native at {}/tier)",
+            ram.0.display()
+        )) && odirect[0].contains("O_DIRECT test write there failed"),
+        "{}",
+        odirect[0]
+    );
+    assert!(
+        !ram.0.join("tier").exists(),
+        "the probe created the tier directory"
+    );
+}
+
+#[test]
+fn several_nodes_on_one_host_share_its_volume_as_they_share_its_memory() {
+    // A 100 GiB volume with 56 GiB free: 46 GiB of room after the 10 GiB
+    // reserve. One node alone plans 32 GiB (8 x its 4 GiB L1); four nodes
+    // planning that each would ask 128 GiB of it.
+    let mut small = host();
+    let disk = small.disk.as_mut().unwrap();
+    disk.volume.total_bytes = 100 * GIB;
+    disk.volume.free_bytes = 56 * GIB;
+    let capacity = |pairs: &[(&str, &str)]| {
+        let mut vars = vec![("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "4")];
+        vars.extend_from_slice(pairs);
+        let Planned::Server(plan) = plan(&facts(1), &node(&vars).vars, &small).unwrap() else {
+            panic!("a server is planned");
+        };
+        plan.decisions.disk.unwrap().capacity
+    };
+    assert_eq!(capacity(&[]).value, 32 * GIB);
+    let shared = capacity(&[("EREBINE_AGENT_HOST_AGENT_COUNT", "4")]);
+    assert!(
+        4 * shared.value <= 46 * GIB && shared.value >= 11 * GIB,
+        "{shared:?}"
+    );
+    assert!(
+        shared
+            .reason
+            .contains("this node's 1/4 share of the volume")
+            && shared.reason.contains("EREBINE_AGENT_HOST_AGENT_COUNT=4"),
+        "{}",
+        shared.reason
+    );
+    // An explicit size is the operator's, whatever the count.
+    let explicit = capacity(&[
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4"),
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "20"),
+    ]);
+    assert_eq!(explicit.value, 20 * GIB);
 }

@@ -12,6 +12,7 @@
 //!
 //! Source of the rules: `docs/sizing.md` and `docs/configuration.md`.
 
+pub mod cgroup;
 pub mod probe;
 pub mod rules;
 pub mod volume;

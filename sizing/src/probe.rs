@@ -7,6 +7,7 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use crate::cgroup;
 use crate::rules::{MemoryFacts, OdirectProbe, VolumeStats, ODIRECT_ALIGN_BYTES};
 use crate::volume::Filesystem;
 
@@ -119,17 +120,24 @@ fn magic_name(magic: u64) -> String {
     name.to_string()
 }
 
-/// The host's RAM and this container's cgroup v2 memory limit
-/// (`/sys/fs/cgroup/memory.max`; absent or `max` means none), for
-/// [`crate::rules::memory`].
+/// The host's RAM and the tightest memory limit of this process's cgroup
+/// and its ancestors (cgroup v1, v2 or hybrid, found from
+/// `/proc/self/cgroup` and `/proc/self/mountinfo`; [`crate::cgroup`]), for
+/// [`crate::rules::memory`]. A process whose memory cgroup cannot be found
+/// has no limit read.
+///
+/// # Errors
+/// The host's RAM cannot be read (`sysinfo`).
 pub fn memory() -> io::Result<MemoryFacts> {
     let info = nix::sys::sysinfo::sysinfo().map_err(io::Error::from)?;
-    let cgroup_limit_bytes = fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
+    let read = |path: &Path| fs::read_to_string(path).ok();
+    let cgroup_limit = read(Path::new("/proc/self/cgroup"))
+        .zip(read(Path::new("/proc/self/mountinfo")))
+        .and_then(|(cgroup, mounts)| cgroup::memory_cgroup(&cgroup, &mounts).ok())
+        .and_then(|cgroup| cgroup::tightest_limit(&cgroup, read));
     Ok(MemoryFacts {
         ram_bytes: info.ram_total(),
-        cgroup_limit_bytes,
+        cgroup_limit,
     })
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Source: `docs/sizing.md` (with worked examples) and `docs/configuration.md`.
 
+use crate::cgroup::MemoryLimit;
 use crate::{fmt_gib, Decision, GIB};
 
 /// Lower clamp of the derived L1 budget: 4 GiB.
@@ -68,6 +69,73 @@ pub fn l1_budget(explicit: Option<u64>, memory_bytes: u64, host_agent_count: u32
     )
 }
 
+/// An L1 that no node here could hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} gives L1 {}, more than the {} of memory this node has ({}): the server would be OOM-killed as L1 fills. Set it to at most {} (this node's share), or leave it unset for 25% of the share", fmt_gib(*l1_bytes), fmt_gib(*memory_bytes), memory_reason, fmt_gib(*share_bytes))]
+pub struct L1AboveMemory {
+    /// Where the L1 was set (`EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=<v>`, or
+    /// `--l1-size-gb <v>` in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`).
+    pub setting: String,
+    /// The L1, in bytes.
+    pub l1_bytes: u64,
+    /// The memory figure it was judged against, in bytes.
+    pub memory_bytes: u64,
+    /// Where that figure came from ([`memory`]'s reason).
+    pub memory_reason: String,
+    /// This node's share of it, in bytes.
+    pub share_bytes: u64,
+}
+
+/// Judges the L1 the server gets against the memory it has
+/// (`docs/sizing.md`, "L1 judged against memory"): an L1 set by hand
+/// (`setting`: the variable or flag with its value; `None` for the derived
+/// one) above the node's memory is refused; one above this node's share
+/// (memory / `host_agent_count`) is a warning, and so is a derived L1 raised
+/// to its 4 GiB floor above a quarter of the share. Returns the warnings.
+///
+/// # Errors
+/// [`L1AboveMemory`] naming the setting, the figures and where the memory
+/// figure came from.
+pub fn judge_l1(
+    l1_bytes: u64,
+    setting: Option<&str>,
+    memory: &Decision<u64>,
+    host_agent_count: u32,
+) -> Result<Vec<String>, L1AboveMemory> {
+    let share = memory_share(memory.value, host_agent_count);
+    let nodes = host_agent_count.max(1);
+    let Some(setting) = setting else {
+        return Ok(match l1_bytes > share / 4 && l1_bytes == L1_MIN_BYTES {
+            true => vec![format!(
+                "L1 is raised to its {} floor, above a quarter of this node's {} share of memory ({}, {nodes} node(s)): set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB to what this node can spare (0 gives a write-buffer L1)",
+                fmt_gib(L1_MIN_BYTES),
+                fmt_gib(share),
+                memory.reason
+            )],
+            false => Vec::new(),
+        });
+    };
+    if l1_bytes > memory.value {
+        return Err(L1AboveMemory {
+            setting: setting.to_string(),
+            l1_bytes,
+            memory_bytes: memory.value,
+            memory_reason: memory.reason.clone(),
+            share_bytes: share,
+        });
+    }
+    Ok(match l1_bytes > share {
+        true => vec![format!(
+            "{setting} gives L1 {}, above this node's {} share of memory ({}, {nodes} node(s)): the node's engine and the other nodes need the rest; set it to at most {}",
+            fmt_gib(l1_bytes),
+            fmt_gib(share),
+            memory.reason,
+            fmt_gib(share)
+        )],
+        false => Vec::new(),
+    })
+}
+
 /// This node's share of `memory_bytes`: the memory divided by the nodes
 /// sharing the host (`host_agent_count`, 0 counted as 1).
 pub fn memory_share(memory_bytes: u64, host_agent_count: u32) -> u64 {
@@ -76,27 +144,29 @@ pub fn memory_share(memory_bytes: u64, host_agent_count: u32) -> u64 {
 
 /// What the host says about its memory, in bytes: the facts
 /// [`memory`] decides from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemoryFacts {
     /// The host's total RAM.
     pub ram_bytes: u64,
-    /// The cgroup v2 memory limit of this container (`memory.max`), when
-    /// there is one.
-    pub cgroup_limit_bytes: Option<u64>,
+    /// The tightest memory limit of this process's cgroup and its
+    /// ancestors, with the file it came from, when there is one
+    /// ([`crate::cgroup::tightest_limit`]).
+    pub cgroup_limit: Option<MemoryLimit>,
 }
 
-/// The memory this node may use, in bytes: the host's RAM, or the cgroup
-/// memory limit of its container when that is lower (a node in a container
+/// The memory this node may use, in bytes: the host's RAM, or the tightest
+/// cgroup memory limit on its way to the root when that is lower (a node in a container
 /// must not size L1 from RAM it cannot have; `docs/sizing.md`).
 pub fn memory(facts: &MemoryFacts) -> Decision<u64> {
     let ram = facts.ram_bytes;
-    match facts.cgroup_limit_bytes {
-        Some(limit) if limit < ram => Decision::new(
-            limit,
+    match &facts.cgroup_limit {
+        Some(limit) if limit.bytes < ram => Decision::new(
+            limit.bytes,
             "cgroup-limit",
             format!(
-                "cgroup memory limit {} (host RAM {})",
-                fmt_gib(limit),
+                "cgroup memory limit {} in {} (host RAM {})",
+                fmt_gib(limit.bytes),
+                limit.file.display(),
                 fmt_gib(ram)
             ),
         ),

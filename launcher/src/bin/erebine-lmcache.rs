@@ -20,7 +20,9 @@ use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
 use lmcache_capacity_guard::GuardError;
 use lmcache_launcher::env::{metrics_address, process_vars, ConfigError, Vars, METRICS_PORT};
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
-use lmcache_launcher::guards::{check_guards, start_guards, without_launch_guarded};
+use lmcache_launcher::guards::{
+    check_guards, launch_guard_owner, start_guards, without_launch_guarded,
+};
 use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use lmcache_launcher::output;
@@ -53,9 +55,10 @@ An `fs` or `fs_native` --l2-adapter with max_capacity_gb gets a capacity
 guard once the server listens (help and rejected command lines touch
 nothing): LRU eviction at the spec's eviction watermark, usage counted from
 disk at its start, state in <base_path>/.lmcache-tier-guard.json.
-`server` serves Prometheus metrics of its guards, gateways and server on
-127.0.0.1:8091/metrics (EREBINE_AGENT_LMCACHE_METRICS_PORT, 0 turns it off;
-_HOST; docs/metrics.md).
+With EREBINE_AGENT_LMCACHE_METRICS_PORT set (and _HOST, default 127.0.0.1),
+`server` serves Prometheus metrics of its guards, gateways and server there
+(docs/metrics.md); unset or 0, it listens on no port of its own, as the
+stock server does.
 Every --l2-adapter value must be one JSON object with a \"type\" (NaN,
 Infinity and 1e400 are not JSON), and the flag must be written in full
 (argparse would take an abbreviation such as --l2-adapt, which this process
@@ -126,7 +129,8 @@ enum Failure {
     /// The metrics variables are unusable (2).
     #[error(transparent)]
     MetricsConfig(#[from] lmcache_launcher::env::ConfigError),
-    /// The metrics endpoint cannot listen (4).
+    /// The metrics endpoint cannot listen (4), or its thread cannot start
+    /// (1).
     #[error("{0}; the server was not started")]
     Metrics(#[from] MetricsError),
     /// This process itself failed.
@@ -146,7 +150,8 @@ impl HasExitStatus for Failure {
             Failure::Boto3(e) => e.exit_status(),
             Failure::GuardStart(e) => e.exit_status(),
             Failure::MetricsConfig(e) => e.exit_status(),
-            Failure::Metrics(_) => ExitStatus::PortInUse,
+            Failure::Metrics(MetricsError::Listen { .. }) => ExitStatus::PortInUse,
+            Failure::Metrics(MetricsError::Thread(_)) => ExitStatus::Failure,
             Failure::Process(e) => e.exit_status(),
         }
     }
@@ -360,7 +365,10 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
             .map(str::to_string)
     };
     let metrics = Arc::new(NodeMetrics::new(None));
-    let _endpoint = start_metrics(&server, &vars, &metrics).await?;
+    if let Some(owner) = launch_guard_owner(&vars) {
+        metrics.serve_guards_of(&owner);
+    }
+    let _endpoint = start_metrics(&server, &vars, &metrics)?;
     let (rewritten, gateways) =
         Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
     // LMCache gets the gateways' key through boto3 (stopped with them if not).
@@ -368,7 +376,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
         check_boto3(&python_of(&server.stock), &vars)?;
     }
     metrics.watch_gateways(gateways.view());
-    metrics.watch_guards(server.guards.iter().map(|g| g.base_path.clone()));
+    metrics.watch_guards(server.guards.iter().cloned());
     let args = server.args.iter().zip(&server.text_args).zip(rewritten);
     let args = args.map(|((given, read), sent)| match *read == sent {
         true => given.clone(),
@@ -383,6 +391,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
         };
     }
     command.env_remove(lmcache_launcher::launch::GUARDED_BY_LAUNCH);
+    command.env_remove(lmcache_launcher::launch::GUARD_OWNER);
     let mut child =
         Supervised::spawn(command, Output::Inherit).map_err(|source| Failure::CannotStart {
             stock: server.stock.clone(),
@@ -411,7 +420,7 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
                     metrics.server().observe(&Event::Ready);
                 }
                 if listening && pending.is_some() {
-                    match start_guards(pending.take().unwrap_or_default()) {
+                    match start_guards(pending.take().unwrap_or_default(), &metrics.guard_owner()) {
                         Ok(started) => _guards = started,
                         Err(e) => {
                             // Said before the stop, which may take STOP_GRACE.
@@ -431,14 +440,16 @@ async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
 /// (`EREBINE_AGENT_LMCACHE_METRICS_PORT`, `_HOST`; `docs/metrics.md`): the
 /// guards' and gateways' families and the server's exits. Under
 /// `lmcache-tier launch` the launch serves them and sets the port to 0
-/// here. `None` for other commands (`bench l2`) or a port of 0.
-async fn start_metrics(
+/// here. `None` for other commands (`bench l2`), or with the port unset or
+/// 0.
+fn start_metrics(
     server: &Server,
     vars: &Vars,
     metrics: &Arc<NodeMetrics>,
 ) -> Result<Option<MetricsEndpoint>, Failure> {
     let is_server = server.text_args.first().map(String::as_str) == Some("server");
-    let Some(address) = metrics_address(vars)?.filter(|_| is_server) else {
+    // Unset: no endpoint, as the stock server has none.
+    let Some(address) = metrics_address(vars, 0)?.filter(|_| is_server) else {
         return Ok(None);
     };
     for (flag, role, port) in server_ports(&server.text_args) {
@@ -450,7 +461,7 @@ async fn start_metrics(
             }));
         }
     }
-    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone()).await?;
+    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone())?;
     say!("metrics on http://{}/metrics", endpoint.address());
     Ok(Some(endpoint))
 }

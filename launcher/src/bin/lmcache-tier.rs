@@ -11,9 +11,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::identity::NAME_MAX;
 use lmcache_housekeeping::tier_dir::replace_control_file;
-use lmcache_housekeeping::{
-    housekeep, GuardBound, HousekeepingError, LaunchIdentity, Mode, Report, TierPolicy,
-};
+use lmcache_housekeeping::{housekeep, HousekeepingError, Mode, Report, TierPolicy};
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
 use lmcache_launcher::exit::{
     exit_status_help, ExitStatus, HasExitStatus, ProcessError, LMCACHE_TIER_STATUSES,
@@ -28,7 +26,7 @@ use lmcache_launcher::ports;
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
 use lmcache_launcher::watch::{WatchConfig, UNRESPONSIVE_TIMEOUT};
-use lmcache_launcher::{gpu, locate};
+use lmcache_launcher::{gpu, housekeep, locate};
 use lmcache_launcher::{DiskAccess, Facts};
 use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
@@ -143,7 +141,7 @@ struct CompletionsArgs {
 struct ManArgs {
     /// The directory to write the pages into (made if missing): one
     /// `<command>.1` file per command.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     dir: PathBuf,
 }
 
@@ -182,7 +180,7 @@ struct HousekeepArgs {
     /// The tier directory (default: the node's, as `launch` plans it:
     /// EREBINE_AGENT_LMCACHE_DISK_PATH, else ~/.cache/erebine/lmcache; a
     /// leading ~/ is expanded).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     path: Option<PathBuf>,
     /// LMCache chunk size in tokens (default: the one `launch` plans:
     /// EREBINE_AGENT_LMCACHE_CHUNK_SIZE, --chunk-size in
@@ -302,7 +300,7 @@ struct LaunchArgs {
 #[derive(Args)]
 struct SizeArgs {
     /// Cache directory to size (default: EREBINE_AGENT_LMCACHE_DISK_PATH, else ~/.cache/erebine/lmcache).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     path: Option<PathBuf>,
     /// L1 budget in GiB (default: EREBINE_AGENT_KV_OFFLOAD_SIZE_GB, else 25% of this node's share of RAM).
     #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
@@ -409,13 +407,6 @@ enum UsageError {
         name: String,
         /// The command it was looked for under.
         parent: String,
-    },
-    /// The node's settings plan no LMCache server, so there is no tier to
-    /// housekeep as a launch would.
-    #[error("housekeep: the node plans no LMCache server: {reason}")]
-    NoServer {
-        /// Why, as the plan says.
-        reason: String,
     },
     /// The man pages cannot be written there.
     #[error("man --dir {}: cannot write {} there: {source}", .dir.display(), .page.as_deref().unwrap_or("the man pages"))]
@@ -652,55 +643,29 @@ impl EngineArgs {
     }
 }
 
-/// What `housekeep` cleans, planned as `launch --dry-run` plans the node
-/// from the same variables and engine flags (with the `lmcache` backend,
-/// whatever the node's): the tier directory, the launch identity and the
-/// capacity. Without a disk tier in that plan a launch cleans nothing, and
-/// so `None`, unless the directory was given (`path_given`): then the
-/// identity still comes from the plan, with no capacity to trim to.
-struct NodeTier {
-    path: PathBuf,
-    identity: LaunchIdentity,
-    capacity_bytes: Option<u64>,
-    guard: Option<GuardBound>,
-}
-
+/// What `housekeep` cleans, as a launch plans the node from the same
+/// variables and engine flags (with the `lmcache` backend, whatever the
+/// node's): the tier directory, the launch identity and the capacity, each
+/// from its source, the command line's flags winning. Without a built-in
+/// disk tier a launch cleans nothing, and so `None`, unless the directory
+/// was given (`path_given`): then there is no capacity to trim to.
 fn node_housekeeping(
-    engine: &EngineArgs,
+    args: &HousekeepArgs,
     mut vars: Vars,
-    path_given: bool,
-) -> Result<Option<NodeTier>, Failure> {
+) -> Result<Option<housekeep::NodeTier>, Failure> {
     vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
-    let node = NodeEnv::from_vars(&vars).map_err(|e| path_flag(e, path_given))?;
-    let facts = engine.facts();
-    let measured = measure(&facts, &vars, DiskAccess::Inspect)?;
-    let planned = lmcache_launcher::plan(&facts, &vars, &HostFacts::from(&measured))?;
-    let plan = match planned {
-        Planned::Server(plan) => plan,
-        Planned::NothingToLaunch(why) => {
-            return Err(UsageError::NoServer {
-                reason: why.reason.clone(),
-            }
-            .into())
-        }
-    };
-    if let Some(tier) = plan.housekeeping {
-        return Ok(Some(NodeTier {
-            path: tier.path,
-            identity: tier.identity,
-            capacity_bytes: Some(tier.capacity_bytes),
-            guard: tier.guard,
-        }));
+    let path_given = args.path.is_some();
+    if let Some(path) = &args.path {
+        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
     }
-    if !path_given {
-        return Ok(None);
-    }
-    Ok(Some(NodeTier {
-        path: node.disk_path,
-        identity: facts.launch_identity(plan.decisions.chunk_size.value),
-        capacity_bytes: None,
-        guard: None,
-    }))
+    let tier =
+        housekeep::node_tier(&args.engine.facts(), &vars, args.chunk_size).map_err(
+            |e| match e {
+                PlanError::Config(e) => PlanError::Config(path_flag(e, path_given)),
+                other => other,
+            },
+        )?;
+    Ok(Some(tier).filter(|t| path_given || t.capacity.is_some()))
 }
 
 fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
@@ -1075,14 +1040,8 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     Ok(())
 }
 
-fn housekeep_cmd(args: HousekeepArgs, mut vars: Vars) -> Result<(), Failure> {
-    if let Some(path) = &args.path {
-        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
-    }
-    if let Some(chunk) = args.chunk_size {
-        vars.insert(env::CHUNK_SIZE.into(), chunk.to_string().into());
-    }
-    let Some(target) = node_housekeeping(&args.engine, vars, args.path.is_some())? else {
+fn housekeep_cmd(args: HousekeepArgs, vars: Vars) -> Result<(), Failure> {
+    let Some(target) = node_housekeeping(&args, vars)? else {
         let why = "the node's plan has no built-in disk tier (EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces it, or its size is 0), so a launch cleans nothing: nothing to clean. Give --path to clean a directory anyway";
         match args.json {
             true => outln!("{:#}", json!({ "nothing_to_clean": why })),
@@ -1090,16 +1049,38 @@ fn housekeep_cmd(args: HousekeepArgs, mut vars: Vars) -> Result<(), Failure> {
         }
         return Ok(());
     };
+    let capacity = match args.capacity_gb {
+        Some(gib) => gib_to_bytes(gib)
+            .map(|bytes| lmcache_sizing::Decision::new(bytes, "flag", "--capacity-gb")),
+        None => target.capacity.clone(),
+    };
     // A capacity given here is trimmed to as given; the launch's own is
     // trimmed to where its capacity guard leaves the tier.
     let policy = TierPolicy {
-        capacity_bytes: match args.capacity_gb {
-            Some(gib) => gib_to_bytes(gib),
-            None => target.capacity_bytes,
-        },
+        capacity_bytes: capacity.as_ref().map(|c| c.value),
         shared: false,
         guard: target.guard.filter(|_| args.capacity_gb.is_none()),
     };
+    let sources = json!({
+        "path": match args.path {
+            Some(_) => "--path".to_string(),
+            None => env::DISK_PATH.to_string(),
+        },
+        "chunk_size": target.chunk_size_source,
+        "capacity": capacity.as_ref().map(|c| c.reason.clone()),
+    });
+    tracing::info!(
+        "housekeeping {} for model {:?} (world size {}), chunk size {} ({}), capacity {}",
+        target.path.display(),
+        target.identity.lmcache_model_name(),
+        target.identity.kv_world_size(),
+        target.identity.chunk_size,
+        target.chunk_size_source,
+        match &capacity {
+            Some(c) => format!("{} ({})", fmt_gib(c.value), c.reason),
+            None => "none: no trim".to_string(),
+        }
+    );
     let (path, identity) = (target.path, target.identity);
     let mode = if args.dry_run {
         Mode::DryRun
@@ -1112,6 +1093,7 @@ fn housekeep_cmd(args: HousekeepArgs, mut vars: Vars) -> Result<(), Failure> {
     if args.json {
         let report = json!({
             "identity": identity,
+            "sources": sources,
             "scanned": done.scanned,
             "report": done.report,
             "manifest": done.manifest,

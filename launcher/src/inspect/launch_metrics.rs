@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use lmcache_s3_gateway::{capped_body, BodyError};
 use serde::Serialize;
 
 /// The launch's own figures, from its metrics endpoint.
@@ -86,7 +87,16 @@ pub fn metrics_url(address: SocketAddr) -> String {
     format!("http://{host}:{}/metrics", address.port())
 }
 
-/// Scrapes `url` within `timeout` and reads the launch's figures.
+/// The largest answer read from the metrics port, in bytes: a launch's page
+/// is about 22 KiB with 4 guarded tiers and 4 gateways (`docs/performance.md`,
+/// "One scrape"), so 1 MiB holds one of hundreds of tiers. Whatever else
+/// holds the port is not trusted to answer that little: reading stops at
+/// the bound (`docs/inspect.md`).
+pub const METRICS_MAX_BYTES: usize = 1 << 20;
+
+/// Scrapes `url` within `timeout` and reads the launch's figures, from an
+/// answer of at most [`METRICS_MAX_BYTES`]: a larger one is cut there,
+/// read no further, and said to be no launch's.
 pub async fn read(url: &str, timeout: Duration) -> LaunchMetrics {
     let no_answer = |why: String| LaunchMetrics::NoAnswer {
         url: url.to_string(),
@@ -108,13 +118,23 @@ pub async fn read(url: &str, timeout: Duration) -> LaunchMetrics {
     if !response.status().is_success() {
         return no_answer(format!("HTTP {}", response.status().as_u16()));
     }
-    match response.text().await {
-        Ok(text) if text.contains("lmcache_tier_server_starts_total") => LaunchMetrics::Read {
+    let body = match capped_body(response, METRICS_MAX_BYTES).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge { limit }) => {
+            return no_answer(format!(
+                "the answer is larger than {} KiB, read no further: not a launch's metrics",
+                limit >> 10
+            ))
+        }
+        Err(e) => return no_answer(e.to_string()),
+    };
+    let text = String::from_utf8_lossy(&body);
+    match text.contains("lmcache_tier_server_starts_total") {
+        true => LaunchMetrics::Read {
             url: url.to_string(),
             figures: parse(&text),
         },
-        Ok(_) => no_answer("the answer is not a launch's metrics".to_string()),
-        Err(e) => no_answer(e.to_string()),
+        false => no_answer("the answer is not a launch's metrics".to_string()),
     }
 }
 
@@ -279,6 +299,66 @@ mod tests {
     use crate::oom::OomReading;
     use crate::watch::{Event, LossCause};
     use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// A port on loopback whose every answer is 200 with the headers
+    /// `head` and then `unit` over and over, until the client goes; with
+    /// the bytes of body it got written.
+    fn endless(head: &'static str, unit: Vec<u8>) -> (u16, Arc<AtomicU64>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let sent = Arc::new(AtomicU64::new(0));
+        let written = sent.clone();
+        std::thread::spawn(move || {
+            let body = unit.repeat((64 << 10) / unit.len());
+            for mut stream in listener.incoming().flatten() {
+                let _ = stream.read(&mut [0u8; 4096]);
+                let _ = stream.write_all(format!("HTTP/1.1 200 OK\r\n{head}\r\n").as_bytes());
+                while stream.write_all(&body).is_ok() {
+                    written.fetch_add(body.len() as u64, Ordering::Relaxed);
+                }
+            }
+        });
+        (port, sent)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_over_the_bound_is_cut_there_and_said_to_be_none_of_a_launchs() {
+        // A page's first line, then the same for ever: announced as 2 GiB,
+        // chunked, or until the connection closes.
+        let line = b"lmcache_tier_server_starts_total 1\n".to_vec();
+        let mut chunk = format!("{:x}\r\n", line.len()).into_bytes();
+        chunk.extend_from_slice(&line);
+        chunk.extend_from_slice(b"\r\n");
+        for (head, unit) in [
+            ("content-length: 2147483648\r\n", line.clone()),
+            ("transfer-encoding: chunked\r\n", chunk),
+            ("connection: close\r\n", line),
+        ] {
+            let (port, sent) = endless(head, unit);
+            let url = format!("http://127.0.0.1:{port}/metrics");
+            let read = read(&url, Duration::from_secs(600)).await;
+            let LaunchMetrics::NoAnswer { why, .. } = &read else {
+                panic!("{head}: {read:?}");
+            };
+            assert_eq!(
+                why, "the answer is larger than 1024 KiB, read no further: not a launch's metrics",
+                "{head}"
+            );
+            // Beyond the bound, only what the sockets' buffers hold.
+            let written = sent.load(Ordering::Relaxed);
+            assert!(written < 64 << 20, "{head}: {written} bytes written");
+        }
+        // A launch's page is read whole.
+        let metrics = Arc::new(NodeMetrics::new(None));
+        let endpoint =
+            crate::metrics::MetricsEndpoint::start("127.0.0.1:0".parse().unwrap(), "V", metrics)
+                .unwrap();
+        let read = read(&metrics_url(endpoint.address()), Duration::from_secs(60)).await;
+        assert!(matches!(read, LaunchMetrics::Read { .. }), "{read:?}");
+    }
 
     #[test]
     fn the_figures_are_the_endpoints_numbers_read_back() {

@@ -64,7 +64,8 @@ pub fn check_terminal() -> Result<(), InspectError> {
 
 /// Redraws the report `read` makes every `interval` (the pause after each
 /// frame is drawn) until SIGINT or SIGTERM, then gives the terminal back
-/// and returns `Ok`. A resized terminal is redrawn at once.
+/// and returns `Ok`. A resized terminal is redrawn at once; Ctrl-Z gives
+/// the terminal back while the process is stopped, and redraws on `fg`.
 ///
 /// # Errors
 /// [`ProcessError::Signals`] when the signals cannot be caught,
@@ -79,7 +80,7 @@ pub async fn run(
     loop {
         let report = tokio::select! {
             report = read() => report,
-            () = signals.stop() => return Ok(()),
+            stopped = signals.stop(&screen) => return stopped,
         };
         let now = Snapshot::of(&report, now_rfc3339());
         if !show(&screen, &mut signals, (&now, before.as_ref()), interval).await? {
@@ -106,6 +107,10 @@ async fn show(
             wake = signals.next() => match wake {
                 Wake::Stop => return Ok(false),
                 Wake::Resize => draw().map_err(ProcessError::Stdout)?,
+                Wake::Suspend => {
+                    screen.suspend().map_err(ProcessError::Stdout)?;
+                    draw().map_err(ProcessError::Stdout)?;
+                }
             },
         }
     }
@@ -123,6 +128,9 @@ enum Wake {
     Stop,
     /// SIGWINCH: the terminal changed size.
     Resize,
+    /// SIGTSTP (Ctrl-Z): give the terminal back, stop, and take it again
+    /// when continued.
+    Suspend,
 }
 
 /// The signals the loop handles.
@@ -130,6 +138,7 @@ struct Signals {
     interrupt: Signal,
     terminate: Signal,
     resize: Signal,
+    suspend: Signal,
 }
 
 impl Signals {
@@ -138,6 +147,7 @@ impl Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             resize: signal(SignalKind::window_change())?,
+            suspend: signal(SignalKind::from_raw(libc::SIGTSTP))?,
         })
     }
 
@@ -147,12 +157,20 @@ impl Signals {
             _ = self.interrupt.recv() => Wake::Stop,
             _ = self.terminate.recv() => Wake::Stop,
             _ = self.resize.recv() => Wake::Resize,
+            _ = self.suspend.recv() => Wake::Suspend,
         }
     }
 
-    /// Returns when a stop is asked for (resizes are let by).
-    async fn stop(&mut self) {
-        while self.next().await == Wake::Resize {}
+    /// Returns when a stop is asked for; resizes are let by (the next frame
+    /// is drawn to the new size) and a Ctrl-Z suspends on `screen`.
+    async fn stop(&mut self, screen: &Screen) -> Result<(), ProcessError> {
+        loop {
+            match self.next().await {
+                Wake::Stop => return Ok(()),
+                Wake::Resize => {}
+                Wake::Suspend => screen.suspend().map_err(ProcessError::Stdout)?,
+            }
+        }
     }
 }
 
@@ -173,6 +191,17 @@ impl Screen {
 
     fn draw(&self, lines: &[String]) -> io::Result<()> {
         output::stdout_text(&paint(lines))
+    }
+
+    /// What Ctrl-Z does to a program that draws on the alternate screen:
+    /// the operator's screen and cursor back, the process stopped (SIGSTOP:
+    /// SIGTSTP itself is caught here), and the alternate screen again once
+    /// it is continued (`fg`); the caller redraws.
+    fn suspend(&self) -> io::Result<()> {
+        output::stdout_text(LEAVE)?;
+        // SAFETY: raise has no memory effects; it returns once continued.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        output::stdout_text(ENTER)
     }
 }
 

@@ -14,13 +14,15 @@
 //! status file, each gateway's counters), so nothing is counted twice. The
 //! plan, housekeeping and server families are set by the launch as it goes.
 
+mod connections;
 mod endpoint;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lmcache_capacity_guard::status::{read_status, GuardStatus};
+use lmcache_capacity_guard::capacity::GuardSpec;
+use lmcache_capacity_guard::status::{read_status, Following, GuardStatus};
 use lmcache_housekeeping::execute::Report;
 use lmcache_housekeeping::{Access, TierDir};
 use lmcache_s3_gateway::state::GatewayState;
@@ -34,7 +36,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-pub use endpoint::{MetricsEndpoint, MetricsError};
+pub use endpoint::{EndpointLimits, MetricsEndpoint, MetricsError};
 
 use crate::launch_plan::LaunchPlan;
 use crate::watch::{Event, ExitCause, LossCause};
@@ -52,6 +54,8 @@ pub struct NodeMetrics {
     /// housekept.
     housekeeping: Option<HousekeepingMetrics>,
     tiers: Arc<TierSources>,
+    /// What the endpoint serving these metrics holds.
+    endpoint: Arc<connections::EndpointState>,
 }
 
 impl NodeMetrics {
@@ -67,13 +71,15 @@ impl NodeMetrics {
         let housekeeping = plan
             .filter(|plan| plan.housekeeping.is_some())
             .map(|_| HousekeepingMetrics::register(&mut registry));
-        let tiers = Arc::new(TierSources::default());
+        let tiers = Arc::new(TierSources::new());
         registry.register_collector(Box::new(tiers.clone()));
+        let endpoint = connections::EndpointState::register(&mut registry);
         NodeMetrics {
             registry,
             server,
             housekeeping,
             tiers,
+            endpoint,
         }
     }
 
@@ -89,11 +95,40 @@ impl NodeMetrics {
         }
     }
 
-    /// Reads each guard's status file in `dirs` (tier directories) at
-    /// every scrape, from now on.
-    pub fn watch_guards(&self, dirs: impl IntoIterator<Item = PathBuf>) {
-        if let Ok(mut guarded) = self.tiers.guard_dirs.lock() {
-            guarded.extend(dirs);
+    /// Reads the status file of each guard of `guarded` (its tier
+    /// directory) at every scrape, from now on. Only a status that names
+    /// [`NodeMetrics::guard_owner`] as its owner is served: one that an
+    /// earlier launch, or a guard of another launch, left there is not this
+    /// launch's (`docs/metrics.md`, "Capacity guards").
+    pub fn watch_guards(&self, guarded: impl IntoIterator<Item = GuardSpec>) {
+        let watched = guarded.into_iter().map(|spec| WatchedGuard {
+            dir: spec.base_path,
+            shared: spec.shared,
+        });
+        if let Ok(mut guards) = self.tiers.guards.lock() {
+            guards.extend(watched);
+        }
+    }
+
+    /// The owner this node's guards are started with
+    /// ([`GuardOptions::owner`](lmcache_capacity_guard::GuardOptions::owner)),
+    /// the only one whose statuses a scrape serves: a token made for this
+    /// process at [`NodeMetrics::new`], or the one
+    /// [`NodeMetrics::serve_guards_of`] gave.
+    pub fn guard_owner(&self) -> String {
+        self.tiers
+            .owner
+            .lock()
+            .map(|owner| owner.clone())
+            .unwrap_or_default()
+    }
+
+    /// Serves the statuses of the guards whose owner is `owner` from now on,
+    /// instead of this process's own token: `erebine-lmcache` started by a
+    /// launch runs its guards for that launch.
+    pub fn serve_guards_of(&self, owner: &str) {
+        if let Ok(mut ours) = self.tiers.owner.lock() {
+            *ours = owner.to_string();
         }
     }
 
@@ -557,23 +592,55 @@ impl HousekeepingMetrics {
     }
 }
 
+/// A guarded tier whose guard's status a scrape reads.
+#[derive(Debug, Clone)]
+struct WatchedGuard {
+    /// The tier directory, where the status file is.
+    dir: PathBuf,
+    /// `"shared": true`: rescanned every 10 s or more by design.
+    shared: bool,
+}
+
+/// The status of one of this launch's guards, and whether its tier is
+/// shared.
+struct ServedGuard {
+    status: GuardStatus,
+    shared: bool,
+}
+
 /// The guards and gateways whose state a scrape reads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct TierSources {
-    guard_dirs: Mutex<Vec<PathBuf>>,
+    guards: Mutex<Vec<WatchedGuard>>,
+    /// [`NodeMetrics::guard_owner`].
+    owner: Mutex<String>,
     gateways: Mutex<GatewaysView>,
 }
 
 impl TierSources {
-    fn guard_statuses(&self) -> Vec<GuardStatus> {
-        let dirs = self
-            .guard_dirs
-            .lock()
-            .map(|d| d.clone())
-            .unwrap_or_default();
-        dirs.iter()
-            .filter_map(|dir| TierDir::open(dir, Access::ReadOnly).ok())
-            .filter_map(|dir| read_status(&dir).ok().flatten())
+    fn new() -> Self {
+        TierSources {
+            guards: Mutex::default(),
+            owner: Mutex::new(new_owner()),
+            gateways: Mutex::default(),
+        }
+    }
+
+    /// The statuses of the watched guards written by a guard of this
+    /// launch; any other is left out.
+    fn guard_statuses(&self) -> Vec<ServedGuard> {
+        let guards = self.guards.lock().map(|g| g.clone()).unwrap_or_default();
+        let owner = self.owner.lock().map(|o| o.clone()).unwrap_or_default();
+        guards
+            .into_iter()
+            .filter_map(|guard| {
+                let dir = TierDir::open(&guard.dir, Access::ReadOnly).ok()?;
+                let status = read_status(&dir).ok().flatten()?;
+                (status.owner.as_deref() == Some(owner.as_str())).then_some(ServedGuard {
+                    status,
+                    shared: guard.shared,
+                })
+            })
             .collect()
     }
 
@@ -581,6 +648,19 @@ impl TierSources {
         let view = self.gateways.lock().map(|v| v.clone()).unwrap_or_default();
         view.states()
     }
+}
+
+/// A token naming this process among every process that ever ran a guard
+/// in a tier directory, for
+/// [`GuardOptions::owner`](lmcache_capacity_guard::GuardOptions::owner):
+/// the process id and the time it was made, in nanoseconds. A pid alone
+/// repeats: a container's launch has the same one at every start.
+fn new_owner() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{nanos}", std::process::id())
 }
 
 /// A tier's position in the cascade.
@@ -840,11 +920,30 @@ const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
 
 fn encode_guards(
     encoder: &mut DescriptorEncoder,
-    statuses: &[GuardStatus],
+    guards: &[ServedGuard],
 ) -> Result<(), std::fmt::Error> {
+    let statuses: Vec<GuardStatus> = guards.iter().map(|g| g.status.clone()).collect();
+    let statuses = statuses.as_slice();
     let labels = |s: &GuardStatus| TierLabels {
         tier: s.tier.to_string(),
     };
+    let info: Vec<(Vec<(String, String)>, u64)> = guards
+        .iter()
+        .map(|g| {
+            let following = match g.status.following {
+                Following::Inotify => "inotify",
+                Following::Rescans => "rescans",
+            };
+            let labels = vec![
+                ("tier".to_string(), g.status.tier.to_string()),
+                ("following".to_string(), following.to_string()),
+                ("shared".to_string(), g.shared.to_string()),
+            ];
+            (labels, 1)
+        })
+        .collect();
+    let help = "One series per capacity guard: how it follows its tier (following: inotify, or rescans when inotify cannot watch it) and whether the tier is shared (shared: true, rescanned every 10 s or more by design)";
+    encode_per_tier(encoder, "guard_info", help, None, false, &info)?;
     for family in &GUARD_FAMILIES {
         family.encode(encoder, statuses, labels)?;
     }
@@ -936,22 +1035,40 @@ fn encode_answer_seconds(
         kind,
     )?;
     for s in states {
-        let h = &s.answer_seconds;
-        let mut buckets: Vec<(f64, u64)> = h
-            .bounds
-            .iter()
-            .copied()
-            .zip(h.cumulative.iter().copied())
-            .collect();
-        buckets.push((f64::INFINITY, h.count));
+        let (count, buckets) = own_counts(&s.answer_seconds);
         let labels = TierLabels {
             tier: s.tier.to_string(),
         };
         family
             .encode_family(&labels)?
-            .encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
+            .encode_histogram::<NoLabelSet>(s.answer_seconds.sum, count, &buckets, None)?;
     }
     Ok(())
+}
+
+/// What prometheus-client's `encode_histogram` takes for the gateway
+/// histogram `h`: the count of observations, and each bucket's upper bound
+/// with the observations in that bucket alone (`+Inf` last), which it adds
+/// up into the cumulative counts of the text formats. `h` holds them
+/// cumulative already (`Histogram::cumulative`), so they are taken apart
+/// here; handed on as they are, they would be summed twice. A count below
+/// the last bucket's (a state read from elsewhere) is raised to it, so that
+/// `+Inf` equals `_count` and no bucket falls, as both formats require.
+fn own_counts(h: &lmcache_s3_gateway::state::Histogram) -> (u64, Vec<(f64, u64)>) {
+    let mut below = 0;
+    let mut buckets: Vec<(f64, u64)> = h
+        .bounds
+        .iter()
+        .zip(&h.cumulative)
+        .map(|(bound, cumulative)| {
+            let own = cumulative.saturating_sub(below);
+            below = below.max(*cumulative);
+            (*bound, own)
+        })
+        .collect();
+    let count = h.count.max(below);
+    buckets.push((f64::INFINITY, count - below));
+    (count, buckets)
 }
 
 fn encode_gateways(
@@ -1000,6 +1117,17 @@ fn encode_gateways(
                 ("5xx", a.server_error),
                 ("other", a.other),
             ]
+        },
+    )?;
+    encode_labelled(
+        encoder,
+        states,
+        "gateway_client_upload_failures",
+        "Uploads their own client ended while the upstream waited for the body, by reason (stalled: no byte for 5 s, broke_off); not the upstream's failures",
+        "reason",
+        |s| {
+            let f = s.client_upload_failures;
+            vec![("stalled", f.stalled), ("broke_off", f.broke_off)]
         },
     )?;
     encode_labelled(encoder, states, "gateway_rejected", "Requests the gateway refused with 403, by reason (malformed, unknown_key, scope, time, signature)", "reason", |s| {
@@ -1089,6 +1217,7 @@ mod tests {
                 tier: Default::default(),
             }),
             gpu: None,
+            odirect_tiers: Vec::new(),
         };
         match plan(&engine, &vars, &host).unwrap() {
             Planned::Server(plan) => *plan,
@@ -1259,12 +1388,16 @@ mod tests {
             .unwrap()
             .remove(0);
         let metrics = NodeMetrics::new(None);
-        metrics.watch_guards([tmp.path().to_path_buf()]);
+        metrics.watch_guards([spec.clone()]);
         assert!(!metrics
             .render(Format::OpenMetrics)
             .unwrap()
             .contains("guard_"));
-        let guard = Guard::start(spec, GuardOptions::default()).unwrap();
+        let options = GuardOptions {
+            owner: Some(metrics.guard_owner()),
+            ..GuardOptions::default()
+        };
+        let guard = Guard::start(spec, options).unwrap();
         let started = std::time::Instant::now();
         while !metrics
             .render(Format::OpenMetrics)
@@ -1319,6 +1452,115 @@ mod tests {
             ),
             0.0
         );
+    }
+
+    /// Renders `metrics` until `done` holds for the page (a guard writes its
+    /// status once it has counted its tier), or panics after 20 s.
+    fn render_until(metrics: &NodeMetrics, done: impl Fn(&str) -> bool) -> String {
+        let started = std::time::Instant::now();
+        loop {
+            let text = metrics.render(Format::OpenMetrics).unwrap();
+            if done(&text) {
+                return text;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn only_the_statuses_of_this_launchs_guards_are_served() {
+        use lmcache_capacity_guard::capacity::guard_specs;
+        use lmcache_capacity_guard::status::GUARD_STATUS_FILE_NAME;
+        use lmcache_capacity_guard::{Guard, GuardOptions};
+        use lmcache_tier_spec::Cascade;
+
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = (0..4).map(|i| tmp.path().join(format!("t{i}"))).collect();
+        for dir in &dirs {
+            std::fs::create_dir(dir).unwrap();
+        }
+        // Tiers 0 and 1 of 1 GiB, 2 of 2 GiB, 3 shared.
+        let json = format!(
+            r#"[{{"type":"fs","base_path":"{}","max_capacity_gb":1}},{{"type":"fs","base_path":"{}","max_capacity_gb":1}},{{"type":"fs","base_path":"{}","max_capacity_gb":2}},{{"type":"fs","base_path":"{}","max_capacity_gb":1,"shared":true}}]"#,
+            dirs[0].display(),
+            dirs[1].display(),
+            dirs[2].display(),
+            dirs[3].display()
+        );
+        let specs = guard_specs(&Cascade::parse(&json, "V").unwrap()).unwrap();
+        let metrics = NodeMetrics::new(None);
+        metrics.watch_guards(specs.clone());
+        let ours = GuardOptions {
+            owner: Some(metrics.guard_owner()),
+            ..GuardOptions::default()
+        };
+        let _first = Guard::start(specs[0].clone(), ours.clone()).unwrap();
+        let shared = Guard::start(specs[3].clone(), ours.clone()).unwrap();
+        let tier = |t: usize| format!(r#"lmcache_tier_guard_capacity_bytes{{tier="{t}"}}"#);
+        render_until(&metrics, |text| {
+            text.contains(&tier(0)) && text.contains(&tier(3))
+        });
+        // What other launches left, each claiming tier 0 with other
+        // figures: the status of an earlier launch in tier 1 (the same pid,
+        // as a container's launch has at every start), and one written
+        // before statuses named an owner in tier 2.
+        let read = |dir: &PathBuf| {
+            let bytes = std::fs::read(dir.join(GUARD_STATUS_FILE_NAME)).unwrap();
+            serde_json::from_slice::<GuardStatus>(&bytes).unwrap()
+        };
+        let mut stale = read(&dirs[0]);
+        stale.tier = 0;
+        stale.capacity_bytes = 7 * GIB;
+        stale.owner = Some("an earlier launch".into());
+        let write = |dir: &PathBuf, json: serde_json::Value| {
+            std::fs::write(dir.join(GUARD_STATUS_FILE_NAME), json.to_string()).unwrap()
+        };
+        write(&dirs[1], serde_json::to_value(&stale).unwrap());
+        let mut ownerless = serde_json::to_value(&stale).unwrap();
+        ownerless.as_object_mut().unwrap().remove("owner");
+        write(&dirs[2], ownerless);
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        let series = |text: &str, name: &str| {
+            let prefix = format!("lmcache_tier_{name}{{");
+            text.lines().filter(|l| l.starts_with(&prefix)).count()
+        };
+        assert_eq!(series(&text, "guard_capacity_bytes"), 2, "{text}");
+        assert_eq!(sample(&text, &tier(0)), GIB as f64, "{text}");
+        assert!(
+            !text.contains(&tier(1)) && !text.contains(&tier(2)),
+            "{text}"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"lmcache_tier_guard_info{tier="0",following="inotify",shared="false"}"#
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"lmcache_tier_guard_info{tier="3",following="inotify",shared="true"}"#
+            ),
+            1.0
+        );
+        // The shared tier's status replaced by a guard of another launch
+        // (another node writing the same directory), once this launch's
+        // guard there has stopped and written its last.
+        drop(shared);
+        let mut elsewhere = read(&dirs[3]);
+        elsewhere.owner = Some("another node's launch".into());
+        write(&dirs[3], serde_json::to_value(&elsewhere).unwrap());
+        let text = metrics.render(Format::OpenMetrics).unwrap();
+        assert_eq!(series(&text, "guard_capacity_bytes"), 1, "{text}");
+        assert_eq!(series(&text, "guard_info"), 1, "{text}");
+        // This launch's guard of tier 1 replaces the earlier launch's
+        // status with its own.
+        let _second = Guard::start(specs[1].clone(), ours).unwrap();
+        let text = render_until(&metrics, |text| text.contains(&tier(1)));
+        assert_eq!(sample(&text, &tier(1)), GIB as f64, "{text}");
+        assert_eq!(series(&text, "guard_usage_bytes"), 2, "{text}");
     }
 
     #[test]
@@ -1443,5 +1685,130 @@ mod tests {
             1.0,
             "{text}"
         );
+    }
+
+    /// A gateway's state on `tier` whose answers fell `per_bucket` into the
+    /// buckets of [`ANSWER_SECONDS_BOUNDS`] and `over` above the last, for
+    /// `sum` seconds in all.
+    fn answered(tier: usize, per_bucket: &[u64], over: u64, sum: f64) -> GatewayState {
+        use lmcache_s3_gateway::state::{Histogram, ANSWER_SECONDS_BOUNDS};
+        let mut running = 0;
+        let cumulative = ANSWER_SECONDS_BOUNDS
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                running += per_bucket.get(i).copied().unwrap_or(0);
+                running
+            })
+            .collect();
+        GatewayState {
+            tier,
+            bucket: "kv".into(),
+            key_prefix: String::new(),
+            upstream: "http://127.0.0.1:9".into(),
+            region: "r".into(),
+            credential_source: "the tier's aws_access_key_id".into(),
+            started_at: "2026-12-01T00:00:00Z".into(),
+            requests: Default::default(),
+            rejected: 0,
+            upstream_errors: 0,
+            upstream_unreachable: 0,
+            bytes_up: 0,
+            bytes_down: 0,
+            last_upstream_error: None,
+            answers: Default::default(),
+            rejected_by_reason: Default::default(),
+            answer_seconds: Histogram {
+                bounds: ANSWER_SECONDS_BOUNDS.to_vec(),
+                cumulative,
+                sum,
+                count: running + over,
+            },
+            credential_expiry_unix: None,
+            peer_refused: 0,
+            client_upload_failures: Default::default(),
+        }
+    }
+
+    /// The gateway families of `states` in `format`, as a scrape renders
+    /// them.
+    fn gateway_page(states: Vec<GatewayState>, format: Format) -> String {
+        #[derive(Debug)]
+        struct States(Vec<GatewayState>);
+        impl Collector for States {
+            fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+                encode_gateways(&mut encoder, &self.0)
+            }
+        }
+        let mut registry = Registry::with_prefix(PREFIX);
+        registry.register_collector(Box::new(States(states)));
+        let mut text = String::new();
+        match format {
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut text, &registry).unwrap()
+            }
+            Format::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap()
+            }
+        }
+        text
+    }
+
+    /// The `le` bound and value of each bucket of the answer histogram of
+    /// `tier` in `text`, in order.
+    fn answer_buckets(text: &str, tier: usize) -> Vec<(String, f64)> {
+        let tier = format!("tier=\"{tier}\"");
+        text.lines()
+            .filter_map(|line| {
+                let rest =
+                    line.strip_prefix("lmcache_tier_gateway_answer_duration_seconds_bucket{")?;
+                let (labels, value) = rest.split_once("} ")?;
+                let labels: Vec<&str> = labels.split(',').collect();
+                if !labels.contains(&tier.as_str()) {
+                    return None;
+                }
+                let le = labels.iter().find_map(|l| l.strip_prefix("le=\""))?;
+                Some((le.trim_end_matches('"').to_string(), value.parse().unwrap()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_answer_histogram_carries_the_gateways_own_counts_in_both_formats() {
+        use lmcache_s3_gateway::state::ANSWER_SECONDS_BOUNDS;
+        // 1 answer within 1 ms, 2 within 5 ms, 3 within 0.5 s, 1 within
+        // 10 s and 2 over 30 s; a second gateway with none; a third
+        // whose count lags its buckets (a state read back from elsewhere).
+        let busy = answered(1, &[1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1], 2, 75.5);
+        let idle = answered(2, &[], 0, 0.0);
+        let mut lagging = answered(3, &[4], 0, 0.004);
+        lagging.answer_seconds.count = 3;
+        let states = vec![busy.clone(), idle.clone(), lagging];
+        for format in [Format::OpenMetrics, Format::Prometheus] {
+            let text = gateway_page(states.clone(), format);
+            for state in [&busy, &idle] {
+                let h = &state.answer_seconds;
+                let buckets = answer_buckets(&text, state.tier);
+                let mut expected: Vec<f64> = h.cumulative.iter().map(|&n| n as f64).collect();
+                expected.push(h.count as f64);
+                let values: Vec<f64> = buckets.iter().map(|(_, v)| *v).collect();
+                assert_eq!(values, expected, "{format:?}, tier {}:\n{text}", state.tier);
+                assert_eq!(buckets.len(), ANSWER_SECONDS_BOUNDS.len() + 1);
+                assert_eq!(buckets.last().unwrap().0, "+Inf");
+                let series = |suffix: &str| {
+                    format!(
+                        "lmcache_tier_gateway_answer_duration_seconds_{suffix}{{tier=\"{}\"}}",
+                        state.tier
+                    )
+                };
+                assert_eq!(sample(&text, &series("count")), h.count as f64);
+                assert_eq!(sample(&text, &series("sum")), h.sum);
+            }
+            let lagging = answer_buckets(&text, 3);
+            assert_eq!(lagging.last().unwrap().1, 4.0, "{text}");
+            assert!(lagging.windows(2).all(|w| w[0].1 <= w[1].1), "{text}");
+            let count = r#"lmcache_tier_gateway_answer_duration_seconds_count{tier="3"}"#;
+            assert_eq!(sample(&text, count), 4.0);
+        }
     }
 }
