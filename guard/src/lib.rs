@@ -628,19 +628,12 @@ impl Runner {
     /// objects deleted since. Built on threads of lowered priority (nice
     /// +10): it runs beside the server's start on the same cores, and the
     /// server comes first. Nothing can be evicted before it is done, and
-    /// the tier was just housekept to its capacity.
+    /// the tier was just housekept below the guard's trigger.
     fn take_over(&mut self, inventory: &Inventory, deleted: &[u32]) {
         self.tracker = std::thread::scope(|scope| {
             let build = scope.spawn(|| {
                 yield_to_the_server();
-                let mut tracker = Tracker::from_inventory(inventory);
-                let objects = inventory.objects();
-                for &i in deleted {
-                    if let Some(object) = objects.get(i as usize) {
-                        tracker.remove(&inventory.names().name(&object.key));
-                    }
-                }
-                tracker
+                Tracker::from_inventory_less(inventory, deleted)
             });
             build
                 .join()

@@ -184,28 +184,34 @@ impl Tracker {
         tracker
     }
 
+    /// [`Tracker::from_inventory`] less the objects at `deleted` (indices
+    /// into `inventory.objects()`, e.g. what housekeeping deleted since the
+    /// scan), taken out in one pass. Indices past the inventory are
+    /// ignored.
+    pub fn from_inventory_less(inventory: &Inventory, deleted: &[u32]) -> Self {
+        let mut tracker = Self::from_inventory(inventory);
+        // Entry i is object i after `fill`.
+        let slots: Vec<usize> = deleted
+            .iter()
+            .map(|&i| i as usize)
+            .filter(|&i| i < tracker.len())
+            .collect();
+        tracker.remove_many(&slots);
+        tracker
+    }
+
     /// Adds a scan's objects to an empty tracker, in the scan's order
     /// (entry i is object i), tick 0; the entry array is reserved for
-    /// exactly that many.
-    ///
-    /// The index is filled grouped by the top byte of each hash, which
-    /// orders the home buckets (`guard/src/index.rs`), so it is written front
-    /// to back: inserting a million objects in scan order costs a cache
-    /// miss or two each (200-450 ns an object here), grouped about a tenth
-    /// of that. Only speed depends on the grouping; any order is correct.
-    /// One scan's keys are distinct (names decode exactly and a directory
-    /// holds a name once), so none is looked up before it is inserted.
+    /// exactly that many. One scan's keys are distinct (names decode
+    /// exactly and a directory holds a name once), so none is looked up
+    /// before it is inserted.
     fn fill(&mut self, objects: &[lmcache_housekeeping::scan::ObjectEntry]) {
-        const REGION_BITS: u32 = 8;
-        let region = |h: u64| (h >> (64 - REGION_BITS)) as usize;
-        let n = objects.len();
-        self.entries.reserve_exact(n);
-        let mut hashes = Vec::with_capacity(n);
-        let mut starts = vec![0usize; (1 << REGION_BITS) + 1];
+        self.entries.reserve_exact(objects.len());
+        let mut hashes = Vec::with_capacity(objects.len());
         for object in objects {
             let family = self.family_id(&object.key);
             let hash = inline_hash(&object.key.chunk_hash);
-            let h = self.hash_entry(family, &hash);
+            hashes.push(self.hash_entry(family, &hash));
             let blocks = blocks_of(object.stats.allocated_bytes);
             self.usage += u64::from(blocks) * 512;
             self.entries.push(Entry {
@@ -214,27 +220,81 @@ impl Tracker {
                 blocks,
                 tick: 0,
             });
+        }
+        self.index_all(hashes);
+    }
+
+    /// A new index of every entry, `hashes[i]` the hash of entry i.
+    ///
+    /// The index is filled grouped by the top byte of each hash, which
+    /// orders the home buckets (`guard/src/index.rs`), so it is written
+    /// front to back: inserting a million objects in scan order costs a
+    /// cache miss or two each (200-450 ns an object here), grouped about a
+    /// tenth of that. Only speed depends on the grouping; any order is
+    /// correct.
+    fn index_all(&mut self, hashes: Vec<u64>) {
+        const REGION_BITS: u32 = 8;
+        let region = |h: u64| (h >> (64 - REGION_BITS)) as usize;
+        let mut starts = vec![0usize; (1 << REGION_BITS) + 1];
+        for &h in &hashes {
             starts[region(h) + 1] += 1;
-            hashes.push(h);
         }
         for r in 1..starts.len() {
             starts[r] += starts[r - 1];
         }
-        let mut grouped = vec![(0u64, 0u32); n];
+        let mut grouped = vec![(0u64, 0u32); hashes.len()];
         for (slot, h) in hashes.into_iter().enumerate() {
             let next = &mut starts[region(h)];
             grouped[*next] = (h, slot as u32);
             *next += 1;
         }
-        let (entries, hasher, index) = (&self.entries, &self.hasher, &mut self.index);
+        let (entries, hasher) = (&self.entries, &self.hasher);
         let hash_of = |s: u32| {
             let e = &entries[s as usize];
             hasher.hash_one((e.family, &e.hash))
         };
-        index.reserve(n, hash_of);
+        // The old table goes before the new one is made.
+        self.index = SlotIndex::default();
+        self.index.reserve(grouped.len(), hash_of);
         for (h, slot) in grouped {
-            index.insert(h, slot, hash_of);
+            self.index.insert(h, slot, hash_of);
         }
+    }
+
+    /// Removes the entries at `slots` at once: the array is compacted in
+    /// order and the index built anew ([`Tracker::index_all`]), which costs
+    /// less than removing a large share one by one (a lookup, a shift and
+    /// a fix-up of the moved entry each, most of them cache misses).
+    fn remove_many(&mut self, slots: &[usize]) {
+        if slots.is_empty() {
+            return;
+        }
+        let mut gone = vec![false; self.entries.len()];
+        for &slot in slots {
+            gone[slot] = true;
+        }
+        let (mut bytes, mut linked, mut at) = (0u64, 0usize, 0usize);
+        self.entries.retain(|e| {
+            let keep = !gone[at];
+            at += 1;
+            if !keep {
+                bytes += e.bytes();
+                linked += usize::from(e.linked());
+            }
+            keep
+        });
+        self.usage -= bytes;
+        self.linked -= linked;
+        if too_roomy(self.entries.capacity(), self.entries.len()) {
+            let len = self.entries.len();
+            self.entries.shrink_to(len + growth(len));
+        }
+        let hashes = self
+            .entries
+            .iter()
+            .map(|e| self.hasher.hash_one((e.family, &e.hash)))
+            .collect();
+        self.index_all(hashes);
     }
 
     /// Objects tracked.
@@ -409,14 +469,15 @@ impl Tracker {
     /// `None` when it was not tracked.
     pub fn remove(&mut self, name: &ObjectNameRef<'_>) -> Option<u64> {
         let (family, hash) = self.locate(name)?;
-        let slot = self.slot(family, &hash)?;
-        Some(self.remove_slot(slot))
+        let bucket = self.bucket(family, &hash)?;
+        Some(self.remove_at(bucket))
     }
 
-    /// Removes the entry at `slot` (the last entry moves into its place)
-    /// and returns its bytes; an array left roomier than [`too_roomy`]
-    /// gives memory back.
-    fn remove_slot(&mut self, slot: usize) -> u64 {
+    /// Removes the entry whose slot is in index `bucket` (the last entry
+    /// moves into its place) and returns its bytes; an array left roomier
+    /// than [`too_roomy`] gives memory back.
+    fn remove_at(&mut self, bucket: usize) -> u64 {
+        let slot = self.index.get(bucket) as usize;
         let entry = self.entries[slot];
         let last = self.entries.len() - 1;
         {
@@ -425,12 +486,7 @@ impl Tracker {
                 let e = &entries[s as usize];
                 hasher.hash_one((e.family, &e.hash))
             };
-            if let Some(bucket) = self
-                .index
-                .find(hash_of(slot as u32), |s| s as usize == slot)
-            {
-                self.index.remove(bucket, hash_of);
-            }
+            self.index.remove(bucket, hash_of);
             if slot != last {
                 let moved = hash_of(last as u32);
                 if let Some(bucket) = self.index.find(moved, |s| s as usize == last) {
@@ -477,24 +533,35 @@ impl Tracker {
             if freed >= bytes && chosen.len() as u64 >= objects {
                 break;
             }
-            let entry = self.entries[(packed & u64::from(u32::MAX)) as usize];
-            freed += entry.bytes();
-            chosen.push(entry);
+            let slot = (packed & u64::from(u32::MAX)) as usize;
+            freed += self.entries[slot].bytes();
+            chosen.push(slot);
         }
-        chosen
-            .into_iter()
-            .map(|entry| {
-                let key = self.key_of(&entry);
-                let slot = self
-                    .slot(entry.family, &entry.hash)
-                    .expect("a chosen entry is tracked until removed here");
+        let victims: Vec<Victim> = chosen
+            .iter()
+            .map(|&slot| {
+                let entry = self.entries[slot];
                 Victim {
-                    key,
-                    bytes: self.remove_slot(slot),
+                    key: self.key_of(&entry),
+                    bytes: entry.bytes(),
                     tick: entry.tick,
                 }
             })
-            .collect()
+            .collect();
+        // A thirty-second of the tier or more at once; fewer one by one.
+        if chosen.len() * 32 >= self.entries.len() {
+            self.remove_many(&chosen);
+        } else {
+            for victim in &victims {
+                let family = self.family_id(&victim.key);
+                let hash = inline_hash(&victim.key.chunk_hash);
+                let bucket = self
+                    .bucket(family, &hash)
+                    .expect("a chosen entry is tracked until removed here");
+                self.remove_at(bucket);
+            }
+        }
+        victims
     }
 
     /// Tracks a victim again, at its place in the use order, marked linked:
@@ -530,11 +597,8 @@ impl Tracker {
                 None => new.push(i as u32),
             }
         }
-        for slot in (0..seen.len()).rev() {
-            if !seen[slot] {
-                self.remove_slot(slot);
-            }
-        }
+        let unseen: Vec<usize> = (0..seen.len()).filter(|&slot| !seen[slot]).collect();
+        self.remove_many(&unseen);
         for i in use_order(inventory, new.into_iter()) {
             let object = &inventory.objects()[i as usize];
             let name = inventory.names().name(&object.key);
@@ -640,6 +704,13 @@ mod tests {
             assert_eq!(t.remove(&parse_object_name(&name(i)).unwrap()), Some(4096));
             within(&t);
         }
+        // Half taken at once (the array compacted, the index built anew).
+        for i in 149_000..200_000 {
+            upsert(&mut t, i, 4096);
+        }
+        let usage = t.usage();
+        assert_eq!(t.take_lru(usage / 2).len(), 25_500);
+        within(&t);
         // A start-up count is reserved exactly.
         let entries: Vec<(u32, i64, u64)> = (0..70_000).map(|i| (i, 0, 4096)).collect();
         let counted = Tracker::from_inventory(&inventory(&entries));
@@ -776,6 +847,16 @@ mod tests {
             );
         }
         inv
+    }
+
+    #[test]
+    fn a_start_up_count_less_the_deleted_keeps_the_rest_in_order() {
+        let entries: Vec<(u32, i64, u64)> = (0..10).map(|i| (i, 10 - i64::from(i), 512)).collect();
+        // Objects 2 and 5 deleted (5 named twice), and an index past the end.
+        let t = &mut Tracker::from_inventory_less(&inventory(&entries), &[2, 5, 5, 99]);
+        assert_eq!((t.len(), t.usage()), (8, 8 * 512));
+        let kept: Vec<String> = [9, 8, 7, 6, 4, 3, 1, 0].into_iter().map(name).collect();
+        assert_eq!(victims(t, u64::MAX), kept);
     }
 
     #[test]

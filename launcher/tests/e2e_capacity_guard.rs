@@ -1,8 +1,10 @@
 //! End to end with the real server: the capacity guard holds a 1 GiB disk
 //! tier while the CPU bench worker stores more than three times that, across
 //! a restart, for an `fs` tier given through EREBINE_AGENT_LMCACHE_L2_ADAPTER
-//! and for the node's built-in `fs_native` tier; and a launch on a built-in
-//! tier at or over its capacity trims it once, to where the guard leaves it.
+//! and for the node's built-in `fs_native` tier; the same bound on a volume
+//! mounted over a running tier's directory (root: it mounts a tmpfs); and a
+//! launch on a built-in tier at or over its capacity trims it once, to where
+//! the guard leaves it.
 //!
 //! L1 is 1 GiB too and keeps chunks after they reach L2, so the hits after a
 //! restart (L1 empty) are what the disk tier kept; the bound is sampled on
@@ -19,7 +21,7 @@ use std::thread;
 use std::time::Duration;
 
 use lmcache_tier_e2e::{
-    binaries, free_port, run_bench, stop_launch, wait_for_status, Binaries, Proc,
+    binaries, free_port, get_text, run_bench, stop_launch, wait_for_status, Binaries, Proc, Tmpfs,
 };
 
 const BINS: Binaries = binaries!();
@@ -380,4 +382,88 @@ fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
         );
         stop_launch(&mut launch);
     }
+}
+
+/// The value of the series `series` in a metrics page, if it is there.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The example: a volume mounted over a running tier's directory was never
+/// guarded (1.2 GiB on a 1 GiB tier, and the guard's status and metrics
+/// gone from the path). The server writes into the mount (LMCache opens
+/// `base_path/<name>` at every store); the guard takes it up, holds the
+/// bench's 3.5 GiB to the capacity there, measures its line on that volume,
+/// and the metrics endpoint serves its series. Mounts a 2 GiB tmpfs: root.
+#[test]
+fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let tier = dir.join("fs-tier");
+    let adapter = format!(
+        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
+        tier.display()
+    );
+    let metrics_port = free_port();
+    let node = Node {
+        dir,
+        tier,
+        mp_port: free_port(),
+        http_port: free_port(),
+        env: vec![
+            ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", adapter),
+            (
+                "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+                metrics_port.to_string(),
+            ),
+        ],
+    };
+    fs::create_dir_all(&node.tier).unwrap();
+    let mut launch = node.launch("launch");
+    let started = std::time::Instant::now();
+    while !node.tier.join(".lmcache-tier-guard.json").exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no guard status:\n{}",
+            launch.output()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let volume = Tmpfs::mount(&node.tier, 2 << 20);
+    let most = node.fill(0);
+    let guarded = status(&node.tier);
+    assert!(
+        most <= bound(GIB),
+        "du of the mounted volume reached {most} bytes, over the bound {}: {guarded:#}\n{}",
+        bound(GIB),
+        launch.output()
+    );
+    assert!(
+        guarded["evictions"]["cycles"].as_u64().unwrap() > 0,
+        "{guarded:#}"
+    );
+    assert_eq!(
+        guarded["free_space"]["volume_bytes"],
+        2 * GIB,
+        "{guarded:#}"
+    );
+    let page = get_text(&format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .expect("the metrics endpoint answers");
+    let usage = sample(&page, r#"lmcache_tier_guard_usage_bytes{tier="0"}"#)
+        .unwrap_or_else(|| panic!("no guard usage series:\n{page}"));
+    assert!(usage <= GIB as f64, "{usage}");
+    // The free space of the mounted volume, not of the one under it.
+    let free = sample(&page, r#"lmcache_tier_guard_volume_free_bytes{tier="0"}"#)
+        .unwrap_or_else(|| panic!("no free space series:\n{page}"));
+    assert!(free > 0.0 && free <= (2 * GIB) as f64, "{free}");
+    assert!(
+        launch
+            .output()
+            .contains("the tier path names another directory now on another filesystem"),
+        "{}",
+        launch.output()
+    );
+    stop_launch(&mut launch);
+    drop(volume);
 }
