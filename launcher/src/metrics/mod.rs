@@ -1727,6 +1727,7 @@ mod tests {
             credential_expiry_unix: None,
             peer_refused: 0,
             client_upload_failures: Default::default(),
+            bucket_bound: None,
         }
     }
 
