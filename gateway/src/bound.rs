@@ -13,8 +13,8 @@
 //!   ([`lmcache_housekeeping::s3_key::parse_s3_key`]), and their bytes;
 //! - it follows this node's PUTs, multipart completes and DELETEs, and the
 //!   404s of its loads, as they pass ([`Bound::observe`]);
-//! - it lists again after [`PUTS_PER_LISTED_PAGE`] of this node's PUTs per
-//!   page of the last listing, and at least every [`IDLE_LISTING`]
+//! - it lists again once this node has written [`LISTING_SHARE`] of the
+//!   capacity since the last listing, and at least every [`IDLE_LISTING`]
 //!   ([`BucketView::listing_due`]), to see what other nodes wrote;
 //! - at or above the trigger it deletes the oldest objects by the store's
 //!   `LastModified`, ties by key, down to the target ([`victims`]).
@@ -44,14 +44,16 @@ const DEFAULT_EVICTION_RATIO: f64 = 0.2;
 /// One GiB: LMCache reads `max_capacity_gb` in GiB.
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// This node's PUTs per page of the last listing after which the gateway
-/// lists again. A LIST request costs what a PUT costs on S3 (the same
-/// request class), so the listings add at most a tenth to the node's own
-/// request bill whatever the bucket's size; and since a page holds 1,000
-/// keys, a node re-lists after writing about 1% of the objects the bucket
-/// holds, which bounds how far other writers can take the bucket past the
-/// trigger between two listings (`docs/s3-gateway.md`).
-pub const PUTS_PER_LISTED_PAGE: u64 = 10;
+/// The share of the capacity (1/50, 2%) this node writes after which the
+/// gateway lists again. Every node of the fleet does the same, so between
+/// two listings of a writing node the bucket grows by about 2% of the
+/// capacity per writing node past what that node sees. The cost: a full
+/// bucket of N objects lists in N/1,000 pages (ListObjectsV2 requests),
+/// and the node wrote N/50 objects (PUT requests, the same price class on
+/// S3) in between, so the listings add at most 5% to the node's own
+/// request bill, whatever the bucket's size (`docs/s3-gateway.md`, "The
+/// bucket bound").
+pub const LISTING_SHARE: u64 = 50;
 /// The longest a gateway goes without listing, to see what other nodes
 /// wrote while this one writes nothing: 12 listings an hour (768 LIST
 /// requests at 64,000 objects).
@@ -84,6 +86,9 @@ pub struct BoundSpec {
     /// Usage a cycle ends at or below: the trigger less `eviction_ratio` x
     /// capacity, as LMCache's own cycles free.
     pub target_bytes: u64,
+    /// Bytes this node writes after which it lists again: the capacity
+    /// over [`LISTING_SHARE`].
+    pub listing_every_bytes: u64,
     /// Evictor or hard bound.
     pub role: BoundRole,
 }
@@ -159,6 +164,7 @@ impl BoundSpec {
             capacity_bytes,
             trigger_bytes,
             target_bytes: trigger_bytes.saturating_sub(reclaim),
+            listing_every_bytes: capacity_bytes / LISTING_SHARE,
             role,
         }
     }
@@ -218,8 +224,7 @@ pub struct BucketView {
     bytes: u64,
     /// `Some` while a listing runs.
     journal: Option<Vec<Change>>,
-    puts_since_listing: u64,
-    last_pages: u64,
+    written_since_listing: u64,
 }
 
 impl BucketView {
@@ -236,7 +241,7 @@ impl BucketView {
     /// Records an object this node stored (or learned of), replacing one
     /// of the same key.
     pub fn stored(&mut self, key: String, entry: Entry) {
-        self.puts_since_listing += 1;
+        self.written_since_listing += entry.bytes;
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Stored(key.clone(), entry));
         }
@@ -251,17 +256,17 @@ impl BucketView {
         self.remove(key);
     }
 
-    /// Whether a listing is due: [`PUTS_PER_LISTED_PAGE`] of this node's
-    /// PUTs per page of the last listing.
-    pub fn listing_due(&self) -> bool {
-        self.puts_since_listing >= PUTS_PER_LISTED_PAGE * self.last_pages.max(1)
+    /// Whether a listing is due: this node wrote `every_bytes` or more
+    /// since the last one began.
+    pub fn listing_due(&self, every_bytes: u64) -> bool {
+        self.written_since_listing >= every_bytes.max(1)
     }
 
     /// A listing starts: this node's changes from now on are kept to be
     /// applied on top of it.
     pub fn begin_listing(&mut self) {
         self.journal = Some(Vec::new());
-        self.puts_since_listing = 0;
+        self.written_since_listing = 0;
     }
 
     /// The listing failed: the view goes on as it was.
@@ -269,11 +274,10 @@ impl BucketView {
         self.journal = None;
     }
 
-    /// The listing ended with `listed` (LMCache's objects only) in `pages`
-    /// pages: it replaces the view, with this node's changes since its
+    /// The listing ended with `listed` (LMCache's objects only): it replaces the view, with this node's changes since its
     /// start on top. Returns the objects and bytes it holds that the view
     /// did not know (what other nodes wrote).
-    pub fn finish_listing(&mut self, listed: Vec<StoredObject>, pages: u64) -> (u64, u64) {
+    pub fn finish_listing(&mut self, listed: Vec<StoredObject>) -> (u64, u64) {
         let journal = self.journal.take().unwrap_or_default();
         let mut others = (0, 0);
         let before = std::mem::take(&mut self.objects);
@@ -295,7 +299,6 @@ impl BucketView {
                 Change::Removed(key) => self.remove(&key),
             }
         }
-        self.last_pages = pages;
         others
     }
 
@@ -429,10 +432,14 @@ impl Bound {
             stats,
         });
         bound.list().await?;
+        let (usage_bytes, objects) = {
+            let view = bound.view();
+            (view.bytes(), view.objects())
+        };
         tracing::info!(
             tier,
-            usage_bytes = bound.view().bytes(),
-            objects = bound.view().objects(),
+            usage_bytes,
+            objects,
             capacity_bytes = spec.capacity_bytes,
             trigger_bytes = spec.trigger_bytes,
             "S3 gateway bucket bound listed the tier's prefix"
@@ -535,7 +542,11 @@ impl Bound {
     fn changed(&self) {
         let (bytes, objects, due) = {
             let view = self.view();
-            (view.bytes(), view.objects() as u64, view.listing_due())
+            (
+                view.bytes(),
+                view.objects() as u64,
+                view.listing_due(self.spec.listing_every_bytes),
+            )
         };
         let state = {
             let mut figures = self.figures();
@@ -568,7 +579,7 @@ impl Bound {
             .into_iter()
             .filter(|o| parse_s3_key(&o.key).is_ok())
             .collect();
-        let (objects, bytes) = self.view().finish_listing(ours, listing.pages);
+        let (objects, bytes) = self.view().finish_listing(ours);
         {
             let mut figures = self.figures();
             figures.listings += 1;
@@ -590,7 +601,8 @@ impl Bound {
         let mut last_listing = Instant::now();
         loop {
             let _ = tokio::time::timeout(IDLE_LISTING, self.wake.notified()).await;
-            let due = self.view().listing_due() || last_listing.elapsed() >= IDLE_LISTING;
+            let due = self.view().listing_due(self.spec.listing_every_bytes)
+                || last_listing.elapsed() >= IDLE_LISTING;
             if due {
                 let gap = MIN_LISTING_GAP.saturating_sub(last_listing.elapsed());
                 tokio::time::sleep(gap).await;
@@ -641,12 +653,13 @@ impl Bound {
             figures.evicted_bytes += freed;
             figures.eviction_failures += failed;
         }
+        let after = self.view().bytes();
         tracing::info!(
             tier = self.tier,
             deleted,
             freed_bytes = freed,
             usage_before = before,
-            usage_after = self.view().bytes(),
+            usage_after = after,
             capacity_bytes = self.spec.capacity_bytes,
             "S3 gateway bucket bound evicted the oldest objects"
         );
@@ -765,37 +778,33 @@ mod tests {
             },
         );
         view.removed("gone");
-        let others = view.finish_listing(
-            vec![object("mine", 5), object("theirs", 11), object("gone", 3)],
-            1,
-        );
+        let others = view.finish_listing(vec![
+            object("mine", 5),
+            object("theirs", 11),
+            object("gone", 3),
+        ]);
         assert_eq!(others, (2, 14));
         assert_eq!((view.objects(), view.bytes()), (3, 5 + 11 + 7));
     }
 
     #[test]
-    fn a_listing_is_due_after_ten_puts_per_page() {
+    fn a_listing_is_due_once_the_node_wrote_a_fiftieth_of_the_capacity() {
+        let bound = BoundSpec::new(5000, 0.8, 0.2, BoundRole::Evictor);
+        assert_eq!(bound.listing_every_bytes, 100);
         let mut view = BucketView::default();
         view.begin_listing();
-        view.finish_listing(Vec::new(), 3);
-        for i in 0..29 {
-            view.stored(
-                format!("k{i}"),
-                Entry {
-                    bytes: 1,
-                    modified: at(0),
-                },
-            );
-        }
-        assert!(!view.listing_due());
-        view.stored(
-            "k29".into(),
-            Entry {
-                bytes: 1,
-                modified: at(0),
-            },
-        );
-        assert!(view.listing_due());
+        view.finish_listing(Vec::new());
+        let entry = |bytes| Entry {
+            bytes,
+            modified: at(0),
+        };
+        view.stored("a".into(), entry(60));
+        view.stored("b".into(), entry(39));
+        assert!(!view.listing_due(bound.listing_every_bytes));
+        view.stored("c".into(), entry(1));
+        assert!(view.listing_due(bound.listing_every_bytes));
+        view.begin_listing();
+        assert!(!view.listing_due(bound.listing_every_bytes));
     }
 
     proptest! {
