@@ -8,11 +8,11 @@
 //! bounds what one process writes between two restarts, not the bucket.
 //! The gateway sees the bucket instead:
 //!
-//! - at start it lists the prefix ([`super::store::Store::list`]) and counts
+//! - at start it lists the prefix (ListObjectsV2 through `aws-sdk-s3`) and counts
 //!   the objects whose keys decode as LMCache's
 //!   ([`lmcache_housekeeping::s3_key::parse_s3_key`]), and their bytes;
 //! - it follows this node's PUTs, multipart completes and DELETEs, and the
-//!   404s of its loads, as they pass ([`Bound::observe`]);
+//!   404s of its loads, as they pass;
 //! - it lists again once this node has written [`LISTING_SHARE`] of the
 //!   capacity since the last listing, and at least every [`IDLE_LISTING`]
 //!   ([`BucketView::listing_due`]), to see what other nodes wrote;
