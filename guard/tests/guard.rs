@@ -430,3 +430,86 @@ fn a_capacity_cycle_counts_what_its_deletions_free_on_the_volume() {
         );
     }
 }
+
+/// Sets or clears the immutable attribute of `paths` (`chattr`).
+fn chattr(flag: &str, paths: &[std::path::PathBuf]) {
+    let out = std::process::Command::new("chattr")
+        .arg(flag)
+        .args(paths)
+        .output()
+        .expect("chattr (e2fsprogs) runs");
+    assert!(
+        out.status.success(),
+        "chattr {flag} needs root and a filesystem with file attributes (ext4, xfs, tmpfs): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Clears the immutable attribute when dropped, so the temporary
+/// directory can be removed whatever the test did.
+struct Immutable(Vec<std::path::PathBuf>);
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .args(&self.0)
+            .output();
+    }
+}
+
+/// Objects the guard cannot delete (immutable files) stay counted, so the
+/// tier stays within its capacity around them; one whose attribute is
+/// cleared is evicted once the guard tries again.
+#[test]
+fn objects_it_cannot_delete_stay_counted_and_the_tier_stays_within_its_capacity() {
+    let _volume = shared_volume();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tier");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..10 {
+        store(&dir, i);
+    }
+    // The eight oldest, half the capacity, cannot be deleted.
+    let stuck: Vec<_> = (0..8).map(|i| dir.join(object_name(i))).collect();
+    chattr("+i", &stuck);
+    let _clear = Immutable(stuck.clone());
+
+    let options = GuardOptions {
+        undeletable_retry: Duration::from_millis(300),
+        ..fast()
+    };
+    let guard = start(&dir, options);
+    wait_status(&dir, "start count", |s| s.start.found.objects == 10);
+    for i in 10..40 {
+        store(&dir, i);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            allocated(&dir) <= 17 * OBJECT as u64,
+            "usage above capacity + one object after object {i}: {} bytes",
+            allocated(&dir)
+        );
+    }
+    let status = wait_status(&dir, "evicted around the undeletable", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
+    });
+    assert_eq!(status.undeletable.objects, 8, "{status:#?}");
+    assert_eq!(status.undeletable.bytes, 8 * OBJECT as u64, "{status:#?}");
+    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    let kept = objects_on_disk(&dir);
+    assert!(stuck.iter().all(|p| p.exists()), "{kept:?}");
+    assert!(kept.contains(&object_name(39)), "{kept:?}");
+
+    // Cleared, the oldest is the first to go at a cycle after a try.
+    chattr("-i", &stuck[..1]);
+    for i in 40..60 {
+        store(&dir, i);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = wait_status(&dir, "the cleared object evicted", |s| {
+        s.undeletable.objects == 7 && s.tracked.bytes == allocated(&dir)
+    });
+    assert!(!stuck[0].exists(), "{status:#?}");
+    assert!(stuck[1..].iter().all(|p| p.exists()));
+    guard.stop();
+}
