@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use lmcache_capacity_guard::capacity::guard_specs;
-use lmcache_capacity_guard::status::Following;
+use lmcache_capacity_guard::status::{CountBytes, Following, GuardStatus};
 use lmcache_capacity_guard::{Guard, GuardOptions, PriorScan, Watch};
 use lmcache_housekeeping::{scan, Access, TierDir};
 use lmcache_tier_spec::Cascade;
@@ -38,6 +38,24 @@ fn store(dir: &Path, i: u32) {
         .set_times(times)
         .unwrap();
     fs::rename(&tmp, dir.join(object_name(i))).unwrap();
+}
+
+/// Stores object `i` into a tier of [`start`]'s capacity, waits until its
+/// guard has counted what is on the disk (the status's usage is the
+/// allocated bytes, so any cycle the write called for has run), and checks
+/// that the tier holds at most its capacity plus one object. The guard
+/// paces the writer: how fast it keeps up with a fast one is a benchmark's
+/// figure (`docs/performance.md`), not a test's.
+fn store_within_capacity(dir: &Path, i: u32) -> GuardStatus {
+    store(dir, i);
+    let status = wait_status(dir, &format!("object {i} counted"), |s| {
+        s.tracked.bytes == allocated(dir)
+    });
+    assert!(
+        allocated(dir) <= 17 * OBJECT as u64,
+        "usage above capacity + one object after object {i}: {status:#?}"
+    );
+    status
 }
 
 fn objects_on_disk(dir: &Path) -> Vec<String> {
@@ -195,13 +213,8 @@ fn evicts_the_least_recently_used_and_touches_nothing_else() {
 
     // Reading object 0 keeps it recently used.
     for i in 4..40 {
-        store(&dir, i);
         fs::read(dir.join(object_name(0))).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(
-            allocated(&dir) <= 17 * OBJECT as u64,
-            "usage above capacity + one object after object {i}"
-        );
+        store_within_capacity(&dir, i);
     }
     let status = wait_status(&dir, "evicted", |s| {
         s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
@@ -481,35 +494,39 @@ fn objects_it_cannot_delete_stay_counted_and_the_tier_stays_within_its_capacity(
     };
     let guard = start(&dir, options);
     wait_status(&dir, "start count", |s| s.start.found.objects == 10);
+    // The marks come off at every try (300 ms here) and go on again at the
+    // next cycle that tries those objects: look at every status.
+    let mut most_marked = CountBytes::default();
     for i in 10..40 {
-        store(&dir, i);
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(
-            allocated(&dir) <= 17 * OBJECT as u64,
-            "usage above capacity + one object after object {i}: {} bytes",
-            allocated(&dir)
-        );
+        let status = store_within_capacity(&dir, i);
+        if status.undeletable.objects > most_marked.objects {
+            most_marked = status.undeletable;
+        }
     }
     let status = wait_status(&dir, "evicted around the undeletable", |s| {
         s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
     });
-    assert_eq!(status.undeletable.objects, 8, "{status:#?}");
-    assert_eq!(status.undeletable.bytes, 8 * OBJECT as u64, "{status:#?}");
+    assert_eq!(
+        most_marked,
+        CountBytes {
+            objects: 8,
+            bytes: 8 * OBJECT as u64
+        }
+    );
     assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
     let kept = objects_on_disk(&dir);
     assert!(stuck.iter().all(|p| p.exists()), "{kept:?}");
     assert!(kept.contains(&object_name(39)), "{kept:?}");
 
-    // Cleared, the oldest is the first to go at a cycle after a try.
+    // Cleared, the oldest is the first to go at a cycle after a try; the
+    // others stay.
     chattr("-i", &stuck[..1]);
-    for i in 40..60 {
-        store(&dir, i);
-        std::thread::sleep(Duration::from_millis(5));
+    let mut next = 40;
+    while stuck[0].exists() {
+        assert!(next < 1040, "the cleared object was never evicted");
+        store_within_capacity(&dir, next);
+        next += 1;
     }
-    let status = wait_status(&dir, "the cleared object evicted", |s| {
-        s.undeletable.objects == 7 && s.tracked.bytes == allocated(&dir)
-    });
-    assert!(!stuck[0].exists(), "{status:#?}");
     assert!(stuck[1..].iter().all(|p| p.exists()));
     guard.stop();
 }
