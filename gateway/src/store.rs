@@ -178,19 +178,24 @@ impl Store {
     }
 
     /// Deletes `key` (inside the tier's prefix). Deleting a key that is
-    /// gone already succeeds: S3's DELETE is idempotent.
+    /// gone already succeeds: S3's DELETE is idempotent, and a 404 from a
+    /// store that answers one for a missing key is taken as that success.
     ///
     /// # Errors
     /// [`StoreError`] after retries.
     pub(crate) async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.client
+        let answer = self
+            .client
             .delete_object()
             .bucket(&self.bucket)
             .key(format!("{}{key}", self.key_prefix))
             .send()
-            .await
-            .map_err(|e| failed("DeleteObject", e))?;
-        Ok(())
+            .await;
+        match answer {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => Ok(()),
+            Err(e) => Err(failed("DeleteObject", e)),
+        }
     }
 
     /// The size and date of `key` (inside the tier's prefix); `None` when
