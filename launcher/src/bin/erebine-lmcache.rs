@@ -19,13 +19,14 @@ use std::time::Duration;
 use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
 use lmcache_capacity_guard::GuardError;
 use lmcache_launcher::env::{metrics_address, process_vars, ConfigError, Vars, METRICS_PORT};
-use lmcache_launcher::exit::{ExitStatus, HasExitStatus, ProcessError};
+use lmcache_launcher::exit::{ExitStatus, HasExitStatus};
 use lmcache_launcher::guards::{
     check_guards, launch_guard_owner, start_guards, without_launch_guarded,
 };
 use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use lmcache_launcher::output;
+use lmcache_launcher::process::ProcessError;
 use lmcache_launcher::server_flags::server_flags;
 use lmcache_launcher::server_python::{check_boto3, python_of, Boto3Error};
 use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};

@@ -12,24 +12,24 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::identity::NAME_MAX;
 use lmcache_housekeeping::tier_dir::replace_control_file;
 use lmcache_housekeeping::{housekeep, HousekeepingError, Mode, Report, TierPolicy};
+use lmcache_launcher::cli::size::SizeReport;
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
-use lmcache_launcher::exit::{
-    exit_status_help, ExitStatus, HasExitStatus, ProcessError, LMCACHE_TIER_STATUSES,
-};
-use lmcache_launcher::facts::measure_node_disk;
+use lmcache_launcher::exit::{exit_status_help, ExitStatus, HasExitStatus, LMCACHE_TIER_STATUSES};
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
-use lmcache_launcher::launch_plan::{self, EngineFacts, HostFacts, LaunchPlan, PlanError};
+use lmcache_launcher::launch_plan::LaunchPlan;
 use lmcache_launcher::output;
 use lmcache_launcher::output::with_progress;
 use lmcache_launcher::ports;
+use lmcache_launcher::process::ProcessError;
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
 use lmcache_launcher::watch::{WatchConfig, UNRESPONSIVE_TIMEOUT};
-use lmcache_launcher::{gpu, housekeep, locate};
+use lmcache_launcher::{cli, gpu, locate};
 use lmcache_launcher::{DiskAccess, Facts};
+use lmcache_launcher::{EngineFacts, HostFacts, PlanError};
 use lmcache_launcher::{KvCacheBackend, Planned};
-use lmcache_sizing::{fmt_gib, gib_to_bytes, rules};
+use lmcache_sizing::{fmt_gib, gib_to_bytes};
 use lmcache_tier_spec::TierSpec;
 use serde_json::json;
 
@@ -652,19 +652,18 @@ impl EngineArgs {
 fn node_housekeeping(
     args: &HousekeepArgs,
     mut vars: Vars,
-) -> Result<Option<housekeep::NodeTier>, Failure> {
+) -> Result<Option<cli::housekeep::NodeTier>, Failure> {
     vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
     let path_given = args.path.is_some();
     if let Some(path) = &args.path {
         vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
     }
-    let tier =
-        housekeep::node_tier(&args.engine.facts(), &vars, args.chunk_size).map_err(
-            |e| match e {
-                PlanError::Config(e) => PlanError::Config(path_flag(e, path_given)),
-                other => other,
-            },
-        )?;
+    let tier = cli::housekeep::node_tier(&args.engine.facts(), &vars, args.chunk_size).map_err(
+        |e| match e {
+            PlanError::Config(e) => PlanError::Config(path_flag(e, path_given)),
+            other => other,
+        },
+    )?;
     Ok(Some(tier).filter(|t| path_given || t.capacity.is_some()))
 }
 
@@ -942,100 +941,16 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
     let node = NodeEnv::from_vars(&vars).map_err(|e| path_flag(e, args.path.is_some()))?;
-    let mut facts = Facts::host()?;
-    let message = format!("measuring the cache in {}", node.disk_path.display());
-    let measured_disk = with_progress(&message, || measure_node_disk(&node, DiskAccess::Inspect))?;
-    facts.disk = Some(measured_disk.clone());
-    let host = HostFacts::from(&facts);
-    let l1 = rules::l1_budget(
-        node.kv_offload_bytes,
-        host.memory.value,
-        node.host_agent_count,
-    );
-    let l1 = launch_plan::server_l1(&node, l1)?;
-    let disk = launch_plan::size_disk_tier(&node, &host, l1.value)?;
-    let warnings = disk.warnings(l1.value);
-    for warning in &warnings {
+    let report = SizeReport::measure(&node)?;
+    for warning in &report.warnings {
         tracing::warn!("{warning}");
     }
-    if args.json {
-        let report = json!({
-            "path": disk.path,
-            "volume_bytes": disk.volume.total_bytes,
-            "free_bytes": disk.volume.free_bytes,
-            "block_size": disk.volume.block_size,
-            "fs_type": measured_disk.filesystem.fs_type,
-            "read_only": measured_disk.filesystem.read_only,
-            "volume_kind": disk.volume_kind.value,
-            "volume_kind_rule": disk.volume_kind.rule,
-            "volume_kind_reason": disk.volume_kind.reason,
-            "reclaimable_bytes": disk.reclaimable_bytes,
-            "memory_bytes": host.memory.value,
-            "memory_reason": host.memory.reason,
-            "physical_cores": host.physical_cores,
-            "l1_bytes": l1.value,
-            "l1_rule": l1.rule,
-            "l1_reason": l1.reason,
-            "capacity_bytes": disk.capacity.value,
-            "capacity_rule": disk.capacity.rule,
-            "capacity_reason": disk.capacity.reason,
-            "io_workers": disk.io_workers.value,
-            "io_workers_reason": disk.io_workers.reason,
-            "use_odirect": disk.use_odirect.value,
-            "odirect_rule": disk.use_odirect.rule,
-            "odirect_reason": disk.use_odirect.reason,
-            "warnings": warnings,
-        });
-        outln!("{report:#}");
-        return Ok(());
-    }
-    let capacity = if disk.capacity.value == 0 {
-        "none".to_string()
-    } else {
-        fmt_gib(disk.capacity.value)
-    };
-    let rows = [
-        (
-            "cache directory",
-            disk.path.display().to_string(),
-            String::new(),
+    match args.json {
+        true => outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(ProcessError::Json)?
         ),
-        (
-            "volume",
-            fmt_gib(disk.volume.total_bytes),
-            format!(
-                "free {}, reclaimable cache {}, block size {}, {}{}",
-                fmt_gib(disk.volume.free_bytes),
-                fmt_gib(disk.reclaimable_bytes),
-                disk.volume.block_size,
-                measured_disk.filesystem.fs_type,
-                if measured_disk.filesystem.read_only {
-                    " (read-only)"
-                } else {
-                    ""
-                }
-            ),
-        ),
-        (
-            "volume kind",
-            launch_plan::kind_name(disk.volume_kind.value).to_string(),
-            disk.volume_kind.reason,
-        ),
-        ("L1", fmt_gib(l1.value), l1.reason),
-        ("disk capacity", capacity, disk.capacity.reason),
-        (
-            "I/O workers",
-            disk.io_workers.value.to_string(),
-            disk.io_workers.reason,
-        ),
-        (
-            "O_DIRECT",
-            if disk.use_odirect.value { "on" } else { "off" }.to_string(),
-            disk.use_odirect.reason,
-        ),
-    ];
-    for (name, value, reason) in rows {
-        outln!("{name:<16} {value:<12} {reason}");
+        false => write_out(report.to_string())?,
     }
     Ok(())
 }
