@@ -394,7 +394,7 @@ async fn first_errors(
 fn awscrt_errors(proxy: &FaultProxy, python: &str, gateway: &Gateway) -> Result<(), Error> {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../benches/gateway-faults-awscrt.py"
+        "/../../benches/gateway-faults-awscrt.py"
     );
     println!("LMCache's S3 client (awscrt) through the gateway, one GET per fault:");
     for fault in [
