@@ -178,6 +178,7 @@ fn line_of(status: &serde_json::Value) -> u64 {
 
 #[test]
 fn an_fs_tier_gives_way_to_another_writer_at_the_free_space_line() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     // 1.5 GiB volume, 768 MiB tier: the line is the reserve, 153.6 MiB.
     let mut node = Node::new(tmp.path(), 1536, "fs-tier");
@@ -228,6 +229,7 @@ fn an_fs_tier_gives_way_to_another_writer_at_the_free_space_line() {
 
 #[test]
 fn a_full_volume_is_freed_and_the_tier_stores_again_without_a_restart() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     // 2 GiB volume, a 1 GiB `fs` tier. (Not the built-in `fs_native` tier:
     // LMCache 0.5.6 counts that tier's usage itself and never learns of

@@ -15,6 +15,7 @@ const BINS: Binaries = binaries!();
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let http_port = free_port();
@@ -113,6 +114,7 @@ fn scrape_first(message: &str, work: &mut dyn FnMut()) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_endpoint_answers_while_the_launch_housekeeps() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let metrics_port = free_port();

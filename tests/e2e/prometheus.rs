@@ -25,7 +25,7 @@ const BINS: Binaries = binaries!();
 /// A file the project ships under `deploy/`.
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
+        .join("deploy")
         .join(path)
 }
 
@@ -162,6 +162,7 @@ fn dashboard_exprs(file: &Path) -> Vec<String> {
 
 #[test]
 fn prometheus_scrapes_two_nodes_and_every_dashboard_query_returns_a_series() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3_port = free_port();
@@ -330,6 +331,7 @@ fn stalled_put(host: &str, key: &lmcache_s3_gateway::sigv4::KeyPair) -> String {
 
 #[test]
 fn prometheus_reads_the_workloads_quantile_from_the_gateway_answer_histogram() {
+    lmcache_tier_e2e::require_lmcache!();
     use lmcache_launcher::metrics::{MetricsEndpoint, NodeMetrics};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

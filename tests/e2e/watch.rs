@@ -86,6 +86,7 @@ fn real_servers(dir: &str) -> Vec<i32> {
 
 #[test]
 fn launch_reports_lost_workers_and_restarts_a_killed_server() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let dir_text = dir.display().to_string();
@@ -240,6 +241,7 @@ fn launch_reports_lost_workers_and_restarts_a_killed_server() {
 /// lines, and leaves nothing running.
 #[test]
 fn launch_gives_up_after_three_fast_failures_quoting_the_servers_last_lines() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let dir_text = dir.display().to_string();

@@ -872,6 +872,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 
 #[test]
 fn kill_9_mid_eviction_and_mid_housekeeping_leaves_a_whole_tier() {
+    lmcache_tier_e2e::require_lmcache!();
     let count = env_u64("EREBINE_KILL_LOOP_COUNT").unwrap_or(DEFAULT_COUNT);
     let seed = env_u64("EREBINE_KILL_LOOP_SEED").unwrap_or_else(|| {
         SystemTime::now()

@@ -38,6 +38,7 @@ fn ended(pid: i32) -> bool {
 
 #[test]
 fn a_server_stopped_by_sigstop_is_restarted_after_the_unresponsive_timeout() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let dir_text = dir.display().to_string();

@@ -289,6 +289,7 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
 
 #[test]
 fn an_fs_tier_with_max_capacity_gb_stays_within_it() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let tier = dir.join("fs-tier");
@@ -308,6 +309,7 @@ fn an_fs_tier_with_max_capacity_gb_stays_within_it() {
 
 #[test]
 fn the_builtin_fs_native_tier_stays_within_its_capacity_across_a_restart() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let node = Node {
@@ -342,6 +344,7 @@ fn fill_with_objects(tier: &Path, count: u32) {
 /// for a tier at its capacity (32 objects of 32 MiB) and one over it (40).
 #[test]
 fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
+    lmcache_tier_e2e::require_lmcache!();
     for count in [32, 40] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
@@ -398,6 +401,7 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 /// and the metrics endpoint serves its series. Mounts a 2 GiB tmpfs: root.
 #[test]
 fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let tier = dir.join("fs-tier");

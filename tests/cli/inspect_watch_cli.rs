@@ -2,7 +2,7 @@
 //! anything: a stdout that is not a terminal (exit 2 at once, nothing
 //! drawn), `--json` beside it, and intervals that are not positive seconds
 //! (clap's exit 2, naming the flag). The view itself is tested under tmux
-//! in `e2e_inspect_watch.rs`.
+//! in `tests/e2e/inspect_watch.rs`.
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -30,6 +30,7 @@ fn inspect_json(url: &str, cache: &std::path::Path) -> serde_json::Value {
 
 #[test]
 fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let cache = dir.join("cache");

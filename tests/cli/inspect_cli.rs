@@ -29,7 +29,7 @@ fn serve(body: Vec<u8>) -> u16 {
 fn fixture() -> Vec<u8> {
     std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../fixtures/lmcache-0.5.6/status/status-idle.json"
+        "/fixtures/lmcache-0.5.6/status/status-idle.json"
     ))
     .unwrap()
 }

@@ -202,6 +202,7 @@ fn start_gateway(endpoint: &str) -> (Local, Gateways) {
 
 #[test]
 fn each_upstream_fault_is_a_prompt_error_counted_by_the_gateway_and_traffic_resumes_after_it() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);
     let proxy = FaultProxy::start(free_port(), s3.port);
@@ -349,6 +350,7 @@ fn answered_within(state: &GatewayState, bound: Duration) -> u64 {
 
 #[test]
 fn lmcache_gets_prompt_errors_while_the_store_is_down_and_stores_again_once_it_is_back() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3_port = free_port();
@@ -465,6 +467,7 @@ fn state_until(local: &Local, what: &str, done: impl Fn(&GatewayState) -> bool) 
 
 #[test]
 fn an_upload_its_own_client_stalls_or_breaks_off_is_the_clients_not_the_object_stores() {
+    lmcache_tier_e2e::require_lmcache!();
     use std::io::{Read, Write};
     let tmp = tempfile::tempdir().unwrap();
     let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);

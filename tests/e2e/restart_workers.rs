@@ -58,6 +58,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[test]
 fn workers_a_restart_loses_are_reported_and_a_hand_sent_sigkill_is_a_signal() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());

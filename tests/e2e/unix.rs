@@ -93,6 +93,7 @@ fn stand_in_launch(bytes: &[u8]) -> StandInLaunch {
 
 #[test]
 fn every_terminating_signal_stops_the_server_before_the_lock_is_released() {
+    lmcache_tier_e2e::require_lmcache!();
     let signals = terminating_signals();
     let mut launches: Vec<(i32, StandInLaunch)> = signals
         .iter()
@@ -161,6 +162,7 @@ fn catches(pid: i32, number: i32) -> bool {
 
 #[test]
 fn a_signal_while_the_launch_plans_and_housekeeps_stops_it_before_any_start() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // Enough objects that planning and housekeeping take a while.
@@ -216,6 +218,7 @@ fn ready_launch(dir: &Path) -> Proc {
 
 #[test]
 fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_first() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut launch = ready_launch(dir);
@@ -238,6 +241,7 @@ fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_f
 
 #[test]
 fn a_hangup_stops_the_real_server_and_leaves_nothing_running() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut launch = ready_launch(dir);
@@ -259,6 +263,7 @@ fn a_hangup_stops_the_real_server_and_leaves_nothing_running() {
 
 #[test]
 fn a_launch_whose_output_pipe_is_closed_starts_and_stops_cleanly() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let http_port = free_port();
@@ -337,6 +342,7 @@ fn erebine(args: &[OsString], redirect: &str) -> Command {
 
 #[test]
 fn a_guard_whose_stderr_is_closed_still_bounds_its_tier() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let tier = tmp.path().join("tier");
     fill(&tier, 30);
@@ -378,6 +384,7 @@ fn a_guard_whose_stderr_is_closed_still_bounds_its_tier() {
 
 #[test]
 fn help_and_rejected_command_lines_touch_nothing_on_disk() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let tier = tmp.path().join("tier");
     fill(&tier, 30);
@@ -405,6 +412,7 @@ fn help_and_rejected_command_lines_touch_nothing_on_disk() {
 
 #[test]
 fn server_arguments_reach_lmcache_byte_for_byte_and_signals_are_forwarded() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let mut logs = tmp.path().join("lookup").into_os_string().into_vec();
     logs.extend_from_slice(b"-nu\xff");

@@ -117,6 +117,7 @@ fn gpu_warnings(plan: &Value) -> Vec<String> {
 
 #[test]
 fn without_a_gpu_nothing_is_checked_or_said() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let (venv, site) = broken_cuda_ops(tmp.path());
     let plan = json_of(dry_run(tmp.path(), &venv, &site));
@@ -126,6 +127,7 @@ fn without_a_gpu_nothing_is_checked_or_said() {
 
 #[test]
 fn on_a_gpu_node_a_cuda_ops_that_does_not_load_is_named_in_the_plan_the_log_and_inspect() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (venv, site) = broken_cuda_ops(dir);

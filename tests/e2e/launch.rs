@@ -15,6 +15,7 @@ const BINS: Binaries = binaries!();
 
 #[test]
 fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port) = (free_port(), free_port());
@@ -90,6 +91,7 @@ fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
 /// which stops the real server.
 #[test]
 fn a_killed_launcher_leaves_no_server_behind() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port) = (free_port(), free_port());
@@ -120,6 +122,7 @@ fn a_killed_launcher_leaves_no_server_behind() {
 
 #[test]
 fn a_server_that_cannot_import_its_modules_is_named_with_the_import() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // Modules LMCache imports, broken the way a missing dependency breaks
@@ -164,6 +167,7 @@ fn a_server_that_cannot_import_its_modules_is_named_with_the_import() {
 /// capacity, and KV traffic lands in RAM.
 #[test]
 fn a_tier_on_dev_shm_is_bounded_by_memory_and_the_real_server_gets_that_capacity() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
     let dir = tmp.path();
     let (mp_port, http_port) = (free_port(), free_port());
@@ -245,6 +249,7 @@ impl Drop for Ramfs {
 /// check takes a size of 0 as "no size", so the real server starts.
 #[test]
 fn a_tier_on_a_ramfs_without_a_size_is_bounded_by_memory_and_starts() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let ramfs = Ramfs::mount(&dir.join("ram"));

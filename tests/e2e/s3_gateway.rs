@@ -84,6 +84,7 @@ fn forged_request(gateway: u16, key_id: &str) -> reqwest::blocking::Response {
 #[test]
 fn bench_l2_through_s3_bucket_stores_and_loads_32_mib_objects_path_style_without_real_keys_in_lmcache(
 ) {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3Server::start(dir, free_port());
@@ -154,6 +155,7 @@ fn bench_l2_through_s3_bucket_stores_and_loads_32_mib_objects_path_style_without
 
 #[test]
 fn a_bad_s3_bucket_tier_stops_bench_l2_before_lmcache_starts() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let spec = r#"{"type":"s3","s3_endpoint":"127.0.0.1:9","s3_bucket":"Not_A_Bucket","s3_region":"us-east-1","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"S"}"#;
     let out = Command::new(BINS.erebine_lmcache())
@@ -173,6 +175,7 @@ fn a_bad_s3_bucket_tier_stops_bench_l2_before_lmcache_starts() {
 #[test]
 fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_and_survives_an_outage(
 ) {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3_port = free_port();
@@ -529,6 +532,7 @@ fn sign_as_client(
 
 #[test]
 fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let s3 = S3Server::start(tmp.path(), free_port());
     s3.create_bucket("kv-cache");
@@ -702,6 +706,7 @@ fn bucket_spec(s3: &S3Server) -> serde_json::Value {
 
 #[test]
 fn bench_l2_signs_with_the_profile_named_by_aws_profile_in_aws_shared_credentials_file() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3Server::start(dir, free_port());
@@ -737,6 +742,7 @@ fn bench_l2_signs_with_the_profile_named_by_aws_profile_in_aws_shared_credential
 
 #[test]
 fn bench_l2_signs_with_web_identity_credentials_from_sts() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3Server::start(dir, free_port());
@@ -836,6 +842,7 @@ fn fake_imds(lifetime: Duration) -> (String, Arc<AtomicUsize>) {
 
 #[test]
 fn bench_l2_signs_with_instance_metadata_credentials() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3Server::start(dir, free_port());
@@ -862,6 +869,7 @@ fn bench_l2_signs_with_instance_metadata_credentials() {
 
 #[test]
 fn without_credentials_bench_l2_stops_naming_the_tier_and_the_sources_tried() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     std::fs::create_dir(dir.join(".aws")).unwrap();
@@ -910,6 +918,7 @@ fn private_ca_and_server_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 
 #[test]
 fn an_https_upstream_with_a_private_ca_works_with_s3_ca_bundle_and_fails_clearly_without() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (ca, cert, key) = private_ca_and_server_cert(dir);
@@ -962,6 +971,7 @@ fn an_https_upstream_with_a_private_ca_works_with_s3_ca_bundle_and_fails_clearly
 
 #[test]
 fn erebine_lmcache_stops_before_lmcache_starts_when_its_python_cannot_import_boto3() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3Server::start(dir, free_port());

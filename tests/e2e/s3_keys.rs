@@ -57,6 +57,7 @@ fn expected_keys(model: &str) -> Vec<String> {
 
 #[test]
 fn every_model_shape_is_stored_and_loaded_under_its_exact_key_in_moto() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3Server::start(dir, free_port());
@@ -79,6 +80,7 @@ fn every_model_shape_is_stored_and_loaded_under_its_exact_key_in_moto() {
 
 #[test]
 fn every_model_shape_is_stored_and_loaded_through_s3s_fs_which_checks_signatures_strictly() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3sFs::start(dir, free_port(), (KEY_ID, SECRET), &["kv-cache"]);

@@ -43,6 +43,7 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn a_server_the_kernel_oom_kills_is_counted_as_an_oom_kill() {
+    lmcache_tier_e2e::require_lmcache!();
     let cgroup = match MemoryCgroup::make("oom-test") {
         Ok(cgroup) => cgroup,
         Err(why) => {

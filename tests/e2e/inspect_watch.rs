@@ -170,6 +170,7 @@ fn grown_bar(line: &str) -> bool {
 
 #[test]
 fn watch_shows_the_bars_marks_what_the_bench_stores_and_stops_on_ctrl_c() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port) = (free_port(), free_port());
@@ -242,6 +243,7 @@ fn watch_shows_the_bars_marks_what_the_bench_stores_and_stops_on_ctrl_c() {
 
 #[test]
 fn watch_keeps_refreshing_while_the_server_is_down_and_stops_on_sigterm() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let vars = [

@@ -78,7 +78,7 @@ fn lmcache_names() -> Vec<Vec<String>> {
             })
         })
         .collect();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lmcache-object-names.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/lmcache-object-names.py");
     let mut child = Command::new(lmcache_venv().join("bin/python"))
         .arg(script)
         .env("LMCACHE_LOG_LEVEL", "ERROR")
@@ -114,6 +114,7 @@ fn lmcache_names() -> Vec<Vec<String>> {
 
 #[test]
 fn our_identity_and_decoder_agree_with_every_name_lmcache_writes() {
+    lmcache_tier_e2e::require_lmcache!();
     for (case, names) in CASES.iter().zip(lmcache_names()) {
         let identity = facts(case).launch_identity(256);
         identity.validate().unwrap();
@@ -203,6 +204,7 @@ fn tier_of_model_path(cache: &Path) -> usize {
 
 #[test]
 fn a_launch_under_another_model_name_warns_before_it_purges_the_tier() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let cache = dir.join("cache");
@@ -310,6 +312,7 @@ fn a_launch_under_another_model_name_warns_before_it_purges_the_tier() {
 
 #[test]
 fn a_model_whose_object_names_cannot_be_files_is_warned_about() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dry_run = |model: &str| {
         let out = Command::new(BINS.lmcache_tier())

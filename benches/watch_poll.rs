@@ -10,7 +10,7 @@
 //! - `lmcache-tier inspect --json` wall time, process start to exit: target
 //!   <= 200 ms.
 //!
-//! Run: `EREBINE_TEST_LMCACHE_VENV=... cargo bench -p lmcache-launcher --bench watch_poll`
+//! Run: `EREBINE_TEST_LMCACHE_VENV=... cargo bench -p lmcache-tier --bench watch_poll`
 //! (`POLLS` and `INSPECTS` change the sample counts). Results are printed;
 //! docs/performance.md records them.
 
@@ -117,7 +117,7 @@ fn main() {
     // Parse + state machine alone on the recorded body (no HTTP).
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../fixtures/lmcache-0.5.6/status/status-worker-attached.json"
+        "/fixtures/lmcache-0.5.6/status/status-worker-attached.json"
     ))
     .expect("fixture");
     let n = 2000;

@@ -62,6 +62,7 @@ fn promtool_findings(text: &str) -> String {
 
 #[test]
 fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
@@ -187,6 +188,7 @@ fn drop_in(dir: &Path, mp_port: u16, http_port: u16, metrics_port: Option<u16>) 
 /// families it knows: its capacity guards, its gateways and its server.
 #[test]
 fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
@@ -227,6 +229,7 @@ fn erebine_lmcache_server_alone_serves_its_guards_and_server() {
 /// runs here), it starts as the stock server does.
 #[test]
 fn erebine_lmcache_server_alone_takes_no_metrics_port_unless_asked() {
+    lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // Held for the test; if something else holds it, it is taken anyway.
@@ -328,6 +331,7 @@ impl Drop for Flood {
 /// answered throughout.
 #[test]
 fn a_flooded_endpoint_takes_no_descriptor_the_launch_needs() {
+    lmcache_tier_e2e::require_lmcache!();
     use std::os::unix::process::CommandExt;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
