@@ -20,6 +20,7 @@ use crate::inputs::PlanError;
 use crate::inspect::{InspectError, Inspection};
 use crate::launch::LaunchError;
 use crate::locate::NotFound;
+use crate::metrics::MetricsError;
 use crate::process::ProcessError;
 use crate::server_python::Boto3Error;
 
@@ -289,14 +290,8 @@ impl HasExitStatus for GuardError {
 impl HasExitStatus for LaunchError {
     fn exit_status(&self) -> ExitStatus {
         match self {
-            // The metrics port is taken (another process, or an address
-            // this host does not have).
-            LaunchError::PortInUse { .. }
-            | LaunchError::Metrics(crate::metrics::MetricsError::Listen { .. }) => {
-                ExitStatus::PortInUse
-            }
-            // This process could not start the endpoint's thread.
-            LaunchError::Metrics(crate::metrics::MetricsError::Thread(_)) => ExitStatus::Failure,
+            LaunchError::PortInUse { .. } => ExitStatus::PortInUse,
+            LaunchError::Metrics(e) => e.exit_status(),
             LaunchError::NotAnAddressHere { .. } => ExitStatus::BadInput,
             // Out of descriptors is this process's failure; a privileged
             // port or an unusable address is the setting's.
@@ -315,6 +310,20 @@ impl HasExitStatus for LaunchError {
             | LaunchError::Exited { .. }
             | LaunchError::GaveUp { .. }
             | LaunchError::Io(_) => ExitStatus::ServerFailed,
+        }
+    }
+}
+
+/// Both binaries serve the metrics endpoint: `lmcache-tier launch` and
+/// `erebine-lmcache server`.
+impl HasExitStatus for MetricsError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            // The metrics port is taken (another process, or an address
+            // this host does not have).
+            MetricsError::Listen { .. } => ExitStatus::PortInUse,
+            // This process could not start the endpoint's thread.
+            MetricsError::Thread(_) => ExitStatus::Failure,
         }
     }
 }

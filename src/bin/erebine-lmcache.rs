@@ -151,8 +151,7 @@ impl HasExitStatus for Failure {
             Failure::Boto3(e) => e.exit_status(),
             Failure::GuardStart(e) => e.exit_status(),
             Failure::MetricsConfig(e) => e.exit_status(),
-            Failure::Metrics(MetricsError::Listen { .. }) => ExitStatus::PortInUse,
-            Failure::Metrics(MetricsError::Thread(_)) => ExitStatus::Failure,
+            Failure::Metrics(e) => e.exit_status(),
             Failure::Process(e) => e.exit_status(),
         }
     }
