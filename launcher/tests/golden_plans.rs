@@ -578,10 +578,11 @@ fn a_custom_tier_that_asks_for_odirect_where_it_fails_is_warned_about() {
         )
     };
     let cascade = format!(
-        "[{},{},{}]",
+        r#"[{},{},{},{{"type":"fs","base_path":"{}"}}]"#,
         spec(&ram.0.join("tier"), true),
         spec(&on_disk, true),
-        spec(&ram.0.join("buffered"), false)
+        spec(&ram.0.join("buffered"), false),
+        ram.0.join("unbounded").display()
     );
     let node = node(&[
         ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade),
@@ -609,6 +610,19 @@ fn a_custom_tier_that_asks_for_odirect_where_it_fails_is_warned_about() {
     assert!(
         !ram.0.join("tier").exists(),
         "the probe created the tier directory"
+    );
+    // The tier on the ramfs with no max_capacity_gb only grows, in memory.
+    let unbounded: Vec<&String> = plan
+        .decisions
+        .warnings
+        .iter()
+        .filter(|w| w.contains("has no max_capacity_gb"))
+        .collect();
+    assert_eq!(unbounded.len(), 1, "{:#?}", plan.decisions.warnings);
+    assert!(
+        unbounded[0].starts_with(&format!("L2 tier 3 (fs at {}/unbounded)", ram.0.display())),
+        "{}",
+        unbounded[0]
     );
 }
 

@@ -496,6 +496,12 @@ fn an_upload_its_own_client_stalls_or_breaks_off_is_the_clients_not_the_object_s
     // 1 MiB of a 32 MiB upload, then the connection closed.
     let mut broken = put_by_hand(&local, "m@broken", 32 * MIB);
     broken.write_all(&part).unwrap();
+    // Closed only once the gateway has taken the request up: a connection
+    // closed before the gateway looks its socket's owner up has no owner,
+    // and is refused as any such connection is (peer_refused).
+    state_until(&local, "the second upload taken up", |s| {
+        s.requests.put == 2
+    });
     drop(broken);
     let after = state_until(&local, "the break", |s| {
         s.client_upload_failures.broke_off == 1

@@ -120,6 +120,10 @@ pub struct GuardOptions {
     /// statuses, never one an earlier launch left in the directory
     /// (`docs/metrics.md`, "Capacity guards"). Default `None`.
     pub owner: Option<String>,
+    /// Time between two tries again of the objects the guard could not
+    /// delete (`docs/capacity-guard.md`, "How it counts and follows the tier"): each
+    /// try is one failed `unlink` an object. Default 60 s.
+    pub undeletable_retry: Duration,
 }
 
 impl Default for GuardOptions {
@@ -131,6 +135,7 @@ impl Default for GuardOptions {
             inotify: true,
             free_check: Duration::from_millis(250),
             owner: None,
+            undeletable_retry: Duration::from_secs(60),
         }
     }
 }
@@ -461,6 +466,8 @@ struct Runner {
     last_write: Option<Instant>,
     warned: Warned,
     name: String,
+    /// When the objects marked undeletable are tried again.
+    undeletable_retry: Instant,
 }
 
 #[derive(Default)]
@@ -468,6 +475,7 @@ struct Warned {
     overflow: bool,
     status: bool,
     delete: bool,
+    only_undeletable: bool,
     scan: bool,
     statvfs: bool,
     path: bool,
@@ -493,6 +501,7 @@ impl Runner {
                 None
             }
         };
+        let retry = options.undeletable_retry;
         Self {
             spec,
             options,
@@ -515,6 +524,7 @@ impl Runner {
             last_write: None,
             warned: Warned::default(),
             name: String::new(),
+            undeletable_retry: Instant::now() + retry,
         }
     }
 
@@ -571,6 +581,7 @@ impl Runner {
             }
             if self.away.is_none() {
                 self.drain(&mut buffer);
+                self.retry_undeletable();
                 self.evict_if_needed(&mut buffer);
                 if Instant::now() >= free_check {
                     self.keep_free_space(&mut buffer);
@@ -592,6 +603,9 @@ impl Runner {
             let mut next = dir_check;
             if self.away.is_none() {
                 next = next.min(free_check);
+                if self.tracker.undeletable().0 > 0 {
+                    next = next.min(self.undeletable_retry);
+                }
                 if let Some(due) = self.rescan_due {
                     next = next.min(due);
                 }
@@ -889,9 +903,36 @@ impl Runner {
         }
     }
 
+    /// Takes the undeletable marks off when their retry is due, so that
+    /// the next cycle tries those objects again.
+    fn retry_undeletable(&mut self) {
+        if Instant::now() < self.undeletable_retry {
+            return;
+        }
+        self.undeletable_retry = Instant::now() + self.options.undeletable_retry;
+        if self.tracker.retry_undeletable() > 0 {
+            self.warned.only_undeletable = false;
+            self.dirty = true;
+        }
+    }
+
     fn evict_if_needed(&mut self, buffer: &mut [u8]) {
         let usage = self.tracker.usage();
         if usage < self.spec.trigger_bytes() {
+            return;
+        }
+        let (stuck, stuck_bytes) = self.tracker.undeletable();
+        if stuck == self.tracker.len() {
+            if !std::mem::replace(&mut self.warned.only_undeletable, true) {
+                tracing::warn!(
+                    "{}: the tier is over its trigger ({} of {}) and holds only objects the guard cannot delete ({stuck}, {}): nothing to evict until they can be deleted (tried again every {} s)",
+                    self.label(),
+                    gib(usage),
+                    gib(self.spec.trigger_bytes()),
+                    gib(stuck_bytes),
+                    self.options.undeletable_retry.as_secs()
+                );
+            }
             return;
         }
         let run = self.evict(self.spec.reclaim_bytes(usage), buffer);
@@ -1115,14 +1156,38 @@ impl Runner {
 
     /// One eviction cycle for the capacity: deletes the least recently used
     /// objects until `bytes` are taken from the tier or it is empty.
+    ///
+    /// An object it cannot delete stays counted (its file is on the disk)
+    /// and the cycle takes the next ones instead, so the usage still comes
+    /// down by `bytes` where the tier holds enough other objects.
     fn evict(&mut self, bytes: u64, buffer: &mut [u8]) -> EvictionRun {
         let started = Instant::now();
         let mut run = EvictionRun::default();
-        let victims = self.tracker.take_lru(bytes);
-        self.delete(&victims, false, &mut run, buffer);
+        let target = self.tracker.usage().saturating_sub(bytes);
+        loop {
+            let now = self.tracker.usage() + run.undeletable_bytes();
+            let victims = self.tracker.take_lru(now.saturating_sub(target));
+            if now <= target || victims.is_empty() {
+                break;
+            }
+            self.delete(&victims, false, &mut run, buffer);
+        }
+        self.put_back(&mut run);
         run.finish(started);
         self.dirty = true;
         run
+    }
+
+    /// Tracks again what a run left on the disk: objects with other hard
+    /// links (marked linked) and objects it could not delete (marked
+    /// undeletable), at their places in the use order.
+    fn put_back(&mut self, run: &mut EvictionRun) {
+        for victim in std::mem::take(&mut run.linked) {
+            self.tracker.put_back(&victim);
+        }
+        for victim in std::mem::take(&mut run.undeletable) {
+            self.tracker.put_back_undeletable(&victim);
+        }
     }
 
     /// One eviction for the free space: deletes the least recently used
@@ -1141,9 +1206,7 @@ impl Runner {
             }
             self.delete(&victims, true, &mut run, buffer);
         }
-        for victim in std::mem::take(&mut run.linked) {
-            self.tracker.put_back(&victim);
-        }
+        self.put_back(&mut run);
         run.finish(started);
         self.dirty = true;
         run
@@ -1180,11 +1243,13 @@ impl Runner {
                 Ok(Deleted::Gone) => run.vanished += 1,
                 Err(e) => {
                     run.failed += 1;
+                    run.undeletable.push(*victim);
                     if !std::mem::replace(&mut self.warned.delete, true) {
                         tracing::warn!(
-                            "{}: cannot delete {}: {e}; the file stays (this warning is given once)",
+                            "{}: cannot delete {}: {e}; the file stays, still counted in the tier's usage, and the guard evicts other objects around it (tried again every {} s; this warning is given once)",
                             self.label(),
-                            self.dir.entry_path(&self.name).display()
+                            self.dir.entry_path(&self.name).display(),
+                            self.options.undeletable_retry.as_secs()
                         );
                     }
                 }
@@ -1210,6 +1275,13 @@ impl Runner {
             tracked: CountBytes {
                 objects: self.tracker.len() as u64,
                 bytes: self.tracker.usage(),
+            },
+            undeletable: {
+                let (objects, bytes) = self.tracker.undeletable();
+                CountBytes {
+                    objects: objects as u64,
+                    bytes,
+                }
             },
             start: self.start,
             evictions: self.evictions,
@@ -1302,9 +1374,16 @@ struct EvictionRun {
     vanished: u64,
     /// Victims that could not be deleted.
     failed: u64,
+    /// Those victims, to track again.
+    undeletable: Vec<Victim>,
 }
 
 impl EvictionRun {
+    /// The bytes of the victims that could not be deleted.
+    fn undeletable_bytes(&self) -> u64 {
+        self.undeletable.iter().map(|v| v.bytes).sum()
+    }
+
     fn finish(&mut self, started: Instant) {
         self.cycle.at_unix_ms = unix_ms();
         self.cycle.millis = started.elapsed().as_millis() as u64;

@@ -170,6 +170,13 @@ pub struct GuardStatus {
     pub eviction_ratio: f64,
     /// Objects tracked now and their allocated bytes (the usage).
     pub tracked: CountBytes,
+    /// The tracked objects the guard could not delete (an immutable file,
+    /// a read-only remount): still on the disk and counted in `tracked`,
+    /// passed over by eviction until they change or are tried again
+    /// (`docs/capacity-guard.md`, "How it counts and follows the tier"). Zero in a
+    /// file written before the field existed.
+    #[serde(default)]
+    pub undeletable: CountBytes,
     /// The start-up count.
     pub start: StartCount,
     /// Evictions so far.

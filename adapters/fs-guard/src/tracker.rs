@@ -19,6 +19,12 @@
 //! guard last looked) is marked; deleting it frees nothing on the volume
 //! while another link keeps its blocks, so an eviction for the free space
 //! passes over it ([`Tracker::take_lru_freeing`]).
+//!
+//! Undeletable: an object the guard failed to delete (an immutable file,
+//! `chattr +i`; a read-only remount) stays tracked and counted, at its
+//! place, marked; no take chooses it, so eviction goes around it, until
+//! it is written anew or the guard tries again
+//! ([`Tracker::retry_undeletable`]).
 
 use std::hash::BuildHasher;
 
@@ -54,16 +60,20 @@ impl Family {
 
 /// The bit of [`Entry::blocks`] that marks an object linked elsewhere.
 const LINKED: u32 = 1 << 31;
+/// The bit of [`Entry::blocks`] that marks an object the guard could not
+/// delete.
+const UNDELETABLE: u32 = 1 << 30;
 /// The bits of [`Entry::blocks`] that count blocks.
-const BLOCKS: u32 = LINKED - 1;
+const BLOCKS: u32 = UNDELETABLE - 1;
 
 /// One tracked object: 44 bytes.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     hash: [u8; MAX_HASH_BYTES],
     family: u32,
-    /// Allocated bytes / 512 (`st_blocks`), saturating at 1 TiB, and
-    /// [`LINKED`] when the file has other hard links.
+    /// Allocated bytes / 512 (`st_blocks`), saturating at 512 GiB,
+    /// [`LINKED`] when the file has other hard links, and [`UNDELETABLE`]
+    /// when the guard could not delete it.
     blocks: u32,
     tick: u32,
 }
@@ -75,6 +85,10 @@ impl Entry {
 
     fn linked(&self) -> bool {
         self.blocks & LINKED != 0
+    }
+
+    fn undeletable(&self) -> bool {
+        self.blocks & UNDELETABLE != 0
     }
 }
 
@@ -101,6 +115,8 @@ pub struct Tracker {
     clock: u32,
     usage: u64,
     linked: usize,
+    /// Objects marked [`UNDELETABLE`] and their bytes.
+    undeletable: (usize, u64),
 }
 
 impl Default for Tracker {
@@ -147,6 +163,7 @@ impl Tracker {
             clock: 0,
             usage: 0,
             linked: 0,
+            undeletable: (0, 0),
         }
     }
 
@@ -273,18 +290,17 @@ impl Tracker {
         for &slot in slots {
             gone[slot] = true;
         }
-        let (mut bytes, mut linked, mut at) = (0u64, 0usize, 0usize);
+        let mut out = Tally::default();
+        let mut at = 0usize;
         self.entries.retain(|e| {
             let keep = !gone[at];
             at += 1;
             if !keep {
-                bytes += e.bytes();
-                linked += usize::from(e.linked());
+                out.add(e);
             }
             keep
         });
-        self.usage -= bytes;
-        self.linked -= linked;
+        self.forget(&out);
         if too_roomy(self.entries.capacity(), self.entries.len()) {
             let len = self.entries.len();
             self.entries.shrink_to(len + growth(len));
@@ -381,8 +397,8 @@ impl Tracker {
 
     /// Records an object as just written (or seen by a rescan), with its
     /// allocated bytes and whether its file has other hard links: inserted,
-    /// or its size and mark updated; either way it becomes the most
-    /// recently used.
+    /// or its size and marks set anew (an undeletable mark comes off: the
+    /// file was written); either way it becomes the most recently used.
     pub fn upsert(&mut self, name: &ObjectNameRef<'_>, bytes: u64, linked: bool) {
         let key = self.names.intern(name);
         let family = self.family_id(&key);
@@ -401,13 +417,8 @@ impl Tracker {
     fn set(&mut self, family: u32, hash: [u8; MAX_HASH_BYTES], blocks: u32, tick: u32) {
         match self.slot(family, &hash) {
             Some(slot) => {
-                let entry = self.entries[slot];
-                self.usage = self.usage - entry.bytes() + u64::from(blocks & BLOCKS) * 512;
-                self.linked =
-                    self.linked - usize::from(entry.linked()) + usize::from(blocks & LINKED != 0);
-                let entry = &mut self.entries[slot];
-                entry.blocks = blocks;
-                entry.tick = tick;
+                self.reblock(slot, blocks);
+                self.entries[slot].tick = tick;
             }
             None => self.push(family, hash, blocks, tick),
         }
@@ -441,8 +452,7 @@ impl Tracker {
             tick,
         };
         self.entries.push(entry);
-        self.usage += entry.bytes();
-        self.linked += usize::from(entry.linked());
+        self.count(&entry);
         let h = self.hash_entry(family, &hash);
         let (entries, hasher) = (&self.entries, &self.hasher);
         self.index.insert(h, slot, |s| {
@@ -499,14 +509,43 @@ impl Tracker {
             let len = self.entries.len();
             self.entries.shrink_to(len + growth(len));
         }
-        self.usage -= entry.bytes();
-        self.linked -= usize::from(entry.linked());
+        let mut out = Tally::default();
+        out.add(&entry);
+        self.forget(&out);
         entry.bytes()
     }
 
+    /// Adds `entry` to the counts (usage, linked, undeletable).
+    fn count(&mut self, entry: &Entry) {
+        self.usage += entry.bytes();
+        self.linked += usize::from(entry.linked());
+        if entry.undeletable() {
+            self.undeletable.0 += 1;
+            self.undeletable.1 += entry.bytes();
+        }
+    }
+
+    /// Takes the entries tallied in `out` out of the counts.
+    fn forget(&mut self, out: &Tally) {
+        self.usage -= out.bytes;
+        self.linked -= out.linked;
+        self.undeletable.0 -= out.undeletable.0;
+        self.undeletable.1 -= out.undeletable.1;
+    }
+
+    /// Gives the entry at `slot` new `blocks` (size and marks), counted.
+    fn reblock(&mut self, slot: usize, blocks: u32) {
+        let mut out = Tally::default();
+        out.add(&self.entries[slot]);
+        self.forget(&out);
+        self.entries[slot].blocks = blocks;
+        let entry = self.entries[slot];
+        self.count(&entry);
+    }
+
     /// Takes the least recently used objects out of the tracker until their
-    /// bytes reach `reclaim_bytes` (or none is left), oldest first. The caller
-    /// deletes them.
+    /// bytes reach `reclaim_bytes` (or none is left), oldest first, passing
+    /// over the objects marked undeletable. The caller deletes them.
     pub fn take_lru(&mut self, reclaim_bytes: u64) -> Vec<Victim> {
         self.take(reclaim_bytes, 0, false)
     }
@@ -523,7 +562,7 @@ impl Tracker {
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| !(skip_linked && e.linked()))
+            .filter(|(_, e)| !(e.undeletable() || skip_linked && e.linked()))
             .map(|(slot, e)| u64::from(e.tick) << 32 | slot as u64)
             .collect();
         order.sort_unstable();
@@ -568,16 +607,47 @@ impl Tracker {
     /// its file has other hard links, so it was left in place. An object
     /// tracked again since it was taken (written anew) keeps that state.
     pub fn put_back(&mut self, victim: &Victim) {
+        self.put_back_marked(victim, LINKED);
+    }
+
+    /// Tracks a victim again, at its place in the use order, marked
+    /// undeletable: its deletion failed, so its file is still on the disk
+    /// and counted, and no take chooses it until it is no longer marked.
+    /// An object tracked again since it was taken keeps that state.
+    pub fn put_back_undeletable(&mut self, victim: &Victim) {
+        self.put_back_marked(victim, UNDELETABLE);
+    }
+
+    fn put_back_marked(&mut self, victim: &Victim, mark: u32) {
         let family = self.family_id(&victim.key);
         let hash = inline_hash(&victim.key.chunk_hash);
         if self.slot(family, &hash).is_none() {
-            self.push(family, hash, blocks_of(victim.bytes) | LINKED, victim.tick);
+            self.push(family, hash, blocks_of(victim.bytes) | mark, victim.tick);
         }
+    }
+
+    /// Objects marked undeletable, and their allocated bytes (counted in
+    /// [`Tracker::usage`]).
+    pub fn undeletable(&self) -> (usize, u64) {
+        self.undeletable
+    }
+
+    /// Takes the undeletable mark off every object, so that takes may
+    /// choose them again (the guard's retry). Returns how many were marked.
+    pub fn retry_undeletable(&mut self) -> usize {
+        let marked = self.undeletable.0;
+        if marked > 0 {
+            for entry in &mut self.entries {
+                entry.blocks &= !UNDELETABLE;
+            }
+            self.undeletable = (0, 0);
+        }
+        marked
     }
 
     /// Brings the tracker in line with a fresh scan: objects the scan did not
     /// find are forgotten, sizes are taken from the scan, objects already
-    /// tracked keep their place in the order (and their link mark), and new
+    /// tracked keep their place in the order (and their marks), and new
     /// ones are added as the most recently used, in the order of their times.
     pub fn reconcile(&mut self, inventory: &Inventory) {
         let mut seen = vec![false; self.entries.len()];
@@ -587,12 +657,8 @@ impl Tracker {
             match self.locate(&name).and_then(|(f, h)| self.slot(f, &h)) {
                 Some(slot) => {
                     seen[slot] = true;
-                    let entry = &mut self.entries[slot];
-                    let bytes = entry.bytes();
-                    entry.blocks =
-                        blocks_of(object.stats.allocated_bytes) | (entry.blocks & LINKED);
-                    let now = entry.bytes();
-                    self.usage = self.usage - bytes + now;
+                    let marks = self.entries[slot].blocks & !BLOCKS;
+                    self.reblock(slot, blocks_of(object.stats.allocated_bytes) | marks);
                 }
                 None => new.push(i as u32),
             }
@@ -603,6 +669,25 @@ impl Tracker {
             let object = &inventory.objects()[i as usize];
             let name = inventory.names().name(&object.key);
             self.upsert(&name, object.stats.allocated_bytes, false);
+        }
+    }
+}
+
+/// What a set of entries adds to the counts, to take out at once.
+#[derive(Default)]
+struct Tally {
+    bytes: u64,
+    linked: usize,
+    undeletable: (usize, u64),
+}
+
+impl Tally {
+    fn add(&mut self, entry: &Entry) {
+        self.bytes += entry.bytes();
+        self.linked += usize::from(entry.linked());
+        if entry.undeletable() {
+            self.undeletable.0 += 1;
+            self.undeletable.1 += entry.bytes();
         }
     }
 }
@@ -749,6 +834,55 @@ mod tests {
             [name(0), name(1), name(2), name(4)]
         );
         assert_eq!((t.usage(), t.linked), (0, 0));
+    }
+
+    #[test]
+    fn undeletable_objects_stay_counted_and_takes_go_around_them() {
+        let mut t = Tracker::new();
+        for i in 0..5 {
+            upsert(&mut t, i, 1024);
+        }
+        // The two oldest could not be deleted.
+        let taken = t.take_lru(2048);
+        for victim in &taken {
+            t.put_back_undeletable(victim);
+        }
+        assert_eq!(
+            (t.len(), t.usage(), t.undeletable()),
+            (5, 5 * 1024, (2, 2048))
+        );
+        assert_eq!(victims(&mut t, 2048), [name(2), name(3)]);
+        assert_eq!(victims(&mut t, u64::MAX), [name(4)]);
+        assert!(t.take_lru_freeing(u64::MAX, u64::MAX).is_empty());
+        assert_eq!((t.len(), t.usage()), (2, 2048));
+        // A rewrite takes the mark off, and so does the guard's retry.
+        upsert(&mut t, 1, 4096);
+        assert_eq!((t.undeletable(), t.usage()), ((1, 1024), 5120));
+        assert_eq!(t.retry_undeletable(), 1);
+        assert_eq!(t.undeletable(), (0, 0));
+        assert_eq!(victims(&mut t, u64::MAX), [name(0), name(1)]);
+        assert_eq!((t.usage(), t.linked, t.undeletable()), (0, 0, (0, 0)));
+    }
+
+    #[test]
+    fn a_rescan_keeps_the_undeletable_mark_and_takes_the_new_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        for i in 0..3 {
+            std::fs::write(tmp.path().join(name(i)), vec![7u8; 4096]).unwrap();
+        }
+        let dir = lmcache_housekeeping::tier_dir::TierDir::open(
+            tmp.path(),
+            lmcache_housekeeping::tier_dir::Access::ReadOnly,
+        )
+        .unwrap();
+        let inventory = lmcache_housekeeping::scan::scan(&dir).unwrap();
+        let mut t = Tracker::from_inventory(&inventory);
+        let taken = t.take_lru(1);
+        t.put_back_undeletable(&taken[0]);
+        t.reconcile(&inventory);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.undeletable(), (1, t.usage() / 3));
+        assert_eq!(victims(&mut t, u64::MAX).len(), 2);
     }
 
     #[test]

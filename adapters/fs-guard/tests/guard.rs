@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use lmcache_capacity_guard::capacity::guard_specs;
-use lmcache_capacity_guard::status::Following;
+use lmcache_capacity_guard::status::{CountBytes, Following, GuardStatus};
 use lmcache_capacity_guard::{Guard, GuardOptions, PriorScan, Watch};
 use lmcache_housekeeping::{scan, Access, TierDir};
 use lmcache_tier_spec::Cascade;
@@ -38,6 +38,24 @@ fn store(dir: &Path, i: u32) {
         .set_times(times)
         .unwrap();
     fs::rename(&tmp, dir.join(object_name(i))).unwrap();
+}
+
+/// Stores object `i` into a tier of [`start`]'s capacity, waits until its
+/// guard has counted what is on the disk (the status's usage is the
+/// allocated bytes, so any cycle the write called for has run), and checks
+/// that the tier holds at most its capacity plus one object. The guard
+/// paces the writer: how fast it keeps up with a fast one is a benchmark's
+/// figure (`docs/performance.md`), not a test's.
+fn store_within_capacity(dir: &Path, i: u32) -> GuardStatus {
+    store(dir, i);
+    let status = wait_status(dir, &format!("object {i} counted"), |s| {
+        s.tracked.bytes == allocated(dir)
+    });
+    assert!(
+        allocated(dir) <= 17 * OBJECT as u64,
+        "usage above capacity + one object after object {i}: {status:#?}"
+    );
+    status
 }
 
 fn objects_on_disk(dir: &Path) -> Vec<String> {
@@ -195,13 +213,8 @@ fn evicts_the_least_recently_used_and_touches_nothing_else() {
 
     // Reading object 0 keeps it recently used.
     for i in 4..40 {
-        store(&dir, i);
         fs::read(dir.join(object_name(0))).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(
-            allocated(&dir) <= 17 * OBJECT as u64,
-            "usage above capacity + one object after object {i}"
-        );
+        store_within_capacity(&dir, i);
     }
     let status = wait_status(&dir, "evicted", |s| {
         s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
@@ -429,4 +442,91 @@ fn a_capacity_cycle_counts_what_its_deletions_free_on_the_volume() {
             vec![7u8; OBJECT]
         );
     }
+}
+
+/// Sets or clears the immutable attribute of `paths` (`chattr`).
+fn chattr(flag: &str, paths: &[std::path::PathBuf]) {
+    let out = std::process::Command::new("chattr")
+        .arg(flag)
+        .args(paths)
+        .output()
+        .expect("chattr (e2fsprogs) runs");
+    assert!(
+        out.status.success(),
+        "chattr {flag} needs root and a filesystem with file attributes (ext4, xfs, tmpfs): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Clears the immutable attribute when dropped, so the temporary
+/// directory can be removed whatever the test did.
+struct Immutable(Vec<std::path::PathBuf>);
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .args(&self.0)
+            .output();
+    }
+}
+
+/// Objects the guard cannot delete (immutable files) stay counted, so the
+/// tier stays within its capacity around them; one whose attribute is
+/// cleared is evicted once the guard tries again.
+#[test]
+fn objects_it_cannot_delete_stay_counted_and_the_tier_stays_within_its_capacity() {
+    let _volume = shared_volume();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tier");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..10 {
+        store(&dir, i);
+    }
+    // The eight oldest, half the capacity, cannot be deleted.
+    let stuck: Vec<_> = (0..8).map(|i| dir.join(object_name(i))).collect();
+    chattr("+i", &stuck);
+    let _clear = Immutable(stuck.clone());
+
+    let options = GuardOptions {
+        undeletable_retry: Duration::from_millis(300),
+        ..fast()
+    };
+    let guard = start(&dir, options);
+    wait_status(&dir, "start count", |s| s.start.found.objects == 10);
+    // The marks come off at every try (300 ms here) and go on again at the
+    // next cycle that tries those objects: look at every status.
+    let mut most_marked = CountBytes::default();
+    for i in 10..40 {
+        let status = store_within_capacity(&dir, i);
+        if status.undeletable.objects > most_marked.objects {
+            most_marked = status.undeletable;
+        }
+    }
+    let status = wait_status(&dir, "evicted around the undeletable", |s| {
+        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
+    });
+    assert_eq!(
+        most_marked,
+        CountBytes {
+            objects: 8,
+            bytes: 8 * OBJECT as u64
+        }
+    );
+    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    let kept = objects_on_disk(&dir);
+    assert!(stuck.iter().all(|p| p.exists()), "{kept:?}");
+    assert!(kept.contains(&object_name(39)), "{kept:?}");
+
+    // Cleared, the oldest is the first to go at a cycle after a try; the
+    // others stay.
+    chattr("-i", &stuck[..1]);
+    let mut next = 40;
+    while stuck[0].exists() {
+        assert!(next < 1040, "the cleared object was never evicted");
+        store_within_capacity(&dir, next);
+        next += 1;
+    }
+    assert!(stuck[1..].iter().all(|p| p.exists()));
+    guard.stop();
 }

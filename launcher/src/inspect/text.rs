@@ -7,7 +7,7 @@
 //! local process can impersonate: cells go through [`row`], which shows
 //! control characters as `?`.
 
-use lmcache_capacity_guard::status::FreeSpace;
+use lmcache_capacity_guard::status::{CountBytes, FreeSpace};
 use lmcache_s3_gateway::state::GatewayState;
 use lmcache_sizing::fmt_gib;
 
@@ -271,7 +271,7 @@ fn disk_section(d: &DiskRow) -> String {
         rows.push(row([
             "  capacity guard",
             &format!(
-                "pid {} ({state} {} s old): {} objects {} of {} (evicts from {}); {} eviction cycles deleted {} objects {}",
+                "pid {} ({state} {} s old): {} objects {} of {} (evicts from {}); {} eviction cycles deleted {} objects {}{}",
                 g.pid,
                 d.guard_state_age_seconds.unwrap_or(0),
                 g.tracked.objects,
@@ -280,7 +280,8 @@ fn disk_section(d: &DiskRow) -> String {
                 fmt_gib(g.trigger_bytes),
                 g.evictions.cycles,
                 g.evictions.deleted.objects,
-                fmt_gib(g.evictions.deleted.bytes)
+                fmt_gib(g.evictions.deleted.bytes),
+                undeletable(&g.undeletable)
             ),
         ]));
     }
@@ -293,6 +294,18 @@ fn disk_section(d: &DiskRow) -> String {
     }
     let path = printable(&d.path.display().to_string());
     format!("\ndisk tier {path}\n{}", table(&rows))
+}
+
+/// The part of a guard's row about the objects it could not delete, if
+/// any: `; 3 objects it cannot delete (0.38 GiB), still counted`.
+fn undeletable(count: &CountBytes) -> String {
+    match count.objects {
+        0 => String::new(),
+        n => format!(
+            "; {n} objects it cannot delete ({}), still counted",
+            fmt_gib(count.bytes)
+        ),
+    }
 }
 
 /// The free space the guard keeps on the tier's volume, what it evicted to

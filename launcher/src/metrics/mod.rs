@@ -748,7 +748,7 @@ impl<S> TierFamily<S> {
 }
 
 /// The capacity guards' families, from their status files.
-const GUARD_FAMILIES: [TierFamily<GuardStatus>; 9] = [
+const GUARD_FAMILIES: [TierFamily<GuardStatus>; 11] = [
     TierFamily {
         name: "guard_usage",
         help: "Allocated bytes of the tier's cache objects, as the capacity guard counts them",
@@ -762,6 +762,20 @@ const GUARD_FAMILIES: [TierFamily<GuardStatus>; 9] = [
         bytes: false,
         counter: false,
         value: |s| s.tracked.objects,
+    },
+    TierFamily {
+        name: "guard_undeletable",
+        help: "Allocated bytes of the tier's objects the capacity guard could not delete, counted in guard_usage",
+        bytes: true,
+        counter: false,
+        value: |s| s.undeletable.bytes,
+    },
+    TierFamily {
+        name: "guard_undeletable_objects",
+        help: "The tier's objects the capacity guard could not delete (still on the disk and counted)",
+        bytes: false,
+        counter: false,
+        value: |s| s.undeletable.objects,
     },
     TierFamily {
         name: "guard_capacity",
