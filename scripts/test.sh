@@ -4,7 +4,10 @@
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
 # setup-s3s-fs.sh), Prometheus's promtool (setup-prometheus.sh), and tmux for
 # the terminal view of `inspect --watch` (setup-tmux.sh).
-# Extra arguments go to `cargo test`.
+# Extra arguments go to `cargo test`. A plain `cargo test` without the
+# LMCache environment passes the unit tests and skips each end-to-end test
+# of tests/e2e with a `skipped (...)` line; here it is installed and set, so
+# every test runs.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 EREBINE_TEST_LMCACHE_VENV="$("$root/scripts/setup-lmcache.sh")"
