@@ -5,7 +5,7 @@
 //! 4-byte id of the rest of the name, allocated bytes in 512-byte blocks, a
 //! 4-byte use tick), which grows by a sixteenth and gives back what it holds
 //! beyond an eighth, plus an index of 4-byte buckets 45% to 80% full
-//! (`guard/src/index.rs`): at most 64 bytes per tracked object at any count
+//! (`adapters/fs-guard/src/index.rs`): at most 64 bytes per tracked object at any count
 //! (`docs/performance.md`, "Capacity guard"). The rest of a name (model,
 //! kv_rank, object group, salt, hash length) is a "family" interned once,
 //! with the model and salt in the housekeeping codec's [`NameTable`]: a
@@ -244,7 +244,7 @@ impl Tracker {
     /// A new index of every entry, `hashes[i]` the hash of entry i.
     ///
     /// The index is filled grouped by the top byte of each hash, which
-    /// orders the home buckets (`guard/src/index.rs`), so it is written
+    /// orders the home buckets (`adapters/fs-guard/src/index.rs`), so it is written
     /// front to back: inserting a million objects in scan order costs a
     /// cache miss or two each (200-450 ns an object here), grouped about a
     /// tenth of that. Only speed depends on the grouping; any order is
