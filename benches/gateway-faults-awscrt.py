@@ -3,7 +3,7 @@
 awscrt's S3Client set up as LMCache 0.5.6's S3L2Adapter sets it up (plain
 http, static credentials, default retries and throughput monitoring),
 timed from the request to the error it reports. Run by
-gateway/benches/gateway_faults.rs with a Python that has awscrt (LMCache's
+adapters/s3-gateway/benches/gateway_faults.rs with a Python that has awscrt (LMCache's
 virtual environment).
 
 Arguments: the gateway's host:port, its per-launch key id and secret, and

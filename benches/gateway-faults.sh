@@ -13,7 +13,7 @@
 # ~/.cache/erebine/lmcache-0.5.6); without it that part is skipped. Extra
 # variables: GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_OBJECTS,
 # GATEWAY_BENCH_FAULT_SECONDS, GATEWAY_BENCH_TRIALS (see
-# gateway/benches/gateway_faults.rs).
+# adapters/s3-gateway/benches/gateway_faults.rs).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"

@@ -6,7 +6,7 @@
 # Upstream: s3s-fs when it is on PATH (`cargo install s3s-fs@0.14.1 --features
 # binary`), else moto from the LMCache virtual environment. Both listen on a
 # free port on 127.0.0.1. Extra variables: GATEWAY_BENCH_OBJECTS,
-# GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see gateway/benches/s3_gateway.rs);
+# GATEWAY_BENCH_STREAMS, GATEWAY_BENCH_SMALL (see adapters/s3-gateway/benches/s3_gateway.rs);
 # PIN=1 gives the upstream the last core to itself and runs the client, the
 # gateway and the relay on the others (taskset), as when the object store is
 # another machine. GATEWAY_BASELINE=<another build of the s3_gateway bench

@@ -116,7 +116,7 @@ build_binaries() {
     say "taking the binaries from $from: $("$from/lmcache-tier" --version)"
   else
     say "building the release binaries"
-    (cd "$ROOT" && cargo build -q --release -p lmcache-launcher --bins)
+    (cd "$ROOT" && cargo build -q --release -p lmcache-tier --bins)
     from=${CARGO_TARGET_DIR:-$ROOT/target}/release
   fi
   rm -rf "${KIT:?}/bin"

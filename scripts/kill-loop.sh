@@ -2,7 +2,7 @@
 # The crash-safety fault loop at full length: `kill -9` of erebine-lmcache
 # during its capacity guard's evictions, of `lmcache-tier housekeep` and of
 # `lmcache-tier launch` during their housekeeping deletions, each followed by
-# the next run, which checks the tier (launcher/tests/e2e_kill_loop.rs).
+# the next run, which checks the tier (tests/e2e/kill_loop.rs).
 # scripts/test.sh runs the same test with 8 kills.
 #
 #   scripts/kill-loop.sh [COUNT [SEED]]    # default 50 kills, a seed from the clock
@@ -18,4 +18,4 @@ if [[ $# -ge 2 ]]; then
   export EREBINE_KILL_LOOP_SEED="$2"
 fi
 cd "$root"
-cargo test -p lmcache-launcher --test e2e_kill_loop -- --nocapture
+cargo test -p lmcache-tier --test e2e kill_loop:: -- --nocapture

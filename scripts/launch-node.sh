@@ -6,7 +6,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$("$root/scripts/setup-lmcache.sh")"
-cargo build --release -p lmcache-launcher --bins --manifest-path "$root/Cargo.toml"
+cargo build --release -p lmcache-tier --bins --manifest-path "$root/Cargo.toml"
 export VIRTUAL_ENV="$venv"
 # The node's default backend is native (no cache server); this script is for
 # the lmcache backend unless you say otherwise.

@@ -4,7 +4,10 @@
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
 # setup-s3s-fs.sh), Prometheus's promtool (setup-prometheus.sh), and tmux for
 # the terminal view of `inspect --watch` (setup-tmux.sh).
-# Extra arguments go to `cargo test`.
+# Extra arguments go to `cargo test`. A plain `cargo test` without the
+# LMCache environment passes the unit tests and skips each end-to-end test
+# of tests/e2e with a `skipped (...)` line; here it is installed and set, so
+# every test runs.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 EREBINE_TEST_LMCACHE_VENV="$("$root/scripts/setup-lmcache.sh")"
@@ -32,4 +35,22 @@ elif [ "$(id -u)" = 0 ]; then
   export TMPDIR="$volume"
 fi
 cd "$root"
-cargo test --workspace "$@"
+if [ $# -gt 0 ]; then
+  exec cargo test --workspace "$@"
+fi
+# Everything but the end-to-end suite, then the suite one module at a time:
+# a module's tests run beside each other (two at a time on two cores), never
+# beside another module's, whose servers, volumes and cgroups they do not
+# expect (a capacity guard's free-space line sees another test's writes on
+# the shared volume as a volume filling up).
+cargo test --workspace --exclude lmcache-tier
+cargo test -p lmcache-tier --bins --test cli
+cargo test -p lmcache-tier --test e2e --no-run
+e2e_tests="$(cargo test -q -p lmcache-tier --test e2e -- --list --format terse 2>/dev/null |
+  sed -n 's/: test$//p')"
+for module in $(printf '%s\n' "$e2e_tests" | sed 's/::.*//' | sort -u); do
+  echo "== tests/e2e: $module"
+  # shellcheck disable=SC2046 # one argument per test name
+  cargo test -p lmcache-tier --test e2e -- --exact \
+    $(printf '%s\n' "$e2e_tests" | grep "^$module::")
+done

@@ -21,7 +21,7 @@ ROUNDS=${2:-3}
 WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/launch-bench.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 VENV=${EREBINE_LMCACHE_VENV:-$(scripts/setup-lmcache.sh)}
-cargo build --quiet --release -p lmcache-launcher --bins
+cargo build --quiet --release -p lmcache-tier --bins
 cargo build --quiet --release -p lmcache-housekeeping --example housekeeping-bench
 echo "# machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(uname -r)"
 echo "# volume: $(df -T "$WORK" | awk 'NR==2{print $2}')"

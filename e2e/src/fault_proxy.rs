@@ -1,6 +1,6 @@
 //! A TCP proxy in front of a real S3 server that injects the faults of a
 //! failing object store, for the gateway's fault tests and bench
-//! (`launcher/tests/e2e_gateway_faults.rs`, `benches/gateway-faults.sh`).
+//! (`tests/e2e/gateway_faults.rs`, `benches/gateway-faults.sh`).
 //!
 //! It exists because the real server (s3s-fs, moto) cannot be made to
 //! produce these faults on demand: stall before its answer or in the middle

@@ -8,8 +8,6 @@
 //! (`erebine-lmcache` running the stock `lmcache` in its place: 126 and
 //! 127, as a shell says of a command it cannot run or find).
 
-use std::io;
-
 use lmcache_capacity_guard::capacity::CapacityError;
 use lmcache_capacity_guard::GuardError;
 use lmcache_housekeeping::{HousekeepingError, LockError};
@@ -18,10 +16,12 @@ use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
 
 use crate::config_error::ConfigError;
-use crate::inspect::InspectError;
+use crate::inputs::PlanError;
+use crate::inspect::{InspectError, Inspection};
 use crate::launch::LaunchError;
-use crate::launch_plan::PlanError;
 use crate::locate::NotFound;
+use crate::metrics::MetricsError;
+use crate::process::ProcessError;
 use crate::server_python::Boto3Error;
 
 /// How a run ends. Command-line errors that `clap` reports (an unknown
@@ -191,47 +191,6 @@ pub trait HasExitStatus: std::error::Error {
     fn exit_status(&self) -> ExitStatus;
 }
 
-/// What keeps this process itself from working (not its input, not the
-/// server): exit 1.
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
-    /// The async runtime cannot start.
-    #[error("cannot start the runtime: {0}")]
-    Runtime(
-        /// The OS error.
-        #[source]
-        io::Error,
-    ),
-    /// A terminating signal cannot be caught.
-    #[error("cannot catch the terminating signals: {0}")]
-    Signals(
-        /// The error naming the signal.
-        #[source]
-        io::Error,
-    ),
-    /// Stdout cannot be written (a closed pipe is not this error).
-    #[error("cannot write to stdout: {0}")]
-    Stdout(
-        /// The write error.
-        #[source]
-        io::Error,
-    ),
-    /// The report cannot be written as JSON.
-    #[error("cannot print the report as JSON: {0}")]
-    Json(
-        /// The serialisation error.
-        #[source]
-        serde_json::Error,
-    ),
-    /// Waiting on the server failed.
-    #[error("lost track of the server: {0}")]
-    LostServer(
-        /// The OS error.
-        #[source]
-        io::Error,
-    ),
-}
-
 impl HasExitStatus for ProcessError {
     fn exit_status(&self) -> ExitStatus {
         ExitStatus::Failure
@@ -331,14 +290,8 @@ impl HasExitStatus for GuardError {
 impl HasExitStatus for LaunchError {
     fn exit_status(&self) -> ExitStatus {
         match self {
-            // The metrics port is taken (another process, or an address
-            // this host does not have).
-            LaunchError::PortInUse { .. }
-            | LaunchError::Metrics(crate::metrics::MetricsError::Listen { .. }) => {
-                ExitStatus::PortInUse
-            }
-            // This process could not start the endpoint's thread.
-            LaunchError::Metrics(crate::metrics::MetricsError::Thread(_)) => ExitStatus::Failure,
+            LaunchError::PortInUse { .. } => ExitStatus::PortInUse,
+            LaunchError::Metrics(e) => e.exit_status(),
             LaunchError::NotAnAddressHere { .. } => ExitStatus::BadInput,
             // Out of descriptors is this process's failure; a privileged
             // port or an unusable address is the setting's.
@@ -361,6 +314,20 @@ impl HasExitStatus for LaunchError {
     }
 }
 
+/// Both binaries serve the metrics endpoint: `lmcache-tier launch` and
+/// `erebine-lmcache server`.
+impl HasExitStatus for MetricsError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            // The metrics port is taken (another process, or an address
+            // this host does not have).
+            MetricsError::Listen { .. } => ExitStatus::PortInUse,
+            // This process could not start the endpoint's thread.
+            MetricsError::Thread(_) => ExitStatus::Failure,
+        }
+    }
+}
+
 impl HasExitStatus for InspectError {
     fn exit_status(&self) -> ExitStatus {
         match self {
@@ -368,6 +335,18 @@ impl HasExitStatus for InspectError {
             InspectError::NoAnswer { .. } => ExitStatus::NoAnswer,
             InspectError::Unhealthy { .. } => ExitStatus::Unhealthy,
         }
+    }
+}
+
+/// Mapped here with every other status, so that nothing `inspect` builds on
+/// imports this module.
+impl Inspection {
+    /// The exit status `inspect` ends with ([`Inspection::verdict`]): 0
+    /// healthy, 8 unreachable, 9 answering but unhealthy.
+    pub fn exit_code(&self) -> u8 {
+        self.verdict()
+            .map_or_else(|e| e.exit_status(), |()| ExitStatus::Success)
+            .code()
     }
 }
 

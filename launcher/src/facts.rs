@@ -11,15 +11,12 @@
 //! that scan, and the capacity guard starts from it, so a launch reads the
 //! tier directory once.
 
-use std::fmt;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
-use lmcache_capacity_guard::Watch;
-use lmcache_housekeeping::{scan, HousekeepingError, Mode, ScannedTier};
+use lmcache_housekeeping::{HousekeepingError, Mode};
 use lmcache_sizing::probe;
 use lmcache_sizing::rules::{self, MemoryFacts, OdirectProbe, VolumeStats};
 use lmcache_sizing::volume::{self, Filesystem, SizingError, VolumeKind};
@@ -27,9 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::env::{self, KvCacheBackend, NodeEnv};
 use crate::gpu::{self, GpuFacts};
-use crate::launch_plan::{
-    self, check_engine, effective_chunk_size, EngineFacts, HostFacts, PlanError,
+use crate::inputs::{
+    DiskFacts, EngineFacts, HostFacts, MeasuredTier, PlanError, TierOdirect, TierScan,
 };
+use crate::launch_plan::{self, check_engine, effective_chunk_size};
 use crate::{locate, ports, server_python, Vars};
 
 /// Whether measuring may create the cache directory and lock the tier.
@@ -68,20 +66,6 @@ pub struct Facts {
     pub odirect_tiers: Vec<TierOdirect>,
 }
 
-/// The O_DIRECT test write in the directory of one tier of a custom
-/// cascade (the nearest existing ancestor while it does not exist).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TierOdirect {
-    /// The tier's position in the cascade.
-    pub position: usize,
-    /// Its adapter type (`fs`, `fs_native`).
-    pub adapter: String,
-    /// Its `base_path`.
-    pub base_path: PathBuf,
-    /// What the test write did.
-    pub odirect: OdirectProbe,
-}
-
 /// The O_DIRECT test write of every `fs` or `fs_native` tier of `cascade`
 /// that sets `"use_odirect": true`: LMCache then opens every object with
 /// O_DIRECT, and on a filesystem that refuses it every store fails while
@@ -110,69 +94,6 @@ fn probe_odirect_tiers(cascade: &lmcache_tier_spec::Cascade) -> Vec<TierOdirect>
         })
         .collect()
 }
-
-/// What the cache directory's volume and contents are.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DiskFacts {
-    /// The directory measured: the cache directory, or its nearest existing
-    /// ancestor when it does not exist yet (a dry run creates nothing).
-    pub measured_at: PathBuf,
-    /// The volume's size, free bytes and block size.
-    pub volume: VolumeStats,
-    /// The volume's filesystem type and read-only flag.
-    pub filesystem: Filesystem,
-    /// Allocated bytes of cache objects and stale temp files already in the
-    /// directory (R of `docs/sizing.md`): what housekeeping could delete.
-    pub reclaimable_bytes: u64,
-    /// What the O_DIRECT test write did.
-    pub odirect: OdirectProbe,
-    /// The scan these figures came from, for housekeeping and the guard.
-    #[serde(skip)]
-    pub tier: MeasuredTier,
-}
-
-/// One scan of the tier, with the lock and the capacity guard's watch
-/// taken before it; handed on once (to the launch that housekeeps from it).
-/// Figures and plans that share it compare equal whatever it holds: it is
-/// a resource, not a fact.
-#[derive(Clone, Default)]
-pub struct MeasuredTier(Arc<Mutex<Option<TierScan>>>);
-
-/// What [`MeasuredTier`] hands on.
-#[derive(Debug)]
-pub struct TierScan {
-    /// The directory, its lock (a launch) and its inventory.
-    pub scanned: ScannedTier,
-    /// The capacity guard's watch, added before the scan (a launch).
-    pub watch: Option<Watch>,
-}
-
-impl MeasuredTier {
-    fn new(scan: TierScan) -> Self {
-        Self(Arc::new(Mutex::new(Some(scan))))
-    }
-
-    /// The scan, once: `None` after the first call, or when nothing was
-    /// scanned (facts given by hand).
-    pub fn take(&self) -> Option<TierScan> {
-        self.0.lock().ok()?.take()
-    }
-}
-
-impl fmt::Debug for MeasuredTier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let held = self.0.lock().map(|s| s.is_some()).unwrap_or(false);
-        write!(f, "MeasuredTier {{ held: {held} }}")
-    }
-}
-
-impl PartialEq for MeasuredTier {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for MeasuredTier {}
 
 impl Facts {
     /// Measures the facts a launch of `engine` with the environment `vars`
@@ -430,44 +351,6 @@ fn scan_tier(path: &Path, access: DiskAccess) -> Result<TierScan, PlanError> {
             "Check its permissions",
         ),
     })
-}
-
-impl TierScan {
-    /// Opens the tier at `path`, for [`Mode::Apply`] locks it and adds the
-    /// capacity guard's watch, then scans it.
-    ///
-    /// Errors: the directory, the lock or the scan ([`HousekeepingError`]);
-    /// a watch inotify cannot add is a warning (the guard then rescans).
-    pub fn take(path: &Path, mode: Mode) -> Result<Self, HousekeepingError> {
-        let (dir, lock) = ScannedTier::lock(path, mode)?;
-        let watch = match mode {
-            Mode::Apply => Watch::add(&dir)
-                .inspect_err(|e| {
-                    tracing::warn!(
-                        "cannot watch {} with inotify ({e}); its capacity guard follows it by rescans",
-                        path.display()
-                    )
-                })
-                .ok(),
-            Mode::DryRun => None,
-        };
-        let started = std::time::Instant::now();
-        let inventory = scan(&dir)?;
-        tracing::debug!(
-            "scanned {}: {} objects in {} ms",
-            path.display(),
-            inventory.objects().len(),
-            started.elapsed().as_millis()
-        );
-        Ok(TierScan {
-            scanned: ScannedTier {
-                dir,
-                lock,
-                inventory,
-            },
-            watch,
-        })
-    }
 }
 
 fn disk_error(path: &Path, problem: String, fix: &'static str) -> PlanError {

@@ -6,12 +6,11 @@
 //! connector config, extra arguments) and `docs/sizing.md`.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
-use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, SizingError, TierSizing, VolumeKind};
+use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, TierSizing, VolumeKind};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 use lmcache_tier_spec::{fs_native_tier, Cascade};
 use serde::Serialize;
@@ -19,213 +18,11 @@ use serde_json::{Map, Value};
 
 use crate::env::{self, ConfigError, LookupHashLog, NodeEnv};
 use crate::extra_args::{self, ExtraArgs};
-use crate::facts::DiskFacts;
 use crate::housekeep::DiskHousekeeping;
+use crate::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
 use crate::ports::{self, Listener};
 use crate::server_flags::server_flags;
 use lmcache_capacity_guard::capacity::guard_spec;
-use lmcache_housekeeping::LaunchIdentity;
-
-/// What the engine (vLLM) runs with: the facts a launch is planned from.
-/// [`Default`] is vLLM's defaults with the model `default-model`.
-///
-/// The launch identity ([`EngineFacts::launch_identity`]) follows how
-/// LMCache 0.5.6's vLLM connector names objects from the same engine flags
-/// (`docs/configuration.md`, "The launch identity").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct EngineFacts {
-    /// The model as vLLM's `--model` gives it (a hub id or a path):
-    /// LMCache names every object after it (`model_config.model`).
-    pub model: String,
-    /// vLLM's `--served-model-name`: the name clients send. Not in any
-    /// object name, so not part of the launch identity; recorded for the
-    /// plan's log only.
-    pub served_model_name: Option<String>,
-    /// Tensor-parallel size.
-    pub tensor_parallel_size: u32,
-    /// Pipeline-parallel size.
-    pub pipeline_parallel_size: u32,
-    /// Data-parallel size.
-    pub data_parallel_size: u32,
-    /// Decode-context-parallel size (vLLM's
-    /// `--decode-context-parallel-size`), >= 1.
-    pub decode_context_parallel_size: u32,
-    /// vLLM's `--cp-kv-cache-interleave-size` (tokens per DCP shard
-    /// interleave), >= 1.
-    pub cp_kv_cache_interleave_size: u32,
-    /// KV cache dtype (`auto`, `fp8`, ...).
-    pub kv_cache_dtype: String,
-    /// KV cache block size in tokens.
-    pub block_size: u32,
-    /// The engine's max batched tokens per step.
-    pub max_num_batched_tokens: u32,
-    /// Whether the model is hybrid-attention (attention layers mixed with
-    /// state-space or linear-attention layers). Its chunk size must then be
-    /// a multiple of `block_size` (`docs/sizing.md`, "Chunk size").
-    pub hybrid_attention: bool,
-    /// Whether the model uses multi-head latent attention (vLLM's
-    /// `model_config.use_mla`: DeepSeek-V2/V3 and their kind). With
-    /// `hybrid_attention` off, LMCache stores its KV once per pipeline
-    /// stage and DCP shard, not once per TP rank.
-    pub mla: bool,
-}
-
-impl Default for EngineFacts {
-    fn default() -> Self {
-        EngineFacts {
-            model: "default-model".into(),
-            served_model_name: None,
-            tensor_parallel_size: 1,
-            pipeline_parallel_size: 1,
-            data_parallel_size: 1,
-            decode_context_parallel_size: 1,
-            cp_kv_cache_interleave_size: 1,
-            kv_cache_dtype: "auto".into(),
-            block_size: 16,
-            max_num_batched_tokens: 2048,
-            hybrid_attention: false,
-            mla: false,
-        }
-    }
-}
-
-impl EngineFacts {
-    /// GPU ranks of the engine: tensor x pipeline x data parallel sizes, the
-    /// server's `--max-gpu-workers`.
-    pub fn gpu_workers(&self) -> u32 {
-        self.tensor_parallel_size
-            .saturating_mul(self.pipeline_parallel_size)
-            .saturating_mul(self.data_parallel_size)
-    }
-
-    /// The identity of the objects this engine writes with a server of
-    /// `chunk_size` tokens: the model as vLLM gives it to LMCache, the
-    /// parallel layout LMCache names objects by (MLA-only is `mla` without
-    /// `hybrid_attention`, LMCache's `mla_only`), and the fields no name
-    /// carries.
-    pub fn launch_identity(&self, chunk_size: u32) -> LaunchIdentity {
-        LaunchIdentity {
-            model: self.model.clone(),
-            tensor_parallel_size: self.tensor_parallel_size,
-            pipeline_parallel_size: self.pipeline_parallel_size,
-            kv_cache_dtype: self.kv_cache_dtype.clone(),
-            block_size: self.block_size,
-            chunk_size,
-            decode_context_parallel_size: self.decode_context_parallel_size,
-            cp_kv_cache_interleave_size: self.cp_kv_cache_interleave_size,
-            mla_only: self.mla && !self.hybrid_attention,
-        }
-    }
-}
-
-/// Facts about the host as the sizing rules read them: the memory
-/// decision, the cores, and the measured facts of the server executable and
-/// the cache directory's volume.
-///
-/// [`crate::Facts::measure`] measures a host and converts (`From<&Facts>`);
-/// tests and what-if planning build one by hand, so that nothing depends on
-/// the machine the plan is made on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HostFacts {
-    /// Memory available to this node's container or host, in bytes.
-    pub memory: Decision<u64>,
-    /// Physical cores (hyper-threads counted once).
-    pub physical_cores: u32,
-    /// What starts the server; `None` has [`crate::plan()`] look it up.
-    #[serde(skip)]
-    pub executable: Option<PathBuf>,
-    /// The cache directory's volume, when the node runs its built-in disk
-    /// tier (the figures the plan used are in [`DiskTier`]).
-    #[serde(skip)]
-    pub disk: Option<DiskFacts>,
-    /// The GPUs the server would see and whether LMCache's compiled
-    /// extensions load there; `None` on a node without one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<crate::gpu::GpuFacts>,
-    /// The O_DIRECT test write in each custom `fs`/`fs_native` tier that
-    /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub odirect_tiers: Vec<crate::facts::TierOdirect>,
-}
-
-/// A launch that cannot be planned.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    /// A variable with a bad value.
-    #[error(transparent)]
-    Config(#[from] env::ConfigError),
-    /// The executable that starts the server is missing.
-    #[error(transparent)]
-    Executable(#[from] crate::locate::NotFound),
-    /// The server's Python cannot import boto3, which the `s3_bucket`
-    /// tiers need ([`crate::server_python`]).
-    #[error(transparent)]
-    Boto3(#[from] crate::server_python::Boto3Error),
-    /// The cache directory (or the lookup-hash log directory) cannot be used.
-    #[error("{variable}={path}: {problem}. {fix}")]
-    DiskPath {
-        /// The variable or flag that named the path.
-        variable: &'static str,
-        /// The path at fault.
-        path: String,
-        /// What is wrong.
-        problem: String,
-        /// What to do.
-        fix: &'static str,
-    },
-    /// Neither an L1 nor an L2 tier would hold anything.
-    #[error("nothing to cache in: {reason}. Set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB above 0, or give the node a disk tier (EREBINE_AGENT_LMCACHE_DISK_SIZE_GB, a larger volume under EREBINE_AGENT_LMCACHE_DISK_PATH, or EREBINE_AGENT_LMCACHE_L2_ADAPTER)")]
-    NothingToCache {
-        /// Why both budgets are zero.
-        reason: String,
-    },
-    /// The cache directory's volume cannot hold the tier as asked: its
-    /// figures cannot size it (FUSE, network, implausible) and no size was
-    /// given, or an explicit size on memory passes the node's budget.
-    #[error("{variable}={path}: {source}")]
-    Sizing {
-        /// The variable that named the directory.
-        variable: &'static str,
-        /// The cache directory.
-        path: String,
-        /// What the sizing rules refused.
-        source: SizingError,
-    },
-    /// The host's memory size could not be read.
-    #[error("cannot read the host's memory size: {0}")]
-    Memory(#[source] io::Error),
-    /// The tier is held by another launch, or cannot be locked.
-    #[error(transparent)]
-    Tier(#[from] lmcache_housekeeping::HousekeepingError),
-    /// The plan needs the cache directory's volume, and the host facts
-    /// given carry none.
-    #[error("the cache directory's volume was not measured: plan from Facts::measure, or give HostFacts a disk")]
-    NotMeasured,
-    /// An L1 set by hand above the node's memory.
-    #[error(transparent)]
-    L1AboveMemory(#[from] rules::L1AboveMemory),
-    /// A host fact no host has (given by hand, not measured).
-    #[error("HostFacts.{field} = {value} cannot be a host's: give {expected}")]
-    HostFact {
-        /// The field at fault.
-        field: &'static str,
-        /// Its value.
-        value: String,
-        /// What to give instead.
-        expected: &'static str,
-    },
-    /// An engine fact out of range.
-    #[error("--{flag} {value} is not valid: {expected}")]
-    Engine {
-        /// The flag at fault.
-        flag: &'static str,
-        /// Its value.
-        value: String,
-        /// What to give instead.
-        expected: &'static str,
-    },
-}
 
 /// How the server's L1 is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -1005,7 +802,7 @@ fn unbounded_tier_warnings(cascade: &Cascade, source: &Decision<()>) -> Vec<Stri
 /// O_DIRECT test write did not succeed (`docs/sizing.md`, "O_DIRECT"):
 /// LMCache would fail every store to it while `/status` says healthy. The
 /// node does not rewrite the operator's spec.
-fn odirect_tier_warning(tier: &crate::facts::TierOdirect) -> Option<String> {
+fn odirect_tier_warning(tier: &TierOdirect) -> Option<String> {
     let what = match &tier.odirect {
         OdirectProbe::Succeeded => return None,
         OdirectProbe::Failed(why) => format!("an O_DIRECT test write there failed ({why}): every store LMCache makes to it will fail while /status says healthy"),

@@ -84,6 +84,7 @@
 //! ```
 
 pub mod bucket_warnings;
+pub mod cli;
 pub mod config_error;
 pub mod env;
 pub mod exit;
@@ -93,6 +94,7 @@ pub mod facts;
 pub mod gpu;
 pub mod guards;
 pub mod housekeep;
+pub mod inputs;
 pub mod inspect;
 pub mod launch;
 pub mod launch_plan;
@@ -101,6 +103,7 @@ pub mod metrics;
 pub mod oom;
 pub mod output;
 pub mod ports;
+pub mod process;
 pub mod server_flags;
 pub mod server_python;
 pub mod status;
@@ -109,8 +112,9 @@ pub mod watch;
 
 pub use env::{ConfigError, KvCacheBackend, NodeEnv, Vars};
 
-pub use facts::{DiskAccess, DiskFacts, Facts};
-pub use launch_plan::{EngineFacts, HostFacts, LaunchPlan, PlanError};
+pub use facts::{DiskAccess, Facts};
+pub use inputs::{DiskFacts, EngineFacts, HostFacts, PlanError};
+pub use launch_plan::LaunchPlan;
 pub use output::DEFAULT_LOG_FILTER;
 
 /// What a node runs beside its engine.

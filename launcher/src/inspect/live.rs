@@ -17,8 +17,8 @@ use tokio::time::{sleep_until, Instant};
 
 use super::watch_view::{frame, Snapshot};
 use super::{InspectError, Inspection};
-use crate::exit::ProcessError;
 use crate::output;
+use crate::process::ProcessError;
 
 /// The shortest refresh interval `--watch` takes: 0.1 s, `watch(1)`'s.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);

@@ -30,7 +30,6 @@ use lmcache_housekeeping::{
 };
 use serde::Serialize;
 
-use crate::exit::{ExitStatus, HasExitStatus};
 use crate::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
 
 /// Why `inspect` does not end with 0.
@@ -431,14 +430,6 @@ impl Inspection {
             (true, false) => Err(InspectError::Unhealthy { url }),
             (true, true) => Ok(()),
         }
-    }
-
-    /// The exit status `inspect` ends with ([`Inspection::verdict`]): 0
-    /// healthy, 8 unreachable, 9 answering but unhealthy.
-    pub fn exit_code(&self) -> u8 {
-        self.verdict()
-            .map_or_else(|e| e.exit_status(), |()| ExitStatus::Success)
-            .code()
     }
 }
 

@@ -1186,7 +1186,7 @@ fn encode_gateways(
 mod tests {
     use super::*;
     use crate::env::text_vars;
-    use crate::launch_plan::{EngineFacts, HostFacts};
+    use crate::inputs::{EngineFacts, HostFacts};
     use crate::{plan, DiskFacts, Planned};
     use lmcache_sizing::rules::{OdirectProbe, VolumeStats};
     use lmcache_sizing::volume::Filesystem;

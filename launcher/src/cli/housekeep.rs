@@ -1,0 +1,92 @@
+//! What `lmcache-tier housekeep` reads of a node before it cleans: the tier
+//! directory, the launch identity and the capacity a launch on the same
+//! variables and engine facts would use (`docs/inspect.md`).
+
+use std::path::PathBuf;
+
+use lmcache_capacity_guard::capacity::guard_spec;
+use lmcache_housekeeping::{GuardBound, LaunchIdentity};
+use lmcache_sizing::rules;
+use serde::Serialize;
+
+use crate::env::{NodeEnv, Vars};
+use crate::facts::{measure_disk_to_housekeep, Facts};
+use crate::inputs::{EngineFacts, HostFacts, PlanError};
+use crate::launch_plan;
+
+/// What `lmcache-tier housekeep` cleans on a node, as a launch on the same
+/// variables and engine facts would (`docs/inspect.md`), each value with
+/// where it came from. Only what housekeeping uses is read: no port,
+/// executable or server Python is looked at, and the directory is only
+/// read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeTier {
+    /// The tier directory: `EREBINE_AGENT_LMCACHE_DISK_PATH`, else its
+    /// default.
+    pub path: PathBuf,
+    /// The launch identity of the objects to keep.
+    pub identity: LaunchIdentity,
+    /// Where the chunk size came from: the given one (the command line's
+    /// `--chunk-size`, which wins), else the plan's rule or
+    /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` (`docs/sizing.md`).
+    pub chunk_size_source: String,
+    /// The capacity the objects are trimmed to, in bytes, and its rule;
+    /// `None` when the node's plan has no built-in disk tier (a custom
+    /// cascade, or a size of 0).
+    pub capacity: Option<lmcache_sizing::Decision<u64>>,
+    /// The built-in tier's capacity guard, as [`crate::housekeep::DiskHousekeeping::guard`]
+    /// (`None` without a capacity).
+    pub guard: Option<GuardBound>,
+}
+
+/// The [`NodeTier`] of the node `vars` describe (its backend taken as
+/// `lmcache`) for an engine of `engine`, with `chunk_size` (tokens) given on
+/// the command line winning over every other source.
+///
+/// Errors: a bad variable or engine fact, an unusable cache directory or
+/// volume ([`PlanError`]).
+pub fn node_tier(
+    engine: &EngineFacts,
+    vars: &Vars,
+    chunk_size: Option<u32>,
+) -> Result<NodeTier, PlanError> {
+    let node = NodeEnv::from_vars(vars)?;
+    launch_plan::check_engine(engine)?;
+    let chunk = match chunk_size {
+        Some(tokens) => lmcache_sizing::Decision::new(tokens, "flag", "--chunk-size"),
+        None => launch_plan::effective_chunk_size(engine, &node)?.1,
+    };
+    let capacity = match node.builtin_tier() {
+        true => Some(node_capacity(&node)?).filter(|c| c.value > 0),
+        false => None,
+    };
+    // The built-in tier as the launch writes it: its guard's bound.
+    let guard = capacity.as_ref().and_then(|c| {
+        let spec = lmcache_tier_spec::fs_native_tier(&node.disk_path, 1, false, c.value);
+        guard_spec(0, &spec).ok().flatten().map(|g| g.bound())
+    });
+    Ok(NodeTier {
+        path: node.disk_path.clone(),
+        identity: engine.launch_identity(chunk.value),
+        chunk_size_source: chunk.reason,
+        capacity,
+        guard,
+    })
+}
+
+/// The built-in tier's capacity as a launch sizes it, from the volume
+/// measured read-only.
+fn node_capacity(node: &NodeEnv) -> Result<lmcache_sizing::Decision<u64>, PlanError> {
+    let host = Facts::host()?;
+    let host = HostFacts {
+        disk: Some(measure_disk_to_housekeep(&node.disk_path)?),
+        ..HostFacts::from(&host)
+    };
+    let budget = rules::l1_budget(
+        node.kv_offload_bytes,
+        host.memory.value,
+        node.host_agent_count,
+    );
+    let l1 = launch_plan::server_l1(node, budget)?.value;
+    Ok(launch_plan::size_disk_tier(node, &host, l1)?.capacity)
+}

@@ -1,0 +1,336 @@
+//! The inputs of a plan, shared by the code that measures them
+//! ([`crate::facts`]) and the planner ([`crate::launch_plan`]): the engine
+//! facts, the host facts as the sizing rules read them, the measured cache
+//! volume with the one scan of its tier, and the error a plan ends with
+//! (`docs/design.md`, "One launch"). Neither side imports the other for
+//! them.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use lmcache_capacity_guard::Watch;
+use lmcache_housekeeping::{scan, HousekeepingError, LaunchIdentity, Mode, ScannedTier};
+use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats};
+use lmcache_sizing::volume::{Filesystem, SizingError};
+use lmcache_sizing::Decision;
+use serde::{Deserialize, Serialize};
+
+use crate::env;
+
+/// What the engine (vLLM) runs with: the facts a launch is planned from.
+/// [`Default`] is vLLM's defaults with the model `default-model`.
+///
+/// The launch identity ([`EngineFacts::launch_identity`]) follows how
+/// LMCache 0.5.6's vLLM connector names objects from the same engine flags
+/// (`docs/configuration.md`, "The launch identity").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct EngineFacts {
+    /// The model as vLLM's `--model` gives it (a hub id or a path):
+    /// LMCache names every object after it (`model_config.model`).
+    pub model: String,
+    /// vLLM's `--served-model-name`: the name clients send. Not in any
+    /// object name, so not part of the launch identity; recorded for the
+    /// plan's log only.
+    pub served_model_name: Option<String>,
+    /// Tensor-parallel size.
+    pub tensor_parallel_size: u32,
+    /// Pipeline-parallel size.
+    pub pipeline_parallel_size: u32,
+    /// Data-parallel size.
+    pub data_parallel_size: u32,
+    /// Decode-context-parallel size (vLLM's
+    /// `--decode-context-parallel-size`), >= 1.
+    pub decode_context_parallel_size: u32,
+    /// vLLM's `--cp-kv-cache-interleave-size` (tokens per DCP shard
+    /// interleave), >= 1.
+    pub cp_kv_cache_interleave_size: u32,
+    /// KV cache dtype (`auto`, `fp8`, ...).
+    pub kv_cache_dtype: String,
+    /// KV cache block size in tokens.
+    pub block_size: u32,
+    /// The engine's max batched tokens per step.
+    pub max_num_batched_tokens: u32,
+    /// Whether the model is hybrid-attention (attention layers mixed with
+    /// state-space or linear-attention layers). Its chunk size must then be
+    /// a multiple of `block_size` (`docs/sizing.md`, "Chunk size").
+    pub hybrid_attention: bool,
+    /// Whether the model uses multi-head latent attention (vLLM's
+    /// `model_config.use_mla`: DeepSeek-V2/V3 and their kind). With
+    /// `hybrid_attention` off, LMCache stores its KV once per pipeline
+    /// stage and DCP shard, not once per TP rank.
+    pub mla: bool,
+}
+
+impl Default for EngineFacts {
+    fn default() -> Self {
+        EngineFacts {
+            model: "default-model".into(),
+            served_model_name: None,
+            tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            data_parallel_size: 1,
+            decode_context_parallel_size: 1,
+            cp_kv_cache_interleave_size: 1,
+            kv_cache_dtype: "auto".into(),
+            block_size: 16,
+            max_num_batched_tokens: 2048,
+            hybrid_attention: false,
+            mla: false,
+        }
+    }
+}
+
+impl EngineFacts {
+    /// GPU ranks of the engine: tensor x pipeline x data parallel sizes, the
+    /// server's `--max-gpu-workers`.
+    pub fn gpu_workers(&self) -> u32 {
+        self.tensor_parallel_size
+            .saturating_mul(self.pipeline_parallel_size)
+            .saturating_mul(self.data_parallel_size)
+    }
+
+    /// The identity of the objects this engine writes with a server of
+    /// `chunk_size` tokens: the model as vLLM gives it to LMCache, the
+    /// parallel layout LMCache names objects by (MLA-only is `mla` without
+    /// `hybrid_attention`, LMCache's `mla_only`), and the fields no name
+    /// carries.
+    pub fn launch_identity(&self, chunk_size: u32) -> LaunchIdentity {
+        LaunchIdentity {
+            model: self.model.clone(),
+            tensor_parallel_size: self.tensor_parallel_size,
+            pipeline_parallel_size: self.pipeline_parallel_size,
+            kv_cache_dtype: self.kv_cache_dtype.clone(),
+            block_size: self.block_size,
+            chunk_size,
+            decode_context_parallel_size: self.decode_context_parallel_size,
+            cp_kv_cache_interleave_size: self.cp_kv_cache_interleave_size,
+            mla_only: self.mla && !self.hybrid_attention,
+        }
+    }
+}
+
+/// Facts about the host as the sizing rules read them: the memory
+/// decision, the cores, and the measured facts of the server executable and
+/// the cache directory's volume.
+///
+/// [`crate::Facts::measure`] measures a host and converts (`From<&Facts>`);
+/// tests and what-if planning build one by hand, so that nothing depends on
+/// the machine the plan is made on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostFacts {
+    /// Memory available to this node's container or host, in bytes.
+    pub memory: Decision<u64>,
+    /// Physical cores (hyper-threads counted once).
+    pub physical_cores: u32,
+    /// What starts the server; `None` has [`crate::plan()`] look it up.
+    #[serde(skip)]
+    pub executable: Option<PathBuf>,
+    /// The cache directory's volume, when the node runs its built-in disk
+    /// tier (the figures the plan used are in [`crate::launch_plan::DiskTier`]).
+    #[serde(skip)]
+    pub disk: Option<DiskFacts>,
+    /// The GPUs the server would see and whether LMCache's compiled
+    /// extensions load there; `None` on a node without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::gpu::GpuFacts>,
+    /// The O_DIRECT test write in each custom `fs`/`fs_native` tier that
+    /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub odirect_tiers: Vec<TierOdirect>,
+}
+
+/// A launch that cannot be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A variable with a bad value.
+    #[error(transparent)]
+    Config(#[from] env::ConfigError),
+    /// The executable that starts the server is missing.
+    #[error(transparent)]
+    Executable(#[from] crate::locate::NotFound),
+    /// The server's Python cannot import boto3, which the `s3_bucket`
+    /// tiers need ([`crate::server_python`]).
+    #[error(transparent)]
+    Boto3(#[from] crate::server_python::Boto3Error),
+    /// The cache directory (or the lookup-hash log directory) cannot be used.
+    #[error("{variable}={path}: {problem}. {fix}")]
+    DiskPath {
+        /// The variable or flag that named the path.
+        variable: &'static str,
+        /// The path at fault.
+        path: String,
+        /// What is wrong.
+        problem: String,
+        /// What to do.
+        fix: &'static str,
+    },
+    /// Neither an L1 nor an L2 tier would hold anything.
+    #[error("nothing to cache in: {reason}. Set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB above 0, or give the node a disk tier (EREBINE_AGENT_LMCACHE_DISK_SIZE_GB, a larger volume under EREBINE_AGENT_LMCACHE_DISK_PATH, or EREBINE_AGENT_LMCACHE_L2_ADAPTER)")]
+    NothingToCache {
+        /// Why both budgets are zero.
+        reason: String,
+    },
+    /// The cache directory's volume cannot hold the tier as asked: its
+    /// figures cannot size it (FUSE, network, implausible) and no size was
+    /// given, or an explicit size on memory passes the node's budget.
+    #[error("{variable}={path}: {source}")]
+    Sizing {
+        /// The variable that named the directory.
+        variable: &'static str,
+        /// The cache directory.
+        path: String,
+        /// What the sizing rules refused.
+        source: SizingError,
+    },
+    /// The host's memory size could not be read.
+    #[error("cannot read the host's memory size: {0}")]
+    Memory(#[source] io::Error),
+    /// The tier is held by another launch, or cannot be locked.
+    #[error(transparent)]
+    Tier(#[from] lmcache_housekeeping::HousekeepingError),
+    /// The plan needs the cache directory's volume, and the host facts
+    /// given carry none.
+    #[error("the cache directory's volume was not measured: plan from Facts::measure, or give HostFacts a disk")]
+    NotMeasured,
+    /// An L1 set by hand above the node's memory.
+    #[error(transparent)]
+    L1AboveMemory(#[from] rules::L1AboveMemory),
+    /// A host fact no host has (given by hand, not measured).
+    #[error("HostFacts.{field} = {value} cannot be a host's: give {expected}")]
+    HostFact {
+        /// The field at fault.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// What to give instead.
+        expected: &'static str,
+    },
+    /// An engine fact out of range.
+    #[error("--{flag} {value} is not valid: {expected}")]
+    Engine {
+        /// The flag at fault.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+        /// What to give instead.
+        expected: &'static str,
+    },
+}
+
+/// The O_DIRECT test write in the directory of one tier of a custom
+/// cascade (the nearest existing ancestor while it does not exist).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierOdirect {
+    /// The tier's position in the cascade.
+    pub position: usize,
+    /// Its adapter type (`fs`, `fs_native`).
+    pub adapter: String,
+    /// Its `base_path`.
+    pub base_path: PathBuf,
+    /// What the test write did.
+    pub odirect: OdirectProbe,
+}
+
+/// What the cache directory's volume and contents are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiskFacts {
+    /// The directory measured: the cache directory, or its nearest existing
+    /// ancestor when it does not exist yet (a dry run creates nothing).
+    pub measured_at: PathBuf,
+    /// The volume's size, free bytes and block size.
+    pub volume: VolumeStats,
+    /// The volume's filesystem type and read-only flag.
+    pub filesystem: Filesystem,
+    /// Allocated bytes of cache objects and stale temp files already in the
+    /// directory (R of `docs/sizing.md`): what housekeeping could delete.
+    pub reclaimable_bytes: u64,
+    /// What the O_DIRECT test write did.
+    pub odirect: OdirectProbe,
+    /// The scan these figures came from, for housekeeping and the guard.
+    #[serde(skip)]
+    pub tier: MeasuredTier,
+}
+
+/// One scan of the tier, with the lock and the capacity guard's watch
+/// taken before it; handed on once (to the launch that housekeeps from it).
+/// Figures and plans that share it compare equal whatever it holds: it is
+/// a resource, not a fact.
+#[derive(Clone, Default)]
+pub struct MeasuredTier(Arc<Mutex<Option<TierScan>>>);
+
+/// What [`MeasuredTier`] hands on.
+#[derive(Debug)]
+pub struct TierScan {
+    /// The directory, its lock (a launch) and its inventory.
+    pub scanned: ScannedTier,
+    /// The capacity guard's watch, added before the scan (a launch).
+    pub watch: Option<Watch>,
+}
+
+impl MeasuredTier {
+    pub(crate) fn new(scan: TierScan) -> Self {
+        Self(Arc::new(Mutex::new(Some(scan))))
+    }
+
+    /// The scan, once: `None` after the first call, or when nothing was
+    /// scanned (facts given by hand).
+    pub fn take(&self) -> Option<TierScan> {
+        self.0.lock().ok()?.take()
+    }
+}
+
+impl fmt::Debug for MeasuredTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let held = self.0.lock().map(|s| s.is_some()).unwrap_or(false);
+        write!(f, "MeasuredTier {{ held: {held} }}")
+    }
+}
+
+impl PartialEq for MeasuredTier {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for MeasuredTier {}
+
+impl TierScan {
+    /// Opens the tier at `path`, for [`Mode::Apply`] locks it and adds the
+    /// capacity guard's watch, then scans it.
+    ///
+    /// Errors: the directory, the lock or the scan ([`HousekeepingError`]);
+    /// a watch inotify cannot add is a warning (the guard then rescans).
+    pub fn take(path: &Path, mode: Mode) -> Result<Self, HousekeepingError> {
+        let (dir, lock) = ScannedTier::lock(path, mode)?;
+        let watch = match mode {
+            Mode::Apply => Watch::add(&dir)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "cannot watch {} with inotify ({e}); its capacity guard follows it by rescans",
+                        path.display()
+                    )
+                })
+                .ok(),
+            Mode::DryRun => None,
+        };
+        let started = std::time::Instant::now();
+        let inventory = scan(&dir)?;
+        tracing::debug!(
+            "scanned {}: {} objects in {} ms",
+            path.display(),
+            inventory.objects().len(),
+            started.elapsed().as_millis()
+        );
+        Ok(TierScan {
+            scanned: ScannedTier {
+                dir,
+                lock,
+                inventory,
+            },
+            watch,
+        })
+    }
+}

@@ -1,0 +1,653 @@
+//! `erebine-lmcache`: the image entrypoint, a drop-in for the `lmcache`
+//! command. `erebine-lmcache server <flags>` runs the real `lmcache server`
+//! with the same flags under supervision, with a capacity guard for every
+//! `--l2-adapter` filesystem tier that has `max_capacity_gb`
+//! ([`lmcache_launcher::guards`]); a command whose `--l2-adapter` specs name
+//! an `s3_bucket` (`server`, `bench l2`) gets them rewritten to a path-style
+//! gateway that runs here for the life of the child; every other subcommand
+//! is handed to the stock `lmcache` unchanged. Every `--l2-adapter` value
+//! must be one JSON object with a `type`, and the flag must be written in
+//! full: what this process cannot read would reach LMCache unguarded.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
+use lmcache_capacity_guard::GuardError;
+use lmcache_launcher::env::{metrics_address, process_vars, ConfigError, Vars, METRICS_PORT};
+use lmcache_launcher::exit::{ExitStatus, HasExitStatus};
+use lmcache_launcher::guards::{
+    check_guards, launch_guard_owner, start_guards, without_launch_guarded,
+};
+use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
+use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
+use lmcache_launcher::output;
+use lmcache_launcher::process::ProcessError;
+use lmcache_launcher::server_flags::server_flags;
+use lmcache_launcher::server_python::{check_boto3, python_of, Boto3Error};
+use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
+use lmcache_launcher::watch::Event;
+use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};
+use lmcache_s3_gateway::{needs_gateway, GatewayError, Gateways};
+use lmcache_tier_spec::{L2AdapterArgs, SpecError};
+use nix::sys::signal::Signal;
+
+const ABOUT: &str = "\
+erebine-lmcache: drop-in for the `lmcache` command on an inference node.
+
+  erebine-lmcache server <lmcache server flags>   run the real LMCache server
+  erebine-lmcache <any other lmcache subcommand>  handed to the stock lmcache
+
+An `s3` `--l2-adapter` spec with \"s3_bucket\" (also in `bench l2`) is served
+path-style through a gateway on 127.0.0.1 that this process runs; LMCache gets
+the gateway's address and a key pair made for this run, never the real keys
+(see docs/s3-gateway.md). Exit 2: such a spec cannot work.
+
+The stock lmcache is looked up in the active Python environment ($VIRTUAL_ENV,
+$CONDA_PREFIX), then beside the vllm executable, then on PATH. `server` runs it
+in its own process group, forwards every terminating signal it can catch
+(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, ...: docs/operations.md), never
+leaves it orphaned, and exits with its status (128+N when signal N ended it).
+An `fs` or `fs_native` --l2-adapter with max_capacity_gb gets a capacity
+guard once the server listens (help and rejected command lines touch
+nothing): LRU eviction at the spec's eviction watermark, usage counted from
+disk at its start, state in <base_path>/.lmcache-tier-guard.json.
+With EREBINE_AGENT_LMCACHE_METRICS_PORT set (and _HOST, default 127.0.0.1),
+`server` serves Prometheus metrics of its guards, gateways and server there
+(docs/metrics.md); unset or 0, it listens on no port of its own, as the
+stock server does.
+Every --l2-adapter value must be one JSON object with a \"type\" (NaN,
+Infinity and 1e400 are not JSON), and the flag must be written in full
+(argparse would take an abbreviation such as --l2-adapt, which this process
+does not read).
+Exit 127: the stock lmcache was not found; 2: an --l2-adapter value or
+abbreviation as above, a max_capacity_gb that is unusable, two guarded
+tiers in one directory, or a bad metrics variable; 4: the metrics port is
+taken.
+The stock lmcache's own help follows when it is found.
+";
+
+/// One line of this process's own on stderr, dropped if stderr is gone.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        output::stderr_line(&format!("erebine-lmcache: {}", format_args!($($arg)*)))
+    };
+}
+
+/// Why `erebine-lmcache` ends before the server it runs does; each error
+/// knows its exit status ([`HasExitStatus`]).
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// The command line would reach LMCache unguarded ([`check_args`]).
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The stock `lmcache` is not found (127, as a shell says of a missing
+    /// command).
+    #[error(transparent)]
+    StockNotFound(NotFound),
+    /// The stock `lmcache` cannot be run in this process's place (126).
+    #[error("cannot run {}: {source}", .stock.display())]
+    CannotRun {
+        /// The stock `lmcache`.
+        stock: PathBuf,
+        /// The `exec` error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stock `lmcache` cannot be started as the server (126).
+    #[error("cannot start {}: {source}", .stock.display())]
+    CannotStart {
+        /// The stock `lmcache`.
+        stock: PathBuf,
+        /// The spawn error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A guarded tier's capacity is unusable.
+    #[error(transparent)]
+    Guards(#[from] CapacityError),
+    /// A terminating signal cannot be caught (1).
+    #[error(transparent)]
+    Signals(std::io::Error),
+    /// An `s3_bucket` tier cannot work.
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    /// The stock `lmcache`'s Python cannot import boto3, which the
+    /// `s3_bucket` tiers need (2).
+    #[error(transparent)]
+    Boto3(#[from] Boto3Error),
+    /// A capacity guard could not start once the server listened; the
+    /// server is stopped.
+    #[error("{0}; stopping the server")]
+    GuardStart(
+        /// Why the guard did not start.
+        GuardError,
+    ),
+    /// The metrics variables are unusable (2).
+    #[error(transparent)]
+    MetricsConfig(#[from] lmcache_launcher::env::ConfigError),
+    /// The metrics endpoint cannot listen (4), or its thread cannot start
+    /// (1).
+    #[error("{0}; the server was not started")]
+    Metrics(#[from] MetricsError),
+    /// This process itself failed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+impl HasExitStatus for Failure {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            Failure::Args(e) => e.exit_status(),
+            Failure::StockNotFound(_) => ExitStatus::CommandNotFound,
+            Failure::CannotRun { .. } | Failure::CannotStart { .. } => ExitStatus::CannotRun,
+            Failure::Guards(e) => e.exit_status(),
+            Failure::Signals(_) => ExitStatus::Failure,
+            Failure::Gateway(e) => e.exit_status(),
+            Failure::Boto3(e) => e.exit_status(),
+            Failure::GuardStart(e) => e.exit_status(),
+            Failure::MetricsConfig(e) => e.exit_status(),
+            Failure::Metrics(e) => e.exit_status(),
+            Failure::Process(e) => e.exit_status(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    output::init_logging(false);
+    match run() {
+        Ok(status) => status.into(),
+        Err(e) => {
+            say!("{e}");
+            e.exit_status().into()
+        }
+    }
+}
+
+/// Runs the command: the server's own status once it ran, else why not.
+fn run() -> Result<ExitStatus, Failure> {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let vars = process_vars();
+    let first = args.first().and_then(|a| a.to_str());
+    if matches!(first, None | Some("-h" | "--help")) {
+        let _ = output::stdout_text(&format!("{ABOUT}\n"));
+    }
+    // Read as text only to find the `--l2-adapter` values; the server gets
+    // `args` byte for byte, except the specs a gateway rewrites.
+    let text_args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let specs = L2AdapterArgs::parse(&text_args);
+    check_args(&args, &text_args, &specs)?;
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
+    let stock = match find_stock_lmcache(&vars, &own) {
+        Ok(stock) => stock,
+        // Our own help stands without LMCache: it was printed above.
+        Err(e) if matches!(first, Some("-h" | "--help")) => {
+            say!("the stock lmcache's own help cannot follow: {e}");
+            return Ok(ExitStatus::Success);
+        }
+        Err(e) => return Err(Failure::StockNotFound(e)),
+    };
+    if !runs_here(first, &specs) || asks_for_help(&args) {
+        let source = std::process::Command::new(&stock).args(&args).exec();
+        return Err(Failure::CannotRun { stock, source });
+    }
+    let guards = without_launch_guarded(check_guards(&specs)?, &vars);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ProcessError::Runtime)?;
+    let command = Server {
+        stock,
+        args,
+        text_args,
+        specs,
+        guards,
+    };
+    runtime.block_on(serve(command, vars))
+}
+
+/// Whether the command line asks LMCache for its help (`-h` or `--help`
+/// before any `--`): the stock command prints it and exits, so it runs
+/// without gateways or guards.
+fn asks_for_help(args: &[OsString]) -> bool {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h" || a == "--help")
+}
+
+/// The flag whose values this process reads.
+const L2_ADAPTER_FLAG: &str = "--l2-adapter";
+
+/// Refuses what would reach LMCache without the guard or gateway its spec
+/// asks for: an abbreviation of `--l2-adapter` that LMCache 0.5.6's argparse
+/// resolves to it (any strict prefix from `--l2-a` on: `server` also has
+/// `--l2-store-policy`, `--l2-prefetch-policy` and
+/// `--l2-prefetch-max-in-flight`, so `--l2` and `--l2-` are ambiguous there
+/// and argparse refuses them itself; `bench l2` has no other `--l2` flag, so
+/// there from `--l2` on), alone or with `=value`; an `--l2-adapter` value
+/// that is not one JSON object with a `type` ([`L2AdapterArgs::check`]); and
+/// an `s3` spec with `s3_key_prefix` or `s3_ca_bundle` but no `s3_bucket`
+/// ([`orphan_keys`]), which LMCache would take and ignore.
+/// An `--l2-adapter` value that is not UTF-8 (`given`: the arguments as
+/// the OS gave them; `args`: the same as text) is refused too: it is JSON.
+/// The messages name the argument, never a value (it may hold keys).
+fn check_args(given: &[OsString], args: &[String], specs: &L2AdapterArgs) -> Result<(), ArgsError> {
+    let shortest = match (args.first(), args.get(1)) {
+        (Some(bench), Some(l2)) if bench == "bench" && l2 == "l2" => "--l2",
+        _ => "--l2-a",
+    };
+    for (i, arg) in args.iter().enumerate() {
+        let flag = arg.split_once('=').map_or(arg.as_str(), |(flag, _)| flag);
+        if flag.len() >= shortest.len()
+            && flag.len() < L2_ADAPTER_FLAG.len()
+            && L2_ADAPTER_FLAG.starts_with(flag)
+        {
+            return Err(ArgsError::Abbreviated {
+                argument: i + 1,
+                flag: flag.to_string(),
+            });
+        }
+    }
+    for (position, arg) in specs.0.iter().enumerate() {
+        if given.get(arg.index).is_some_and(|a| a.to_str().is_none()) {
+            return Err(ArgsError::NotUtf8 {
+                argument: arg.index + 1,
+                spec: position + 1,
+            });
+        }
+    }
+    specs.check()?;
+    for (position, arg) in specs.0.iter().enumerate() {
+        if let Ok(spec) = &arg.spec {
+            orphan_keys(spec, position)?;
+        }
+    }
+    Ok(())
+}
+
+/// A command line [`check_args`] refuses: it would reach LMCache without
+/// the guard or gateway its specs ask for.
+#[derive(Debug, thiserror::Error)]
+enum ArgsError {
+    /// An abbreviation of `--l2-adapter` that argparse would take.
+    #[error(
+        "argument {argument} ({flag}) abbreviates --l2-adapter: LMCache would take it, but \
+         this process reads only the full flag, so the tier would run without its \
+         capacity guard or S3 gateway: write --l2-adapter in full"
+    )]
+    Abbreviated {
+        /// The argument's position, 1 first.
+        argument: usize,
+        /// The flag as written, without any `=value`.
+        flag: String,
+    },
+    /// An `--l2-adapter` value that is not UTF-8.
+    #[error(
+        "argument {argument} (--l2-adapter #{spec}) is not UTF-8 text: write the JSON in UTF-8"
+    )]
+    NotUtf8 {
+        /// The value's position among the arguments, 1 first.
+        argument: usize,
+        /// The spec's position among the `--l2-adapter` values, 1 first.
+        spec: usize,
+    },
+    /// An `--l2-adapter` value that is not one JSON object with a `type`.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// `s3_key_prefix` or `s3_ca_bundle` on an `s3` spec without `s3_bucket`.
+    #[error(transparent)]
+    OrphanKey(#[from] BucketSpecError),
+}
+
+impl HasExitStatus for ArgsError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            ArgsError::Abbreviated { .. } | ArgsError::NotUtf8 { .. } => ExitStatus::BadInput,
+            ArgsError::Spec(e) => e.exit_status(),
+            ArgsError::OrphanKey(e) => e.exit_status(),
+        }
+    }
+}
+
+/// Whether the command runs under this process (`server`, or any command
+/// with an `--l2-adapter` spec that needs a gateway, decided from the parsed
+/// specs) rather than being handed to the stock `lmcache` with `exec`.
+fn runs_here(first: Option<&str>, specs: &L2AdapterArgs) -> bool {
+    first == Some("server")
+        || specs
+            .0
+            .iter()
+            .filter_map(|a| a.spec.as_ref().ok())
+            .any(needs_gateway)
+}
+
+/// A command that runs under this process: the stock `lmcache`, its
+/// arguments, and what was read from them.
+struct Server {
+    stock: PathBuf,
+    /// The arguments as given.
+    args: Vec<OsString>,
+    /// `args` as text, for [`Gateways::start_parsed`] (`--l2-adapter`
+    /// values are UTF-8, [`check_args`] made sure).
+    text_args: Vec<String>,
+    /// The parsed `--l2-adapter` values.
+    specs: L2AdapterArgs,
+    /// The capacity guards to start once the server runs.
+    guards: Vec<GuardSpec>,
+}
+
+/// How often a server that has not yet opened a listener is checked for
+/// one, to start its capacity guards.
+const LISTEN_CHECK: Duration = Duration::from_millis(200);
+
+/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need,
+/// starts the capacity guards once the server listens (a help request or a
+/// command line LMCache rejects never gets that far, so it touches
+/// nothing), and forwards every terminating signal until it exits.
+///
+/// Returns the status the run ends with once the server ran: its own, or
+/// that of a guard that could not start (said, and the server stopped).
+///
+/// # Errors
+/// [`Failure`]: what kept the server from running, or from being waited on.
+async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
+    let mut signals = TerminatingSignals::install().map_err(Failure::Signals)?;
+    let env = |k: &str| {
+        vars.get(std::ffi::OsStr::new(k))
+            .and_then(|v| v.to_str())
+            .map(str::to_string)
+    };
+    let metrics = Arc::new(NodeMetrics::new(None));
+    if let Some(owner) = launch_guard_owner(&vars) {
+        metrics.serve_guards_of(&owner);
+    }
+    let _endpoint = start_metrics(&server, &vars, &metrics)?;
+    let (rewritten, gateways) =
+        Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
+    // LMCache gets the gateways' key through boto3 (stopped with them if not).
+    if !gateways.addresses().is_empty() {
+        check_boto3(&python_of(&server.stock), &vars)?;
+    }
+    metrics.watch_gateways(gateways.view());
+    metrics.watch_guards(server.guards.iter().cloned());
+    let args = server.args.iter().zip(&server.text_args).zip(rewritten);
+    let args = args.map(|((given, read), sent)| match *read == sent {
+        true => given.clone(),
+        false => OsString::from(sent),
+    });
+    let mut command = tokio::process::Command::new(&server.stock);
+    command.args(args);
+    for (variable, value) in gateways.server_env() {
+        match value {
+            Some(value) => command.env(variable, value),
+            None => command.env_remove(variable),
+        };
+    }
+    command.env_remove(lmcache_launcher::launch::GUARDED_BY_LAUNCH);
+    command.env_remove(lmcache_launcher::launch::GUARD_OWNER);
+    let mut child =
+        Supervised::spawn(command, Output::Inherit).map_err(|source| Failure::CannotStart {
+            stock: server.stock.clone(),
+            source,
+        })?;
+    metrics.server().started(1);
+    let mut pending = Some(server.guards).filter(|g| !g.is_empty());
+    let mut listening = false;
+    // Stopped (last status written) when dropped, after the server exits.
+    let mut _guards = Vec::new();
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                // Whatever the server left in its group goes with it.
+                child.signal(Signal::SIGKILL);
+                let status = status.map_err(ProcessError::LostServer)?;
+                metrics.server().observe(&Event::exited(status, &child.oom_reading()));
+                return Ok(ExitStatus::of_server(exit_code(status)));
+            }
+            number = signals.recv() => child.forward(number),
+            _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() || !listening => {
+                if child.listens() {
+                    // Listening is this process's "ready": it does not poll
+                    // /status, the launch does.
+                    listening = true;
+                    metrics.server().observe(&Event::Ready);
+                }
+                if listening && pending.is_some() {
+                    match start_guards(pending.take().unwrap_or_default(), &metrics.guard_owner()) {
+                        Ok(started) => _guards = started,
+                        Err(e) => {
+                            // Said before the stop, which may take STOP_GRACE.
+                            let failure = Failure::GuardStart(e);
+                            say!("{failure}");
+                            let _ = child.stop(STOP_GRACE).await;
+                            return Ok(failure.exit_status());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The metrics endpoint of a `server` run alone
+/// (`EREBINE_AGENT_LMCACHE_METRICS_PORT`, `_HOST`; `docs/metrics.md`): the
+/// guards' and gateways' families and the server's exits. Under
+/// `lmcache-tier launch` the launch serves them and sets the port to 0
+/// here. `None` for other commands (`bench l2`), or with the port unset or
+/// 0.
+fn start_metrics(
+    server: &Server,
+    vars: &Vars,
+    metrics: &Arc<NodeMetrics>,
+) -> Result<Option<MetricsEndpoint>, Failure> {
+    let is_server = server.text_args.first().map(String::as_str) == Some("server");
+    // Unset: no endpoint, as the stock server has none.
+    let Some(address) = metrics_address(vars, 0)?.filter(|_| is_server) else {
+        return Ok(None);
+    };
+    for (flag, role, port) in server_ports(&server.text_args) {
+        if port == address.port() {
+            return Err(Failure::MetricsConfig(ConfigError::PortClash {
+                first: format!("{METRICS_PORT}={port} (the metrics endpoint)"),
+                second: format!("{flag} {port} ({role})"),
+                port,
+            }));
+        }
+    }
+    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone())?;
+    say!("metrics on http://{}/metrics", endpoint.address());
+    Ok(Some(endpoint))
+}
+
+/// The server's own ports, as LMCache's parser reads `args` (`server`
+/// first): `--port` (LMCache 0.5.6's default 5555) and `--http-port`
+/// (8080), each with its role. Arguments LMCache would refuse give the
+/// defaults: the server refuses them itself.
+fn server_ports(args: &[String]) -> [(&'static str, &'static str, u16); 2] {
+    let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let read = server_flags().read(&flags).unwrap_or_default();
+    let last = |flag: &str| {
+        read.iter()
+            .rev()
+            .find(|o| o.flag == flag)
+            .and_then(|o| o.values.last()?.parse().ok())
+    };
+    [
+        (
+            "--port",
+            "the server's ZMQ port",
+            last("--port").unwrap_or(5555),
+        ),
+        (
+            "--http-port",
+            "the server's HTTP port",
+            last("--http-port").unwrap_or(8080),
+        ),
+    ]
+}
+
+/// How long a server stopped because its guard could not start is given
+/// after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(args: &[&str]) -> L2AdapterArgs {
+        L2AdapterArgs::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_servers_ports_are_read_as_lmcache_reads_them() {
+        let ports = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            server_ports(&args).map(|(_, _, port)| port)
+        };
+        assert_eq!(ports(&["server"]), [5555, 8080]);
+        assert_eq!(
+            ports(&["server", "--port", "7000", "--http-port=7001"]),
+            [7000, 7001]
+        );
+        assert_eq!(
+            ports(&["server", "--http-p", "9000", "--port", "1", "--port", "2"]),
+            [2, 9000]
+        );
+    }
+
+    #[test]
+    fn only_a_parsed_s3_spec_with_s3_bucket_keeps_a_non_server_command_here() {
+        let bench = |spec: &str| specs(&["bench", "l2", "--l2-adapter", spec]);
+        let fs = bench(r#"{"type":"fs","base_path":"/data/s3_bucket/tier"}"#);
+        assert!(!runs_here(Some("bench"), &fs));
+        let fs_with_key = bench(r#"{"type":"fs","base_path":"/x","s3_bucket":"kvc"}"#);
+        assert!(!runs_here(Some("bench"), &fs_with_key));
+        let bucket = specs(&[
+            "bench",
+            "l2",
+            r#"--l2-adapter={"type":"s3","s3_bucket":"kvc"}"#,
+        ]);
+        assert!(runs_here(Some("bench"), &bucket));
+        assert!(runs_here(Some("server"), &specs(&["server"])));
+    }
+
+    /// [`check_args`] of `args`, its error as the operator reads it.
+    fn check(args: &[&str]) -> Result<(), String> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let given: Vec<OsString> = args.iter().map(OsString::from).collect();
+        check_args(&given, &args, &L2AdapterArgs::parse(&args)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_l2_adapter_value_that_is_not_utf8_is_refused_and_other_bytes_pass() {
+        use std::os::unix::ffi::OsStringExt;
+        let check_bytes = |flag: &str, value: &[u8]| {
+            let given = vec![
+                "server".into(),
+                flag.into(),
+                OsString::from_vec(value.to_vec()),
+            ];
+            let text: Vec<String> = given
+                .iter()
+                .map(|a: &OsString| a.to_string_lossy().into_owned())
+                .collect();
+            check_args(&given, &text, &L2AdapterArgs::parse(&text)).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            check_bytes(
+                "--l2-adapter",
+                b"{\"type\":\"fs\",\"base_path\":\"/t/\xff\"}"
+            ),
+            Err("argument 3 (--l2-adapter #1) is not UTF-8 text: write the JSON in UTF-8".into())
+        );
+        assert_eq!(check_bytes("--lookup-hash-log-dir", b"/logs/\xff"), Ok(()));
+    }
+
+    #[test]
+    fn an_abbreviated_l2_adapter_is_refused_where_argparse_would_take_it() {
+        let spec = r#"{"type":"s3","s3_bucket":"kvc","aws_secret_access_key":"SK"}"#;
+        for (command, flag) in [
+            (&["server"][..], "--l2-adapt"),
+            (&["server"], "--l2-a"),
+            (&["server"], "--l2-adapte"),
+            (&["bench", "l2"], "--l2"),
+            (&["bench", "l2"], "--l2-"),
+            (&["bench", "l2"], "--l2-ad"),
+        ] {
+            for inline in [false, true] {
+                let mut args = command.to_vec();
+                let joined = format!("{flag}={spec}");
+                if inline {
+                    args.push(&joined);
+                } else {
+                    args.extend([flag, spec]);
+                }
+                let e = check(&args).unwrap_err();
+                let position = command.len() + 1;
+                assert!(
+                    e.starts_with(&format!(
+                        "argument {position} ({flag}) abbreviates --l2-adapter"
+                    )),
+                    "{e}"
+                );
+                assert!(e.contains("write --l2-adapter in full"), "{e}");
+                assert!(!e.contains("SK"), "{e}");
+            }
+        }
+        let inline = format!("--l2-adapter={spec}");
+        for args in [
+            &["server", "--l2", "x"][..],
+            &["server", "--l2-", "x"],
+            &["server", "--l2-store-policy", "skip_l1"],
+            &["bench", "l2", "--l"],
+            &["server", "--l2-adapter", spec],
+            &["server", &inline],
+        ] {
+            assert_eq!(check(args), Ok(()), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn an_l2_adapter_value_that_is_not_one_json_object_is_refused() {
+        let e = check(&[
+            "server",
+            "--l2-adapter",
+            r#"{"type":"fs","base_path":"/tmp/x","max_capacity_gb":NaN}"#,
+        ])
+        .unwrap_err();
+        assert!(
+            e.starts_with("--l2-adapter #1 (L2 tier 0) is not valid JSON"),
+            "{e}"
+        );
+        let e = check(&["bench", "l2", "--l2-adapter=s3_bucket"]).unwrap_err();
+        assert!(
+            e.contains("--l2-adapter #1 (L2 tier 0) is not valid JSON"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn gateway_keys_without_s3_bucket_are_refused_for_every_command() {
+        for command in [&["server"][..], &["bench", "l2"]] {
+            for key in ["s3_key_prefix", "s3_ca_bundle"] {
+                let spec = format!(
+                    r#"{{"type":"s3","s3_endpoint":"b.example.net","s3_region":"r","{key}":"x/"}}"#
+                );
+                let mut args = command.to_vec();
+                args.extend(["--l2-adapter", &spec]);
+                let e = check(&args).unwrap_err();
+                assert!(
+                    e.starts_with(&format!("L2 tier 0 (s3): {key}: is set without s3_bucket")),
+                    "{command:?}: {e}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,1024 @@
+//! `lmcache-tier`: the operator's tool for the LMCache tiers of an inference
+//! node. `launch` is the node's main job; `size` is the standalone sizing
+//! tool.
+
+use std::io::IsTerminal;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use lmcache_housekeeping::identity::NAME_MAX;
+use lmcache_housekeeping::tier_dir::replace_control_file;
+use lmcache_housekeeping::{housekeep, HousekeepingError, Mode, Report, TierPolicy};
+use lmcache_launcher::cli::size::SizeReport;
+use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
+use lmcache_launcher::exit::{exit_status_help, ExitStatus, HasExitStatus, LMCACHE_TIER_STATUSES};
+use lmcache_launcher::inspect::{self, InspectError, Inspection};
+use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
+use lmcache_launcher::launch_plan::LaunchPlan;
+use lmcache_launcher::output;
+use lmcache_launcher::output::with_progress;
+use lmcache_launcher::ports;
+use lmcache_launcher::process::ProcessError;
+use lmcache_launcher::status::StatusClient;
+use lmcache_launcher::supervise::{self, TerminatingSignals};
+use lmcache_launcher::watch::{WatchConfig, UNRESPONSIVE_TIMEOUT};
+use lmcache_launcher::{cli, gpu, locate};
+use lmcache_launcher::{DiskAccess, Facts};
+use lmcache_launcher::{EngineFacts, HostFacts, PlanError};
+use lmcache_launcher::{KvCacheBackend, Planned};
+use lmcache_sizing::{fmt_gib, gib_to_bytes};
+use lmcache_tier_spec::TierSpec;
+use serde_json::json;
+
+/// The statuses each subcommand can end with, for its `--help`; the top
+/// level lists them all once. `launch` ends with every one but the two of
+/// `inspect` (no answer, unhealthy), which close the list.
+const LAUNCH_STATUSES: &[ExitStatus] = LMCACHE_TIER_STATUSES
+    .split_at(LMCACHE_TIER_STATUSES.len() - 2)
+    .0;
+const SIZE_STATUSES: [ExitStatus; 3] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+];
+const HOUSEKEEP_STATUSES: [ExitStatus; 5] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+    ExitStatus::TierLocked,
+    ExitStatus::HousekeepingFailed,
+];
+const INSPECT_STATUSES: [ExitStatus; 5] = [
+    ExitStatus::Success,
+    ExitStatus::Failure,
+    ExitStatus::BadInput,
+    ExitStatus::NoAnswer,
+    ExitStatus::Unhealthy,
+];
+
+/// How long `inspect` waits for one S3 gateway's state, and for the
+/// launch's metrics (both answer from memory on loopback, so this only
+/// bounds a port that does not answer).
+const GATEWAY_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Parser)]
+#[command(
+    name = "lmcache-tier",
+    version,
+    about = "Size, launch and inspect the LMCache tiers of an inference node",
+    long_about = "Size, launch and inspect the LMCache KV cache server of an inference node.\n\n\
+The node's settings come from EREBINE_AGENT_* variables (see docs/configuration.md); \
+engine facts come from flags. Sizes are GiB (1024^3 bytes) wherever a name says GB.",
+    after_help = exit_status_help(&LMCACHE_TIER_STATUSES),
+    disable_help_subcommand = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plan and run the node's LMCache server: size the tiers, start the server
+    /// through erebine-lmcache, wait for /status, run until SIGTERM, SIGINT or another terminating signal.
+    #[command(after_help = exit_status_help(LAUNCH_STATUSES))]
+    Launch(LaunchArgs),
+    /// Print the disk tier and L1 sizing decisions, each with its reason.
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
+    Size(SizeArgs),
+    /// Clean a disk tier exactly as a launch does: delete objects written
+    /// under another launch identity (model, TP/PP size, KV dtype, block size,
+    /// chunk size) and stale temp files, trim the rest oldest-first to the
+    /// capacity, record the identity. Only files that decode as cache objects
+    /// (or temp files) are deleted; anything else is counted and left alone.
+    #[command(after_help = exit_status_help(&HOUSEKEEP_STATUSES))]
+    Housekeep(HousekeepArgs),
+    /// Show what the node's tiers hold and do: each L2 tier in cascade order
+    /// (type, path or endpoint, health, workers, O_DIRECT, capacity, usage),
+    /// L1, the store controller, worker liveness, the state of the S3
+    /// gateways of `s3_bucket` tiers, and the disk tier's identity manifest,
+    /// on-disk usage and capacity guard (read from disk, so it works with
+    /// the server down). Secrets are never printed.
+    #[command(after_help = exit_status_help(&INSPECT_STATUSES))]
+    Inspect(InspectArgs),
+    /// Print this help, or the help of the subcommand named
+    /// (`lmcache-tier help inspect`).
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
+    Help(HelpArgs),
+    /// Print a shell completion script on stdout. Install it where your
+    /// shell looks, e.g. `lmcache-tier completions bash >
+    /// /etc/bash_completion.d/lmcache-tier`, `lmcache-tier completions zsh >
+    /// "${fpath[1]}/_lmcache-tier"`, `lmcache-tier completions fish >
+    /// ~/.config/fish/completions/lmcache-tier.fish`.
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
+    Completions(CompletionsArgs),
+    /// Write the man pages (roff) of lmcache-tier and of each subcommand
+    /// into a directory, e.g. `lmcache-tier man --dir
+    /// /usr/local/share/man/man1`, then `man lmcache-tier-launch`.
+    #[command(after_help = exit_status_help(&SIZE_STATUSES))]
+    Man(ManArgs),
+}
+
+#[derive(Args)]
+struct HelpArgs {
+    /// The subcommand (and its subcommands) whose help to print; none for
+    /// this program's.
+    #[arg(value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+struct CompletionsArgs {
+    /// The shell to complete in.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+struct ManArgs {
+    /// The directory to write the pages into (made if missing): one
+    /// `<command>.1` file per command.
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    dir: PathBuf,
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    /// The server's /status URL (default: the HTTP port a launch plans:
+    /// --http-port in EREBINE_AGENT_LMCACHE_EXTRA_ARGS, else
+    /// EREBINE_AGENT_LMCACHE_HTTP_PORT).
+    #[arg(long)]
+    url: Option<String>,
+    /// Print one JSON object (field names: docs/inspect.md).
+    #[arg(long)]
+    json: bool,
+    /// Redraw the view in place every SECONDS (default 2, fractions such as
+    /// 0.5 allowed, 0.1 to 86400), with a usage bar per tier and the rows
+    /// that changed since the last refresh marked `*`, until Ctrl-C or
+    /// SIGTERM (exit 0). Needs a terminal on stdout (exit 2 otherwise).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        num_args = 0..=1,
+        default_missing_value = "2",
+        value_parser = inspect::live::interval,
+        allow_negative_numbers = true,
+        conflicts_with = "json"
+    )]
+    watch: Option<Duration>,
+}
+
+#[derive(Args)]
+struct HousekeepArgs {
+    /// The engine facts the launch identity comes from, as `launch` takes
+    /// them.
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// The tier directory (default: the node's, as `launch` plans it:
+    /// EREBINE_AGENT_LMCACHE_DISK_PATH, else ~/.cache/erebine/lmcache; a
+    /// leading ~/ is expanded).
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    path: Option<PathBuf>,
+    /// LMCache chunk size in tokens (default: the one `launch` plans:
+    /// EREBINE_AGENT_LMCACHE_CHUNK_SIZE, --chunk-size in
+    /// EREBINE_AGENT_LMCACHE_EXTRA_ARGS, else half of
+    /// --max-num-batched-tokens).
+    #[arg(long)]
+    chunk_size: Option<u32>,
+    /// Trim the remaining objects oldest-first to this many GiB (default:
+    /// the capacity `launch` plans for the tier; no trim without a disk
+    /// tier).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    capacity_gb: Option<f64>,
+    /// Plan only: delete nothing, take no lock, write no manifest.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the engine (vLLM) runs with; defaults are vLLM's. Give the flags
+/// the engine itself was given: LMCache names every object after them
+/// (docs/configuration.md, "The launch identity").
+#[derive(Args)]
+struct EngineArgs {
+    /// vLLM's --model, exactly as the engine gets it (a hub id or a path):
+    /// LMCache writes every object under it, and objects of another model
+    /// are purged at the next launch.
+    #[arg(long, default_value = "default-model")]
+    model: String,
+    /// vLLM's --served-model-name (what clients send). Not part of any
+    /// object name, so it does not change the launch identity.
+    #[arg(long, value_name = "NAME")]
+    served_model_name: Option<String>,
+    /// Tensor-parallel size of the engine.
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel_size: u32,
+    /// Pipeline-parallel size of the engine.
+    #[arg(long, default_value_t = 1)]
+    pipeline_parallel_size: u32,
+    /// Data-parallel size of the engine.
+    #[arg(long, default_value_t = 1)]
+    data_parallel_size: u32,
+    /// Decode-context-parallel size of the engine (vLLM's -dcp).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    decode_context_parallel_size: u32,
+    /// The engine's --cp-kv-cache-interleave-size (or its older spelling
+    /// --dcp-kv-cache-interleave-size, which vLLM 0.26 lets win when above
+    /// 1); with a DCP size above 1, LMCache writes it into the model name.
+    #[arg(long, alias = "dcp-kv-cache-interleave-size", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    cp_kv_cache_interleave_size: u32,
+    /// KV cache dtype of the engine.
+    #[arg(long, default_value = "auto")]
+    kv_cache_dtype: String,
+    /// KV cache block size of the engine, in tokens.
+    #[arg(long, default_value_t = 16)]
+    block_size: u32,
+    /// Max batched tokens per engine step; the chunk size defaults to half of it.
+    #[arg(long, default_value_t = 2048)]
+    max_num_batched_tokens: u32,
+    /// The model is hybrid-attention: the chunk size is raised to a multiple
+    /// of --block-size.
+    #[arg(long)]
+    hybrid_attention: bool,
+    /// The model uses multi-head latent attention (DeepSeek-V2/V3 and
+    /// their kind): LMCache stores its KV once per pipeline stage, not once
+    /// per TP rank, and names objects so.
+    #[arg(long)]
+    mla: bool,
+}
+
+#[derive(Args)]
+struct LaunchArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Disk tier capacity in GiB (overrides EREBINE_AGENT_LMCACHE_DISK_SIZE_GB; 0 disables the tier).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    lmcache_disk_size_gb: Option<f64>,
+    /// KV cache backend: lmcache plans the server; native and none have
+    /// nothing to launch (exit 0). Overrides EREBINE_AGENT_KV_CACHE_BACKEND
+    /// (default native).
+    #[arg(long, value_name = "BACKEND", value_parser = backend)]
+    kv_cache_backend: Option<KvCacheBackend>,
+    /// Print the plan (argv, env, connector config, every decision) and start nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// With --dry-run: print the plan as one JSON object.
+    #[arg(long, requires = "dry_run")]
+    json: bool,
+    /// Seconds the server may take to answer /status.
+    #[arg(long, default_value_t = 180, value_name = "SECONDS", value_parser = seconds())]
+    ready_timeout: u64,
+    /// Seconds a stop waits after SIGTERM before SIGKILL.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = seconds())]
+    stop_grace: u64,
+    /// Seconds before restarting a server that exited after it was ready
+    /// once; doubled after each restart, up to 30 s (or this value if
+    /// larger). 0 restarts at once.
+    #[arg(long, default_value_t = 1, value_name = "SECONDS", value_parser = seconds())]
+    restart_backoff: u64,
+    /// A server run shorter than this many seconds is a fast failure; 3 in
+    /// a row end the launch with exit 5.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS", value_parser = seconds())]
+    fast_failure_window: u64,
+    /// Seconds a server that was ready may give no HTTP answer at all
+    /// before the launch stops it (SIGTERM and SIGCONT, SIGKILL after
+    /// --stop-grace) and starts it again under the restart policy; 0 never
+    /// does.
+    #[arg(long, default_value_t = UNRESPONSIVE_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
+    unresponsive_timeout: u64,
+    /// Test hook: one more argument appended verbatim to the server's command
+    /// line (repeat it for several). Not for production nodes.
+    #[arg(long, hide = true, value_name = "ARG", allow_hyphen_values = true)]
+    server_arg: Vec<String>,
+}
+
+#[derive(Args)]
+struct SizeArgs {
+    /// Cache directory to size (default: EREBINE_AGENT_LMCACHE_DISK_PATH, else ~/.cache/erebine/lmcache).
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    path: Option<PathBuf>,
+    /// L1 budget in GiB (default: EREBINE_AGENT_KV_OFFLOAD_SIZE_GB, else 25% of this node's share of RAM).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    l1_gb: Option<f64>,
+    /// Disk tier capacity in GiB (default: EREBINE_AGENT_LMCACHE_DISK_SIZE_GB, else derived).
+    #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
+    disk_size_gb: Option<f64>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn backend(s: &str) -> Result<KvCacheBackend, ConfigError> {
+    KvCacheBackend::parse("--kv-cache-backend", s)
+}
+
+/// The longest time a launch flag takes: 7 days in seconds. Longer ones
+/// are typing mistakes, and would overflow the clock arithmetic.
+const MAX_SECONDS: u64 = 7 * 24 * 3600;
+
+/// Parses a launch flag's seconds, 0 to [`MAX_SECONDS`].
+fn seconds() -> clap::builder::RangedU64ValueParser {
+    clap::value_parser!(u64).range(..=MAX_SECONDS)
+}
+
+/// A GiB flag's value that is not a non-negative number (clap exits 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a size in GiB: give a non-negative number such as 16 or 0.5")]
+struct NotGib(
+    /// The value as given.
+    String,
+);
+
+fn non_negative_gib(s: &str) -> Result<f64, NotGib> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(NotGib(s.to_string())),
+    }
+}
+
+impl Command {
+    /// Whether the command was asked for JSON (`--json`).
+    fn json(&self) -> bool {
+        match self {
+            Command::Launch(a) => a.json,
+            Command::Size(a) => a.json,
+            Command::Housekeep(a) => a.json,
+            Command::Inspect(a) => a.json,
+            Command::Help(_) | Command::Completions(_) | Command::Man(_) => false,
+        }
+    }
+}
+
+/// `println!` for results on stdout: a closed pipe ends the output quietly,
+/// any other failed write is exit 1 ([`output::stdout_text`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        write_out(format!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
+fn write_out(text: String) -> Result<(), ProcessError> {
+    output::stdout_text(&text).map_err(ProcessError::Stdout)
+}
+
+/// Why a command failed; each error knows its exit status
+/// ([`HasExitStatus`]).
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// A variable or flag with a bad value.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The launch cannot be planned.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The stock `lmcache` or the server's executable is missing.
+    #[error(transparent)]
+    NotFound(#[from] locate::NotFound),
+    /// The launch ended without a requested stop.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// Housekeeping failed.
+    #[error(transparent)]
+    Housekeeping(#[from] HousekeepingError),
+    /// `inspect` found no healthy server, or was given a bad URL.
+    #[error(transparent)]
+    Inspect(#[from] InspectError),
+    /// This process itself failed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// `help`, `housekeep` or `man` was asked for something it cannot do.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+}
+
+/// What `help`, `housekeep` and `man` refuse: exit 2, naming the
+/// subcommand, the reason or the directory.
+#[derive(Debug, thiserror::Error)]
+enum UsageError {
+    /// `help` named no subcommand of this program.
+    #[error("help: {name:?} is not a subcommand of {parent}: see `{parent} --help` for them")]
+    NoSuchCommand {
+        /// The name given.
+        name: String,
+        /// The command it was looked for under.
+        parent: String,
+    },
+    /// The man pages cannot be written there.
+    #[error("man --dir {}: cannot write {} there: {source}", .dir.display(), .page.as_deref().unwrap_or("the man pages"))]
+    ManDir {
+        /// The directory given.
+        dir: PathBuf,
+        /// The page that could not be written, if it got that far.
+        page: Option<String>,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl HasExitStatus for Failure {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            Failure::Config(e) => e.exit_status(),
+            Failure::Plan(e) => e.exit_status(),
+            Failure::NotFound(e) => e.exit_status(),
+            Failure::Launch(e) => e.exit_status(),
+            Failure::Housekeeping(e) => e.exit_status(),
+            Failure::Inspect(e) => e.exit_status(),
+            Failure::Process(e) => e.exit_status(),
+            Failure::Usage(_) => ExitStatus::BadInput,
+        }
+    }
+}
+
+/// `e`, naming `--path` instead of `EREBINE_AGENT_LMCACHE_DISK_PATH` when
+/// the flag set the variable (`given`): the operator wrote the flag.
+fn path_flag(e: ConfigError, given: bool) -> ConfigError {
+    match e {
+        ConfigError::Invalid {
+            variable,
+            value,
+            expected,
+        } if given && variable == env::DISK_PATH => ConfigError::Invalid {
+            variable: "--path".to_string(),
+            value,
+            expected,
+        },
+        other => other,
+    }
+}
+
+/// Measures the facts the plan reads, with a spinner on a terminal when
+/// the scan of the tier takes long.
+fn measure(engine: &EngineFacts, vars: &Vars, access: DiskAccess) -> Result<Facts, Failure> {
+    let path = NodeEnv::from_vars(vars)?.disk_path;
+    let message = format!("measuring the cache in {}", path.display());
+    Ok(with_progress(&message, || {
+        Facts::measure(engine, vars, access)
+    })?)
+}
+
+fn main() -> ExitCode {
+    lmcache_launcher::output::init_logging(std::io::stderr().is_terminal());
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return refused_command_line(e),
+    };
+    let vars = env::process_vars();
+    let json = cli.command.json();
+    let result = match cli.command {
+        Command::Launch(args) => launch_cmd(args, vars),
+        Command::Size(args) => size_cmd(args, vars),
+        Command::Housekeep(args) => housekeep_cmd(args, vars),
+        Command::Inspect(args) => inspect_cmd(args, vars),
+        Command::Help(args) => help_cmd(args),
+        Command::Completions(args) => completions_cmd(args),
+        Command::Man(args) => man_cmd(args),
+    };
+    match result {
+        Ok(()) => ExitStatus::Success.into(),
+        Err(f) => {
+            tracing::error!("{f}");
+            if json {
+                print_error_document(&f.to_string(), f.exit_status());
+            }
+            f.exit_status().into()
+        }
+    }
+}
+
+/// A command line clap refuses: its message and usage on stderr, and with
+/// `--json` among the arguments also the error document on stdout; exit 2.
+/// Help and version requests print as usual.
+fn refused_command_line(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || !std::env::args_os().any(|a| a == "--json")
+    {
+        e.exit()
+    }
+    let _ = e.print();
+    // clap's message is its first paragraph; a list of missing arguments
+    // follows on lines of its own.
+    let rendered = e.render().to_string();
+    let message = rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.trim_start_matches("error: ");
+    print_error_document(&format!("{message} (see --help)"), ExitStatus::BadInput);
+    ExitStatus::BadInput.into()
+}
+
+/// Prints `{"error": {"message", "exit_status", "kind"}}` on stdout when
+/// nothing was printed there yet, so that a `--json` run prints one JSON
+/// document whatever happens (`docs/inspect.md`).
+fn print_error_document(message: &str, status: ExitStatus) {
+    if output::stdout_written() {
+        return;
+    }
+    let document = json!({
+        "error": {
+            "message": message,
+            "exit_status": status.code(),
+            "kind": status.name(),
+        }
+    });
+    let _ = output::stdout_text(&format!("{document:#}\n"));
+}
+
+/// This program's clap command, built (subcommands know their full names,
+/// `lmcache-tier inspect`), for help, completions and man pages.
+fn built_command() -> clap::Command {
+    let mut command = Cli::command();
+    command.build();
+    command
+}
+
+fn help_cmd(args: HelpArgs) -> Result<(), Failure> {
+    let mut command = built_command();
+    let mut target = &mut command;
+    for name in &args.command {
+        let parent = target.get_bin_name().unwrap_or("lmcache-tier").to_string();
+        target = target
+            .find_subcommand_mut(name)
+            .ok_or_else(|| UsageError::NoSuchCommand {
+                name: name.clone(),
+                parent,
+            })?;
+    }
+    // Rendered as `<command> --help` renders it, layout included.
+    let argv = std::iter::once("lmcache-tier")
+        .chain(args.command.iter().map(String::as_str))
+        .chain(["--help"]);
+    let help = Cli::command()
+        .try_get_matches_from(argv)
+        .err()
+        .map(|shown| shown.render().to_string())
+        .unwrap_or_default();
+    Ok(write_out(help)?)
+}
+
+fn completions_cmd(args: CompletionsArgs) -> Result<(), Failure> {
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut Cli::command(), "lmcache-tier", &mut script);
+    let mut script = String::from_utf8_lossy(&script).into_owned();
+    if args.shell == clap_complete::Shell::Bash {
+        // clap_complete 4.6's bash script names the case arms of a
+        // hyphenated program's subcommands differently from the state its
+        // loop sets (a known clap_complete bug), so nothing after a subcommand would
+        // complete: one name for both.
+        script = script.replace("lmcache__subcmd__tier", "lmcache__tier");
+    }
+    Ok(write_out(script)?)
+}
+
+fn man_cmd(args: ManArgs) -> Result<(), Failure> {
+    let dir = args.dir;
+    let failed = |page: Option<&str>, source| UsageError::ManDir {
+        dir: dir.clone(),
+        page: page.map(str::to_string),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| failed(None, e))?;
+    let opened = nix::fcntl::open(
+        &dir,
+        nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| failed(None, e.into()))?;
+    for (name, page) in man_pages() {
+        // A temp file renamed into place: an entry already at the page's
+        // name (a symlink, a hard link) is replaced, never written through.
+        replace_control_file(opened.as_fd(), &format!(".{name}.tmp"), &name, &page)
+            .map_err(|e| failed(Some(&name), e.source))?;
+    }
+    outln!(
+        "wrote the man pages of lmcache-tier and its subcommands into {}",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// The man page (roff, section 1) of this program and of each subcommand,
+/// each with its file name (`lmcache-tier-inspect.1`).
+fn man_pages() -> Vec<(String, Vec<u8>)> {
+    let command = built_command();
+    std::iter::once(&command)
+        .chain(command.get_subcommands())
+        .map(|cmd| {
+            let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+            let mut page = Vec::new();
+            // Rendering into memory cannot fail.
+            let _ = clap_mangen::Man::new(cmd.clone()).render(&mut page);
+            (format!("{name}.1"), page)
+        })
+        .collect()
+}
+
+impl EngineArgs {
+    /// The engine facts these flags give.
+    fn facts(&self) -> EngineFacts {
+        EngineFacts {
+            model: self.model.clone(),
+            served_model_name: self.served_model_name.clone(),
+            tensor_parallel_size: self.tensor_parallel_size,
+            pipeline_parallel_size: self.pipeline_parallel_size,
+            data_parallel_size: self.data_parallel_size,
+            decode_context_parallel_size: self.decode_context_parallel_size,
+            cp_kv_cache_interleave_size: self.cp_kv_cache_interleave_size,
+            kv_cache_dtype: self.kv_cache_dtype.clone(),
+            block_size: self.block_size,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            hybrid_attention: self.hybrid_attention,
+            mla: self.mla,
+        }
+    }
+}
+
+/// What `housekeep` cleans, as a launch plans the node from the same
+/// variables and engine flags (with the `lmcache` backend, whatever the
+/// node's): the tier directory, the launch identity and the capacity, each
+/// from its source, the command line's flags winning. Without a built-in
+/// disk tier a launch cleans nothing, and so `None`, unless the directory
+/// was given (`path_given`): then there is no capacity to trim to.
+fn node_housekeeping(
+    args: &HousekeepArgs,
+    mut vars: Vars,
+) -> Result<Option<cli::housekeep::NodeTier>, Failure> {
+    vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
+    let path_given = args.path.is_some();
+    if let Some(path) = &args.path {
+        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
+    }
+    let tier = cli::housekeep::node_tier(&args.engine.facts(), &vars, args.chunk_size).map_err(
+        |e| match e {
+            PlanError::Config(e) => PlanError::Config(path_flag(e, path_given)),
+            other => other,
+        },
+    )?;
+    Ok(Some(tier).filter(|t| path_given || t.capacity.is_some()))
+}
+
+fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
+    // Caught before anything is planned or touched: a signal from here on
+    // stops the launch cleanly (docs/operations.md, "Stopping").
+    let runtime = runtime()?;
+    let signals = match args.dry_run {
+        true => None,
+        false => Some(catch_signals(&runtime)?),
+    };
+    if let Some(gib) = args.lmcache_disk_size_gb {
+        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
+    }
+    if let Some(backend) = args.kv_cache_backend {
+        vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string().into());
+    }
+    let node = NodeEnv::from_vars(&vars)?;
+    let facts = args.engine.facts();
+    let lmcache = match node.kv_cache_backend {
+        KvCacheBackend::Lmcache => stock_lmcache(&node, &vars, args.dry_run)?,
+        _ => None,
+    };
+    let access = if args.dry_run {
+        DiskAccess::Inspect
+    } else {
+        // A port in use stops the launch before the cache directory is
+        // created or locked.
+        if node.kv_cache_backend == KvCacheBackend::Lmcache {
+            let listeners = ports::listeners(&node);
+            ports::check_distinct(&listeners)?;
+            launch::check_ports(&listeners)?;
+        }
+        DiskAccess::Create
+    };
+    let measured = measure(&facts, &vars, access)?;
+    let mut planned = lmcache_launcher::plan(&facts, &vars, &HostFacts::from(&measured))?;
+    if let Planned::Server(plan) = &mut planned {
+        plan.args.extend(args.server_arg);
+    }
+    let plan = match &planned {
+        Planned::Server(plan) => plan,
+        Planned::NothingToLaunch(why) => {
+            match (args.dry_run, args.json) {
+                (true, true) => outln!("{:#}", planned.to_json()),
+                (true, false) => outln!("nothing to launch: {}", why.reason),
+                (false, _) => tracing::info!("nothing to launch: {}", why.reason),
+            }
+            return Ok(());
+        }
+    };
+    for warning in &plan.decisions.warnings {
+        tracing::warn!("{warning}");
+    }
+    if let Some(hk) = &plan.housekeeping {
+        let identity = &hk.identity;
+        let served = match &facts.served_model_name {
+            Some(name) if *name != facts.model => {
+                format!("; --served-model-name {name:?} is what clients send and is not part of it")
+            }
+            _ => String::new(),
+        };
+        tracing::info!(
+            "launch identity: LMCache writes objects under model {:?} with world size {} (vLLM's --model and parallel flags){served}",
+            identity.lmcache_model_name(),
+            identity.kv_world_size()
+        );
+        let name_len = identity.object_name_len();
+        if name_len > NAME_MAX {
+            tracing::warn!(
+                "LMCache's object names for --model {:?} are {name_len} bytes, over the {NAME_MAX} a file name may have: every store to the disk tier {} will fail. Give the engine (and the launch) a shorter --model, e.g. a symlink to the model directory",
+                facts.model,
+                hk.path.display()
+            );
+        }
+    }
+    if args.dry_run {
+        let housekeeping = dry_run_housekeeping(plan)?;
+        if let Some(warning) = housekeeping.as_ref().and_then(|r| r.purge_warning()) {
+            tracing::warn!("{warning}");
+        }
+        if args.json {
+            let mut json = planned.to_json();
+            json["lmcache"] = serde_json::to_value(&lmcache).unwrap_or_default();
+            json["facts"] = serde_json::to_value(&measured).unwrap_or_default();
+            json["housekeeping_report"] = serde_json::to_value(&housekeeping).unwrap_or_default();
+            outln!("{json:#}");
+        } else {
+            outln!("{}", plan.log_line());
+            if let Some(report) = &housekeeping {
+                outln!("{report}");
+            }
+            if let Some(install) = &lmcache {
+                outln!("{}", install.describe());
+            }
+            // Quoted for a shell, so the line can be pasted (secrets stay
+            // redacted), after the server's own variables as assignments.
+            let command: Vec<String> = std::iter::once(plan.executable.display().to_string())
+                .chain(plan.redacted_args())
+                .collect();
+            let assignments = plan.shown_env().into_iter().map(|(k, v)| {
+                let value = shlex::try_quote(&v).map_or_else(|_| v.clone(), |q| q.into_owned());
+                format!("{k}={value} ")
+            });
+            outln!(
+                "{}{}",
+                assignments.collect::<String>(),
+                shlex::try_join(command.iter().map(String::as_str))
+                    .unwrap_or_else(|_| command.join(" "))
+            );
+            outln!("vLLM --kv-transfer-config {}", plan.kv_transfer_config());
+        }
+        return Ok(());
+    }
+    tracing::info!("{}", plan.log_line());
+    match &lmcache {
+        Some(install) if install.tested => tracing::info!("{}", install.describe()),
+        Some(install) => tracing::warn!("{}", install.describe()),
+        None => {}
+    }
+    let first_backoff = Duration::from_secs(args.restart_backoff);
+    let default_restart = RestartPolicy::default();
+    let options = RunOptions {
+        ready_timeout: Duration::from_secs(args.ready_timeout),
+        stop_grace: Duration::from_secs(args.stop_grace),
+        watch: WatchConfig {
+            restart_unresponsive_after: Some(Duration::from_secs(args.unresponsive_timeout))
+                .filter(|limit| !limit.is_zero()),
+            ..WatchConfig::default()
+        },
+        restart: RestartPolicy {
+            first_backoff,
+            max_backoff: default_restart.max_backoff.max(first_backoff),
+            fast_failure: Duration::from_secs(args.fast_failure_window),
+            ..default_restart
+        },
+        progress: lmcache_launcher::output::spinner,
+    };
+    // The tier's scan and lock go on with the plan's housekeeping, if any.
+    drop(measured);
+    match signals {
+        Some(signals) => runtime.block_on(launch::run_with_signals(plan, &options, signals))?,
+        None => runtime.block_on(launch::run(plan, &options))?,
+    };
+    Ok(())
+}
+
+/// What the launch's housekeeping would do to the disk tier, from the dry
+/// run's own read-only scan; `None` without a disk tier, or before its
+/// directory exists (there is nothing to clean then).
+fn dry_run_housekeeping(plan: &LaunchPlan) -> Result<Option<Report>, HousekeepingError> {
+    let Some(hk) = plan.housekeeping.as_ref() else {
+        return Ok(None);
+    };
+    if std::fs::symlink_metadata(&hk.path).is_err() {
+        return Ok(None);
+    }
+    Ok(Some(hk.run(Mode::DryRun)?.housekeeping.report))
+}
+
+/// Catches every terminating signal for the launch and makes this process
+/// the reaper of the server's processes ([`supervise::become_subreaper`]):
+/// the launch then holds the tier's lock until every one of them is gone.
+fn catch_signals(runtime: &tokio::runtime::Runtime) -> Result<TerminatingSignals, ProcessError> {
+    let signals = runtime
+        .block_on(async { TerminatingSignals::install() })
+        .map_err(ProcessError::Signals)?;
+    if let Err(e) = supervise::become_subreaper() {
+        tracing::warn!("cannot adopt the server's processes if its wrapper dies first: {e}");
+    }
+    Ok(signals)
+}
+
+/// The stock `lmcache` the launch will run and its version. Without
+/// `EREBINE_AGENT_LMCACHE_PATH`, our `erebine-lmcache` will look for it:
+/// a missing one fails here (exit 3, every place looked listed), before
+/// anything is created or started; `--dry-run` only warns. With that
+/// variable, the executable is the operator's, and a stock `lmcache` that
+/// cannot be found is only not described.
+fn stock_lmcache(
+    node: &NodeEnv,
+    vars: &Vars,
+    dry_run: bool,
+) -> Result<Option<locate::LmcacheInstall>, Failure> {
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
+    let executable = match &node.lmcache_path {
+        Some(path) => path.clone(),
+        None => locate::server_executable(None, vars, &own)?,
+    };
+    match locate::find_stock_lmcache(vars, &executable) {
+        Ok(stock) => Ok(Some(locate::LmcacheInstall::at(&stock))),
+        Err(_) if node.lmcache_path.is_some() => Ok(None),
+        Err(e) if dry_run => {
+            tracing::warn!("{e}");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ProcessError::Runtime)
+}
+
+fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
+    let node = NodeEnv::from_vars(&vars)?;
+    let url = args.url.unwrap_or_else(|| {
+        format!(
+            "http://127.0.0.1:{}/status",
+            ports::http_listener(&node).port
+        )
+    });
+    inspect::check_url(&url)?;
+    if args.watch.is_some() {
+        inspect::live::check_terminal()?;
+    }
+    let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match node.custom_cascade() {
+        None => (vec![node.disk_path.clone()], vec![true]),
+        Some(cascade) => (
+            cascade
+                .tiers()
+                .iter()
+                .filter(|t| matches!(t.adapter_type(), "fs" | "fs_native"))
+                .filter_map(|t| t.base_path().map(PathBuf::from))
+                .collect(),
+            cascade
+                .tiers()
+                .iter()
+                .map(TierSpec::lmcache_evicts)
+                .collect(),
+        ),
+    };
+    // What a launch would run, if it can be found; inspect needs no LMCache.
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
+    let stock = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)
+        .and_then(|executable| locate::find_stock_lmcache(&vars, &executable))
+        .ok();
+    let lmcache = stock.as_deref().map(locate::LmcacheInstall::at);
+    let gpu = stock.and_then(|stock| gpu::measure(&stock, &vars));
+    let client = StatusClient::new(url.clone());
+    let read = async || {
+        let poll = client.poll().await;
+        let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
+        report.lmcache = lmcache.clone();
+        report.gpu = gpu.clone();
+        report.read_gateways(GATEWAY_TIMEOUT).await;
+        report.read_launch(node.metrics, GATEWAY_TIMEOUT).await;
+        report
+    };
+    let runtime = runtime()?;
+    if let Some(interval) = args.watch {
+        return Ok(runtime.block_on(inspect::live::run(interval, read))?);
+    }
+    let report = runtime.block_on(read());
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(ProcessError::Json)?;
+        outln!("{text}");
+    } else {
+        write_out(report.to_text())?;
+    }
+    Ok(report.verdict()?)
+}
+
+fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
+    if let Some(path) = &args.path {
+        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
+    }
+    if let Some(gib) = args.l1_gb {
+        vars.insert(env::KV_OFFLOAD_SIZE_GB.into(), gib.to_string().into());
+    }
+    if let Some(gib) = args.disk_size_gb {
+        vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
+    }
+    let node = NodeEnv::from_vars(&vars).map_err(|e| path_flag(e, args.path.is_some()))?;
+    let report = SizeReport::measure(&node)?;
+    for warning in &report.warnings {
+        tracing::warn!("{warning}");
+    }
+    match args.json {
+        true => outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(ProcessError::Json)?
+        ),
+        false => write_out(report.to_string())?,
+    }
+    Ok(())
+}
+
+fn housekeep_cmd(args: HousekeepArgs, vars: Vars) -> Result<(), Failure> {
+    let Some(target) = node_housekeeping(&args, vars)? else {
+        let why = "the node's plan has no built-in disk tier (EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces it, or its size is 0), so a launch cleans nothing: nothing to clean. Give --path to clean a directory anyway";
+        match args.json {
+            true => outln!("{:#}", json!({ "nothing_to_clean": why })),
+            false => outln!("{why}"),
+        }
+        return Ok(());
+    };
+    let capacity = match args.capacity_gb {
+        Some(gib) => gib_to_bytes(gib)
+            .map(|bytes| lmcache_sizing::Decision::new(bytes, "flag", "--capacity-gb")),
+        None => target.capacity.clone(),
+    };
+    // A capacity given here is trimmed to as given; the launch's own is
+    // trimmed to where its capacity guard leaves the tier.
+    let policy = TierPolicy {
+        capacity_bytes: capacity.as_ref().map(|c| c.value),
+        shared: false,
+        guard: target.guard.filter(|_| args.capacity_gb.is_none()),
+    };
+    let sources = json!({
+        "path": match args.path {
+            Some(_) => "--path".to_string(),
+            None => env::DISK_PATH.to_string(),
+        },
+        "chunk_size": target.chunk_size_source,
+        "capacity": capacity.as_ref().map(|c| c.reason.clone()),
+    });
+    tracing::info!(
+        "housekeeping {} for model {:?} (world size {}), chunk size {} ({}), capacity {}",
+        target.path.display(),
+        target.identity.lmcache_model_name(),
+        target.identity.kv_world_size(),
+        target.identity.chunk_size,
+        target.chunk_size_source,
+        match &capacity {
+            Some(c) => format!("{} ({})", fmt_gib(c.value), c.reason),
+            None => "none: no trim".to_string(),
+        }
+    );
+    let (path, identity) = (target.path, target.identity);
+    let mode = if args.dry_run {
+        Mode::DryRun
+    } else {
+        Mode::Apply
+    };
+    let done = with_progress(&format!("scanning {}", path.display()), || {
+        housekeep(&path, &identity, policy, mode)
+    })?;
+    if args.json {
+        let report = json!({
+            "identity": identity,
+            "sources": sources,
+            "scanned": done.scanned,
+            "report": done.report,
+            "manifest": done.manifest,
+        });
+        outln!("{report:#}");
+    } else {
+        outln!("{}", done.report);
+    }
+    if let Some(warning) = done.report.purge_warning() {
+        tracing::warn!("{warning}");
+    }
+    Ok(())
+}

@@ -1,0 +1,473 @@
+//! End to end with the real server: the capacity guard holds a 1 GiB disk
+//! tier while the CPU bench worker stores more than three times that, across
+//! a restart, for an `fs` tier given through EREBINE_AGENT_LMCACHE_L2_ADAPTER
+//! and for the node's built-in `fs_native` tier; the same bound on a volume
+//! mounted over a running tier's directory (root: it mounts a tmpfs); and a
+//! launch on a built-in tier at or over its capacity trims it once, to where
+//! the guard leaves it.
+//!
+//! L1 is 1 GiB too and keeps chunks after they reach L2, so the hits after a
+//! restart (L1 empty) are what the disk tier kept; the bound is sampled on
+//! the disk itself, `du`-style (allocated blocks of every entry, temp files
+//! in flight included) every 200 ms.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use lmcache_tier_e2e::{
+    binaries, free_port, get_text, run_bench, stop_launch, wait_for_status, Binaries, Proc, Tmpfs,
+};
+
+const BINS: Binaries = binaries!();
+
+const GIB: u64 = 1 << 30;
+const OBJECT: u64 = 32 << 20;
+/// Sequences per fill: 28 x 4 chunks x 32 MiB = 3.5 GiB.
+const FILL: u32 = 28;
+
+/// Allocated bytes of every entry of `dir`, as `du` counts them (entries that
+/// vanish while counted are skipped).
+fn du(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| fs::symlink_metadata(e.path()).ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Allocated bytes and count of the `.data` objects in `dir`.
+fn objects(dir: &Path) -> (u64, u64) {
+    let mut found = (0, 0);
+    for entry in fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        if entry.file_name().to_string_lossy().ends_with(".data") {
+            if let Ok(m) = fs::symlink_metadata(entry.path()) {
+                found.0 += 1;
+                found.1 += m.blocks() * 512;
+            }
+        }
+    }
+    found
+}
+
+/// Samples `du` of a directory every 200 ms until dropped; keeps the largest.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicU64>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(dir: &Path) -> Sampler {
+        let (stop, most) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let (s, m, d) = (stop.clone(), most.clone(), dir.to_path_buf());
+        let thread = thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                m.fetch_max(du(&d), Ordering::Relaxed);
+                thread::sleep(Duration::from_millis(200));
+            }
+        });
+        Sampler {
+            stop,
+            most,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.most.load(Ordering::Relaxed)
+    }
+}
+
+/// Waits until the objects in `tier` have not changed for 2 s (at least
+/// 3 s, at most 30 s).
+fn settle(tier: &Path) {
+    let started = std::time::Instant::now();
+    let (mut last, mut still_since) = (objects(tier), std::time::Instant::now());
+    while started.elapsed() < Duration::from_secs(30) {
+        thread::sleep(Duration::from_millis(250));
+        let now = objects(tier);
+        if now != last {
+            (last, still_since) = (now, std::time::Instant::now());
+        } else if still_since.elapsed() >= Duration::from_secs(2)
+            && started.elapsed() >= Duration::from_secs(3)
+        {
+            return;
+        }
+    }
+}
+
+fn status(tier: &Path) -> serde_json::Value {
+    let text = fs::read_to_string(tier.join(".lmcache-tier-guard.json"))
+        .unwrap_or_else(|e| panic!("no guard status in {}: {e}", tier.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The guard's bound: 5% over the capacity, or one object, whichever is larger.
+fn bound(capacity: u64) -> u64 {
+    capacity + (capacity / 20).max(OBJECT)
+}
+
+struct Node {
+    dir: PathBuf,
+    tier: PathBuf,
+    mp_port: u16,
+    http_port: u16,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Node {
+    fn launch(&self, name: &str) -> Proc {
+        let mut cmd = BINS.launch_command(
+            &self.dir,
+            self.mp_port,
+            self.http_port,
+            &["--max-num-batched-tokens", "512"],
+        );
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut launch = Proc::spawn(cmd, &self.dir.join(format!("{name}.log")));
+        let url = format!("http://127.0.0.1:{}/status", self.http_port);
+        wait_for_status(&url, &mut launch, Duration::from_secs(180));
+        launch
+    }
+
+    /// Stores sequences `start..start + FILL` while sampling `du`; returns the
+    /// largest sample.
+    fn fill(&self, start: u32) -> u64 {
+        let sampler = Sampler::start(&self.tier);
+        let run = run_bench(&self.dir, self.mp_port, self.http_port, start, start + FILL);
+        assert!(run.status.success(), "{}", run.output);
+        // Let the last stores reach the disk before the samples end:
+        // LMCache writes to L2 behind the bench, later on a loaded host.
+        settle(&self.tier);
+        sampler.finish()
+    }
+
+    /// `lmcache-tier inspect --json` for this node.
+    fn inspect(&self) -> serde_json::Value {
+        let mut cmd = Command::new(BINS.lmcache_tier());
+        cmd.env_clear()
+            .env(
+                "EREBINE_AGENT_LMCACHE_HTTP_PORT",
+                self.http_port.to_string(),
+            )
+            .env("EREBINE_AGENT_LMCACHE_DISK_PATH", self.dir.join("cache"))
+            .args(["inspect", "--json"]);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn cold_hits(&self, start: u32, end: u32) -> usize {
+        let run = run_bench(&self.dir, self.mp_port, self.http_port, start, end);
+        assert!(run.status.success(), "{}", run.output);
+        run.full_cold_hits()
+    }
+}
+
+/// Fill, restart, check the count and the hits, fill again.
+fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool) {
+    let outside = node.dir.join("outside.bin");
+    fs::write(&outside, b"not in the tier").unwrap();
+    fs::create_dir_all(&node.tier).unwrap();
+    let foreign = node.tier.join("model.safetensors");
+    fs::write(&foreign, b"weights").unwrap();
+
+    let mut launch = node.launch("launch-1");
+    let most = node.fill(0);
+    let first = status(&node.tier);
+    let capacity = first["capacity_bytes"].as_u64().unwrap();
+    assert_eq!(capacity, GIB, "{first:#}");
+    assert!(
+        most <= bound(capacity),
+        "du reached {most} bytes, over the bound {}: {first:#}\n{}",
+        bound(capacity),
+        launch.output()
+    );
+    let stored =
+        first["evictions"]["bytes"].as_u64().unwrap() + first["tracked"]["bytes"].as_u64().unwrap();
+    if must_evict_first_fill {
+        assert!(
+            first["evictions"]["cycles"].as_u64().unwrap() > 0,
+            "{first:#}"
+        );
+        assert!(
+            stored >= 3 * capacity,
+            "only {stored} bytes stored: {first:#}"
+        );
+    }
+    let inspected = node.inspect();
+    let disk = inspected["disk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["path"] == node.tier.display().to_string())
+        .unwrap_or_else(|| {
+            panic!(
+                "inspect lists no disk tier {}: {inspected:#}",
+                node.tier.display()
+            )
+        });
+    assert_eq!(disk["guard"]["capacity_bytes"], GIB, "{inspected:#}");
+    // The tier's row shows its capacity whether LMCache evicts it (fs_native
+    // with an eviction block) or only the guard does (fs).
+    let tier = inspected["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["location"] == node.tier.display().to_string())
+        .unwrap_or_else(|| panic!("no tier row for {}: {inspected:#}", node.tier.display()));
+    assert_eq!(tier["capacity_bytes"], GIB, "{inspected:#}");
+    stop_launch(&mut launch);
+    let (count, bytes) = objects(&node.tier);
+    assert!(count > 0, "nothing stayed in the tier");
+
+    let mut launch = node.launch("launch-2");
+    let restarted = loop {
+        let s = status(&node.tier);
+        if s["pid"] != first["pid"] {
+            break s;
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        restarted["start"]["objects"].as_u64(),
+        Some(count),
+        "{restarted:#}"
+    );
+    assert_eq!(
+        restarted["start"]["bytes"].as_u64(),
+        Some(bytes),
+        "{restarted:#}"
+    );
+    assert_eq!(
+        node.cold_hits(FILL - 2, FILL),
+        2,
+        "the most recent sequences should hit on the disk tier after a restart"
+    );
+    let most = node.fill(100);
+    let second = status(&node.tier);
+    assert!(
+        most <= bound(capacity),
+        "du reached {most} bytes after the restart, over {}: {second:#}\n{}",
+        bound(capacity),
+        launch.output()
+    );
+    assert!(
+        second["evictions"]["cycles"].as_u64().unwrap() > 0,
+        "{second:#}"
+    );
+    assert!(launch.output().contains("capacity guard, L2 tier 0"));
+    stop_launch(&mut launch);
+    assert_eq!(fs::read(&outside).unwrap(), b"not in the tier");
+    assert_eq!(fs::read(&foreign).unwrap(), b"weights");
+}
+
+#[test]
+fn an_fs_tier_with_max_capacity_gb_stays_within_it() {
+    lmcache_tier_e2e::require_lmcache!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let tier = dir.join("fs-tier");
+    let adapter = format!(
+        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
+        tier.display()
+    );
+    let node = Node {
+        dir,
+        tier,
+        mp_port: free_port(),
+        http_port: free_port(),
+        env: vec![("EREBINE_AGENT_LMCACHE_L2_ADAPTER", adapter)],
+    };
+    holds_the_capacity_across_a_restart(&node, true);
+}
+
+#[test]
+fn the_builtin_fs_native_tier_stays_within_its_capacity_across_a_restart() {
+    lmcache_tier_e2e::require_lmcache!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let node = Node {
+        tier: dir.join("cache"),
+        dir,
+        mp_port: free_port(),
+        http_port: free_port(),
+        env: vec![("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1".into())],
+    };
+    // LMCache evicts on its own count first; the guard is the bound behind it.
+    holds_the_capacity_across_a_restart(&node, false);
+}
+
+/// Writes `count` objects of the launch identity (`test-model`, TP 1) of
+/// `OBJECT` allocated bytes each into `tier`, oldest first.
+fn fill_with_objects(tier: &Path, count: u32) {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    for i in 0..count {
+        let path = tier.join(format!("test-model@0x01000100@0@{i:064x}.data"));
+        let file = fs::File::create(&path).unwrap();
+        fallocate(&file, FallocateFlags::empty(), 0, OBJECT as i64).unwrap();
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + u64::from(i));
+        file.set_times(fs::FileTimes::new().set_accessed(at).set_modified(at))
+            .unwrap();
+    }
+}
+
+/// The example: a launch on a tier at its capacity trimmed it to 100%, and
+/// the guard then deleted another 30% within seconds. Now housekeeping
+/// trims it to the guard's target (0.7 of the 1 GiB built-in tier: its hard
+/// bound evicts at 0.9 with a ratio of 0.2) and the guard evicts nothing:
+/// for a tier at its capacity (32 objects of 32 MiB) and one over it (40).
+#[test]
+fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
+    lmcache_tier_e2e::require_lmcache!();
+    for count in [32, 40] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let node = Node {
+            tier: dir.join("cache"),
+            dir,
+            mp_port: free_port(),
+            http_port: free_port(),
+            env: vec![("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1".into())],
+        };
+        // A first launch records the identity the objects are written under.
+        let mut launch = node.launch("launch-1");
+        stop_launch(&mut launch);
+        fill_with_objects(&node.tier, count);
+        assert_eq!(objects(&node.tier).1, u64::from(count) * OBJECT);
+
+        let mut launch = node.launch("launch-2");
+        let first = status(&node.tier);
+        let kept = first["start"]["bytes"].as_u64().unwrap();
+        let ratio = (0.2 * first["capacity_bytes"].as_u64().unwrap() as f64).ceil() as u64;
+        let target = first["trigger_bytes"].as_u64().unwrap() - ratio;
+        assert!(
+            kept <= target && kept + OBJECT > target,
+            "{count} objects: {first:#}"
+        );
+        // The guard's first status is written after any cycle at its start.
+        assert_eq!(
+            first["evictions"]["cycles"], 0,
+            "{count} objects: {first:#}"
+        );
+        assert_eq!(objects(&node.tier).1, kept);
+        assert!(
+            launch
+                .output()
+                .contains("where the capacity guard leaves a tier"),
+            "{}",
+            launch.output()
+        );
+        stop_launch(&mut launch);
+    }
+}
+
+/// The value of the series `series` in a metrics page, if it is there.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The example: a volume mounted over a running tier's directory was never
+/// guarded (1.2 GiB on a 1 GiB tier, and the guard's status and metrics
+/// gone from the path). The server writes into the mount (LMCache opens
+/// `base_path/<name>` at every store); the guard takes it up, holds the
+/// bench's 3.5 GiB to the capacity there, measures its line on that volume,
+/// and the metrics endpoint serves its series. Mounts a 2 GiB tmpfs: root.
+#[test]
+fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics() {
+    lmcache_tier_e2e::require_lmcache!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let tier = dir.join("fs-tier");
+    let adapter = format!(
+        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
+        tier.display()
+    );
+    let metrics_port = free_port();
+    let node = Node {
+        dir,
+        tier,
+        mp_port: free_port(),
+        http_port: free_port(),
+        env: vec![
+            ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", adapter),
+            (
+                "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+                metrics_port.to_string(),
+            ),
+        ],
+    };
+    fs::create_dir_all(&node.tier).unwrap();
+    let mut launch = node.launch("launch");
+    let started = std::time::Instant::now();
+    while !node.tier.join(".lmcache-tier-guard.json").exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no guard status:\n{}",
+            launch.output()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let volume = Tmpfs::mount(&node.tier, 2 << 20);
+    let most = node.fill(0);
+    let guarded = status(&node.tier);
+    assert!(
+        most <= bound(GIB),
+        "du of the mounted volume reached {most} bytes, over the bound {}: {guarded:#}\n{}",
+        bound(GIB),
+        launch.output()
+    );
+    assert!(
+        guarded["evictions"]["cycles"].as_u64().unwrap() > 0,
+        "{guarded:#}"
+    );
+    assert_eq!(
+        guarded["free_space"]["volume_bytes"],
+        2 * GIB,
+        "{guarded:#}"
+    );
+    let page = get_text(&format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .expect("the metrics endpoint answers");
+    let usage = sample(&page, r#"lmcache_tier_guard_usage_bytes{tier="0"}"#)
+        .unwrap_or_else(|| panic!("no guard usage series:\n{page}"));
+    assert!(usage <= GIB as f64, "{usage}");
+    // The free space of the mounted volume, not of the one under it.
+    let free = sample(&page, r#"lmcache_tier_guard_volume_free_bytes{tier="0"}"#)
+        .unwrap_or_else(|| panic!("no free space series:\n{page}"));
+    assert!(free > 0.0 && free <= (2 * GIB) as f64, "{free}");
+    assert!(
+        launch
+            .output()
+            .contains("the tier path names another directory now on another filesystem"),
+        "{}",
+        launch.output()
+    );
+    stop_launch(&mut launch);
+    drop(volume);
+}
