@@ -30,6 +30,7 @@ pub mod execute;
 pub mod identity;
 pub mod lock;
 pub mod plan;
+pub mod s3_key;
 pub mod scan;
 pub mod tier_dir;
 

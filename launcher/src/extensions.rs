@@ -6,6 +6,7 @@
 //! server starts, so `--dry-run` refuses what `erebine-lmcache server` would.
 
 use lmcache_capacity_guard::capacity::{check_guard_keys, guard_specs, CapacityError};
+use lmcache_s3_gateway::bound::BoundSpec;
 use lmcache_s3_gateway::spec::{check_default_chain, BucketSpecError, BucketTier};
 use lmcache_tier_spec::Cascade;
 
@@ -41,7 +42,7 @@ pub fn check_extensions(
     for (position, tier) in cascade.tiers().iter().enumerate() {
         BucketTier::from_spec(tier, position, env)?;
     }
-    Ok(())
+    check_bucket_bounds(cascade)
 }
 
 /// What [`check_extensions`] checks without reading any file: every value,
@@ -62,5 +63,16 @@ pub fn check_extension_keys(
         BucketTier::check_keys(tier, position, env)?;
     }
     check_default_chain(cascade.tiers())?;
+    check_bucket_bounds(cascade)
+}
+
+/// The bucket bound's numbers of each `s3_bucket` tier
+/// ([`BoundSpec::from_spec`]: `max_capacity_gb`, `eviction.trigger_watermark`,
+/// `eviction.eviction_ratio`).
+fn check_bucket_bounds(cascade: &Cascade) -> Result<(), ExtensionError> {
+    let bucket_tiers = cascade.tiers().iter().enumerate();
+    for (position, tier) in bucket_tiers.filter(|(_, t)| lmcache_s3_gateway::needs_gateway(t)) {
+        BoundSpec::from_spec(tier, position)?;
+    }
     Ok(())
 }

@@ -398,6 +398,9 @@ pub fn plan_launch(
         .extend(unbounded_tier_warnings(&cascade, &decisions.cascade_source));
     decisions
         .warnings
+        .extend(crate::bucket_warnings::per_process_bound_warnings(&cascade));
+    decisions
+        .warnings
         .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));
     decisions
         .warnings

@@ -83,6 +83,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bucket_warnings;
 pub mod cli;
 pub mod config_error;
 pub mod env;

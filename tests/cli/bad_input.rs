@@ -667,9 +667,9 @@ fn an_s3_bucket_tier_that_cannot_work_stops_the_launch_naming_tier_and_key() {
             .port()
     };
     let closed = free();
-    // A missing region is refused by the plan (nothing started, as under
-    // --dry-run); an endpoint that does not answer, by the gateway's
-    // start-up check in erebine-lmcache.
+    // A missing region and a bucket bound's bad numbers are refused by the
+    // plan (nothing started, as under --dry-run); an endpoint that does not
+    // answer, by the gateway's start-up check in erebine-lmcache.
     for (s3_keys, key, when) in [
         (
             r#""s3_endpoint":"127.0.0.1:9""#.to_string(),
@@ -680,6 +680,11 @@ fn an_s3_bucket_tier_that_cannot_work_stops_the_launch_naming_tier_and_key() {
             format!(r#""s3_endpoint":"127.0.0.1:{closed}","s3_region":"r""#),
             "s3_endpoint",
             "the server was not started",
+        ),
+        (
+            r#""s3_endpoint":"127.0.0.1:9","s3_region":"r","max_capacity_gb":1,"eviction":{"eviction_ratio":2}"#.to_string(),
+            "eviction.eviction_ratio",
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER: ",
         ),
     ] {
         let mut case = Case::new();

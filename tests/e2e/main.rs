@@ -7,6 +7,7 @@
 //! environment `scripts/setup-lmcache.sh` installs, it prints `skipped:`
 //! and why, and passes; `scripts/test.sh` installs it and runs them all.
 
+mod bucket_bound;
 mod capacity_guard;
 mod frozen_server;
 mod gateway_faults;

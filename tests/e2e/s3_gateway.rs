@@ -936,11 +936,14 @@ fn an_https_upstream_with_a_private_ca_works_with_s3_ca_bundle_and_fails_clearly
         ("AWS_ACCESS_KEY_ID", REAL_KEY_ID.to_string()),
         ("AWS_SECRET_ACCESS_KEY", REAL_SECRET.to_string()),
     ];
+    // With a capacity, the gateway's own listing of the bucket (aws-sdk-s3)
+    // must trust the CA too.
     let mut spec = serde_json::json!({
         "type": "s3",
         "s3_endpoint": format!("127.0.0.1:{}", s3.port),
         "s3_bucket": "kv-cache",
         "s3_region": "us-east-1",
+        "max_capacity_gb": 1,
     });
 
     // Without the CA: the start-up HEAD fails on the certificate; LMCache

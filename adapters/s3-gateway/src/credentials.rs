@@ -384,6 +384,7 @@ pub enum NoCredentials {
 
 /// A tier's credentials, fetched from its [`CredentialSource`] and cached
 /// until [`REFRESH_BEFORE`] their expiry.
+#[derive(Clone)]
 pub(crate) struct RealCredentials {
     inner: Arc<Inner>,
 }

@@ -103,9 +103,16 @@ pub(crate) struct Upstream {
     credentials: RealCredentials,
     /// The key LMCache signs with.
     local_key: KeyPair,
+    /// The bucket bound, for a tier with `max_capacity_gb`.
+    pub(crate) bound: Option<Arc<super::bound::Bound>>,
 }
 
 impl Upstream {
+    /// The tier and its credentials, for the bucket bound's own client.
+    pub(crate) fn tier_and_credentials(&self) -> (&BucketTier, RealCredentials) {
+        (&self.tier, self.credentials.clone())
+    }
+
     /// Records in `stats` when the real credentials in use expire.
     pub(crate) async fn note_credential_expiry(&self, stats: &Stats) {
         if let Ok((credentials, _)) = self.credentials.current().await {
@@ -157,6 +164,7 @@ impl Upstream {
             client,
             credentials,
             local_key,
+            bound: None,
         };
         let (current, source) = upstream
             .credentials
@@ -604,7 +612,11 @@ async fn forward(
         progress: &progress,
         upload: &upload,
     };
-    relay(upstream, stats, &parts.method, &route, request, exchange).await
+    let response = relay(upstream, stats, &parts.method, &route, request, exchange).await?;
+    if let Some(bound) = &upstream.bound {
+        bound.follow(&parts, route.listing, response.status());
+    }
+    Ok(response)
 }
 
 /// Checks the request's SigV4 signature against the per-launch key (a

@@ -12,6 +12,7 @@
 //! the uid the server runs as ([`peer`]). The gateways run on their own
 //! threads until the [`Gateways`] value is dropped.
 
+pub mod bound;
 mod client;
 pub mod credentials;
 mod gateway;
@@ -20,6 +21,7 @@ pub mod peer;
 pub mod sigv4;
 pub mod spec;
 pub mod state;
+mod store;
 
 pub use gateway::UPSTREAM_SILENCE;
 
@@ -190,7 +192,8 @@ impl Gateways {
             let Ok(spec) = &arg.spec else { continue };
             let flag = if arg.inline { "--l2-adapter=" } else { "" };
             if let Some(tier) = BucketTier::from_spec(spec, position, env)? {
-                tiers.push((arg.index, flag, spec.clone(), tier));
+                let bound = bound::BoundSpec::from_spec(spec, position)?;
+                tiers.push((arg.index, flag, spec.clone(), tier, bound));
             }
         }
         let mut gateways = Gateways {
@@ -213,10 +216,10 @@ impl Gateways {
         gateways.runtime = Some(runtime);
         let key = KeyPair::random()?;
         let server_uid = nix::unistd::geteuid().as_raw();
-        for (index, flag, spec, tier) in tiers {
+        for (index, flag, spec, tier, bound) in tiers {
             let position = tier.position;
             let (addr, source, stats) = handle
-                .spawn(start_one(tier, key.clone(), server_uid))
+                .spawn(start_one(tier, bound, key.clone(), server_uid))
                 .await
                 .map_err(std::io::Error::other)??;
             gateways.view.0.push(stats);
@@ -292,15 +295,20 @@ impl Drop for Gateways {
 /// in the gateway's state, [`state::GatewayState::credential_source`]), and
 /// its counters.
 /// Only connections whose socket belongs to `server_uid` are served
-/// ([`peer`]).
+/// ([`peer`]). With a `bound`, the bucket is listed before the gateway
+/// listens, and kept within it ([`bound`]).
 async fn start_one(
     tier: BucketTier,
+    bound: Option<bound::BoundSpec>,
     key: KeyPair,
     server_uid: u32,
 ) -> Result<(SocketAddr, String, Arc<Stats>), GatewayError> {
     let stats = Stats::new(&tier);
-    let (upstream, source) = gateway::Upstream::connect(tier, key).await?;
+    let (mut upstream, source) = gateway::Upstream::connect(tier, key).await?;
     let stats = Arc::new(stats.with_credential_source(&source));
+    if let Some(spec) = bound {
+        upstream.bound = Some(bound::start(&upstream, spec, stats.clone()).await?);
+    }
     let upstream = Arc::new(upstream);
     upstream.note_credential_expiry(&stats).await;
     let (listener, addr) = gateway::bind().await?;

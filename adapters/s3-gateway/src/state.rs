@@ -87,6 +87,10 @@ pub struct GatewayState {
     /// wrong.
     #[serde(default)]
     pub client_upload_failures: ClientUploadFailures,
+    /// The bucket bound's figures; `None` for a tier without
+    /// `max_capacity_gb` (`docs/s3-gateway.md`, "The bucket bound").
+    #[serde(default)]
+    pub bucket_bound: Option<crate::bound::BoundState>,
 }
 
 /// Uploads ended by their own client, by how.
@@ -269,6 +273,7 @@ pub(crate) struct Stats {
     peer_refused: AtomicU64,
     /// [`ClientUploadFailures`]: stalled, broke off.
     client_faults: [AtomicU64; 2],
+    bucket_bound: Mutex<Option<crate::bound::BoundState>>,
 }
 
 impl Stats {
@@ -297,6 +302,7 @@ impl Stats {
                 credential_expiry_unix: None,
                 peer_refused: 0,
                 client_upload_failures: ClientUploadFailures::default(),
+                bucket_bound: None,
             },
             requests: Default::default(),
             rejected: AtomicU64::new(0),
@@ -312,6 +318,14 @@ impl Stats {
             credential_expiry_unix: AtomicU64::new(0),
             peer_refused: AtomicU64::new(0),
             client_faults: Default::default(),
+            bucket_bound: Mutex::new(None),
+        }
+    }
+
+    /// Records the bucket bound's figures as of now.
+    pub(crate) fn set_bound(&self, figures: crate::bound::BoundState) {
+        if let Ok(mut slot) = self.bucket_bound.lock() {
+            *slot = Some(figures);
         }
     }
 
@@ -481,6 +495,7 @@ impl Stats {
                 let [stalled, broke_off] = self.client_faults.each_ref().map(count);
                 ClientUploadFailures { stalled, broke_off }
             },
+            bucket_bound: self.bucket_bound.lock().ok().and_then(|b| b.clone()),
             ..self.identity.clone()
         }
     }

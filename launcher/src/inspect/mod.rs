@@ -163,8 +163,10 @@ pub struct TierRow {
     /// (`disk[].usage`); otherwise LMCache's count. [`TierRow::used_source`]
     /// says which.
     pub used_bytes: Option<u64>,
-    /// Where [`TierRow::used_bytes`] comes from: `disk` (a scan now) or
-    /// `lmcache` (LMCache's count); `None` when neither is known.
+    /// Where [`TierRow::used_bytes`] comes from: `disk` (a scan now),
+    /// `bucket` (the gateway's listing of an S3 tier's prefix, with the
+    /// node's requests since) or `lmcache` (LMCache's count); `None` when
+    /// none is known.
     pub used_source: Option<&'static str>,
     /// LMCache's own count of the bytes used, since its start (eviction
     /// controller, else the S3 adapter's `current_size_bytes`). `fs_native`
@@ -208,6 +210,17 @@ impl TierRow {
             used_bytes,
             used_source,
             ..self
+        }
+    }
+
+    /// For a tier whose gateway keeps a bucket bound: the bucket's usage
+    /// as the gateway lists it, the true one (`used_source` `bucket`);
+    /// LMCache's count stays beside it.
+    fn use_bucket_usage(&mut self) {
+        let bound = self.gateway.as_ref().and_then(|g| g.bucket_bound.as_ref());
+        if let Some(bound) = bound {
+            self.used_bytes = Some(bound.usage_bytes);
+            self.used_source = Some("bucket");
         }
     }
 
@@ -399,6 +412,7 @@ impl Inspection {
                     Ok(state) => tier.gateway = state,
                     Err(cause) => tier.endpoint_down = Some(cause.to_string()),
                 }
+                tier.use_bucket_usage();
             }
         }
     }

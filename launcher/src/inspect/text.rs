@@ -144,6 +144,7 @@ fn tiers_table(tiers: &[TierRow]) -> String {
     for t in tiers {
         let used = match t.used_source {
             Some("disk") => format!("{} on disk", bytes(t.used_bytes)),
+            Some("bucket") => format!("{} in the bucket", bytes(t.used_bytes)),
             _ => bytes(t.used_bytes),
         };
         rows.push(row([
@@ -162,6 +163,9 @@ fn tiers_table(tiers: &[TierRow]) -> String {
     let mut out = table(&rows);
     if tiers.iter().any(|t| t.used_source == Some("disk")) {
         out.push_str("used: the objects on disk now; LMCache's count: what LMCache counted since its start (fs_native counts from 0 at each start)\n");
+    }
+    if tiers.iter().any(|t| t.used_source == Some("bucket")) {
+        out.push_str("in the bucket: the LMCache objects under the tier's prefix, as its gateway last listed them, with this node's requests since; LMCache's count: this process's stores since its start\n");
     }
     out
 }
@@ -195,7 +199,7 @@ fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
         Some(e) => format!("; last at {}: {}", e.at, e.message),
         None => String::new(),
     };
-    let rows = [
+    let mut rows = vec![
         row([
             "  upstream",
             &format!(
@@ -222,12 +226,35 @@ fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
             ),
         ]),
     ];
+    if let Some(b) = &g.bucket_bound {
+        rows.push(row(["  bucket bound", &bound_text(b)]));
+    }
     format!(
         "\nS3 gateway of tier {} on {} (started {})\n{}",
         tier.position,
         printable(tier.location.as_deref().unwrap_or("-")),
         printable(&g.started_at),
         table(&rows)
+    )
+}
+
+/// The bucket bound's figures in one line.
+fn bound_text(b: &lmcache_s3_gateway::bound::BoundState) -> String {
+    format!(
+        "{} in {} objects of {} (evicts from {}); {} objects ({}) evicted, {} failed; {} listings ({} requests, last {} ms, {} failed); other nodes added {} objects ({})",
+        bytes(Some(b.usage_bytes)),
+        b.objects,
+        bytes(Some(b.spec.capacity_bytes)),
+        bytes(Some(b.spec.trigger_bytes)),
+        b.evicted_objects,
+        bytes(Some(b.evicted_bytes)),
+        b.eviction_failures,
+        b.listings,
+        b.listing_pages,
+        b.last_listing_millis,
+        b.listing_failures,
+        b.others_added_objects,
+        bytes(Some(b.others_added_bytes)),
     )
 }
 

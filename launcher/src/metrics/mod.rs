@@ -14,6 +14,7 @@
 //! status file, each gateway's counters), so nothing is counted twice. The
 //! plan, housekeeping and server families are set by the launch as it goes.
 
+mod bucket;
 mod connections;
 mod endpoint;
 
@@ -1177,7 +1178,8 @@ fn encode_gateways(
         })
         .collect();
     let help = "One series per S3 gateway: its bucket and where its real credentials come from";
-    encode_per_tier(encoder, "gateway_info", help, None, false, &info)
+    encode_per_tier(encoder, "gateway_info", help, None, false, &info)?;
+    bucket::encode_bounds(encoder, states)
 }
 
 #[cfg(test)]
@@ -1741,6 +1743,7 @@ mod tests {
             credential_expiry_unix: None,
             peer_refused: 0,
             client_upload_failures: Default::default(),
+            bucket_bound: None,
         }
     }
 
@@ -1823,6 +1826,58 @@ mod tests {
             assert!(lagging.windows(2).all(|w| w[0].1 <= w[1].1), "{text}");
             let count = r#"lmcache_tier_gateway_answer_duration_seconds_count{tier="3"}"#;
             assert_eq!(sample(&text, count), 4.0);
+        }
+    }
+
+    #[test]
+    fn a_gateway_with_a_bucket_bound_has_its_families_and_one_without_has_none() {
+        use lmcache_s3_gateway::bound::{BoundRole, BoundSpec, BoundState};
+        let mut bounded = answered(1, &[], 0, 0.0);
+        bounded.bucket_bound = Some(BoundState {
+            spec: BoundSpec::new(GIB, 0.8, 0.2, BoundRole::HardBound),
+            usage_bytes: 900 << 20,
+            objects: 28,
+            listings: 5,
+            listing_pages: 6,
+            listing_failures: 1,
+            last_listing_millis: 250,
+            last_listing_unix: 1_800_000_000,
+            others_added_objects: 9,
+            others_added_bytes: 288 << 20,
+            evicted_objects: 7,
+            evicted_bytes: 224 << 20,
+            eviction_failures: 0,
+        });
+        let plain = answered(2, &[], 0, 0.0);
+        for format in [Format::OpenMetrics, Format::Prometheus] {
+            let text = gateway_page(vec![bounded.clone(), plain.clone()], format);
+            let total = |name: &str| format!("lmcache_tier_{name}_total{{tier=\"1\"}}");
+            let gauge = |name: &str| format!("lmcache_tier_{name}{{tier=\"1\"}}");
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_usage_bytes")),
+                (900u64 << 20) as f64
+            );
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_capacity_bytes")),
+                GIB as f64
+            );
+            assert_eq!(sample(&text, &total("gateway_bucket_evicted_objects")), 7.0);
+            assert_eq!(sample(&text, &total("gateway_bucket_list_requests")), 6.0);
+            assert_eq!(
+                sample(&text, &total("gateway_bucket_others_added_bytes")),
+                (288u64 << 20) as f64
+            );
+            assert_eq!(
+                sample(
+                    &text,
+                    &gauge("gateway_bucket_last_listing_duration_seconds")
+                ),
+                0.25
+            );
+            assert!(
+                !text.contains("gateway_bucket_usage_bytes{tier=\"2\"}"),
+                "{text}"
+            );
         }
     }
 }
