@@ -225,7 +225,9 @@ fn main() {
             r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{store}","s3_bucket":"{bucket}","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#
         ));
     }
-    let (_, gateways) = runtime.block_on(Gateways::start(&args, &|_| None)).unwrap();
+    let (_, gateways) = runtime
+        .block_on(Gateways::start_args(&args, &|_| None))
+        .unwrap();
     metrics.watch_guards(specs);
     metrics.watch_gateways(gateways.view());
     // Every guard has written its status file.

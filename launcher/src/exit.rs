@@ -16,11 +16,13 @@ use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
 
 use crate::config_error::ConfigError;
+use crate::drop_in::DropInError;
 use crate::inputs::PlanError;
 use crate::inspect::{InspectError, Inspection};
 use crate::launch::LaunchError;
 use crate::locate::NotFound;
 use crate::metrics::MetricsError;
+use crate::ports::ListenError;
 use crate::process::ProcessError;
 use crate::server_python::Boto3Error;
 
@@ -221,6 +223,7 @@ impl HasExitStatus for PlanError {
             PlanError::Config(e) => e.exit_status(),
             PlanError::Executable(e) => e.exit_status(),
             PlanError::Boto3(e) => e.exit_status(),
+            PlanError::Listen(e) => e.exit_status(),
             PlanError::Tier(e) => e.exit_status(),
             PlanError::Memory(_) | PlanError::NotMeasured => ExitStatus::Failure,
             PlanError::DiskPath { .. }
@@ -287,20 +290,43 @@ impl HasExitStatus for GuardError {
     }
 }
 
-impl HasExitStatus for LaunchError {
+impl HasExitStatus for DropInError {
     fn exit_status(&self) -> ExitStatus {
         match self {
-            LaunchError::PortInUse { .. } => ExitStatus::PortInUse,
-            LaunchError::Metrics(e) => e.exit_status(),
-            LaunchError::NotAnAddressHere { .. } => ExitStatus::BadInput,
+            DropInError::CannotStart { .. } => ExitStatus::CannotRun,
+            DropInError::Signals(_) => ExitStatus::Failure,
+            DropInError::Gateway(e) => e.exit_status(),
+            DropInError::Boto3(e) => e.exit_status(),
+            DropInError::GuardStart(e) => e.exit_status(),
+            DropInError::MetricsConfig(e) => e.exit_status(),
+            DropInError::Metrics(e) => e.exit_status(),
+            DropInError::Process(e) => e.exit_status(),
+        }
+    }
+}
+
+impl HasExitStatus for ListenError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            ListenError::PortInUse { .. } => ExitStatus::PortInUse,
+            ListenError::NotAnAddressHere { .. } => ExitStatus::BadInput,
             // Out of descriptors is this process's failure; a privileged
             // port or an unusable address is the setting's.
-            LaunchError::CannotListen { source, .. } => match source.raw_os_error() {
+            ListenError::CannotListen { source, .. } => match source.raw_os_error() {
                 Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
                     ExitStatus::Failure
                 }
                 _ => ExitStatus::BadInput,
             },
+        }
+    }
+}
+
+impl HasExitStatus for LaunchError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            LaunchError::Listen(e) => e.exit_status(),
+            LaunchError::Metrics(e) => e.exit_status(),
             LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
             LaunchError::Gateway(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),

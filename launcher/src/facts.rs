@@ -28,6 +28,7 @@ use crate::inputs::{
     DiskFacts, EngineFacts, HostFacts, MeasuredTier, PlanError, TierOdirect, TierScan,
 };
 use crate::launch_plan::{self, check_engine, effective_chunk_size};
+use crate::output::{self, ShowProgress};
 use crate::{locate, ports, server_python, Vars};
 
 /// Whether measuring may create the cache directory and lock the tier.
@@ -64,6 +65,17 @@ pub struct Facts {
     /// cascade whose spec sets `"use_odirect": true`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub odirect_tiers: Vec<TierOdirect>,
+    /// The node's variables as [`Facts::measure`] read them from the map
+    /// it was given, once: the plan reads them from here
+    /// ([`HostFacts::node`]). `None` for [`Facts::host`] and recorded
+    /// facts.
+    #[serde(skip)]
+    pub node: Option<NodeEnv>,
+    /// The stock `lmcache` the server will run ([`locate::stock_of`]), or
+    /// where it was looked for in vain; `None` when the backend is not
+    /// `lmcache`, for [`Facts::host`] and recorded facts.
+    #[serde(skip)]
+    pub stock_lmcache: Option<Result<PathBuf, locate::NotFound>>,
 }
 
 /// The O_DIRECT test write of every `fs` or `fs_native` tier of `cascade`
@@ -111,21 +123,47 @@ impl Facts {
         vars: &Vars,
         access: DiskAccess,
     ) -> Result<Self, PlanError> {
+        Self::measure_showing(engine, vars, access, output::unseen)
+    }
+
+    /// [`Facts::measure`], the scan of the disk tier shown by `progress`
+    /// (the binaries' spinner: [`output::spinner`]).
+    ///
+    /// Errors: those of [`Facts::measure`].
+    pub fn measure_showing(
+        engine: &EngineFacts,
+        vars: &Vars,
+        access: DiskAccess,
+        progress: ShowProgress,
+    ) -> Result<Self, PlanError> {
         let node = NodeEnv::from_vars(vars)?;
         node.check_tiers(vars)?;
         let mut facts = Facts::host()?;
         if node.kv_cache_backend != KvCacheBackend::Lmcache {
+            facts.node = Some(node);
             return Ok(facts);
         }
         check_engine(engine)?;
         effective_chunk_size(engine, &node)?;
-        ports::check_distinct(&ports::listeners(&node))?;
+        let listeners = ports::listeners(&node);
+        ports::check_distinct(&listeners)?;
         let executable = server_executable(&node, vars)?;
-        check_gateway_python(&node, vars, &executable)?;
-        facts.gpu = locate::find_stock_lmcache(vars, &executable)
+        let stock = locate::stock_of(&executable, vars);
+        if access == DiskAccess::Create {
+            // Refused before the cache directory is created or locked.
+            ports::check_free(&listeners)?;
+            if node.lmcache_path.is_none() {
+                // `erebine-lmcache` would not find it either.
+                stock.clone()?;
+            }
+        }
+        check_gateway_python(&node, vars, &stock)?;
+        facts.gpu = stock
+            .as_ref()
             .ok()
-            .and_then(|stock| gpu::measure(&stock, vars));
+            .and_then(|stock| gpu::measure(stock, vars));
         facts.executable = Some(executable);
+        facts.stock_lmcache = Some(stock);
         if access == DiskAccess::Create {
             check_before_creating(engine, &node, &facts)?;
             if let Some(log) = node.lookup_hash_log_dir() {
@@ -133,11 +171,27 @@ impl Facts {
             }
         }
         if node.builtin_tier() {
-            facts.disk = Some(measure_node_disk(&node, access)?);
+            let message = format!("measuring the cache in {}", node.disk_path.display());
+            let mut disk = None;
+            progress(&message, &mut || {
+                disk = Some(measure_node_disk(&node, access))
+            });
+            // A display that did not run the work leaves it to be done here.
+            let disk = disk.unwrap_or_else(|| measure_node_disk(&node, access))?;
+            facts.disk = Some(disk);
         } else if let Some(cascade) = node.extra_args.l2_adapters().or(node.l2_adapter.as_ref()) {
             facts.odirect_tiers = probe_odirect_tiers(cascade);
         }
+        facts.node = Some(node);
         Ok(facts)
+    }
+
+    /// The stock `lmcache` the server will run, described with its version
+    /// ([`locate::LmcacheInstall`]); `None` when it was not looked for or
+    /// not found.
+    pub fn lmcache_install(&self) -> Option<locate::LmcacheInstall> {
+        let stock = self.stock_lmcache.as_ref()?.as_ref().ok()?;
+        Some(locate::LmcacheInstall::at(stock))
     }
 }
 
@@ -154,6 +208,8 @@ impl Facts {
             disk: None,
             gpu: None,
             odirect_tiers: Vec::new(),
+            node: None,
+            stock_lmcache: None,
         })
     }
 }
@@ -169,30 +225,30 @@ impl From<&Facts> for HostFacts {
             disk: facts.disk.clone(),
             gpu: facts.gpu.clone(),
             odirect_tiers: facts.odirect_tiers.clone(),
+            node: facts.node.clone(),
         }
     }
 }
 
 /// When the node's cascade has `s3_bucket` tiers: checks that the Python the
-/// server runs on imports boto3 ([`server_python::check_boto3`]). The
-/// server is `executable` when it is a script (the stock `lmcache` named by
-/// `EREBINE_AGENT_LMCACHE_PATH`), else the stock `lmcache` that
-/// `erebine-lmcache` will find.
+/// server runs on, that of the `stock` `lmcache` ([`locate::stock_of`]),
+/// imports boto3 ([`server_python::check_boto3`]).
 ///
-/// Errors: the stock `lmcache` is not found ([`PlanError::Executable`]),
+/// Errors: the stock `lmcache` was not found ([`PlanError::Executable`]),
 /// or its Python cannot import boto3 ([`PlanError::Boto3`]).
-fn check_gateway_python(node: &NodeEnv, vars: &Vars, executable: &Path) -> Result<(), PlanError> {
+fn check_gateway_python(
+    node: &NodeEnv,
+    vars: &Vars,
+    stock: &Result<PathBuf, locate::NotFound>,
+) -> Result<(), PlanError> {
     let gateways = node
         .custom_cascade()
         .is_some_and(|c| c.tiers().iter().any(lmcache_s3_gateway::needs_gateway));
     if !gateways {
         return Ok(());
     }
-    let stock = match locate::shebang(executable) {
-        Some(_) => executable.to_path_buf(),
-        None => locate::find_stock_lmcache(vars, executable)?,
-    };
-    server_python::check_boto3(&server_python::python_of(&stock), vars)?;
+    let stock = stock.as_ref().map_err(Clone::clone)?;
+    server_python::check_boto3(&server_python::python_of(stock), vars)?;
     Ok(())
 }
 

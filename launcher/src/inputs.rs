@@ -140,6 +140,11 @@ pub struct HostFacts {
     /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub odirect_tiers: Vec<TierOdirect>,
+    /// The node's variables as [`crate::Facts::measure`] read them, from
+    /// the same map [`crate::plan()`] is given; `None` has the plan read
+    /// that map itself ([`env::NodeEnv::from_vars`]).
+    #[serde(skip)]
+    pub node: Option<env::NodeEnv>,
 }
 
 /// A launch that cannot be planned.
@@ -151,6 +156,10 @@ pub enum PlanError {
     /// The executable that starts the server is missing.
     #[error(transparent)]
     Executable(#[from] crate::locate::NotFound),
+    /// A port of the launch cannot be listened on
+    /// ([`crate::ports::check_free`], a real launch only).
+    #[error(transparent)]
+    Listen(#[from] crate::ports::ListenError),
     /// The server's Python cannot import boto3, which the `s3_bucket`
     /// tiers need ([`crate::server_python`]).
     #[error(transparent)]

@@ -1,7 +1,7 @@
 //! Running a [`LaunchPlan`]: check the ports, start the server through the
 //! planned executable, wait for `/status`, run until a terminating signal, stop.
 
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use crate::env;
 use crate::housekeep::Housekept;
 use crate::launch_plan::LaunchPlan;
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
-use crate::ports::{Listener, PortSource};
+use crate::ports::{self, ListenError, Listener, PortSource};
 use crate::status::{Poll, StatusClient};
 use crate::supervise::{
     describe, listener_owned_by_tree, signal_name, Output, Supervised, TerminatingSignals,
@@ -49,8 +49,7 @@ pub struct RunOptions {
     pub progress: ShowProgress,
 }
 
-/// How [`RunOptions::progress`] shows long work: `(message, work)`.
-pub type ShowProgress = fn(&str, &mut dyn FnMut());
+pub use crate::output::ShowProgress;
 
 /// The variable a launch sets for the server's process with the tier
 /// directories whose capacity guard the launch itself runs (a JSON array
@@ -63,10 +62,6 @@ pub const GUARDED_BY_LAUNCH: &str = "EREBINE_LMCACHE_GUARDED_BY_LAUNCH";
 /// server` runs for the launch are served as the launch's own.
 pub const GUARD_OWNER: &str = "EREBINE_LMCACHE_GUARD_OWNER";
 
-fn run_unseen(_: &str, work: &mut dyn FnMut()) {
-    work()
-}
-
 impl Default for RunOptions {
     /// 180 s to become ready (LMCache takes 20-25 s on a small host, mostly
     /// imports), 30 s of grace on stop, the default watch and restart policy.
@@ -76,7 +71,7 @@ impl Default for RunOptions {
             stop_grace: Duration::from_secs(30),
             watch: WatchConfig::default(),
             restart: RestartPolicy::default(),
-            progress: run_unseen,
+            progress: crate::output::unseen,
         }
     }
 }
@@ -119,37 +114,10 @@ impl Default for RestartPolicy {
 /// Why a launch did not run to a requested stop.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// A port the server needs is taken.
-    #[error("{listener}: port {port} on {} is already in use ({detail}). Stop what holds it (`ss -ltnp 'sport = :{port}'`) or choose another port with {}", listener.host, listener.setting())]
-    PortInUse {
-        /// The listener whose port is taken, with its setting.
-        listener: Listener,
-        /// The port.
-        port: u16,
-        /// The bind error.
-        detail: String,
-    },
-    /// A listener cannot be opened for another reason than a taken port
-    /// or a foreign address: the kernel's error as it gave it (too many
-    /// open files, a privileged port, an address that needs a scope).
-    #[error("{listener}: cannot listen on {}: {source}. {}", std::net::SocketAddr::new(listener.host, *port), listen_advice(source, listener))]
-    CannotListen {
-        /// The listener, with its setting.
-        listener: Listener,
-        /// The port.
-        port: u16,
-        /// The bind error.
-        source: std::io::Error,
-    },
-    /// A listener's address is not one of this host's (only the metrics
-    /// endpoint's host can be set).
-    #[error("EREBINE_AGENT_LMCACHE_METRICS_HOST={host}: not an address of this host ({detail}). Set it to one of the host's addresses, 127.0.0.1 (the default) or 0.0.0.0")]
-    NotAnAddressHere {
-        /// The address.
-        host: std::net::IpAddr,
-        /// The bind error.
-        detail: String,
-    },
+    /// A port the launch needs is taken, or cannot be listened on
+    /// ([`crate::ports::check_free`]).
+    #[error(transparent)]
+    Listen(#[from] ListenError),
     /// The executable could not be started.
     #[error("cannot start {executable}: {detail}")]
     Spawn {
@@ -215,41 +183,6 @@ pub enum LaunchError {
     /// Waiting on the server failed.
     #[error("lost track of the LMCache server: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// Fails when a port of `listeners` ([`LaunchPlan::listeners`],
-/// [`crate::ports::listeners`]) is already taken on 127.0.0.1.
-pub fn check_ports(listeners: &[Listener]) -> Result<(), LaunchError> {
-    for listener in listeners {
-        if let Err(e) = TcpListener::bind((listener.host, listener.port)) {
-            return Err(match e.kind() {
-                std::io::ErrorKind::AddrNotAvailable => LaunchError::NotAnAddressHere {
-                    host: listener.host,
-                    detail: e.to_string(),
-                },
-                std::io::ErrorKind::AddrInUse => LaunchError::PortInUse {
-                    listener: listener.clone(),
-                    port: listener.port,
-                    detail: e.to_string(),
-                },
-                _ => LaunchError::CannotListen {
-                    listener: listener.clone(),
-                    port: listener.port,
-                    source: e,
-                },
-            });
-        }
-    }
-    Ok(())
-}
-
-/// What to do about a bind error that is not a taken port.
-fn listen_advice(source: &std::io::Error, listener: &Listener) -> String {
-    match source.raw_os_error() {
-        Some(libc::EMFILE | libc::ENFILE) => "This process or the host has no file descriptors left: raise the limit (`ulimit -n`, systemd's LimitNOFILE) or find what holds them (`ls /proc/<pid>/fd | wc -l`)".to_string(),
-        Some(libc::EACCES) => format!("Ports below 1024 need privilege: choose a port of 1024 or above with {}", listener.setting()),
-        _ => format!("Check the address and the port of {}", listener.setting()),
-    }
 }
 
 /// Starts the planned server, waits until `/status` answers, and runs until
@@ -453,7 +386,8 @@ async fn prepare(
     options: &RunOptions,
     metrics: &NodeMetrics,
 ) -> Result<Prepared, LaunchError> {
-    check_ports(&server_listeners(plan))?;
+    // The ports were found free by the facts' measure (`DiskAccess::Create`,
+    // before anything was created); a restart checks them again below.
     // Every guarded tier's capacity against its volume, as the guards
     // under `erebine-lmcache` will check it: refused here, before anything
     // starts, with the reason (exit 2), not as a server that exits at once.
@@ -471,7 +405,8 @@ async fn prepare(
             .and_then(|v| v.to_str())
             .map(str::to_string),
     };
-    let (args, gateways) = lmcache_s3_gateway::Gateways::start(&plan.args, &lookup).await?;
+    let (tiers, gateways) = lmcache_s3_gateway::Gateways::start(&plan.cascade, &lookup).await?;
+    let args = plan.server_args(&tiers);
     metrics.watch_gateways(gateways.view());
     metrics.watch_guards(guarded);
     let guard_owner = metrics.guard_owner();
@@ -576,9 +511,9 @@ async fn start_once(
     if start > 1 {
         // The last server's processes may still be letting go of them.
         let deadline = Instant::now() + options.stop_grace;
-        while let Err(e) = check_ports(&server_listeners(plan)) {
+        while let Err(e) = ports::check_free(&server_listeners(plan)) {
             if Instant::now() >= deadline {
-                return Err(e);
+                return Err(e.into());
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -906,13 +841,14 @@ async fn supervise(
                         host: Ipv4Addr::LOCALHOST.into(),
                         port: plan.http_port,
                     });
-                return Err(LaunchError::PortInUse {
+                return Err(ListenError::PortInUse {
                     listener,
                     port: plan.http_port,
                     detail:
                         "another process answers /status there, not the server this launch started"
                             .into(),
-                });
+                }
+                .into());
             }
         }
         for event in watcher.observe(&poll) {

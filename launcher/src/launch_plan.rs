@@ -12,7 +12,7 @@ use std::time::Duration;
 use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, TierSizing, VolumeKind};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
-use lmcache_tier_spec::{fs_native_tier, Cascade};
+use lmcache_tier_spec::{fs_native_tier, Cascade, TierSpec};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -189,19 +189,32 @@ impl LaunchPlan {
     /// The arguments with every adapter spec's secrets redacted: what logs and
     /// `--dry-run` may print.
     pub fn redacted_args(&self) -> Vec<String> {
+        self.args_with(|tier| tier.redacted().to_string())
+    }
+
+    /// The arguments the server starts with once the S3 gateways are known:
+    /// [`LaunchPlan::args`] with the cascade's tiers written as `tiers` has
+    /// them (the cascade as [`lmcache_s3_gateway::Gateways::start`] rewrote
+    /// it, in the same order).
+    pub fn server_args(&self, tiers: &Cascade) -> Vec<String> {
+        let mut rewritten = tiers.tiers().iter();
+        self.args_with(|_| rewritten.next().map(TierSpec::to_arg).unwrap_or_default())
+    }
+
+    /// [`LaunchPlan::args`] with each `--l2-adapter` value, one per tier of
+    /// [`LaunchPlan::cascade`] in order (the plan writes them so: `server`,
+    /// the node's flags, then `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`), written
+    /// by `write` from its tier; a value past the cascade is kept.
+    fn args_with(&self, mut write: impl FnMut(&TierSpec) -> String) -> Vec<String> {
         let mut tiers = self.cascade.tiers().iter();
         let mut out = Vec::with_capacity(self.args.len());
         let mut next_is_spec = false;
         for arg in &self.args {
-            if next_is_spec {
-                out.push(match tiers.next() {
-                    Some(t) => t.redacted().to_string(),
-                    None => arg.clone(),
-                });
-            } else {
-                out.push(arg.clone());
+            match (next_is_spec, next_is_spec.then(|| tiers.next()).flatten()) {
+                (true, Some(tier)) => out.push(write(tier)),
+                _ => out.push(arg.clone()),
             }
-            next_is_spec = arg == "--l2-adapter";
+            next_is_spec = arg == extra_args::L2_ADAPTER_FLAG;
         }
         out
     }
@@ -377,6 +390,7 @@ pub fn plan_launch(
         host: HostFacts {
             executable: None,
             disk: None,
+            node: None,
             ..host.clone()
         },
         l1_budget,

@@ -68,6 +68,7 @@
 //!     }),
 //!     gpu: None,
 //!     odirect_tiers: Vec::new(),
+//!     node: None,
 //! };
 //! let Planned::Server(launch) = plan(&facts, &vars, &host)? else {
 //!     unreachable!("the backend is lmcache");
@@ -86,6 +87,7 @@
 pub mod bucket_warnings;
 pub mod cli;
 pub mod config_error;
+pub mod drop_in;
 pub mod env;
 pub mod exit;
 pub mod extensions;
@@ -162,7 +164,9 @@ impl Planned {
 }
 
 /// Plans what the node runs: reads every variable from `vars` (name ->
-/// value; see [`NodeEnv::from_vars`]), then, for the `lmcache` backend,
+/// value; see [`NodeEnv::from_vars`]) unless `host` carries them as
+/// [`Facts::measure`] read them from the same map ([`HostFacts::node`]),
+/// then, for the `lmcache` backend,
 /// plans the launch with [`launch_plan::plan_launch`] from `host`, the
 /// facts [`Facts::measure`] measured. It creates and deletes nothing; the
 /// one thing it may look up is the executable, when `host` does not name it
@@ -205,14 +209,21 @@ impl Planned {
 /// the server executable is missing, and the other [`PlanError`]s of
 /// [`launch_plan::plan_launch`].
 pub fn plan(facts: &EngineFacts, vars: &Vars, host: &HostFacts) -> Result<Planned, PlanError> {
-    let node = NodeEnv::from_vars(vars)?;
+    let parsed;
+    let node = match &host.node {
+        Some(node) => node,
+        None => {
+            parsed = NodeEnv::from_vars(vars)?;
+            &parsed
+        }
+    };
     let reason = match node.kv_cache_backend {
         KvCacheBackend::Lmcache => {
             let executable = match &host.executable {
                 Some(found) => found.clone(),
-                None => facts::server_executable(&node, vars)?,
+                None => facts::server_executable(node, vars)?,
             };
-            let mut launch = launch_plan::plan_launch(facts, &node, host, executable)?;
+            let mut launch = launch_plan::plan_launch(facts, node, host, executable)?;
             launch.base_env = vars.clone();
             return Ok(Planned::Server(Box::new(launch)));
         }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::env::Vars;
 
 /// No executable was found; `looked` lists every place tried, in order.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot find {what}; looked in:\n{}\n{fix}", looked.iter().map(|l| format!("  - {l}")).collect::<Vec<_>>().join("\n"))]
 pub struct NotFound {
     /// What was looked for.
@@ -100,6 +100,19 @@ pub fn find_stock_lmcache(vars: &Vars, own_exe: &Path) -> Result<PathBuf, NotFou
         looked,
         fix: "Install it in a Python virtual environment and activate it (or set VIRTUAL_ENV), e.g. `python3 -m venv V && V/bin/pip install lmcache==0.5.6`; scripts/setup-lmcache.sh in this project's clone installs it in $EREBINE_LMCACHE_VENV, default ~/.cache/erebine/lmcache-0.5.6, and prints that path (then `export VIRTUAL_ENV=<that path>`)".into(),
     })
+}
+
+/// The stock `lmcache` a launch with the server `executable` runs: the
+/// executable itself when it is a script (`EREBINE_AGENT_LMCACHE_PATH`
+/// naming the stock command: [`shebang`]), else the one `erebine-lmcache`
+/// will find ([`find_stock_lmcache`], skipping `executable`).
+///
+/// Errors: [`NotFound`], with every place looked.
+pub fn stock_of(executable: &Path, vars: &Vars) -> Result<PathBuf, NotFound> {
+    match shebang(executable) {
+        Some(_) => Ok(executable.to_path_buf()),
+        None => find_stock_lmcache(vars, executable),
+    }
 }
 
 /// The executable `lmcache-tier launch` starts the server with: the one

@@ -105,13 +105,22 @@ pub fn stdout_text(text: &str) -> io::Result<()> {
     }
 }
 
+/// How the library shows long work: `(message, work)`; the binaries pass
+/// [`spinner`], the library's own default is [`unseen`].
+pub type ShowProgress = fn(&str, &mut dyn FnMut());
+
+/// A [`ShowProgress`] that only runs the work.
+pub fn unseen(_: &str, work: &mut dyn FnMut()) {
+    work()
+}
+
 /// How long work runs before a spinner appears on the terminal.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs `work`, showing `message` with a spinner and the elapsed time on
 /// stderr once it has taken longer than a second. Nothing is drawn when
 /// stderr is not a terminal (logs and pipes stay clean). Only the binaries
-/// draw: the library's long work takes a [`crate::launch::ShowProgress`].
+/// draw: the library's long work takes a [`ShowProgress`].
 pub fn with_progress<T>(message: &str, work: impl FnOnce() -> T) -> T {
     if !std::io::stderr().is_terminal() {
         return work();
@@ -136,7 +145,7 @@ pub fn with_progress<T>(message: &str, work: impl FnOnce() -> T) -> T {
     })
 }
 
-/// [`with_progress`] as a [`crate::launch::ShowProgress`].
+/// [`with_progress`] as a [`ShowProgress`].
 pub fn spinner(message: &str, work: &mut dyn FnMut()) {
     with_progress(message, work)
 }

@@ -10,7 +10,7 @@
 //! unless that is turned off.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 
 use crate::config_error::ConfigError;
 use crate::env::{NodeEnv, HTTP_PORT, LMCACHE_EXTRA_ARGS, METRICS_PORT, MP_PORT};
@@ -142,6 +142,80 @@ pub fn check_distinct(listeners: &[Listener]) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// A port of the launch that cannot be listened on: taken, not an address
+/// of this host, or refused by the kernel for another reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// A port the launch needs is taken.
+    #[error("{listener}: port {port} on {} is already in use ({detail}). Stop what holds it (`ss -ltnp 'sport = :{port}'`) or choose another port with {}", listener.host, listener.setting())]
+    PortInUse {
+        /// The listener whose port is taken, with its setting.
+        listener: Listener,
+        /// The port.
+        port: u16,
+        /// The bind error.
+        detail: String,
+    },
+    /// A listener cannot be opened for another reason than a taken port
+    /// or a foreign address: the kernel's error as it gave it (too many
+    /// open files, a privileged port, an address that needs a scope).
+    #[error("{listener}: cannot listen on {}: {source}. {}", std::net::SocketAddr::new(listener.host, *port), listen_advice(source, listener))]
+    CannotListen {
+        /// The listener, with its setting.
+        listener: Listener,
+        /// The port.
+        port: u16,
+        /// The bind error.
+        source: std::io::Error,
+    },
+    /// A listener's address is not one of this host's (only the metrics
+    /// endpoint's host can be set).
+    #[error("EREBINE_AGENT_LMCACHE_METRICS_HOST={host}: not an address of this host ({detail}). Set it to one of the host's addresses, 127.0.0.1 (the default) or 0.0.0.0")]
+    NotAnAddressHere {
+        /// The address.
+        host: std::net::IpAddr,
+        /// The bind error.
+        detail: String,
+    },
+}
+
+/// Fails when a port of `listeners` ([`listeners`]) cannot be listened on
+/// now: taken, or refused by the kernel (each with its setting and what to
+/// do). [`crate::Facts::measure`] runs it before a launch creates anything;
+/// a restart runs it before the server starts again.
+pub fn check_free(listeners: &[Listener]) -> Result<(), ListenError> {
+    for listener in listeners {
+        if let Err(e) = TcpListener::bind((listener.host, listener.port)) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::AddrNotAvailable => ListenError::NotAnAddressHere {
+                    host: listener.host,
+                    detail: e.to_string(),
+                },
+                std::io::ErrorKind::AddrInUse => ListenError::PortInUse {
+                    listener: listener.clone(),
+                    port: listener.port,
+                    detail: e.to_string(),
+                },
+                _ => ListenError::CannotListen {
+                    listener: listener.clone(),
+                    port: listener.port,
+                    source: e,
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What to do about a bind error that is not a taken port.
+fn listen_advice(source: &std::io::Error, listener: &Listener) -> String {
+    match source.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => "This process or the host has no file descriptors left: raise the limit (`ulimit -n`, systemd's LimitNOFILE) or find what holds them (`ls /proc/<pid>/fd | wc -l`)".to_string(),
+        Some(libc::EACCES) => format!("Ports below 1024 need privilege: choose a port of 1024 or above with {}", listener.setting()),
+        _ => format!("Check the address and the port of {}", listener.setting()),
+    }
 }
 
 #[cfg(test)]

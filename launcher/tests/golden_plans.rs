@@ -63,6 +63,7 @@ fn host() -> HostFacts {
         }),
         gpu: None,
         odirect_tiers: Vec::new(),
+        node: None,
     }
 }
 
@@ -172,6 +173,25 @@ fn tp4_with_an_fs_then_s3_cascade() {
         plan.housekeeping.is_none(),
         "a custom cascade is not housekept"
     );
+    // Once the gateways are known, the server's argv is rendered from the
+    // rewritten cascade: each tier in its own place, everything else as planned.
+    let mut rewritten = plan.cascade.clone();
+    rewritten.0[1] = rewritten.0[1].rewritten(
+        &["aws_secret_access_key"],
+        [("s3_endpoint", "127.0.0.1:9".into())],
+    );
+    let args = plan.server_args(&rewritten);
+    assert_eq!(args.len(), plan.args.len());
+    let tiers = value_of(&args, "--l2-adapter");
+    assert_eq!(tiers, [rewritten.0[0].to_arg(), rewritten.0[1].to_arg()]);
+    assert!(!args.iter().any(|a| a.contains("s3cr3t-example")));
+    let others = |a: &[String]| {
+        a.iter()
+            .filter(|a| !a.starts_with('{'))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(others(&args), others(&plan.args));
     assert_golden("tp4_fs_then_s3", &node, &plan);
 }
 
@@ -236,6 +256,11 @@ fn extra_args_override_chunk_size_and_replace_the_tiers() {
         "the extra arguments come last, in order"
     );
     assert_eq!(plan.cascade.tiers().len(), 1);
+    assert_eq!(
+        plan.server_args(&plan.cascade),
+        plan.args,
+        "the extra arguments' tier is rendered in its own place"
+    );
     assert_eq!(plan.decisions.chunk_size.value, 512);
     assert_eq!(plan.mp_port, 7555);
     assert_eq!(

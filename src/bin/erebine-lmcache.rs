@@ -13,28 +13,18 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
-use lmcache_capacity_guard::GuardError;
-use lmcache_launcher::env::{metrics_address, process_vars, ConfigError, Vars, METRICS_PORT};
+use lmcache_capacity_guard::capacity::CapacityError;
+use lmcache_launcher::drop_in::{self, DropIn, DropInError};
+use lmcache_launcher::env::process_vars;
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus};
-use lmcache_launcher::guards::{
-    check_guards, launch_guard_owner, start_guards, without_launch_guarded,
-};
+use lmcache_launcher::guards::{check_guards, without_launch_guarded};
 use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
-use lmcache_launcher::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use lmcache_launcher::output;
 use lmcache_launcher::process::ProcessError;
-use lmcache_launcher::server_flags::server_flags;
-use lmcache_launcher::server_python::{check_boto3, python_of, Boto3Error};
-use lmcache_launcher::supervise::{exit_code, Output, Supervised, TerminatingSignals};
-use lmcache_launcher::watch::Event;
+use lmcache_s3_gateway::needs_gateway;
 use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};
-use lmcache_s3_gateway::{needs_gateway, GatewayError, Gateways};
 use lmcache_tier_spec::{L2AdapterArgs, SpecError};
-use nix::sys::signal::Signal;
 
 const ABOUT: &str = "\
 erebine-lmcache: drop-in for the `lmcache` command on an inference node.
@@ -98,42 +88,13 @@ enum Failure {
         #[source]
         source: std::io::Error,
     },
-    /// The stock `lmcache` cannot be started as the server (126).
-    #[error("cannot start {}: {source}", .stock.display())]
-    CannotStart {
-        /// The stock `lmcache`.
-        stock: PathBuf,
-        /// The spawn error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A command that runs here ended before its server did
+    /// ([`drop_in::serve`]).
+    #[error(transparent)]
+    DropIn(#[from] DropInError),
     /// A guarded tier's capacity is unusable.
     #[error(transparent)]
     Guards(#[from] CapacityError),
-    /// A terminating signal cannot be caught (1).
-    #[error(transparent)]
-    Signals(std::io::Error),
-    /// An `s3_bucket` tier cannot work.
-    #[error(transparent)]
-    Gateway(#[from] GatewayError),
-    /// The stock `lmcache`'s Python cannot import boto3, which the
-    /// `s3_bucket` tiers need (2).
-    #[error(transparent)]
-    Boto3(#[from] Boto3Error),
-    /// A capacity guard could not start once the server listened; the
-    /// server is stopped.
-    #[error("{0}; stopping the server")]
-    GuardStart(
-        /// Why the guard did not start.
-        GuardError,
-    ),
-    /// The metrics variables are unusable (2).
-    #[error(transparent)]
-    MetricsConfig(#[from] lmcache_launcher::env::ConfigError),
-    /// The metrics endpoint cannot listen (4), or its thread cannot start
-    /// (1).
-    #[error("{0}; the server was not started")]
-    Metrics(#[from] MetricsError),
     /// This process itself failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
@@ -144,14 +105,9 @@ impl HasExitStatus for Failure {
         match self {
             Failure::Args(e) => e.exit_status(),
             Failure::StockNotFound(_) => ExitStatus::CommandNotFound,
-            Failure::CannotRun { .. } | Failure::CannotStart { .. } => ExitStatus::CannotRun,
+            Failure::CannotRun { .. } => ExitStatus::CannotRun,
+            Failure::DropIn(e) => e.exit_status(),
             Failure::Guards(e) => e.exit_status(),
-            Failure::Signals(_) => ExitStatus::Failure,
-            Failure::Gateway(e) => e.exit_status(),
-            Failure::Boto3(e) => e.exit_status(),
-            Failure::GuardStart(e) => e.exit_status(),
-            Failure::MetricsConfig(e) => e.exit_status(),
-            Failure::Metrics(e) => e.exit_status(),
             Failure::Process(e) => e.exit_status(),
         }
     }
@@ -203,14 +159,14 @@ fn run() -> Result<ExitStatus, Failure> {
         .enable_all()
         .build()
         .map_err(ProcessError::Runtime)?;
-    let command = Server {
+    let command = DropIn {
         stock,
         args,
         text_args,
         specs,
         guards,
     };
-    runtime.block_on(serve(command, vars))
+    Ok(runtime.block_on(drop_in::serve(command, vars))?)
 }
 
 /// Whether the command line asks LMCache for its help (`-h` or `--help`
@@ -328,198 +284,12 @@ fn runs_here(first: Option<&str>, specs: &L2AdapterArgs) -> bool {
             .any(needs_gateway)
 }
 
-/// A command that runs under this process: the stock `lmcache`, its
-/// arguments, and what was read from them.
-struct Server {
-    stock: PathBuf,
-    /// The arguments as given.
-    args: Vec<OsString>,
-    /// `args` as text, for [`Gateways::start_parsed`] (`--l2-adapter`
-    /// values are UTF-8, [`check_args`] made sure).
-    text_args: Vec<String>,
-    /// The parsed `--l2-adapter` values.
-    specs: L2AdapterArgs,
-    /// The capacity guards to start once the server runs.
-    guards: Vec<GuardSpec>,
-}
-
-/// How often a server that has not yet opened a listener is checked for
-/// one, to start its capacity guards.
-const LISTEN_CHECK: Duration = Duration::from_millis(200);
-
-/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need,
-/// starts the capacity guards once the server listens (a help request or a
-/// command line LMCache rejects never gets that far, so it touches
-/// nothing), and forwards every terminating signal until it exits.
-///
-/// Returns the status the run ends with once the server ran: its own, or
-/// that of a guard that could not start (said, and the server stopped).
-///
-/// # Errors
-/// [`Failure`]: what kept the server from running, or from being waited on.
-async fn serve(server: Server, vars: Vars) -> Result<ExitStatus, Failure> {
-    let mut signals = TerminatingSignals::install().map_err(Failure::Signals)?;
-    let env = |k: &str| {
-        vars.get(std::ffi::OsStr::new(k))
-            .and_then(|v| v.to_str())
-            .map(str::to_string)
-    };
-    let metrics = Arc::new(NodeMetrics::new(None));
-    if let Some(owner) = launch_guard_owner(&vars) {
-        metrics.serve_guards_of(&owner);
-    }
-    let _endpoint = start_metrics(&server, &vars, &metrics)?;
-    let (rewritten, gateways) =
-        Gateways::start_parsed(&server.text_args, &server.specs, &env).await?;
-    // LMCache gets the gateways' key through boto3 (stopped with them if not).
-    if !gateways.addresses().is_empty() {
-        check_boto3(&python_of(&server.stock), &vars)?;
-    }
-    metrics.watch_gateways(gateways.view());
-    metrics.watch_guards(server.guards.iter().cloned());
-    let args = server.args.iter().zip(&server.text_args).zip(rewritten);
-    let args = args.map(|((given, read), sent)| match *read == sent {
-        true => given.clone(),
-        false => OsString::from(sent),
-    });
-    let mut command = tokio::process::Command::new(&server.stock);
-    command.args(args);
-    for (variable, value) in gateways.server_env() {
-        match value {
-            Some(value) => command.env(variable, value),
-            None => command.env_remove(variable),
-        };
-    }
-    command.env_remove(lmcache_launcher::launch::GUARDED_BY_LAUNCH);
-    command.env_remove(lmcache_launcher::launch::GUARD_OWNER);
-    let mut child =
-        Supervised::spawn(command, Output::Inherit).map_err(|source| Failure::CannotStart {
-            stock: server.stock.clone(),
-            source,
-        })?;
-    metrics.server().started(1);
-    let mut pending = Some(server.guards).filter(|g| !g.is_empty());
-    let mut listening = false;
-    // Stopped (last status written) when dropped, after the server exits.
-    let mut _guards = Vec::new();
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                // Whatever the server left in its group goes with it.
-                child.signal(Signal::SIGKILL);
-                let status = status.map_err(ProcessError::LostServer)?;
-                metrics.server().observe(&Event::exited(status, &child.oom_reading()));
-                return Ok(ExitStatus::of_server(exit_code(status)));
-            }
-            number = signals.recv() => child.forward(number),
-            _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() || !listening => {
-                if child.listens() {
-                    // Listening is this process's "ready": it does not poll
-                    // /status, the launch does.
-                    listening = true;
-                    metrics.server().observe(&Event::Ready);
-                }
-                if listening && pending.is_some() {
-                    match start_guards(pending.take().unwrap_or_default(), &metrics.guard_owner()) {
-                        Ok(started) => _guards = started,
-                        Err(e) => {
-                            // Said before the stop, which may take STOP_GRACE.
-                            let failure = Failure::GuardStart(e);
-                            say!("{failure}");
-                            let _ = child.stop(STOP_GRACE).await;
-                            return Ok(failure.exit_status());
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The metrics endpoint of a `server` run alone
-/// (`EREBINE_AGENT_LMCACHE_METRICS_PORT`, `_HOST`; `docs/metrics.md`): the
-/// guards' and gateways' families and the server's exits. Under
-/// `lmcache-tier launch` the launch serves them and sets the port to 0
-/// here. `None` for other commands (`bench l2`), or with the port unset or
-/// 0.
-fn start_metrics(
-    server: &Server,
-    vars: &Vars,
-    metrics: &Arc<NodeMetrics>,
-) -> Result<Option<MetricsEndpoint>, Failure> {
-    let is_server = server.text_args.first().map(String::as_str) == Some("server");
-    // Unset: no endpoint, as the stock server has none.
-    let Some(address) = metrics_address(vars, 0)?.filter(|_| is_server) else {
-        return Ok(None);
-    };
-    for (flag, role, port) in server_ports(&server.text_args) {
-        if port == address.port() {
-            return Err(Failure::MetricsConfig(ConfigError::PortClash {
-                first: format!("{METRICS_PORT}={port} (the metrics endpoint)"),
-                second: format!("{flag} {port} ({role})"),
-                port,
-            }));
-        }
-    }
-    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone())?;
-    say!("metrics on http://{}/metrics", endpoint.address());
-    Ok(Some(endpoint))
-}
-
-/// The server's own ports, as LMCache's parser reads `args` (`server`
-/// first): `--port` (LMCache 0.5.6's default 5555) and `--http-port`
-/// (8080), each with its role. Arguments LMCache would refuse give the
-/// defaults: the server refuses them itself.
-fn server_ports(args: &[String]) -> [(&'static str, &'static str, u16); 2] {
-    let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
-    let read = server_flags().read(&flags).unwrap_or_default();
-    let last = |flag: &str| {
-        read.iter()
-            .rev()
-            .find(|o| o.flag == flag)
-            .and_then(|o| o.values.last()?.parse().ok())
-    };
-    [
-        (
-            "--port",
-            "the server's ZMQ port",
-            last("--port").unwrap_or(5555),
-        ),
-        (
-            "--http-port",
-            "the server's HTTP port",
-            last("--http-port").unwrap_or(8080),
-        ),
-    ]
-}
-
-/// How long a server stopped because its guard could not start is given
-/// after SIGTERM.
-const STOP_GRACE: Duration = Duration::from_secs(30);
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn specs(args: &[&str]) -> L2AdapterArgs {
         L2AdapterArgs::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn the_servers_ports_are_read_as_lmcache_reads_them() {
-        let ports = |args: &[&str]| {
-            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-            server_ports(&args).map(|(_, _, port)| port)
-        };
-        assert_eq!(ports(&["server"]), [5555, 8080]);
-        assert_eq!(
-            ports(&["server", "--port", "7000", "--http-port=7001"]),
-            [7000, 7001]
-        );
-        assert_eq!(
-            ports(&["server", "--http-p", "9000", "--port", "1", "--port", "2"]),
-            [2, 9000]
-        );
     }
 
     #[test]

@@ -9,15 +9,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use lmcache_housekeeping::identity::NAME_MAX;
 use lmcache_housekeeping::tier_dir::replace_control_file;
-use lmcache_housekeeping::{housekeep, HousekeepingError, Mode, Report, TierPolicy};
+use lmcache_housekeeping::{housekeep, HousekeepingError, Mode, TierPolicy};
 use lmcache_launcher::cli::size::SizeReport;
 use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
 use lmcache_launcher::exit::{exit_status_help, ExitStatus, HasExitStatus, LMCACHE_TIER_STATUSES};
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
-use lmcache_launcher::launch_plan::LaunchPlan;
 use lmcache_launcher::output;
 use lmcache_launcher::output::with_progress;
 use lmcache_launcher::ports;
@@ -25,9 +23,9 @@ use lmcache_launcher::process::ProcessError;
 use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::supervise::{self, TerminatingSignals};
 use lmcache_launcher::watch::{WatchConfig, UNRESPONSIVE_TIMEOUT};
+use lmcache_launcher::DiskAccess;
 use lmcache_launcher::{cli, gpu, locate};
-use lmcache_launcher::{DiskAccess, Facts};
-use lmcache_launcher::{EngineFacts, HostFacts, PlanError};
+use lmcache_launcher::{EngineFacts, PlanError};
 use lmcache_launcher::{KvCacheBackend, Planned};
 use lmcache_sizing::{fmt_gib, gib_to_bytes};
 use lmcache_tier_spec::TierSpec;
@@ -453,16 +451,6 @@ fn path_flag(e: ConfigError, given: bool) -> ConfigError {
     }
 }
 
-/// Measures the facts the plan reads, with a spinner on a terminal when
-/// the scan of the tier takes long.
-fn measure(engine: &EngineFacts, vars: &Vars, access: DiskAccess) -> Result<Facts, Failure> {
-    let path = NodeEnv::from_vars(vars)?.disk_path;
-    let message = format!("measuring the cache in {}", path.display());
-    Ok(with_progress(&message, || {
-        Facts::measure(engine, vars, access)
-    })?)
-}
-
 fn main() -> ExitCode {
     lmcache_launcher::output::init_logging(std::io::stderr().is_terminal());
     let cli = match Cli::try_parse() {
@@ -681,112 +669,68 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     if let Some(backend) = args.kv_cache_backend {
         vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string().into());
     }
-    let node = NodeEnv::from_vars(&vars)?;
-    let facts = args.engine.facts();
-    let lmcache = match node.kv_cache_backend {
-        KvCacheBackend::Lmcache => stock_lmcache(&node, &vars, args.dry_run)?,
-        _ => None,
+    let access = match args.dry_run {
+        true => DiskAccess::Inspect,
+        false => DiskAccess::Create,
     };
-    let access = if args.dry_run {
-        DiskAccess::Inspect
-    } else {
-        // A port in use stops the launch before the cache directory is
-        // created or locked.
-        if node.kv_cache_backend == KvCacheBackend::Lmcache {
-            let listeners = ports::listeners(&node);
-            ports::check_distinct(&listeners)?;
-            launch::check_ports(&listeners)?;
-        }
-        DiskAccess::Create
-    };
-    let measured = measure(&facts, &vars, access)?;
-    let mut planned = lmcache_launcher::plan(&facts, &vars, &HostFacts::from(&measured))?;
-    if let Planned::Server(plan) = &mut planned {
-        plan.args.extend(args.server_arg);
-    }
-    let plan = match &planned {
+    let engine = args.engine.facts();
+    let launch = cli::launch::plan_node(&engine, &vars, access, args.server_arg.clone())?;
+    let plan = match &launch.planned {
         Planned::Server(plan) => plan,
-        Planned::NothingToLaunch(why) => {
-            match (args.dry_run, args.json) {
-                (true, true) => outln!("{:#}", planned.to_json()),
-                (true, false) => outln!("nothing to launch: {}", why.reason),
-                (false, _) => tracing::info!("nothing to launch: {}", why.reason),
-            }
+        Planned::NothingToLaunch(why) if !args.dry_run => {
+            tracing::info!("nothing to launch: {}", why.reason);
             return Ok(());
         }
+        Planned::NothingToLaunch(_) => return show_dry_run(&launch, args.json),
     };
-    for warning in &plan.decisions.warnings {
-        tracing::warn!("{warning}");
-    }
-    if let Some(hk) = &plan.housekeeping {
-        let identity = &hk.identity;
-        let served = match &facts.served_model_name {
-            Some(name) if *name != facts.model => {
-                format!("; --served-model-name {name:?} is what clients send and is not part of it")
-            }
-            _ => String::new(),
-        };
-        tracing::info!(
-            "launch identity: LMCache writes objects under model {:?} with world size {} (vLLM's --model and parallel flags){served}",
-            identity.lmcache_model_name(),
-            identity.kv_world_size()
-        );
-        let name_len = identity.object_name_len();
-        if name_len > NAME_MAX {
-            tracing::warn!(
-                "LMCache's object names for --model {:?} are {name_len} bytes, over the {NAME_MAX} a file name may have: every store to the disk tier {} will fail. Give the engine (and the launch) a shorter --model, e.g. a symlink to the model directory",
-                facts.model,
-                hk.path.display()
-            );
+    for (warning, line) in launch.notes(&engine) {
+        match warning {
+            true => tracing::warn!("{line}"),
+            false => tracing::info!("{line}"),
         }
     }
     if args.dry_run {
-        let housekeeping = dry_run_housekeeping(plan)?;
-        if let Some(warning) = housekeeping.as_ref().and_then(|r| r.purge_warning()) {
-            tracing::warn!("{warning}");
-        }
-        if args.json {
-            let mut json = planned.to_json();
-            json["lmcache"] = serde_json::to_value(&lmcache).unwrap_or_default();
-            json["facts"] = serde_json::to_value(&measured).unwrap_or_default();
-            json["housekeeping_report"] = serde_json::to_value(&housekeeping).unwrap_or_default();
-            outln!("{json:#}");
-        } else {
-            outln!("{}", plan.log_line());
-            if let Some(report) = &housekeeping {
-                outln!("{report}");
-            }
-            if let Some(install) = &lmcache {
-                outln!("{}", install.describe());
-            }
-            // Quoted for a shell, so the line can be pasted (secrets stay
-            // redacted), after the server's own variables as assignments.
-            let command: Vec<String> = std::iter::once(plan.executable.display().to_string())
-                .chain(plan.redacted_args())
-                .collect();
-            let assignments = plan.shown_env().into_iter().map(|(k, v)| {
-                let value = shlex::try_quote(&v).map_or_else(|_| v.clone(), |q| q.into_owned());
-                format!("{k}={value} ")
-            });
-            outln!(
-                "{}{}",
-                assignments.collect::<String>(),
-                shlex::try_join(command.iter().map(String::as_str))
-                    .unwrap_or_else(|_| command.join(" "))
-            );
-            outln!("vLLM --kv-transfer-config {}", plan.kv_transfer_config());
-        }
-        return Ok(());
+        return show_dry_run(&launch, args.json);
     }
     tracing::info!("{}", plan.log_line());
-    match &lmcache {
+    match launch.lmcache() {
         Some(install) if install.tested => tracing::info!("{}", install.describe()),
         Some(install) => tracing::warn!("{}", install.describe()),
         None => {}
     }
+    let options = run_options(&args);
+    // The tier's scan and lock go on with the plan's housekeeping, if any.
+    let cli::launch::NodeLaunch { planned, facts } = launch;
+    drop(facts);
+    let Planned::Server(plan) = planned else {
+        return Ok(());
+    };
+    match signals {
+        Some(signals) => runtime.block_on(launch::run_with_signals(&plan, &options, signals))?,
+        None => runtime.block_on(launch::run(&plan, &options))?,
+    };
+    Ok(())
+}
+
+/// Prints `launch --dry-run`'s report ([`cli::launch::DryRun`]): JSON with
+/// `--json`, else text; a purge it would make is warned about first.
+fn show_dry_run(launch: &cli::launch::NodeLaunch, json: bool) -> Result<(), Failure> {
+    let report = cli::launch::DryRun::of(launch)?;
+    if let Some(warning) = report.purge_warning() {
+        tracing::warn!("{warning}");
+    }
+    match json {
+        true => outln!("{:#}", report.to_json()),
+        false => write_out(report.to_string())?,
+    }
+    Ok(())
+}
+
+/// The run's options from the launch's flags.
+fn run_options(args: &LaunchArgs) -> RunOptions {
     let first_backoff = Duration::from_secs(args.restart_backoff);
     let default_restart = RestartPolicy::default();
-    let options = RunOptions {
+    RunOptions {
         ready_timeout: Duration::from_secs(args.ready_timeout),
         stop_grace: Duration::from_secs(args.stop_grace),
         watch: WatchConfig {
@@ -801,27 +745,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
             ..default_restart
         },
         progress: lmcache_launcher::output::spinner,
-    };
-    // The tier's scan and lock go on with the plan's housekeeping, if any.
-    drop(measured);
-    match signals {
-        Some(signals) => runtime.block_on(launch::run_with_signals(plan, &options, signals))?,
-        None => runtime.block_on(launch::run(plan, &options))?,
-    };
-    Ok(())
-}
-
-/// What the launch's housekeeping would do to the disk tier, from the dry
-/// run's own read-only scan; `None` without a disk tier, or before its
-/// directory exists (there is nothing to clean then).
-fn dry_run_housekeeping(plan: &LaunchPlan) -> Result<Option<Report>, HousekeepingError> {
-    let Some(hk) = plan.housekeeping.as_ref() else {
-        return Ok(None);
-    };
-    if std::fs::symlink_metadata(&hk.path).is_err() {
-        return Ok(None);
     }
-    Ok(Some(hk.run(Mode::DryRun)?.housekeeping.report))
 }
 
 /// Catches every terminating signal for the launch and makes this process
@@ -835,33 +759,6 @@ fn catch_signals(runtime: &tokio::runtime::Runtime) -> Result<TerminatingSignals
         tracing::warn!("cannot adopt the server's processes if its wrapper dies first: {e}");
     }
     Ok(signals)
-}
-
-/// The stock `lmcache` the launch will run and its version. Without
-/// `EREBINE_AGENT_LMCACHE_PATH`, our `erebine-lmcache` will look for it:
-/// a missing one fails here (exit 3, every place looked listed), before
-/// anything is created or started; `--dry-run` only warns. With that
-/// variable, the executable is the operator's, and a stock `lmcache` that
-/// cannot be found is only not described.
-fn stock_lmcache(
-    node: &NodeEnv,
-    vars: &Vars,
-    dry_run: bool,
-) -> Result<Option<locate::LmcacheInstall>, Failure> {
-    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
-    let executable = match &node.lmcache_path {
-        Some(path) => path.clone(),
-        None => locate::server_executable(None, vars, &own)?,
-    };
-    match locate::find_stock_lmcache(vars, &executable) {
-        Ok(stock) => Ok(Some(locate::LmcacheInstall::at(&stock))),
-        Err(_) if node.lmcache_path.is_some() => Ok(None),
-        Err(e) if dry_run => {
-            tracing::warn!("{e}");
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {

@@ -189,7 +189,9 @@ fn start_gateway(endpoint: &str) -> (Local, Gateways) {
         .build()
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (args, gateways) = runtime.block_on(Gateways::start(&args, &|_| None)).unwrap();
+    let (args, gateways) = runtime
+        .block_on(Gateways::start_args(&args, &|_| None))
+        .unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
     let key = gateways.key().unwrap();
     let local = Local {

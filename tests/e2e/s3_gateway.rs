@@ -563,7 +563,7 @@ fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503(
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (args, gateways) = runtime
-        .block_on(lmcache_s3_gateway::Gateways::start(&args, &|_| None))
+        .block_on(lmcache_s3_gateway::Gateways::start_args(&args, &|_| None))
         .unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
     let host = local["s3_endpoint"].as_str().unwrap().to_string();

@@ -93,7 +93,7 @@ fn main() -> Result<(), Error> {
         .enable_all()
         .build()?;
     let started = Instant::now();
-    let (_, gateways) = runtime.block_on(Gateways::start(&args, &|_| None))?;
+    let (_, gateways) = runtime.block_on(Gateways::start_args(&args, &|_| None))?;
     let took = started.elapsed();
     let bound = gateways.view().states()[0]
         .bucket_bound

@@ -103,8 +103,9 @@ async fn serve_gateway() -> Result<(), Error> {
         "disable_tls": true,
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (rewritten, gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
-    let (scraped, scraped_gateways) = Gateways::start(&args, &|k| std::env::var(k).ok()).await?;
+    let (rewritten, gateways) = Gateways::start_args(&args, &|k| std::env::var(k).ok()).await?;
+    let (scraped, scraped_gateways) =
+        Gateways::start_args(&args, &|k| std::env::var(k).ok()).await?;
     let every = Duration::from_millis(env_or("GATEWAY_BENCH_SCRAPE_MS", 10)? as u64);
     let view = scraped_gateways.view();
     std::thread::spawn(move || loop {

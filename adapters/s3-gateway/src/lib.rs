@@ -2,11 +2,11 @@
 //! gateway, with the operator's credentials kept off LMCache's command line
 //! and environment (`docs/s3-gateway.md`).
 //!
-//! [`Gateways::start`] takes the arguments of an `lmcache` command
-//! (`server ...` or `bench l2 ...`), starts one gateway per `--l2-adapter`
-//! spec of type `s3` that names an `s3_bucket`, and returns the arguments
-//! with those specs rewritten to point at the gateways. Every other argument
-//! and spec is returned unchanged. The key LMCache signs with reaches it
+//! [`Gateways::start`] takes a cascade of tier specs, starts one gateway
+//! per tier of type `s3` that names an `s3_bucket`, and returns the cascade
+//! with those tiers rewritten to point at the gateways; every other tier is
+//! returned unchanged. [`Gateways::start_args`] does the same for the
+//! arguments of an `lmcache` command (`server ...` or `bench l2 ...`). The key LMCache signs with reaches it
 //! through its environment ([`Gateways::server_env`]), never its command
 //! line, and each gateway serves only connections from this process's uid,
 //! the uid the server runs as ([`peer`]). The gateways run on their own
@@ -28,7 +28,7 @@ pub use gateway::UPSTREAM_SILENCE;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use lmcache_tier_spec::{L2AdapterArgs, TierSpec};
+use lmcache_tier_spec::{Cascade, L2AdapterArgs, TierSpec};
 use sigv4::KeyPair;
 use spec::{BucketSpecError, BucketTier};
 use state::Stats;
@@ -152,48 +152,34 @@ impl std::fmt::Debug for Gateways {
 }
 
 impl Gateways {
-    /// Starts a gateway for every `--l2-adapter` spec (either
-    /// `--l2-adapter JSON` or `--l2-adapter=JSON`) of type `s3` with
+    /// Starts a gateway for every tier of `tiers` of type `s3` with
     /// `s3_bucket`, after checking each spec and the bucket (a signed HEAD
-    /// with the real credentials). Returns the arguments with those specs
-    /// rewritten ([`BucketTier::rewrite`]) and the running gateways.
+    /// with the real credentials). Returns the cascade with those tiers
+    /// rewritten to point at their gateways ([`BucketTier::rewrite`]),
+    /// every other tier unchanged, and the running gateways.
     ///
     /// `env` looks up the launcher's environment for the AWS credential
     /// variables ([`credentials`] says which, and what `aws-config` reads
-    /// from the process environment itself). Tiers are counted from 0 in the
-    /// order of the `--l2-adapter` flags. Errors name the tier and key at
-    /// fault; a tier without credentials fails with the sources tried, and
-    /// an `s3` tier without `s3_bucket` that would sign with the per-launch
-    /// key fails too ([`spec::check_default_chain`]).
+    /// from the process environment itself). Tiers are counted from 0 in
+    /// cascade order. Errors name the tier and key at fault; a tier without
+    /// credentials fails with the sources tried, and an `s3` tier without
+    /// `s3_bucket` that would sign with the per-launch key fails too
+    /// ([`spec::check_default_chain`]).
     ///
     /// Every gateway of the call accepts one per-launch key pair, which the
     /// server gets from [`Gateways::server_env`], and only connections
     /// whose socket belongs to this process's effective uid.
     pub async fn start(
-        args: &[String],
+        tiers: &Cascade,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
-    ) -> Result<(Vec<String>, Gateways), GatewayError> {
-        Self::start_parsed(args, &L2AdapterArgs::parse(args), env).await
-    }
-
-    /// [`Gateways::start`] for a caller that has already parsed the
-    /// `--l2-adapter` values of `args` into `specs`
-    /// ([`L2AdapterArgs::parse`] of the same `args`).
-    pub async fn start_parsed(
-        args: &[String],
-        specs: &L2AdapterArgs,
-        env: &(dyn Fn(&str) -> Option<String> + Sync),
-    ) -> Result<(Vec<String>, Gateways), GatewayError> {
-        let mut out = args.to_vec();
-        let mut tiers = Vec::new();
-        let parsed = specs.0.iter().filter_map(|arg| arg.spec.as_ref().ok());
-        spec::check_default_chain(parsed)?;
-        for (position, arg) in specs.0.iter().enumerate() {
-            let Ok(spec) = &arg.spec else { continue };
-            let flag = if arg.inline { "--l2-adapter=" } else { "" };
+    ) -> Result<(Cascade, Gateways), GatewayError> {
+        let mut out = tiers.clone();
+        spec::check_default_chain(tiers.tiers().iter())?;
+        let mut bucket_tiers = Vec::new();
+        for (position, spec) in tiers.tiers().iter().enumerate() {
             if let Some(tier) = BucketTier::from_spec(spec, position, env)? {
                 let bound = bound::BoundSpec::from_spec(spec, position)?;
-                tiers.push((arg.index, flag, spec.clone(), tier, bound));
+                bucket_tiers.push((tier, bound));
             }
         }
         let mut gateways = Gateways {
@@ -202,7 +188,7 @@ impl Gateways {
             key: None,
             view: GatewaysView::default(),
         };
-        if tiers.is_empty() {
+        if bucket_tiers.is_empty() {
             return Ok((out, gateways));
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -216,19 +202,21 @@ impl Gateways {
         gateways.runtime = Some(runtime);
         let key = KeyPair::random()?;
         let server_uid = nix::unistd::geteuid().as_raw();
-        for (index, flag, spec, tier, bound) in tiers {
+        for (tier, bound) in bucket_tiers {
             let position = tier.position;
             let (addr, source, stats) = handle
                 .spawn(start_one(tier, bound, key.clone(), server_uid))
                 .await
                 .map_err(std::io::Error::other)??;
             gateways.view.0.push(stats);
-            out[index] = format!("{flag}{}", BucketTier::rewrite(&spec, addr).to_arg());
+            let spec = &mut out.0[position];
+            *spec = BucketTier::rewrite(spec, addr);
             tracing::info!(
                 tier = position,
                 credentials = %source,
                 "S3 gateway for {} listening on {addr}",
-                spec.as_object()
+                tiers.0[position]
+                    .as_object()
                     .get("s3_bucket")
                     .and_then(|v| v.as_str())
                     .unwrap_or("")
@@ -237,6 +225,23 @@ impl Gateways {
         }
         gateways.key = Some(key);
         Ok((out, gateways))
+    }
+
+    /// [`Gateways::start`] for a caller that has only the arguments of an
+    /// `lmcache` command (`server ...` or `bench l2 ...`: `erebine-lmcache`,
+    /// tests): the usable `--l2-adapter` values (either `--l2-adapter JSON`
+    /// or `--l2-adapter=JSON`) are the cascade, and the arguments come back
+    /// with the rewritten specs in their places ([`L2AdapterArgs::render`]).
+    ///
+    /// # Errors
+    /// Those of [`Gateways::start`].
+    pub async fn start_args(
+        args: &[String],
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<(Vec<String>, Gateways), GatewayError> {
+        let specs = L2AdapterArgs::parse(args);
+        let (tiers, gateways) = Self::start(&specs.cascade(), env).await?;
+        Ok((specs.render(args, &tiers), gateways))
     }
 
     /// The gateways' counters, for a reader that outlives this borrow
@@ -357,7 +362,7 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let (out, gateways) = Gateways::start(&args, &|_| None).await.unwrap();
+        let (out, gateways) = Gateways::start_args(&args, &|_| None).await.unwrap();
         assert_eq!(out, args);
         assert!(gateways.addresses().is_empty());
         assert!(gateways.server_env().is_empty());
@@ -375,7 +380,7 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let e = Gateways::start(&args, &|_| None)
+        let e = Gateways::start_args(&args, &|_| None)
             .await
             .unwrap_err()
             .to_string();
@@ -398,7 +403,7 @@ mod tests {
                 r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#
             ),
         ];
-        let e = Gateways::start(&args, &|_| None)
+        let e = Gateways::start_args(&args, &|_| None)
             .await
             .unwrap_err()
             .to_string();
@@ -427,7 +432,10 @@ mod tests {
             "--l2-adapter".to_string(),
             r#"{"type":"s3","s3_endpoint":"127.0.0.1:1","s3_bucket":"kvc","s3_region":"r","disable_tls":true}"#.to_string(),
         ];
-        let e = Gateways::start(&args, &env).await.unwrap_err().to_string();
+        let e = Gateways::start_args(&args, &env)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with(&format!(
                 "L2 tier 0 (s3): aws_access_key_id: no credentials: the tier has no aws_access_key_id, AWS_ACCESS_KEY_ID is not set, and the AWS default chain found none; tried: profile \"default\" in {home_path}/.aws/config. Set "
@@ -453,7 +461,7 @@ mod tests {
             "--l2-adapter".to_string(),
             r#"{"type":"s3","s3_endpoint":"127.0.0.1:1","s3_bucket":"kvc","s3_region":"r","disable_tls":true}"#.to_string(),
         ];
-        let e = tokio::time::timeout(Duration::from_secs(10), Gateways::start(&args, &env))
+        let e = tokio::time::timeout(Duration::from_secs(10), Gateways::start_args(&args, &env))
             .await
             .expect("the start-up hung on the FIFO")
             .unwrap_err()
@@ -475,7 +483,7 @@ mod tests {
                 r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_key_prefix":"p/","s3_region":"r","disable_tls":true,"aws_access_key_id":"AKIATOPSECRETID","aws_secret_access_key":"TOPSECRET"}}"#
             ),
         ];
-        let (_, gateways) = Gateways::start(&args, &|_| None).await.unwrap();
+        let (_, gateways) = Gateways::start_args(&args, &|_| None).await.unwrap();
         let (_, addr) = gateways.addresses()[0];
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let refused = client
@@ -552,7 +560,7 @@ mod tests {
                     r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"TOPSECRET"}}"#
                 ),
             ];
-            let e = Gateways::start(&args, &|_| None)
+            let e = Gateways::start_args(&args, &|_| None)
                 .await
                 .unwrap_err()
                 .to_string();

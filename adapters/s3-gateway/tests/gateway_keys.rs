@@ -147,7 +147,9 @@ fn start_tier(runtime: &tokio::runtime::Runtime, prefix: &'static str) -> Tier {
         "aws_access_key_id": real.access_key_id, "aws_secret_access_key": real.secret_access_key,
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (out, gateways) = runtime.block_on(Gateways::start(&args, &|_| None)).unwrap();
+    let (out, gateways) = runtime
+        .block_on(Gateways::start_args(&args, &|_| None))
+        .unwrap();
     let rewritten: serde_json::Value = serde_json::from_str(&out[1]).unwrap();
     assert!(
         rewritten.get("aws_secret_access_key").is_none(),

@@ -356,6 +356,23 @@ impl L2AdapterArgs {
         L2AdapterArgs(found)
     }
 
+    /// `args` (the arguments these values were parsed from) with the usable
+    /// specs replaced, in order, by the tiers of `tiers` (one per usable
+    /// spec, as [`L2AdapterArgs::cascade`] gave them, e.g. rewritten),
+    /// each written as it was (`--l2-adapter=` kept for an inline value).
+    /// A value without a tier in `tiers` is kept as it was.
+    pub fn render(&self, args: &[String], tiers: &Cascade) -> Vec<String> {
+        let mut out = args.to_vec();
+        let usable = self.0.iter().filter(|a| a.spec.is_ok());
+        for (arg, tier) in usable.zip(tiers.tiers()) {
+            let flag = if arg.inline { "--l2-adapter=" } else { "" };
+            if let Some(slot) = out.get_mut(arg.index) {
+                *slot = format!("{flag}{}", tier.to_arg());
+            }
+        }
+        out
+    }
+
     /// The usable specs as a cascade, in order.
     pub fn cascade(&self) -> Cascade {
         Cascade(self.0.iter().filter_map(|a| a.spec.clone().ok()).collect())
@@ -517,6 +534,47 @@ mod tests {
         }
         let fine = ["--l2-adapter", r#"{"type":"fs","max_capacity_gb":1e300}"#].map(String::from);
         assert_eq!(L2AdapterArgs::parse(&fine).check(), Ok(()));
+    }
+
+    #[test]
+    fn render_puts_each_tier_back_where_its_value_was_written() {
+        let args = [
+            "bench",
+            "l2",
+            "--l2-adapter",
+            r#"{"type":"s3","s3_bucket":"b"}"#,
+            "--l2-adapter=NaN",
+            "--num-keys",
+            "4",
+            r#"--l2-adapter={"type":"fs","base_path":"/a"}"#,
+        ]
+        .map(String::from);
+        let found = L2AdapterArgs::parse(&args);
+        let mut tiers = found.cascade();
+        tiers.0[0] = TierSpec::from_object(
+            serde_json::json!({"type": "s3", "s3_endpoint": "127.0.0.1:9"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+            "test",
+            0,
+        )
+        .unwrap();
+        let out = found.render(&args, &tiers);
+        assert_eq!(out[3], r#"{"type":"s3","s3_endpoint":"127.0.0.1:9"}"#);
+        assert_eq!(
+            out[4], "--l2-adapter=NaN",
+            "an unusable value stays as written"
+        );
+        assert_eq!(out[7], r#"--l2-adapter={"type":"fs","base_path":"/a"}"#);
+        assert_eq!(out[..3], args[..3]);
+        assert_eq!(out[5..7], args[5..7]);
+        let fewer = Cascade(Vec::new());
+        assert_eq!(
+            found.render(&args, &fewer),
+            args,
+            "values without a tier are kept"
+        );
     }
 
     #[test]

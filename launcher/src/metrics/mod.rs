@@ -1234,6 +1234,7 @@ mod tests {
             }),
             gpu: None,
             odirect_tiers: Vec::new(),
+            node: None,
         };
         match plan(&engine, &vars, &host).unwrap() {
             Planned::Server(plan) => *plan,

@@ -1,0 +1,303 @@
+//! What `erebine-lmcache` does with a command that runs under it (`server`,
+//! or any command whose `--l2-adapter` specs need an S3 gateway): the
+//! gateways of its `s3_bucket` tiers ([`lmcache_s3_gateway::Gateways`]),
+//! the stock `lmcache` started with the rewritten specs in its own process
+//! group and supervised by [`Supervised`] (every terminating signal
+//! forwarded, its process group killed once it exits, its status passed
+//! on), the capacity guards of its `fs` tiers once it listens, and, with
+//! `EREBINE_AGENT_LMCACHE_METRICS_PORT` set, a metrics endpoint
+//! (`docs/metrics.md`). The binary checks the command line and finds the
+//! stock `lmcache`; [`serve`] does the rest.
+//!
+//! Unlike [`crate::launch`], a drop-in never restarts the server and polls
+//! no `/status`: it stands where the stock command stood, so the server's
+//! own exit status is its own (`docs/operations.md`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lmcache_capacity_guard::capacity::GuardSpec;
+use lmcache_capacity_guard::GuardError;
+use lmcache_s3_gateway::{GatewayError, Gateways};
+use lmcache_tier_spec::L2AdapterArgs;
+use nix::sys::signal::Signal;
+
+use crate::env::{metrics_address, ConfigError, Vars, METRICS_PORT};
+use crate::exit::{ExitStatus, HasExitStatus};
+use crate::guards::launch_guard_owner;
+use crate::guards::start_guards;
+use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
+use crate::process::ProcessError;
+use crate::server_flags::server_flags;
+use crate::server_python::{check_boto3, python_of, Boto3Error};
+use crate::supervise::{exit_code, Output, Supervised, TerminatingSignals};
+use crate::watch::Event;
+
+/// One line of `erebine-lmcache`'s own on stderr, dropped if stderr is gone.
+fn say(line: &str) {
+    crate::output::stderr_line(&format!("erebine-lmcache: {line}"));
+}
+
+/// Why a drop-in command ends before the server it runs does; each error
+/// knows its exit status ([`HasExitStatus`], in `crate::exit`).
+#[derive(Debug, thiserror::Error)]
+pub enum DropInError {
+    /// The stock `lmcache` cannot be started as the server (126).
+    #[error("cannot start {}: {source}", .stock.display())]
+    CannotStart {
+        /// The stock `lmcache`.
+        stock: PathBuf,
+        /// The spawn error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A terminating signal cannot be caught (1).
+    #[error(transparent)]
+    Signals(std::io::Error),
+    /// An `s3_bucket` tier cannot work.
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    /// The stock `lmcache`'s Python cannot import boto3, which the
+    /// `s3_bucket` tiers need (2).
+    #[error(transparent)]
+    Boto3(#[from] Boto3Error),
+    /// A capacity guard could not start once the server listened; the
+    /// server is stopped.
+    #[error("{0}; stopping the server")]
+    GuardStart(
+        /// Why the guard did not start.
+        GuardError,
+    ),
+    /// The metrics variables are unusable (2).
+    #[error(transparent)]
+    MetricsConfig(#[from] ConfigError),
+    /// The metrics endpoint cannot listen (4), or its thread cannot start
+    /// (1).
+    #[error("{0}; the server was not started")]
+    Metrics(#[from] MetricsError),
+    /// This process itself failed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+/// A command that runs under `erebine-lmcache`: the stock `lmcache`, its
+/// arguments, and what was read from them.
+#[derive(Debug)]
+pub struct DropIn {
+    /// The stock `lmcache` ([`crate::locate::find_stock_lmcache`]).
+    pub stock: PathBuf,
+    /// The arguments as given.
+    pub args: Vec<OsString>,
+    /// `args` as text, for [`L2AdapterArgs::render`] (`--l2-adapter`
+    /// values are UTF-8: the caller checks).
+    pub text_args: Vec<String>,
+    /// The parsed `--l2-adapter` values.
+    pub specs: L2AdapterArgs,
+    /// The capacity guards to start once the server runs
+    /// ([`crate::guards::check_guards`]).
+    pub guards: Vec<GuardSpec>,
+}
+
+/// How often a server that has not yet opened a listener is checked for
+/// one, to start its capacity guards.
+const LISTEN_CHECK: Duration = Duration::from_millis(200);
+
+/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need,
+/// starts the capacity guards once the server listens (a help request or a
+/// command line LMCache rejects never gets that far, so it touches
+/// nothing), and forwards every terminating signal until it exits.
+///
+/// Returns the status the run ends with once the server ran: its own, or
+/// that of a guard that could not start (said, and the server stopped).
+///
+/// # Errors
+/// [`DropInError`]: what kept the server from running, or from being
+/// waited on.
+pub async fn serve(server: DropIn, vars: Vars) -> Result<ExitStatus, DropInError> {
+    let mut signals = TerminatingSignals::install().map_err(DropInError::Signals)?;
+    let metrics = Arc::new(NodeMetrics::new(None));
+    if let Some(owner) = launch_guard_owner(&vars) {
+        metrics.serve_guards_of(&owner);
+    }
+    let _endpoint = start_metrics(&server, &vars, &metrics)?;
+    let (mut child, _gateways) = start_server(&server, &vars, &metrics).await?;
+    metrics.server().started(1);
+    supervise(&mut child, server.guards, &mut signals, &metrics).await
+}
+
+/// Starts the gateways of the command's `s3_bucket` tiers, then the stock
+/// `lmcache` with the specs they rewrote (every other argument byte for
+/// byte) and the gateways' per-launch key in its environment; returns the
+/// server and the gateways, which serve until dropped.
+async fn start_server(
+    server: &DropIn,
+    vars: &Vars,
+    metrics: &NodeMetrics,
+) -> Result<(Supervised, Gateways), DropInError> {
+    let env = |k: &str| {
+        vars.get(std::ffi::OsStr::new(k))
+            .and_then(|v| v.to_str())
+            .map(str::to_string)
+    };
+    let (tiers, gateways) = Gateways::start(&server.specs.cascade(), &env).await?;
+    let rewritten = server.specs.render(&server.text_args, &tiers);
+    // LMCache gets the gateways' key through boto3 (stopped with them if not).
+    if !gateways.addresses().is_empty() {
+        check_boto3(&python_of(&server.stock), vars)?;
+    }
+    metrics.watch_gateways(gateways.view());
+    metrics.watch_guards(server.guards.iter().cloned());
+    let args = server.args.iter().zip(&server.text_args).zip(rewritten);
+    let args = args.map(|((given, read), sent)| match *read == sent {
+        true => given.clone(),
+        false => OsString::from(sent),
+    });
+    let mut command = tokio::process::Command::new(&server.stock);
+    command.args(args);
+    for (variable, value) in gateways.server_env() {
+        match value {
+            Some(value) => command.env(variable, value),
+            None => command.env_remove(variable),
+        };
+    }
+    command.env_remove(crate::launch::GUARDED_BY_LAUNCH);
+    command.env_remove(crate::launch::GUARD_OWNER);
+    let child =
+        Supervised::spawn(command, Output::Inherit).map_err(|source| DropInError::CannotStart {
+            stock: server.stock.clone(),
+            source,
+        })?;
+    Ok((child, gateways))
+}
+
+/// Waits for the server to exit, forwarding every terminating signal, and
+/// starts `guards` once it listens; returns its status, or that of a guard
+/// that could not start (said, and the server stopped).
+async fn supervise(
+    child: &mut Supervised,
+    guards: Vec<GuardSpec>,
+    signals: &mut TerminatingSignals,
+    metrics: &NodeMetrics,
+) -> Result<ExitStatus, DropInError> {
+    let mut pending = Some(guards).filter(|g| !g.is_empty());
+    let mut listening = false;
+    // Stopped (last status written) when dropped, after the server exits.
+    let mut _guards = Vec::new();
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                // Whatever the server left in its group goes with it.
+                child.signal(Signal::SIGKILL);
+                let status = status.map_err(ProcessError::LostServer)?;
+                metrics.server().observe(&Event::exited(status, &child.oom_reading()));
+                return Ok(ExitStatus::of_server(exit_code(status)));
+            }
+            number = signals.recv() => child.forward(number),
+            _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() || !listening => {
+                if child.listens() {
+                    // Listening is this process's "ready": it does not poll
+                    // /status, the launch does.
+                    listening = true;
+                    metrics.server().observe(&Event::Ready);
+                }
+                if listening && pending.is_some() {
+                    match start_guards(pending.take().unwrap_or_default(), &metrics.guard_owner()) {
+                        Ok(started) => _guards = started,
+                        Err(e) => {
+                            // Said before the stop, which may take STOP_GRACE.
+                            let failure = DropInError::GuardStart(e);
+                            say(&failure.to_string());
+                            let _ = child.stop(STOP_GRACE).await;
+                            return Ok(failure.exit_status());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The metrics endpoint of a `server` run alone
+/// (`EREBINE_AGENT_LMCACHE_METRICS_PORT`, `_HOST`; `docs/metrics.md`): the
+/// guards' and gateways' families and the server's exits. Under
+/// `lmcache-tier launch` the launch serves them and sets the port to 0
+/// here. `None` for other commands (`bench l2`), or with the port unset or
+/// 0.
+fn start_metrics(
+    server: &DropIn,
+    vars: &Vars,
+    metrics: &Arc<NodeMetrics>,
+) -> Result<Option<MetricsEndpoint>, DropInError> {
+    let is_server = server.text_args.first().map(String::as_str) == Some("server");
+    // Unset: no endpoint, as the stock server has none.
+    let Some(address) = metrics_address(vars, 0)?.filter(|_| is_server) else {
+        return Ok(None);
+    };
+    for (flag, role, port) in server_ports(&server.text_args) {
+        if port == address.port() {
+            return Err(DropInError::MetricsConfig(ConfigError::PortClash {
+                first: format!("{METRICS_PORT}={port} (the metrics endpoint)"),
+                second: format!("{flag} {port} ({role})"),
+                port,
+            }));
+        }
+    }
+    let endpoint = MetricsEndpoint::start(address, METRICS_PORT, metrics.clone())?;
+    say(&format!("metrics on http://{}/metrics", endpoint.address()));
+    Ok(Some(endpoint))
+}
+
+/// The server's own ports, as LMCache's parser reads `args` (`server`
+/// first): `--port` (LMCache 0.5.6's default 5555) and `--http-port`
+/// (8080), each with its role. Arguments LMCache would refuse give the
+/// defaults: the server refuses them itself.
+fn server_ports(args: &[String]) -> [(&'static str, &'static str, u16); 2] {
+    let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let read = server_flags().read(&flags).unwrap_or_default();
+    let last = |flag: &str| {
+        read.iter()
+            .rev()
+            .find(|o| o.flag == flag)
+            .and_then(|o| o.values.last()?.parse().ok())
+    };
+    [
+        (
+            "--port",
+            "the server's ZMQ port",
+            last("--port").unwrap_or(5555),
+        ),
+        (
+            "--http-port",
+            "the server's HTTP port",
+            last("--http-port").unwrap_or(8080),
+        ),
+    ]
+}
+
+/// How long a server stopped because its guard could not start is given
+/// after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_ports_are_read_as_lmcache_reads_them() {
+        let ports = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            server_ports(&args).map(|(_, _, port)| port)
+        };
+        assert_eq!(ports(&["server"]), [5555, 8080]);
+        assert_eq!(
+            ports(&["server", "--port", "7000", "--http-port=7001"]),
+            [7000, 7001]
+        );
+        assert_eq!(
+            ports(&["server", "--http-p", "9000", "--port", "1", "--port", "2"]),
+            [2, 9000]
+        );
+    }
+}
