@@ -2,10 +2,10 @@
 JSON, the table the launcher reads EREBINE_AGENT_LMCACHE_EXTRA_ARGS with.
 
 Run it with the Python of an LMCache environment and save the output as
-launcher/src/lmcache-server-flags.json when LMCache is upgraded:
+launcher/src/node/lmcache-server-flags.json when LMCache is upgraded:
 
     ~/.cache/erebine/lmcache-0.5.6/bin/python scripts/lmcache-server-flags.py \
-        > launcher/src/lmcache-server-flags.json
+        > launcher/src/node/lmcache-server-flags.json
 """
 
 import argparse

@@ -84,33 +84,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod bucket_warnings;
 pub mod cli;
-pub mod config_error;
-pub mod drop_in;
-pub mod env;
 pub mod exit;
-pub mod extensions;
-pub mod extra_args;
-pub mod facts;
-pub mod gpu;
-pub mod guards;
-pub mod housekeep;
-pub mod inputs;
 pub mod inspect;
-pub mod launch;
-pub mod launch_plan;
-pub mod locate;
 pub mod metrics;
-pub mod oom;
+pub mod node;
 pub mod output;
-pub mod ports;
+pub mod plan;
 pub mod process;
-pub mod server_flags;
-pub mod server_python;
-pub mod status;
-pub mod supervise;
-pub mod watch;
+pub mod run;
+
+// Each wing's modules by their old paths too (`lmcache_launcher::env`,
+// `lmcache_launcher::launch`, ...), which the node agent uses.
+pub use node::{config_error, env, extra_args, ports, server_flags};
+pub use plan::{
+    bucket_warnings, extensions, facts, gpu, housekeep, inputs, launch_plan, locate,
+    server_python,
+};
+pub use run::{drop_in, guards, launch, oom, status, supervise, watch};
 
 pub use env::{ConfigError, KvCacheBackend, NodeEnv, Vars};
 

@@ -11,7 +11,7 @@
 //!
 //! Needs root and a cgroup v1 memory controller (this test's machine: v1,
 //! on a hybrid host); elsewhere it says why and returns. The cgroup v2
-//! reading is unit-tested on recorded bodies (`launcher/src/oom.rs`).
+//! reading is unit-tested on recorded bodies (`launcher/src/run/oom.rs`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -1,0 +1,10 @@
+//! The node: its `EREBINE_AGENT_*` variables read from a map
+//! (`docs/configuration.md`), `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` read as
+//! LMCache's argparse reads it, the server's flag table, and the ports a
+//! launch listens on. Pure: nothing here touches the host.
+
+pub mod config_error;
+pub mod env;
+pub mod extra_args;
+pub mod ports;
+pub mod server_flags;
