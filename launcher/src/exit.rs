@@ -130,7 +130,7 @@ impl ExitStatus {
 
     /// The status of a server that ended with `code`
     /// ([`crate::supervise::exit_code`]); one outside 0 to 255 is a failure.
-    pub fn of_server(code: i32) -> Self {
+    pub(crate) fn of_server(code: i32) -> Self {
         u8::try_from(code).map_or(ExitStatus::Failure, ExitStatus::Server)
     }
 }

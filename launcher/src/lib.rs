@@ -98,8 +98,7 @@ pub mod run;
 // `lmcache_launcher::launch`, ...), which the node agent uses.
 pub use node::{config_error, env, extra_args, ports, server_flags};
 pub use plan::{
-    bucket_warnings, extensions, facts, gpu, housekeep, inputs, launch_plan, locate,
-    server_python,
+    bucket_warnings, extensions, facts, gpu, housekeep, inputs, launch_plan, locate, server_python,
 };
 pub use run::{drop_in, guards, launch, oom, status, supervise, watch};
 

@@ -77,7 +77,7 @@ pub enum LaunchMetrics {
 
 /// The URL to scrape for a launch serving on `address` (an endpoint on
 /// every interface is scraped on loopback).
-pub fn metrics_url(address: SocketAddr) -> String {
+pub(crate) fn metrics_url(address: SocketAddr) -> String {
     let host = match address.ip() {
         ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_string(),
         ip if ip.is_unspecified() => "[::1]".to_string(),

@@ -138,7 +138,7 @@ impl MetricsEndpoint {
     ///
     /// # Errors
     /// [`MetricsError`], as [`MetricsEndpoint::start`].
-    pub fn start_with(
+    pub(crate) fn start_with(
         address: SocketAddr,
         setting: &str,
         metrics: Arc<NodeMetrics>,

@@ -193,7 +193,7 @@ impl Format {
     }
 
     /// The `Content-Type` of this format.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
             Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,

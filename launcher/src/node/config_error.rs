@@ -58,7 +58,7 @@ pub enum ConfigError {
 
 /// Parses a size in GiB (`"16"`, `"0.5"`, `"0"`) into bytes. `variable`
 /// names the variable or flag in the error.
-pub fn parse_gib(variable: &str, value: &str) -> Result<u64, ConfigError> {
+pub(crate) fn parse_gib(variable: &str, value: &str) -> Result<u64, ConfigError> {
     value
         .trim()
         .parse::<f64>()

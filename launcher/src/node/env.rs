@@ -16,7 +16,8 @@ use lmcache_tier_spec::Cascade;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-pub use crate::config_error::{parse_gib, ConfigError};
+pub(crate) use crate::config_error::parse_gib;
+pub use crate::config_error::ConfigError;
 use crate::extra_args::ExtraArgs;
 
 /// Which KV cache backend the node runs: `native`, `lmcache` or `none`.
@@ -25,61 +26,62 @@ pub const KV_CACHE_BACKEND: &str = "EREBINE_AGENT_KV_CACHE_BACKEND";
 /// L1 budget in GiB, total across tensor-parallel ranks.
 pub const KV_OFFLOAD_SIZE_GB: &str = "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB";
 /// Number of nodes sharing this host (divides the host's RAM).
-pub const HOST_AGENT_COUNT: &str = "EREBINE_AGENT_HOST_AGENT_COUNT";
+pub(crate) const HOST_AGENT_COUNT: &str = "EREBINE_AGENT_HOST_AGENT_COUNT";
 /// Cache directory of the disk tier.
 pub const DISK_PATH: &str = "EREBINE_AGENT_LMCACHE_DISK_PATH";
 /// Disk tier capacity in GiB; `0` disables the tier.
 pub const DISK_SIZE_GB: &str = "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB";
 /// Chunk size in tokens.
-pub const CHUNK_SIZE: &str = "EREBINE_AGENT_LMCACHE_CHUNK_SIZE";
+pub(crate) const CHUNK_SIZE: &str = "EREBINE_AGENT_LMCACHE_CHUNK_SIZE";
 /// ZMQ port the engine uses to reach the server.
-pub const MP_PORT: &str = "EREBINE_AGENT_LMCACHE_MP_PORT";
+pub(crate) const MP_PORT: &str = "EREBINE_AGENT_LMCACHE_MP_PORT";
 /// Port of the server's HTTP frontend (`/status`).
-pub const HTTP_PORT: &str = "EREBINE_AGENT_LMCACHE_HTTP_PORT";
+pub(crate) const HTTP_PORT: &str = "EREBINE_AGENT_LMCACHE_HTTP_PORT";
 /// Port of the node's Prometheus metrics endpoint; `0` turns it off.
 pub const METRICS_PORT: &str = "EREBINE_AGENT_LMCACHE_METRICS_PORT";
 /// Address the metrics endpoint listens on (default 127.0.0.1).
-pub const METRICS_HOST: &str = "EREBINE_AGENT_LMCACHE_METRICS_HOST";
+pub(crate) const METRICS_HOST: &str = "EREBINE_AGENT_LMCACHE_METRICS_HOST";
 /// Executable that starts the cache server.
 pub const LMCACHE_PATH: &str = "EREBINE_AGENT_LMCACHE_PATH";
 /// The operator's L2 adapter JSON (object or array).
-pub const L2_ADAPTER: &str = "EREBINE_AGENT_LMCACHE_L2_ADAPTER";
+pub(crate) const L2_ADAPTER: &str = "EREBINE_AGENT_LMCACHE_L2_ADAPTER";
 /// Log level of the LMCache server.
 pub const LMCACHE_LOG_LEVEL: &str = "EREBINE_AGENT_LMCACHE_LOG_LEVEL";
 /// The agent's own log level, the default of [`LMCACHE_LOG_LEVEL`].
-pub const AGENT_LOG_LEVEL: &str = "EREBINE_AGENT_LOG_LEVEL";
+pub(crate) const AGENT_LOG_LEVEL: &str = "EREBINE_AGENT_LOG_LEVEL";
 /// Whitespace-separated flags appended to the server's command line.
-pub const LMCACHE_EXTRA_ARGS: &str = crate::extra_args::VARIABLE;
+pub(crate) const LMCACHE_EXTRA_ARGS: &str = crate::extra_args::VARIABLE;
 /// JSON object merged into the engine's connector configuration.
-pub const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG";
+pub(crate) const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG";
 /// Lookup-hash records: a boolean (under the disk path) or an absolute path.
-pub const LOOKUP_HASH_LOG_DIR: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR";
+pub(crate) const LOOKUP_HASH_LOG_DIR: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR";
 /// Seconds before a lookup-hash log file is rotated.
-pub const LOOKUP_HASH_LOG_ROTATION_INTERVAL: &str =
+pub(crate) const LOOKUP_HASH_LOG_ROTATION_INTERVAL: &str =
     "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_ROTATION_INTERVAL";
 /// Bytes after which a lookup-hash log file is rotated.
-pub const LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: &str =
+pub(crate) const LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: &str =
     "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE";
 /// Lookup-hash log files kept.
-pub const LOOKUP_HASH_LOG_MAX_FILES: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_MAX_FILES";
+pub(crate) const LOOKUP_HASH_LOG_MAX_FILES: &str =
+    "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_MAX_FILES";
 
 /// Default rotation interval of the lookup-hash log, seconds (6 h;
 /// `docs/configuration.md`).
-pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_INTERVAL: u64 = 21_600;
+pub(crate) const DEFAULT_LOOKUP_HASH_LOG_ROTATION_INTERVAL: u64 = 21_600;
 /// Default rotation size of the lookup-hash log, bytes (100 MiB;
 /// `docs/configuration.md`).
-pub const DEFAULT_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: u64 = 104_857_600;
+pub(crate) const DEFAULT_LOOKUP_HASH_LOG_ROTATION_MAX_SIZE: u64 = 104_857_600;
 /// Default number of lookup-hash log files kept (`docs/configuration.md`;
 /// LMCache 0.5.6's own default is 100, the node passes 10).
-pub const DEFAULT_LOOKUP_HASH_LOG_MAX_FILES: u32 = 10;
+pub(crate) const DEFAULT_LOOKUP_HASH_LOG_MAX_FILES: u32 = 10;
 /// Directory under the disk path that a truthy
 /// `EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR` selects.
-pub const LOOKUP_HASH_SUBDIR: &str = "lookup_hashes";
+pub(crate) const LOOKUP_HASH_SUBDIR: &str = "lookup_hashes";
 
 /// Default ZMQ port of the server (`docs/configuration.md`).
-pub const DEFAULT_MP_PORT: u16 = 6555;
+pub(crate) const DEFAULT_MP_PORT: u16 = 6555;
 /// Default HTTP port of the server (`docs/configuration.md`).
-pub const DEFAULT_HTTP_PORT: u16 = 8090;
+pub(crate) const DEFAULT_HTTP_PORT: u16 = 8090;
 /// Default port of the node's metrics endpoint (`docs/metrics.md`): beside
 /// the server's HTTP port 8090, clear of LMCache's Prometheus fallback port
 /// 9090, of vLLM's 8000 and of the kernel's ephemeral range.
@@ -338,13 +340,13 @@ impl NodeEnv {
     /// Whether the node runs its built-in `fs_native` disk tier: no custom
     /// cascade (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) replaces it.
-    pub fn builtin_tier(&self) -> bool {
+    pub(crate) fn builtin_tier(&self) -> bool {
         self.l2_adapter.is_none() && self.extra_args.l2_adapters().is_none()
     }
 
     /// The lookup-hash log directory the server gets: the node's, unless
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` passes `--lookup-hash-log-dir`.
-    pub fn lookup_hash_log_dir(&self) -> Option<&std::path::Path> {
+    pub(crate) fn lookup_hash_log_dir(&self) -> Option<&std::path::Path> {
         self.lookup_hash_log
             .as_ref()
             .filter(|_| !self.extra_args.replaces("--lookup-hash-log-dir"))
@@ -363,7 +365,7 @@ impl NodeEnv {
 /// Parses a boolean: `1`, `true`, `yes` or `0`, `false`, `no` (ASCII case
 /// ignored). Anything else is an error naming `variable`, never read as off
 /// (`docs/configuration.md`, "Variables").
-pub fn parse_bool(variable: &str, value: &str) -> Result<bool, ConfigError> {
+pub(crate) fn parse_bool(variable: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" => Ok(true),
         "0" | "false" | "no" => Ok(false),

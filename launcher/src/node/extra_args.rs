@@ -20,7 +20,7 @@ use crate::config_error::{parse_gib, ConfigError};
 use crate::server_flags::{python_number, server_flags};
 
 /// The variable this module reads.
-pub const VARIABLE: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
+pub(crate) const VARIABLE: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
 
 /// Single-value flags the node itself emits; an extra occurrence replaces the
 /// node's.

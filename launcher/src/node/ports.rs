@@ -72,7 +72,7 @@ pub fn listeners(node: &NodeEnv) -> Vec<Listener> {
 
 /// The node's metrics endpoint: `EREBINE_AGENT_LMCACHE_METRICS_PORT` on
 /// `EREBINE_AGENT_LMCACHE_METRICS_HOST`; `None` when the port is 0 (off).
-pub fn metrics_listener(node: &NodeEnv) -> Option<Listener> {
+pub(crate) fn metrics_listener(node: &NodeEnv) -> Option<Listener> {
     node.metrics.map(|address| Listener {
         role: "the metrics endpoint",
         source: PortSource::Variable(METRICS_PORT),
@@ -83,7 +83,7 @@ pub fn metrics_listener(node: &NodeEnv) -> Option<Listener> {
 
 /// The server's ZMQ port: `--port` in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`,
 /// else `EREBINE_AGENT_LMCACHE_MP_PORT`.
-pub fn zmq_listener(node: &NodeEnv) -> Listener {
+pub(crate) fn zmq_listener(node: &NodeEnv) -> Listener {
     pick(
         node,
         "the server's ZMQ port",

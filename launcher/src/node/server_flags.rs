@@ -365,7 +365,7 @@ fn check_value(flag: &Flag, value: &str) -> Result<(), ArgError> {
 
 /// A number as written for Python's `int()` or `float()` (already checked),
 /// in the syntax Rust parses: trimmed, without `+` and underscores.
-pub fn python_number(text: &str) -> String {
+pub(crate) fn python_number(text: &str) -> String {
     let text = text.trim();
     text.strip_prefix('+').unwrap_or(text).replace('_', "")
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 /// only its own process's stores, so the capacity bounds what one process
 /// writes between two restarts, not the bucket; only a tier through the
 /// gateway gets the bucket bound.
-pub fn per_process_bound_warnings(cascade: &Cascade) -> Vec<String> {
+pub(crate) fn per_process_bound_warnings(cascade: &Cascade) -> Vec<String> {
     cascade
         .tiers()
         .iter()

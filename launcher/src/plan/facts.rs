@@ -130,7 +130,7 @@ impl Facts {
     /// (the binaries' spinner: [`output::spinner`]).
     ///
     /// Errors: those of [`Facts::measure`].
-    pub fn measure_showing(
+    pub(crate) fn measure_showing(
         engine: &EngineFacts,
         vars: &Vars,
         access: DiskAccess,
@@ -189,7 +189,7 @@ impl Facts {
     /// The stock `lmcache` the server will run, described with its version
     /// ([`locate::LmcacheInstall`]); `None` when it was not looked for or
     /// not found.
-    pub fn lmcache_install(&self) -> Option<locate::LmcacheInstall> {
+    pub(crate) fn lmcache_install(&self) -> Option<locate::LmcacheInstall> {
         let stock = self.stock_lmcache.as_ref()?.as_ref().ok()?;
         Some(locate::LmcacheInstall::at(stock))
     }
@@ -269,7 +269,10 @@ pub(crate) fn server_executable(node: &NodeEnv, vars: &Vars) -> Result<PathBuf, 
 /// [`measure_disk`].
 ///
 /// Errors: those of [`measure_disk`].
-pub fn measure_node_disk(node: &NodeEnv, access: DiskAccess) -> Result<DiskFacts, PlanError> {
+pub(crate) fn measure_node_disk(
+    node: &NodeEnv,
+    access: DiskAccess,
+) -> Result<DiskFacts, PlanError> {
     match node.disk_size_bytes {
         Some(0) => measure_disk_as(&node.disk_path, DiskAccess::Inspect, Tier::Disabled),
         _ => measure_disk(&node.disk_path, access),
@@ -321,7 +324,7 @@ pub fn measure_disk(path: &Path, access: DiskAccess) -> Result<DiskFacts, PlanEr
 /// refused, since a dry run of housekeeping writes nothing there.
 ///
 /// Errors: an unusable cache directory ([`PlanError::DiskPath`]).
-pub fn measure_disk_to_housekeep(path: &Path) -> Result<DiskFacts, PlanError> {
+pub(crate) fn measure_disk_to_housekeep(path: &Path) -> Result<DiskFacts, PlanError> {
     measure_disk_as(path, DiskAccess::Inspect, Tier::Housekept)
 }
 

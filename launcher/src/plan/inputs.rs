@@ -86,7 +86,7 @@ impl Default for EngineFacts {
 impl EngineFacts {
     /// GPU ranks of the engine: tensor x pipeline x data parallel sizes, the
     /// server's `--max-gpu-workers`.
-    pub fn gpu_workers(&self) -> u32 {
+    pub(crate) fn gpu_workers(&self) -> u32 {
         self.tensor_parallel_size
             .saturating_mul(self.pipeline_parallel_size)
             .saturating_mul(self.data_parallel_size)

@@ -143,7 +143,7 @@ pub struct LaunchPlan {
 
 impl LaunchPlan {
     /// The metrics endpoint's URL, `None` when it is off.
-    pub fn metrics_url(&self) -> Option<String> {
+    pub(crate) fn metrics_url(&self) -> Option<String> {
         let m = self.metrics.as_ref()?;
         Some(format!(
             "http://{}/metrics",
@@ -188,7 +188,7 @@ impl LaunchPlan {
 
     /// The arguments with every adapter spec's secrets redacted: what logs and
     /// `--dry-run` may print.
-    pub fn redacted_args(&self) -> Vec<String> {
+    pub(crate) fn redacted_args(&self) -> Vec<String> {
         self.args_with(|tier| tier.redacted().to_string())
     }
 
@@ -310,7 +310,7 @@ impl LaunchPlan {
 }
 
 /// A volume kind as the launch log and `size` name it.
-pub fn kind_name(kind: VolumeKind) -> &'static str {
+pub(crate) fn kind_name(kind: VolumeKind) -> &'static str {
     match kind {
         VolumeKind::Local => "local",
         VolumeKind::Memory => "memory-backed",

@@ -53,7 +53,7 @@ pub fn start_guards(specs: Vec<GuardSpec>, owner: &str) -> Result<Vec<Guard>, Gu
 
 /// The owner the launch that started this process gives its guards
 /// ([`crate::launch::GUARD_OWNER`] in `vars`), if one did.
-pub fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
+pub(crate) fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
     vars.get(std::ffi::OsStr::new(crate::launch::GUARD_OWNER))
         .and_then(|v| v.to_str())
         .filter(|v| !v.is_empty())

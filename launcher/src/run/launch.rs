@@ -707,7 +707,7 @@ impl<'a> Restarts<'a> {
 ///   `<Name>Exception: ...` (a traceback's last line), e.g.
 ///   `ModuleNotFoundError: No module named 'openai'`, which LMCache 0.5.4
 ///   prints when `openai` is missing.
-pub fn python_failure(tail: &[String]) -> Option<String> {
+pub(crate) fn python_failure(tail: &[String]) -> Option<String> {
     const LIGHTWEIGHT: &str = "lmcache-cli (lightweight) detected (";
     const ADVICE: &str = "); install the full lmcache package";
     let import = tail.iter().rev().find_map(|line| {

@@ -157,7 +157,7 @@ pub struct OomBaseline {
 impl OomBaseline {
     /// Reads the counter of process `pid`'s memory cgroup, from
     /// `/proc/<pid>/cgroup` and `/proc/self/mountinfo`.
-    pub fn of_process(pid: u32) -> OomBaseline {
+    pub(crate) fn of_process(pid: u32) -> OomBaseline {
         let file = read(Path::new(&format!("/proc/{pid}/cgroup")))
             .and_then(|cgroup| counter_file(&cgroup, &read(Path::new("/proc/self/mountinfo"))?));
         let count = file.as_ref().map_err(Clone::clone).and_then(read_count);

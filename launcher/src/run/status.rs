@@ -324,7 +324,7 @@ pub struct WorkerLiveness {
 /// runs every `reap_timeout_seconds / 4` and drops workers that went silent.
 /// Its HTTP server shows each periodic thread's last run at
 /// `/periodic-threads/<name>` (`fixtures/lmcache-0.5.6/periodic-threads/`).
-pub const REAPER_THREAD: &str = "lmcache-mp-worker-reaper";
+pub(crate) const REAPER_THREAD: &str = "lmcache-mp-worker-reaper";
 
 /// The last run of LMCache's worker reaper: how many runs so far and how
 /// many workers the last one reaped. A fall in `tracked_instances` that no
@@ -400,7 +400,7 @@ impl ServerStatus {
 
     /// The store controller: under `storage_manager` (LMCache 0.5.6), else
     /// at the top level.
-    pub fn store_controller(&self) -> Option<&StoreController> {
+    pub(crate) fn store_controller(&self) -> Option<&StoreController> {
         self.storage_manager
             .as_ref()
             .and_then(|s| s.store_controller.as_ref())
@@ -415,7 +415,7 @@ impl ServerStatus {
     /// Whether the server and every part it reports are healthy. A part that
     /// does not report `is_healthy` counts as healthy; `false` anywhere
     /// (server, storage manager, a tier, the store controller) does not.
-    pub fn unhealthy_parts(&self) -> Vec<String> {
+    pub(crate) fn unhealthy_parts(&self) -> Vec<String> {
         let mut parts = Vec::new();
         if self.is_healthy == Some(false) {
             parts.push("server".to_string());
@@ -547,7 +547,7 @@ impl StatusClient {
     /// from the environment are ignored: the server is on loopback. A client
     /// that cannot be built (no TLS is involved, so only on a broken host)
     /// answers every poll with [`Poll::NoAnswer`] saying why.
-    pub fn with_timeout(url: impl Into<String>, timeout: Duration) -> Self {
+    pub(crate) fn with_timeout(url: impl Into<String>, timeout: Duration) -> Self {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .no_proxy()

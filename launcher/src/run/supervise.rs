@@ -148,7 +148,7 @@ impl Supervised {
 
     /// Sends signal `number` (any, real-time ones included) to the child's
     /// whole process group, as a wrapper forwards what it receives.
-    pub fn forward(&self, number: i32) {
+    pub(crate) fn forward(&self, number: i32) {
         // SAFETY: killpg has no memory effects.
         let _ = unsafe { libc::killpg(self.pgid.as_raw(), number) };
     }
@@ -335,7 +335,7 @@ impl TerminatingSignals {
     /// A signal that arrived while this thread was busy (blocking work such
     /// as housekeeping, before anything new starts), if any: the runtime is
     /// given a moment to read its pending signals.
-    pub async fn already_received(&mut self) -> Option<i32> {
+    pub(crate) async fn already_received(&mut self) -> Option<i32> {
         tokio::time::timeout(Duration::from_millis(20), self.recv())
             .await
             .ok()
@@ -445,7 +445,7 @@ fn children_of(parent: i32) -> Vec<i32> {
 /// process in the tree rooted at `root` (the server we started and its
 /// descendants). `Some(false)`: another process listens there; `None`: no
 /// listener found, or `/proc` could not tell.
-pub fn listener_owned_by_tree(port: u16, root: i32) -> Option<bool> {
+pub(crate) fn listener_owned_by_tree(port: u16, root: i32) -> Option<bool> {
     let inodes = listening_sockets(&["/proc/net/tcp"], Some(port));
     if inodes.is_empty() {
         return None;
@@ -455,7 +455,7 @@ pub fn listener_owned_by_tree(port: u16, root: i32) -> Option<bool> {
 
 /// Whether any process in the tree rooted at `root` holds a listening TCP
 /// socket (IPv4 or IPv6).
-pub fn tree_listens(root: i32) -> bool {
+pub(crate) fn tree_listens(root: i32) -> bool {
     let inodes = listening_sockets(&["/proc/net/tcp", "/proc/net/tcp6"], None);
     !inodes.is_empty() && tree_holds(root, &inodes)
 }

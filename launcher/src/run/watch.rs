@@ -103,7 +103,7 @@ pub enum LossCause {
 
 impl LossCause {
     /// Every cause, in the order the metrics list them.
-    pub const ALL: [LossCause; 2] = [LossCause::Reaped, LossCause::ServerRestarted];
+    pub(crate) const ALL: [LossCause; 2] = [LossCause::Reaped, LossCause::ServerRestarted];
 
     /// The serialised name: `reaped`, `server_restarted`.
     pub fn as_str(self) -> &'static str {
@@ -134,7 +134,7 @@ pub enum ExitCause {
 
 impl ExitCause {
     /// Every cause, in the order the metrics list them.
-    pub const ALL: [ExitCause; 4] = [
+    pub(crate) const ALL: [ExitCause; 4] = [
         ExitCause::Status,
         ExitCause::Signal,
         ExitCause::OomKill,
@@ -271,7 +271,7 @@ impl Event {
 
     /// The [`Event::Exited`] for a server the launch stopped (`status`)
     /// because it stayed silent too long ([`Watcher::unresponsive_too_long`]).
-    pub fn stopped_unresponsive(status: ExitStatus, silence: Silence) -> Event {
+    pub(crate) fn stopped_unresponsive(status: ExitStatus, silence: Silence) -> Event {
         let Silence { silent, limit } = silence;
         let (code, signal) = status_and_signal(status);
         Event::Exited {
@@ -484,12 +484,12 @@ impl Watcher {
     }
 
     /// Whether `/status` has answered 200 since the start.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready
     }
 
     /// The time to wait before the next poll.
-    pub fn next_interval(&self) -> Duration {
+    pub(crate) fn next_interval(&self) -> Duration {
         if self.ready {
             self.config.interval
         } else {
