@@ -683,10 +683,10 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
         }
         Planned::NothingToLaunch(_) => return show_dry_run(&launch, args.json),
     };
-    for (warning, line) in launch.notes(&engine) {
-        match warning {
-            true => tracing::warn!("{line}"),
-            false => tracing::info!("{line}"),
+    for note in launch.notes(&engine) {
+        match note {
+            cli::launch::Note::Warning(line) => tracing::warn!("{line}"),
+            cli::launch::Note::Info(line) => tracing::info!("{line}"),
         }
     }
     if args.dry_run {

@@ -57,13 +57,12 @@ impl NodeLaunch {
         self.facts.lmcache_install()
     }
 
-    /// What the launch says before it starts anything, in order, each as
-    /// `(is a warning, line)`: why the stock `lmcache` is missing (a dry
+    /// What the launch says before it starts anything, in order: why the stock `lmcache` is missing (a dry
     /// run without `EREBINE_AGENT_LMCACHE_PATH`), the plan's warnings, the
     /// launch identity LMCache will write under, and a `--model` whose
     /// object names pass `NAME_MAX` (`docs/configuration.md`, "The launch
     /// identity").
-    pub fn notes(&self, engine: &EngineFacts) -> Vec<(bool, String)> {
+    pub fn notes(&self, engine: &EngineFacts) -> Vec<Note> {
         let Planned::Server(plan) = &self.planned else {
             return Vec::new();
         };
@@ -72,18 +71,27 @@ impl NodeLaunch {
             .node
             .as_ref()
             .and_then(|n| n.lmcache_path.as_ref());
-        let mut notes: Vec<(bool, String)> = match (&self.facts.stock_lmcache, configured) {
-            (Some(Err(missing)), None) => vec![(true, missing.to_string())],
+        let mut notes = match (&self.facts.stock_lmcache, configured) {
+            (Some(Err(missing)), None) => vec![Note::Warning(missing.to_string())],
             _ => Vec::new(),
         };
-        notes.extend(plan.decisions.warnings.iter().map(|w| (true, w.clone())));
+        notes.extend(plan.decisions.warnings.iter().cloned().map(Note::Warning));
         notes.extend(identity_notes(engine, plan));
         notes
     }
 }
 
+/// A line the launch logs before it starts anything ([`NodeLaunch::notes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// Logged at INFO.
+    Info(String),
+    /// Logged at WARN.
+    Warning(String),
+}
+
 /// The launch identity's lines ([`NodeLaunch::notes`]).
-fn identity_notes(engine: &EngineFacts, plan: &LaunchPlan) -> Vec<(bool, String)> {
+fn identity_notes(engine: &EngineFacts, plan: &LaunchPlan) -> Vec<Note> {
     let Some(hk) = &plan.housekeeping else {
         return Vec::new();
     };
@@ -94,14 +102,14 @@ fn identity_notes(engine: &EngineFacts, plan: &LaunchPlan) -> Vec<(bool, String)
         }
         _ => String::new(),
     };
-    let mut notes = vec![(false, format!(
+    let mut notes = vec![Note::Info(format!(
         "launch identity: LMCache writes objects under model {:?} with world size {} (vLLM's --model and parallel flags){served}",
         identity.lmcache_model_name(),
         identity.kv_world_size()
     ))];
     let name_len = identity.object_name_len();
     if name_len > NAME_MAX {
-        notes.push((true, format!(
+        notes.push(Note::Warning(format!(
             "LMCache's object names for --model {:?} are {name_len} bytes, over the {NAME_MAX} a file name may have: every store to the disk tier {} will fail. Give the engine (and the launch) a shorter --model, e.g. a symlink to the model directory",
             engine.model,
             hk.path.display()
