@@ -25,27 +25,17 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use lmcache_housekeeping::GuardBound;
+use lmcache_tier_spec::capacity::{
+    capacity_bytes, capacity_gib, eviction_fraction, CapacityRule, DEFAULT_EVICTION_RATIO,
+    DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, GIB, MAX_CAPACITY_GB, TRIGGER_WATERMARK,
+};
 use lmcache_tier_spec::{Cascade, TierSpec};
 
-/// One GiB in bytes.
-const GIB: f64 = (1u64 << 30) as f64;
-/// LMCache's default `trigger_watermark` (0.5.6, `_parse_eviction_config`).
-pub const DEFAULT_TRIGGER_WATERMARK: f64 = 0.8;
-/// LMCache's default `eviction_ratio` (0.5.6, `_parse_eviction_config`).
-pub const DEFAULT_EVICTION_RATIO: f64 = 0.2;
-
-/// Whether the guard is a tier's only evictor or a bound behind LMCache's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GuardRole {
-    /// LMCache does not evict from the tier: the guard evicts at the spec's
-    /// watermark (`fs`, or `fs_native` without an `eviction` block).
-    Evictor,
-    /// LMCache evicts at its watermark on what it counts; the guard evicts
-    /// only when the usage on disk reaches halfway from that watermark to the
-    /// capacity (`fs_native` with an `eviction` block).
-    HardBound,
-}
+/// Whether the guard is a tier's only evictor ([`GuardRole::Evictor`]:
+/// `fs`, or `fs_native` without an `eviction` block) or a bound behind
+/// LMCache's own ([`GuardRole::HardBound`]: `fs_native` with an `eviction`
+/// block); the rule is `lmcache-tier-spec`'s, shared with the bucket bound.
+pub use lmcache_tier_spec::capacity::BoundRole as GuardRole;
 
 /// A tier the guard bounds: where, how large, and when it evicts.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,19 +67,24 @@ impl GuardSpec {
     /// watermark times the capacity for an [`GuardRole::Evictor`], halfway
     /// from the watermark to the capacity for a [`GuardRole::HardBound`].
     pub fn trigger_bytes(&self) -> u64 {
-        let fraction = match self.role {
-            GuardRole::Evictor => self.trigger_watermark,
-            GuardRole::HardBound => (1.0 + self.trigger_watermark) / 2.0,
-        };
-        (fraction * self.capacity_bytes as f64).ceil() as u64
+        self.rule().trigger_bytes()
     }
 
     /// The usage in bytes a cycle that starts at or above the trigger ends
     /// at (or below, by whole objects): the trigger less `eviction_ratio` x
     /// capacity ([`GuardSpec::reclaim_bytes`]).
     pub fn target_bytes(&self) -> u64 {
-        let ratio = (self.eviction_ratio * self.capacity_bytes as f64).ceil() as u64;
-        self.trigger_bytes().saturating_sub(ratio)
+        self.rule().target_bytes()
+    }
+
+    /// The shared capacity rule of this tier's numbers.
+    fn rule(&self) -> CapacityRule {
+        CapacityRule {
+            capacity_bytes: self.capacity_bytes,
+            trigger_watermark: self.trigger_watermark,
+            eviction_ratio: self.eviction_ratio,
+            role: self.role,
+        }
     }
 
     /// When the guard evicts and where it leaves the tier, for the
@@ -107,8 +102,9 @@ impl GuardSpec {
     /// `eviction_ratio` x capacity (a restart on a tier far over capacity is
     /// brought back in one cycle).
     pub fn reclaim_bytes(&self, usage_bytes: u64) -> u64 {
-        let ratio = (self.eviction_ratio * self.capacity_bytes as f64).ceil() as u64;
-        ratio.max(usage_bytes.saturating_sub(self.target_bytes()))
+        let rule = self.rule();
+        rule.ratio_bytes()
+            .max(usage_bytes.saturating_sub(rule.target_bytes()))
     }
 
     /// Checks the capacity against the size of the volume that holds
@@ -331,72 +327,35 @@ pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>,
         return Ok(None);
     }
     let object = tier.as_object();
-    let Some(value) = object.get("max_capacity_gb") else {
+    let Some(value) = object.get(MAX_CAPACITY_GB) else {
         return Ok(None);
     };
-    let base_path = tier.base_path().unwrap_or("(none)").to_string();
-    let invalid = |key, value: &Value, expected| CapacityError::Invalid {
+    let invalid = Invalid {
         position,
-        base_path: base_path.clone(),
-        key,
-        value: value.to_string(),
-        expected,
+        base_path: tier.base_path().unwrap_or("(none)"),
     };
-    let gib = value
-        .as_f64()
-        .filter(|g| g.is_finite() && *g >= 0.0)
-        .ok_or_else(|| {
-            invalid(
-                "max_capacity_gb",
-                value,
-                "a JSON number of GiB (1024^3 bytes), 0 or more, e.g. 150 (0 means no capacity)",
-            )
-        })?;
-    let capacity_bytes = (gib * GIB) as u64;
-    if capacity_bytes == 0 && gib > 0.0 {
-        return Err(invalid(
-            "max_capacity_gb",
-            value,
-            "at least one byte (1e-9 GiB is about 1 byte; 0 means no capacity): give the capacity in GiB, e.g. 150",
-        ));
-    }
-    if capacity_bytes == 0 {
+    let Some(capacity_bytes) = guarded_capacity(value, &invalid)? else {
         return Ok(None);
-    }
+    };
     let Some(path) = tier.base_path() else {
         return Err(CapacityError::NoBasePath {
             position,
             adapter_type: adapter_type.to_string(),
         });
     };
-    let eviction = match object.get("eviction") {
-        None => None,
-        Some(Value::Object(block)) => Some(block),
-        Some(other) => {
-            return Err(invalid(
-                "eviction",
-                other,
-                "an object such as {\"eviction_policy\":\"LRU\",\"trigger_watermark\":0.8,\"eviction_ratio\":0.2}",
-            ))
-        }
-    };
-    let fraction = |key: &'static str, name: &str, default: f64| -> Result<f64, CapacityError> {
-        match eviction.and_then(|block| block.get(name)) {
-            None => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .filter(|f| *f > 0.0 && *f <= 1.0)
-                .ok_or_else(|| invalid(key, v, "a JSON number above 0 and at most 1, e.g. 0.8")),
-        }
+    let eviction = eviction_block(object.get(EVICTION), &invalid)?;
+    let fraction = |name: &str, key, default| {
+        eviction_fraction(eviction, name, default)
+            .map_err(|v| invalid.error(key, v, "a JSON number above 0 and at most 1, e.g. 0.8"))
     };
     let trigger_watermark = fraction(
+        TRIGGER_WATERMARK,
         "eviction.trigger_watermark",
-        "trigger_watermark",
         DEFAULT_TRIGGER_WATERMARK,
     )?;
     let eviction_ratio = fraction(
+        EVICTION_RATIO,
         "eviction.eviction_ratio",
-        "eviction_ratio",
         DEFAULT_EVICTION_RATIO,
     )?;
     let role = if adapter_type == "fs_native" && eviction.is_some() {
@@ -415,6 +374,69 @@ pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>,
         shared: object.get("shared").and_then(Value::as_bool) == Some(true),
         role,
     }))
+}
+
+/// The tier an invalid value is reported for.
+struct Invalid<'a> {
+    position: usize,
+    base_path: &'a str,
+}
+
+impl Invalid<'_> {
+    /// [`CapacityError::Invalid`] for `key` = `value`, saying `expected`.
+    fn error(&self, key: &'static str, value: &Value, expected: &'static str) -> CapacityError {
+        CapacityError::Invalid {
+            position: self.position,
+            base_path: self.base_path.to_string(),
+            key,
+            value: value.to_string(),
+            expected,
+        }
+    }
+}
+
+/// The capacity in bytes that `max_capacity_gb` = `value` gives a guarded
+/// tier; `None` for 0 (no capacity).
+///
+/// # Errors
+/// [`CapacityError::Invalid`] for a value that is not a number of GiB, 0
+/// or more, or above 0 but less than one byte.
+fn guarded_capacity(value: &Value, invalid: &Invalid) -> Result<Option<u64>, CapacityError> {
+    let gib = capacity_gib(value).ok_or_else(|| {
+        invalid.error(
+            "max_capacity_gb",
+            value,
+            "a JSON number of GiB (1024^3 bytes), 0 or more, e.g. 150 (0 means no capacity)",
+        )
+    })?;
+    let bytes = capacity_bytes(gib);
+    if bytes == 0 && gib > 0.0 {
+        return Err(invalid.error(
+            "max_capacity_gb",
+            value,
+            "at least one byte (1e-9 GiB is about 1 byte; 0 means no capacity): give the capacity in GiB, e.g. 150",
+        ));
+    }
+    Ok((bytes > 0).then_some(bytes))
+}
+
+/// The `eviction` block `block` of a guarded tier, `None` when absent.
+///
+/// # Errors
+/// [`CapacityError::Invalid`] for a block that is no JSON object.
+fn eviction_block<'a>(
+    block: Option<&'a Value>,
+    invalid: &Invalid,
+) -> Result<Option<&'a Value>, CapacityError> {
+    match block {
+        None => Ok(None),
+        Some(block @ Value::Object(_)) => Ok(Some(block)),
+        Some(other) => Err(invalid.error(
+            "eviction",
+            other,
+            "an object such as {\"eviction_policy\":\"LRU\",\"trigger_watermark\":0.8,\"eviction_ratio\":0.2}",
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -113,10 +113,8 @@ pub struct Tracker {
     index: SlotIndex,
     hasher: foldhash::fast::RandomState,
     clock: u32,
-    usage: u64,
-    linked: usize,
-    /// Objects marked [`UNDELETABLE`] and their bytes.
-    undeletable: (usize, u64),
+    /// What the tracked entries add up to.
+    counts: Tally,
 }
 
 impl Default for Tracker {
@@ -161,9 +159,7 @@ impl Tracker {
             index: SlotIndex::default(),
             hasher: foldhash::fast::RandomState::default(),
             clock: 0,
-            usage: 0,
-            linked: 0,
-            undeletable: (0, 0),
+            counts: Tally::default(),
         }
     }
 
@@ -230,7 +226,7 @@ impl Tracker {
             let hash = inline_hash(&object.key.chunk_hash);
             hashes.push(self.hash_entry(family, &hash));
             let blocks = blocks_of(object.stats.allocated_bytes);
-            self.usage += u64::from(blocks) * 512;
+            self.counts.bytes += u64::from(blocks) * 512;
             self.entries.push(Entry {
                 hash,
                 family,
@@ -300,7 +296,7 @@ impl Tracker {
             }
             keep
         });
-        self.forget(&out);
+        self.counts.take_out(&out);
         if too_roomy(self.entries.capacity(), self.entries.len()) {
             let len = self.entries.len();
             self.entries.shrink_to(len + growth(len));
@@ -326,12 +322,12 @@ impl Tracker {
     /// Objects tracked that are not marked linked: those whose deletion
     /// would free their blocks, as far as the guard knows.
     pub fn unlinked(&self) -> usize {
-        self.entries.len() - self.linked
+        self.entries.len() - self.counts.linked
     }
 
     /// Allocated bytes of the tracked objects.
     pub fn usage(&self) -> u64 {
-        self.usage
+        self.counts.bytes
     }
 
     /// The file name a key stands for (`Display`), from this tracker's table.
@@ -452,7 +448,7 @@ impl Tracker {
             tick,
         };
         self.entries.push(entry);
-        self.count(&entry);
+        self.counts.add(&entry);
         let h = self.hash_entry(family, &hash);
         let (entries, hasher) = (&self.entries, &self.hasher);
         self.index.insert(h, slot, |s| {
@@ -511,36 +507,18 @@ impl Tracker {
         }
         let mut out = Tally::default();
         out.add(&entry);
-        self.forget(&out);
+        self.counts.take_out(&out);
         entry.bytes()
-    }
-
-    /// Adds `entry` to the counts (usage, linked, undeletable).
-    fn count(&mut self, entry: &Entry) {
-        self.usage += entry.bytes();
-        self.linked += usize::from(entry.linked());
-        if entry.undeletable() {
-            self.undeletable.0 += 1;
-            self.undeletable.1 += entry.bytes();
-        }
-    }
-
-    /// Takes the entries tallied in `out` out of the counts.
-    fn forget(&mut self, out: &Tally) {
-        self.usage -= out.bytes;
-        self.linked -= out.linked;
-        self.undeletable.0 -= out.undeletable.0;
-        self.undeletable.1 -= out.undeletable.1;
     }
 
     /// Gives the entry at `slot` new `blocks` (size and marks), counted.
     fn reblock(&mut self, slot: usize, blocks: u32) {
         let mut out = Tally::default();
         out.add(&self.entries[slot]);
-        self.forget(&out);
+        self.counts.take_out(&out);
         self.entries[slot].blocks = blocks;
         let entry = self.entries[slot];
-        self.count(&entry);
+        self.counts.add(&entry);
     }
 
     /// Takes the least recently used objects out of the tracker until their
@@ -629,18 +607,18 @@ impl Tracker {
     /// Objects marked undeletable, and their allocated bytes (counted in
     /// [`Tracker::usage`]).
     pub fn undeletable(&self) -> (usize, u64) {
-        self.undeletable
+        self.counts.undeletable
     }
 
     /// Takes the undeletable mark off every object, so that takes may
     /// choose them again (the guard's retry). Returns how many were marked.
     pub fn retry_undeletable(&mut self) -> usize {
-        let marked = self.undeletable.0;
+        let marked = self.counts.undeletable.0;
         if marked > 0 {
             for entry in &mut self.entries {
                 entry.blocks &= !UNDELETABLE;
             }
-            self.undeletable = (0, 0);
+            self.counts.undeletable = (0, 0);
         }
         marked
     }
@@ -673,15 +651,20 @@ impl Tracker {
     }
 }
 
-/// What a set of entries adds to the counts, to take out at once.
-#[derive(Default)]
+/// What a set of entries adds up to: the tracker's own counts, and a set
+/// of entries to take out of them at once.
+#[derive(Debug, Default)]
 struct Tally {
+    /// Allocated bytes.
     bytes: u64,
+    /// Entries marked linked.
     linked: usize,
+    /// Entries marked [`UNDELETABLE`] and their bytes.
     undeletable: (usize, u64),
 }
 
 impl Tally {
+    /// Counts `entry` in.
     fn add(&mut self, entry: &Entry) {
         self.bytes += entry.bytes();
         self.linked += usize::from(entry.linked());
@@ -689,6 +672,14 @@ impl Tally {
             self.undeletable.0 += 1;
             self.undeletable.1 += entry.bytes();
         }
+    }
+
+    /// Takes what `out` tallied out of these counts.
+    fn take_out(&mut self, out: &Tally) {
+        self.bytes -= out.bytes;
+        self.linked -= out.linked;
+        self.undeletable.0 -= out.undeletable.0;
+        self.undeletable.1 -= out.undeletable.1;
     }
 }
 
@@ -833,7 +824,7 @@ mod tests {
             victims(&mut t, u64::MAX),
             [name(0), name(1), name(2), name(4)]
         );
-        assert_eq!((t.usage(), t.linked), (0, 0));
+        assert_eq!((t.usage(), t.counts.linked), (0, 0));
     }
 
     #[test]
@@ -861,7 +852,10 @@ mod tests {
         assert_eq!(t.retry_undeletable(), 1);
         assert_eq!(t.undeletable(), (0, 0));
         assert_eq!(victims(&mut t, u64::MAX), [name(0), name(1)]);
-        assert_eq!((t.usage(), t.linked, t.undeletable()), (0, 0, (0, 0)));
+        assert_eq!(
+            (t.usage(), t.counts.linked, t.undeletable()),
+            (0, 0, (0, 0))
+        );
     }
 
     #[test]
@@ -895,7 +889,7 @@ mod tests {
         t.upsert(&parse_object_name(&name(1)).unwrap(), 1024, true);
         assert_eq!(t.unlinked(), 0);
         assert_eq!(t.remove(&parse_object_name(&name(1)).unwrap()), Some(1024));
-        assert_eq!((t.len(), t.linked), (0, 0));
+        assert_eq!((t.len(), t.counts.linked), (0, 0));
     }
 
     #[test]

@@ -35,14 +35,11 @@ use super::spec::BucketSpecError;
 use super::state::Stats;
 use super::store::{Store, StoredObject};
 use lmcache_housekeeping::s3_key::parse_s3_key;
+use lmcache_tier_spec::capacity::{
+    capacity_bytes, capacity_gib, eviction_fraction, CapacityRule, DEFAULT_EVICTION_RATIO,
+    DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, MAX_CAPACITY_GB, TRIGGER_WATERMARK,
+};
 use lmcache_tier_spec::TierSpec;
-
-/// LMCache's default `trigger_watermark` (0.5.6, `_parse_eviction_config`).
-const DEFAULT_TRIGGER_WATERMARK: f64 = 0.8;
-/// LMCache's default `eviction_ratio` (0.5.6, `_parse_eviction_config`).
-const DEFAULT_EVICTION_RATIO: f64 = 0.2;
-/// One GiB: LMCache reads `max_capacity_gb` in GiB.
-const GIB: f64 = (1u64 << 30) as f64;
 
 /// The share of the capacity (1/50, 2%) this node writes after which the
 /// gateway lists again. Every node of the fleet does the same, so between
@@ -63,18 +60,12 @@ pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
 /// Deletions of one eviction cycle in flight at once.
 const DELETES_IN_FLIGHT: usize = 8;
 
-/// Who acts first on the tier: LMCache or the gateway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BoundRole {
-    /// LMCache does not evict the tier (no `eviction` block): the gateway
-    /// evicts at `trigger_watermark` x capacity.
-    Evictor,
-    /// LMCache evicts the keys its process stored at its watermark; the
-    /// gateway acts halfway from that watermark to the capacity, on what
-    /// the bucket holds (after restarts, and what other nodes wrote).
-    HardBound,
-}
+/// Who acts first on the tier: LMCache ([`BoundRole::HardBound`]: it
+/// evicts the keys its process stored at its watermark, and the gateway
+/// acts halfway from there to the capacity, on what the bucket holds) or
+/// the gateway ([`BoundRole::Evictor`]: no `eviction` block); the rule is
+/// `lmcache-tier-spec`'s, shared with the capacity guard.
+pub use lmcache_tier_spec::capacity::BoundRole;
 
 /// When the gateway evicts from a bucket, and to where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,34 +103,26 @@ impl BoundSpec {
             problem: format!("{value} is not a number {range}"),
             fix: format!("Give {key} as a number {range}."),
         };
-        let gb = match object.get("max_capacity_gb") {
+        let gb = match object.get(MAX_CAPACITY_GB) {
             None | Some(Value::Null) => return Ok(None),
-            Some(value) => value
-                .as_f64()
-                .filter(|gb| *gb >= 0.0 && gb.is_finite())
+            Some(value) => capacity_gib(value)
                 .ok_or_else(|| err("max_capacity_gb", value, "of GiB, 0 or more"))?,
         };
         if gb == 0.0 {
             return Ok(None);
         }
-        let eviction = object.get("eviction");
-        let fraction = |key: &'static str, name: &str, default: f64| match eviction
-            .and_then(|e| e.get(name))
-        {
-            None => Ok(default),
-            Some(value) => value
-                .as_f64()
-                .filter(|f| *f > 0.0 && *f <= 1.0)
-                .ok_or_else(|| err(key, value, "in (0, 1]")),
+        let eviction = object.get(EVICTION);
+        let fraction = |key: &'static str, name: &str, default: f64| {
+            eviction_fraction(eviction, name, default).map_err(|v| err(key, v, "in (0, 1]"))
         };
         let watermark = fraction(
             "eviction.trigger_watermark",
-            "trigger_watermark",
+            TRIGGER_WATERMARK,
             DEFAULT_TRIGGER_WATERMARK,
         )?;
         let ratio = fraction(
             "eviction.eviction_ratio",
-            "eviction_ratio",
+            EVICTION_RATIO,
             DEFAULT_EVICTION_RATIO,
         )?;
         let role = if spec.lmcache_evicts() {
@@ -147,23 +130,23 @@ impl BoundSpec {
         } else {
             BoundRole::Evictor
         };
-        Ok(Some(Self::new((gb * GIB) as u64, watermark, ratio, role)))
+        Ok(Some(Self::new(capacity_bytes(gb), watermark, ratio, role)))
     }
 
     /// The bound of a capacity of `capacity_bytes` evicted at `watermark`
     /// (for an [`BoundRole::Evictor`]; halfway from it to 1 for a
     /// [`BoundRole::HardBound`]) by `ratio` of the capacity per cycle.
     pub fn new(capacity_bytes: u64, watermark: f64, ratio: f64, role: BoundRole) -> Self {
-        let fraction = match role {
-            BoundRole::Evictor => watermark,
-            BoundRole::HardBound => (1.0 + watermark) / 2.0,
+        let rule = CapacityRule {
+            capacity_bytes,
+            trigger_watermark: watermark,
+            eviction_ratio: ratio,
+            role,
         };
-        let trigger_bytes = (fraction * capacity_bytes as f64).ceil() as u64;
-        let reclaim = (ratio * capacity_bytes as f64).ceil() as u64;
         BoundSpec {
             capacity_bytes,
-            trigger_bytes,
-            target_bytes: trigger_bytes.saturating_sub(reclaim),
+            trigger_bytes: rule.trigger_bytes(),
+            target_bytes: rule.target_bytes(),
             listing_every_bytes: capacity_bytes / LISTING_SHARE,
             role,
         }
@@ -676,6 +659,7 @@ fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lmcache_tier_spec::capacity::GIB;
     use proptest::prelude::*;
 
     fn at(seconds: u64) -> SystemTime {

@@ -13,11 +13,12 @@
 //! (`lmcache-capacity-guard`), `s3_bucket` on `s3` tiers by the S3 gateway
 //! (`lmcache-s3-gateway`).
 
+pub mod capacity;
+
 use serde_json::{Map, Value};
 use std::path::Path;
 
-/// One GiB in bytes; LMCache's `max_capacity_gb` counts GiB.
-const GIB: f64 = (1u64 << 30) as f64;
+use capacity::GIB;
 
 /// Parts of key names whose values are secrets: never logged, never printed
 /// by `inspect` or `--dry-run` (`aws_access_key_id`, `aws_secret_access_key`,
@@ -202,14 +203,14 @@ impl TierSpec {
     /// (`max_capacity_gb` above 0; the `fs` adapter never reports one).
     /// Source: `StorageManager._should_enable_l2_eviction` in LMCache 0.5.6.
     pub fn lmcache_evicts(&self) -> bool {
-        let Some(eviction) = self.0.get("eviction") else {
+        let Some(eviction) = self.0.get(capacity::EVICTION) else {
             return false;
         };
         let isolated =
             eviction.get("eviction_policy").and_then(Value::as_str) == Some("IsolatedLRU");
         let capacity = self
             .0
-            .get("max_capacity_gb")
+            .get(capacity::MAX_CAPACITY_GB)
             .and_then(Value::as_f64)
             .is_some_and(|gb| gb > 0.0);
         isolated || (capacity && self.adapter_type() != "fs")
@@ -423,7 +424,7 @@ pub fn fs_native_tier(
     object.insert("num_workers".into(), num_workers.into());
     object.insert("use_odirect".into(), use_odirect.into());
     object.insert(
-        "max_capacity_gb".into(),
+        capacity::MAX_CAPACITY_GB.into(),
         Value::from(capacity_bytes as f64 / GIB),
     );
     object.insert(

@@ -10,6 +10,8 @@ use std::time::Duration;
 use lmcache_s3_gateway::{capped_body, BodyError};
 use serde::Serialize;
 
+use crate::metrics::names;
+
 /// The launch's own figures, from its metrics endpoint.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LaunchFigures {
@@ -129,7 +131,7 @@ pub async fn read(url: &str, timeout: Duration) -> LaunchMetrics {
         Err(e) => return no_answer(e.to_string()),
     };
     let text = String::from_utf8_lossy(&body);
-    match text.contains("lmcache_tier_server_starts_total") {
+    match text.contains(names::SERVER_STARTS.sample) {
         true => LaunchMetrics::Read {
             url: url.to_string(),
             figures: parse(&text),
@@ -142,53 +144,84 @@ pub async fn read(url: &str, timeout: Duration) -> LaunchMetrics {
 pub fn parse(text: &str) -> LaunchFigures {
     let mut figures = LaunchFigures::default();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
+        if let Some(sample) = Sample::parse(line) {
+            figures.record(&sample);
+        }
+    }
+    figures
+}
+
+/// One sample line of a scrape: its name, labels and value.
+struct Sample<'a> {
+    name: &'a str,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+impl<'a> Sample<'a> {
+    /// The sample of `line`; `None` for a line that is none.
+    fn parse(line: &'a str) -> Option<Self> {
+        let (series, value) = line.rsplit_once(' ')?;
+        let value = value.parse::<f64>().ok()?;
         let (name, labels) = match series.split_once('{') {
             Some((name, labels)) => (name, parse_labels(labels)),
             None => (series, Vec::new()),
         };
+        Some(Sample {
+            name,
+            labels,
+            value,
+        })
+    }
+
+    /// The value of its label `key`.
+    fn label(&self, key: &str) -> Option<String> {
+        self.labels
+            .iter()
+            .find_map(|(k, v)| (k == key).then(|| v.clone()))
+    }
+}
+
+impl LaunchFigures {
+    /// Takes in what `sample` says, when it is one of the launch's
+    /// families (`crate::metrics::names`).
+    fn record(&mut self, sample: &Sample) {
+        let value = sample.value;
         let count = value.max(0.0) as u64;
-        let label = |key: &str| {
-            labels
-                .iter()
-                .find_map(|(k, v)| (k == key).then(|| v.clone()))
-        };
-        match name {
-            "lmcache_tier_server_starts_total" => figures.starts = count,
-            "lmcache_tier_server_restarts_total" => figures.restarts = count,
-            "lmcache_tier_server_ready_seconds" => figures.ready_seconds = Some(value),
-            "lmcache_tier_engine_workers_lost_total" => match label("cause") {
+        let label = |key: &str| sample.label(key);
+        match sample.name {
+            n if n == names::SERVER_STARTS.sample => self.starts = count,
+            n if n == names::SERVER_RESTARTS.sample => self.restarts = count,
+            n if n == names::SERVER_READY.sample => self.ready_seconds = Some(value),
+            n if n == names::ENGINE_WORKERS_LOST.sample => match label("cause") {
                 Some(cause) => {
-                    figures.workers_lost += count;
-                    figures.workers_lost_by_cause.insert(cause, count);
+                    self.workers_lost += count;
+                    self.workers_lost_by_cause.insert(cause, count);
                 }
-                None => figures.workers_lost = count,
+                None => self.workers_lost = count,
             },
-            "lmcache_tier_engine_workers_detached_total" => figures.workers_detached = count,
-            "lmcache_tier_server_exits_total" => {
+            n if n == names::ENGINE_WORKERS_DETACHED.sample => self.workers_detached = count,
+            n if n == names::SERVER_EXITS.sample => {
                 if let Some(cause) = label("cause") {
-                    figures.exits.insert(cause, count);
+                    self.exits.insert(cause, count);
                 }
             }
-            "lmcache_tier_housekeeping_deleted_objects_total" => {
+            n if n == names::HOUSEKEEPING_DELETED_OBJECTS.sample => {
                 if let Some(reason) = label("reason") {
-                    figures.housekeeping_deleted.insert(reason, count);
+                    self.housekeeping_deleted.insert(reason, count);
                 }
             }
-            "lmcache_tier_housekeeping_last_run_timestamp_seconds" if value > 0.0 => {
-                figures.housekeeping_at_unix = Some(value);
+            n if n == names::HOUSEKEEPING_LAST_RUN.sample && value > 0.0 => {
+                self.housekeeping_at_unix = Some(value);
             }
-            "lmcache_tier_housekeeping_identity_purge" => figures.identity_purge = value > 0.0,
-            "lmcache_tier_housekeeping_identity_change" if value > 0.0 => {
+            n if n == names::HOUSEKEEPING_IDENTITY_PURGE.sample => {
+                self.identity_purge = value > 0.0
+            }
+            n if n == names::HOUSEKEEPING_IDENTITY_CHANGE.sample && value > 0.0 => {
                 if let (Some(field), Some(stored), Some(current)) =
                     (label("field"), label("stored"), label("current"))
                 {
-                    figures.identity_changes.push(IdentityChange {
+                    self.identity_changes.push(IdentityChange {
                         field,
                         stored,
                         current,
@@ -198,7 +231,6 @@ pub fn parse(text: &str) -> LaunchFigures {
             _ => {}
         }
     }
-    figures
 }
 
 /// The labels of a series, `key="value",...}` as the text formats write

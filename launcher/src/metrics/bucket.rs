@@ -8,7 +8,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use super::{TierFamily, TierLabels};
+use super::names;
+use super::tier_family::{TierFamily, TierLabels};
 
 /// A tier's position and its bound's figures.
 type Bound = (usize, BoundState);
@@ -121,7 +122,7 @@ pub(super) fn encode_bounds(
         family.encode(encoder, &bounds, labels)?;
     }
     let mut family = encoder.encode_descriptor(
-        "gateway_bucket_last_listing_duration",
+        names::GATEWAY_BUCKET_LAST_LISTING_DURATION.name,
         "How long the gateway's last listing of the tier's prefix took",
         Some(&Unit::Seconds),
         ConstGauge::new(0.0f64).metric_type(),
@@ -131,4 +132,63 @@ pub(super) fn encode_bounds(
         ConstGauge::new(seconds).encode(family.encode_family(&labels(bound))?)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{answered, gateway_page, sample};
+    use super::super::Format;
+    use lmcache_sizing::GIB;
+
+    #[test]
+    fn a_gateway_with_a_bucket_bound_has_its_families_and_one_without_has_none() {
+        use lmcache_s3_gateway::bound::{BoundRole, BoundSpec, BoundState};
+        let mut bounded = answered(1, &[], 0, 0.0);
+        bounded.bucket_bound = Some(BoundState {
+            spec: BoundSpec::new(GIB, 0.8, 0.2, BoundRole::HardBound),
+            usage_bytes: 900 << 20,
+            objects: 28,
+            listings: 5,
+            listing_pages: 6,
+            listing_failures: 1,
+            last_listing_millis: 250,
+            last_listing_unix: 1_800_000_000,
+            others_added_objects: 9,
+            others_added_bytes: 288 << 20,
+            evicted_objects: 7,
+            evicted_bytes: 224 << 20,
+            eviction_failures: 0,
+        });
+        let plain = answered(2, &[], 0, 0.0);
+        for format in [Format::OpenMetrics, Format::Prometheus] {
+            let text = gateway_page(vec![bounded.clone(), plain.clone()], format);
+            let total = |name: &str| format!("lmcache_tier_{name}_total{{tier=\"1\"}}");
+            let gauge = |name: &str| format!("lmcache_tier_{name}{{tier=\"1\"}}");
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_usage_bytes")),
+                (900u64 << 20) as f64
+            );
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_capacity_bytes")),
+                GIB as f64
+            );
+            assert_eq!(sample(&text, &total("gateway_bucket_evicted_objects")), 7.0);
+            assert_eq!(sample(&text, &total("gateway_bucket_list_requests")), 6.0);
+            assert_eq!(
+                sample(&text, &total("gateway_bucket_others_added_bytes")),
+                (288u64 << 20) as f64
+            );
+            assert_eq!(
+                sample(
+                    &text,
+                    &gauge("gateway_bucket_last_listing_duration_seconds")
+                ),
+                0.25
+            );
+            assert!(
+                !text.contains("gateway_bucket_usage_bytes{tier=\"2\"}"),
+                "{text}"
+            );
+        }
+    }
 }

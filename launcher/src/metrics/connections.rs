@@ -26,6 +26,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+
+use super::names;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
@@ -193,7 +195,7 @@ impl EndpointState {
                 .inc_by(0);
         }
         registry.register(
-            "metrics_endpoint_closed_connections",
+            names::ENDPOINT_CLOSED_CONNECTIONS.name,
             "Connections the metrics endpoint closed before their client did: refused (no room, none idle), evicted (idle longest when a new one needed room), stalled (an answer not taken in time)",
             state.closed.clone(),
         );
@@ -293,7 +295,7 @@ impl Collector for EndpointState {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let (idle, answering) = self.counts();
         let mut family = encoder.encode_descriptor(
-            "metrics_endpoint_connections",
+            names::ENDPOINT_CONNECTIONS.name,
             "Connections the metrics endpoint holds open now, by state: idle (waiting for a request head), answering (a request read, its answer not yet taken whole)",
             None,
             ConstGauge::new(0i64).metric_type(),

@@ -26,7 +26,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use super::connections::{Closed, EndpointState, NoRoom, Room, Watched};
-use super::{Format, NodeMetrics};
+use super::{names, Format, NodeMetrics};
 
 /// How long to wait before accepting again after `accept` failed (out of
 /// descriptors or memory): the connection waits in the listen backlog.
@@ -236,7 +236,8 @@ async fn serve(
                         }
                     };
                     tracing::warn!(
-                        "the metrics endpoint refused a connection from {peer}: {held}, none of them idle; it answered 503 (told once; lmcache_tier_metrics_endpoint_closed_connections_total counts every one)"
+                        "the metrics endpoint refused a connection from {peer}: {held}, none of them idle; it answered 503 (told once; {} counts every one)",
+                        names::ENDPOINT_CLOSED_CONNECTIONS.sample
                     );
                 }
                 continue;

@@ -1,0 +1,160 @@
+//! The capacity bound of a tier with `max_capacity_gb`, shared by the
+//! capacity guard of filesystem tiers (`docs/capacity-guard.md`) and the
+//! bucket bound of `s3_bucket` tiers (`docs/s3-gateway.md`, "The bucket
+//! bound"): how the keys are read, as LMCache 0.5.6 reads them
+//! (`max_capacity_gb` in GiB, `eviction.trigger_watermark` and
+//! `eviction.eviction_ratio` defaulting as in its
+//! `_parse_eviction_config`), and where a cycle starts and ends. Pure: each
+//! caller names the tier in its own errors and decides the role.
+
+use serde_json::Value;
+
+/// One GiB in bytes; LMCache's `max_capacity_gb` counts GiB.
+pub const GIB: f64 = (1u64 << 30) as f64;
+/// The capacity key, in GiB.
+pub const MAX_CAPACITY_GB: &str = "max_capacity_gb";
+/// The key of the eviction block.
+pub const EVICTION: &str = "eviction";
+/// The eviction block's watermark key.
+pub const TRIGGER_WATERMARK: &str = "trigger_watermark";
+/// The eviction block's ratio key.
+pub const EVICTION_RATIO: &str = "eviction_ratio";
+/// LMCache's default `trigger_watermark` (0.5.6, `_parse_eviction_config`).
+pub const DEFAULT_TRIGGER_WATERMARK: f64 = 0.8;
+/// LMCache's default `eviction_ratio` (0.5.6, `_parse_eviction_config`).
+pub const DEFAULT_EVICTION_RATIO: f64 = 0.2;
+
+/// A `max_capacity_gb` value as GiB: a finite JSON number, 0 or more;
+/// `None` for anything else (the caller says what to write).
+pub fn capacity_gib(value: &Value) -> Option<f64> {
+    value.as_f64().filter(|gib| gib.is_finite() && *gib >= 0.0)
+}
+
+/// `gib` GiB in bytes, rounded down (`u64::MAX` for more than that).
+pub fn capacity_bytes(gib: f64) -> u64 {
+    (gib * GIB) as u64
+}
+
+/// The fraction `name` (`trigger_watermark` or `eviction_ratio`) of the
+/// `eviction` block `block`: `default` when the block or the key is absent
+/// (or the block is no object).
+///
+/// # Errors
+/// The value when it is not a JSON number in (0, 1].
+pub fn eviction_fraction<'a>(
+    block: Option<&'a Value>,
+    name: &str,
+    default: f64,
+) -> Result<f64, &'a Value> {
+    match block.and_then(|block| block.get(name)) {
+        None => Ok(default),
+        Some(value) => value
+            .as_f64()
+            .filter(|f| *f > 0.0 && *f <= 1.0)
+            .ok_or(value),
+    }
+}
+
+/// Who acts first on a bounded tier: LMCache or this project's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoundRole {
+    /// LMCache does not evict from the tier: the bound evicts at
+    /// `trigger_watermark` x capacity.
+    Evictor,
+    /// LMCache evicts at its watermark on what it counts; the bound evicts
+    /// only when the true usage reaches halfway from that watermark to the
+    /// capacity (after a restart, LMCache counting from 0, or on a tier
+    /// other writers fill).
+    HardBound,
+}
+
+/// The numbers of a bound: a capacity, its watermark and ratio, its role.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CapacityRule {
+    /// The capacity, bytes.
+    pub capacity_bytes: u64,
+    /// `eviction.trigger_watermark`, in (0, 1].
+    pub trigger_watermark: f64,
+    /// `eviction.eviction_ratio`, in (0, 1].
+    pub eviction_ratio: f64,
+    /// Evictor or hard bound.
+    pub role: BoundRole,
+}
+
+impl CapacityRule {
+    /// The usage in bytes at which a cycle starts: the watermark times the
+    /// capacity for a [`BoundRole::Evictor`], halfway from the watermark to
+    /// the capacity for a [`BoundRole::HardBound`]; rounded up.
+    pub fn trigger_bytes(&self) -> u64 {
+        let fraction = match self.role {
+            BoundRole::Evictor => self.trigger_watermark,
+            BoundRole::HardBound => (1.0 + self.trigger_watermark) / 2.0,
+        };
+        (fraction * self.capacity_bytes as f64).ceil() as u64
+    }
+
+    /// Bytes a regular cycle frees: `eviction_ratio` x capacity, rounded
+    /// up, as LMCache's own cycles free.
+    pub fn ratio_bytes(&self) -> u64 {
+        (self.eviction_ratio * self.capacity_bytes as f64).ceil() as u64
+    }
+
+    /// The usage in bytes a cycle ends at or below: the trigger less
+    /// [`CapacityRule::ratio_bytes`] (0 at least).
+    pub fn target_bytes(&self) -> u64 {
+        self.trigger_bytes().saturating_sub(self.ratio_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trigger_is_the_watermark_or_halfway_to_the_capacity() {
+        let rule = |role| CapacityRule {
+            capacity_bytes: 1 << 30,
+            trigger_watermark: 0.8,
+            eviction_ratio: 0.2,
+            role,
+        };
+        let evictor = rule(BoundRole::Evictor);
+        assert_eq!(evictor.trigger_bytes(), (0.8 * GIB).ceil() as u64);
+        assert_eq!(
+            evictor.target_bytes(),
+            (0.8 * GIB).ceil() as u64 - (0.2 * GIB).ceil() as u64
+        );
+        let hard = rule(BoundRole::HardBound);
+        assert_eq!(hard.trigger_bytes(), (0.9 * GIB).ceil() as u64);
+        let tiny = CapacityRule {
+            capacity_bytes: 10,
+            trigger_watermark: 0.1,
+            eviction_ratio: 1.0,
+            role: BoundRole::Evictor,
+        };
+        assert_eq!(tiny.target_bytes(), 0);
+    }
+
+    #[test]
+    fn fractions_default_when_absent_and_are_refused_out_of_range() {
+        let block: Value = serde_json::json!({"trigger_watermark": 0.5, "eviction_ratio": 1.5});
+        assert_eq!(
+            eviction_fraction(Some(&block), TRIGGER_WATERMARK, 0.8),
+            Ok(0.5)
+        );
+        assert_eq!(
+            eviction_fraction(Some(&block), EVICTION_RATIO, 0.2),
+            Err(&serde_json::json!(1.5))
+        );
+        assert_eq!(eviction_fraction(None, EVICTION_RATIO, 0.2), Ok(0.2));
+        let not_an_object = serde_json::json!("LRU");
+        assert_eq!(
+            eviction_fraction(Some(&not_an_object), TRIGGER_WATERMARK, 0.8),
+            Ok(0.8)
+        );
+        assert_eq!(capacity_gib(&serde_json::json!(-1)), None);
+        assert_eq!(capacity_gib(&serde_json::json!("big")), None);
+        assert_eq!(capacity_bytes(2.0), 2 << 30);
+    }
+}
