@@ -9,20 +9,26 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats, WRITE_BUFFER_L1_BYTES};
-use lmcache_sizing::volume::{self, Filesystem, MemoryBudget, TierSizing, VolumeKind};
-use lmcache_sizing::{fmt_gib, Decision, GIB};
+use lmcache_capacity_guard::capacity::guard_spec;
+use lmcache_sizing::rules::{self, OdirectProbe};
+use lmcache_sizing::{fmt_gib, Decision};
 use lmcache_tier_spec::{fs_native_tier, Cascade, TierSpec};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::env::{self, ConfigError, LookupHashLog, NodeEnv};
-use crate::extra_args::{self, ExtraArgs};
+use crate::extra_args;
 use crate::housekeep::DiskHousekeeping;
 use crate::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
 use crate::ports::{self, Listener};
 use crate::server_flags::server_flags;
-use lmcache_capacity_guard::capacity::guard_spec;
+
+pub use super::command_line::connector_config;
+use super::command_line::{node_flags, server_args, server_env, NodeValues};
+pub(crate) use super::disk_tier::kind_name;
+pub use super::disk_tier::{check_volume, size_disk_tier, DiskTier};
+pub use super::l1::server_l1;
+use super::l1::{extra_l1_bytes, judge_l1, small_l1_warning, with_extra_l1, write_buffer_l1};
 
 /// How the server's L1 is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -33,26 +39,6 @@ pub enum L1Mode {
     /// The operator set L1 to 0: L1 only stages chunks on their way to L2
     /// (`--eviction-policy noop --l2-store-policy skip_l1`).
     WriteBuffer,
-}
-
-/// The node's built-in disk tier as sized for this launch.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DiskTier {
-    /// The cache directory (`EREBINE_AGENT_LMCACHE_DISK_PATH`).
-    pub path: PathBuf,
-    /// Statistics of the volume that holds it.
-    pub volume: VolumeStats,
-    /// What kind of storage the volume is: local, memory-backed, or one
-    /// whose figures are not trusted (`docs/sizing.md`, "Filesystems").
-    pub volume_kind: Decision<VolumeKind>,
-    /// Allocated bytes of cache objects already in the directory (R).
-    pub reclaimable_bytes: u64,
-    /// Capacity in bytes; 0 means no disk tier.
-    pub capacity: Decision<u64>,
-    /// fs_native I/O worker threads.
-    pub io_workers: Decision<u32>,
-    /// Whether the tier uses O_DIRECT.
-    pub use_odirect: Decision<bool>,
 }
 
 /// Every decision of a launch, each with its reason.
@@ -309,16 +295,6 @@ impl LaunchPlan {
     }
 }
 
-/// A volume kind as the launch log and `size` name it.
-pub(crate) fn kind_name(kind: VolumeKind) -> &'static str {
-    match kind {
-        VolumeKind::Local => "local",
-        VolumeKind::Memory => "memory-backed",
-        VolumeKind::Untrusted => "untrusted figures",
-        VolumeKind::NotStorage => "not storage",
-    }
-}
-
 /// Plans a launch of the LMCache server for `facts` with the node's
 /// configuration `node` on `host`. `executable` is what starts the server.
 ///
@@ -521,36 +497,6 @@ fn disk_housekeeping(
     })
 }
 
-/// The variables the server gets on top of its environment
-/// (`docs/configuration.md`): no usage reports, unbuffered output, and
-/// the log level when the node sets one.
-fn server_env(node: &NodeEnv) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    env.insert("LMCACHE_TRACK_USAGE".to_string(), "false".to_string());
-    env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
-    if let Some(level) = &node.lmcache_log_level {
-        env.insert("LMCACHE_LOG_LEVEL".to_string(), level.clone());
-    }
-    env
-}
-
-/// The engine's `--kv-transfer-config` for a server on 127.0.0.1:`mp_port`,
-/// with `extra` (`EREBINE_AGENT_LMCACHE_EXTRA_CONFIG`) merged into
-/// `kv_connector_extra_config`, its keys winning.
-pub fn connector_config(mp_port: u16, extra: &Map<String, Value>) -> Value {
-    let mut config = Map::new();
-    config.insert("lmcache.mp.host".into(), "tcp://127.0.0.1".into());
-    config.insert("lmcache.mp.port".into(), mp_port.into());
-    for (key, value) in extra {
-        config.insert(key.clone(), value.clone());
-    }
-    serde_json::json!({
-        "kv_connector": "LMCacheMPConnector",
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": config,
-    })
-}
-
 /// The chunk size rule, then an `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`
 /// `--chunk-size`, which must respect a hybrid-attention model's block size
 /// (the node does not rewrite a passed-through value).
@@ -672,114 +618,6 @@ fn check_writable(
     })
 }
 
-/// What the node itself would pass, before `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`.
-struct NodeValues {
-    chunk_size: u32,
-    l1_bytes: u64,
-    l1_mode: L1Mode,
-    /// The node's L2 tiers as they would be shown (secrets redacted).
-    tiers: String,
-}
-
-/// The node's own `lmcache server` flags in the documented order
-/// (`docs/configuration.md`), each with
-/// its value (`--l2-adapter` once per tier).
-fn node_flags(
-    facts: &EngineFacts,
-    node: &NodeEnv,
-    own: &NodeValues,
-    cascade: &Cascade,
-) -> Vec<(&'static str, String)> {
-    let mut flags: Vec<(&'static str, String)> = vec![
-        ("--host", "127.0.0.1".into()),
-        ("--port", node.mp_port.to_string()),
-        ("--http-host", "127.0.0.1".into()),
-        ("--http-port", node.http_port.to_string()),
-        ("--chunk-size", own.chunk_size.to_string()),
-        ("--l1-size-gb", gib_arg(own.l1_bytes)),
-    ];
-    match own.l1_mode {
-        L1Mode::Cache => flags.push(("--eviction-policy", "LRU".into())),
-        L1Mode::WriteBuffer => flags.extend([
-            ("--eviction-policy", "noop".into()),
-            ("--l2-store-policy", "skip_l1".into()),
-        ]),
-    }
-    flags.push(("--max-gpu-workers", facts.gpu_workers().to_string()));
-    if let Some(log) = &node.lookup_hash_log {
-        flags.extend([
-            ("--lookup-hash-log-dir", log.dir.display().to_string()),
-            (
-                "--lookup-hash-log-rotation-interval",
-                log.rotation_interval_secs.to_string(),
-            ),
-            (
-                "--lookup-hash-log-rotation-max-size",
-                log.rotation_max_size_bytes.to_string(),
-            ),
-            ("--lookup-hash-log-max-files", log.max_files.to_string()),
-        ]);
-    }
-    if node.extra_args.l2_adapters().is_none() {
-        for tier in cascade.tiers() {
-            flags.push((extra_args::L2_ADAPTER_FLAG, tier.to_arg()));
-        }
-    }
-    flags
-}
-
-/// `server`, the node's flags minus those `extra` repeats, then `extra`'s
-/// arguments; and what was replaced.
-fn server_args(
-    node_flags: Vec<(&'static str, String)>,
-    node_tiers: String,
-    extra: &ExtraArgs,
-) -> (Vec<String>, Vec<Replaced>) {
-    let mut args = vec!["server".to_string()];
-    let mut replaced = Vec::new();
-    for (flag, value) in node_flags {
-        if extra.replaces(flag) {
-            if let Some(by) = extra.value(flag) {
-                replaced.push(Replaced {
-                    flag: flag.to_string(),
-                    node: value,
-                    extra: by.to_string(),
-                });
-            }
-        } else {
-            args.push(flag.to_string());
-            args.push(value);
-        }
-    }
-    if let Some(tiers) = extra.l2_adapters() {
-        replaced.push(Replaced {
-            flag: extra_args::L2_ADAPTER_FLAG.to_string(),
-            node: node_tiers,
-            extra: tiers.redacted().to_string(),
-        });
-    }
-    args.extend(extra.args().iter().cloned());
-    (args, replaced)
-}
-
-/// A byte count as LMCache's GiB flag value: `"6"`, `"1.5"`.
-fn gib_arg(bytes: u64) -> String {
-    format!("{}", bytes as f64 / GIB as f64)
-}
-
-/// The L1 the server gets: `--l1-size-gb` in
-/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else the `budget`, else (a budget of
-/// 0) the write buffer's 1 GiB.
-///
-/// Errors: an extra `--l1-size-gb` that is not a size.
-pub fn server_l1(node: &NodeEnv, budget: Decision<u64>) -> Result<Decision<u64>, PlanError> {
-    let own = match budget.value {
-        0 => write_buffer_l1(),
-        _ => budget,
-    };
-    with_extra_l1(node, own)
-}
-
 /// A warning for each `fs` or `fs_native` tier of a custom cascade without
 /// `max_capacity_gb`: LMCache 0.5.6 never evicts such a tier, and nothing
 /// else bounds it (no capacity guard either), so it grows until its volume
@@ -829,226 +667,4 @@ fn odirect_tier_warning(tier: &TierOdirect) -> Option<String> {
         tier.adapter,
         tier.base_path.display()
     ))
-}
-
-/// The L1 the server gets judged against the node's memory
-/// ([`rules::judge_l1`]): refused above the memory when set by hand, its
-/// warnings otherwise.
-fn judge_l1(
-    node: &NodeEnv,
-    l1: &Decision<u64>,
-    memory: &Decision<u64>,
-) -> Result<Vec<String>, PlanError> {
-    let setting = match l1.rule {
-        "explicit" => Some(format!(
-            "{}={}",
-            env::KV_OFFLOAD_SIZE_GB,
-            l1.value as f64 / GIB as f64
-        )),
-        "extra-args" => Some(format!(
-            "{} --l1-size-gb {}",
-            env::LMCACHE_EXTRA_ARGS,
-            node.extra_args.value("--l1-size-gb").unwrap_or_default()
-        )),
-        _ => None,
-    };
-    Ok(rules::judge_l1(
-        l1.value,
-        setting.as_deref(),
-        memory,
-        node.host_agent_count,
-    )?)
-}
-
-/// A warning for an L1 above 0 but below the 1 GiB a write buffer gets:
-/// LMCache stages every chunk in L1 on its way to L2 and serves hits from
-/// it, and one 256-token chunk of an 8B model is already 32 MiB.
-fn small_l1_warning(l1_bytes: u64) -> Option<String> {
-    (l1_bytes > 0 && l1_bytes < WRITE_BUFFER_L1_BYTES).then(|| {
-        format!(
-            "L1 is {}, below 1 GiB: LMCache stages every chunk in L1 on its way to L2 and serves hits from it, and one 256-token chunk of an 8B model is 32 MiB; give L1 at least 1 GiB, or 0 for a write buffer",
-            fmt_gib(l1_bytes)
-        )
-    })
-}
-
-/// The L1 of a write-buffer-only server.
-fn write_buffer_l1() -> Decision<u64> {
-    Decision::new(
-        WRITE_BUFFER_L1_BYTES,
-        "write-buffer",
-        "L1 budget is 0: L1 runs as a write buffer only (eviction noop, l2-store-policy skip_l1) with the smallest L1 that stages chunks, 1 GiB",
-    )
-}
-
-/// `own`, or the `--l1-size-gb` of `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` that
-/// replaces it.
-fn with_extra_l1(node: &NodeEnv, own: Decision<u64>) -> Result<Decision<u64>, PlanError> {
-    Ok(
-        match (extra_l1_bytes(node)?, node.extra_args.value("--l1-size-gb")) {
-            (Some(bytes), Some(text)) => Decision::new(
-                bytes,
-                "extra-args",
-                format!(
-                    "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l1-size-gb {text} replaces the node's {} ({})",
-                    fmt_gib(own.value),
-                    own.reason
-                ),
-            ),
-            _ => own,
-        },
-    )
-}
-
-fn extra_l1_bytes(node: &NodeEnv) -> Result<Option<u64>, PlanError> {
-    Ok(node
-        .extra_args
-        .value("--l1-size-gb")
-        .map(|v| env::parse_gib(env::LMCACHE_EXTRA_ARGS, v))
-        .transpose()?)
-}
-
-/// Sizes the node's built-in disk tier under `node.disk_path` beside an L1
-/// of `l1_bytes` (the L1 the server gets, [`server_l1`]) from the
-/// measured disk facts in `host`: the kind of volume, the capacity, I/O
-/// workers and O_DIRECT (`docs/sizing.md`).
-///
-/// Errors: [`PlanError::NotMeasured`] when `host` carries no disk facts;
-/// [`PlanError::Sizing`] for a volume whose figures cannot size the tier
-/// without an explicit size, or an explicit memory-backed tier beyond the
-/// node's memory budget.
-pub fn size_disk_tier(
-    node: &NodeEnv,
-    host: &HostFacts,
-    l1_bytes: u64,
-) -> Result<DiskTier, PlanError> {
-    let disk = host.disk.as_ref().ok_or(PlanError::NotMeasured)?;
-    let (volume_kind, capacity) = tier_capacity(
-        node,
-        host.memory.value,
-        l1_bytes,
-        &disk.volume,
-        &disk.filesystem,
-        disk.reclaimable_bytes,
-    )?;
-    Ok(DiskTier {
-        capacity,
-        io_workers: rules::io_workers(host.physical_cores),
-        use_odirect: rules::use_odirect(disk.volume.block_size, &disk.odirect),
-        path: node.disk_path.clone(),
-        volume: disk.volume,
-        volume_kind,
-        reclaimable_bytes: disk.reclaimable_bytes,
-    })
-}
-
-/// The refusals of [`size_disk_tier`] for a volume with figures `volume`
-/// of `filesystem` on a host with `memory_bytes` for the node: they depend
-/// on neither the tier's contents nor the O_DIRECT probe, so a launch
-/// checks them before it creates or locks the cache directory.
-///
-/// Errors: [`PlanError::Sizing`], and a bad extra `--l1-size-gb`.
-pub fn check_volume(
-    node: &NodeEnv,
-    memory_bytes: u64,
-    volume: &VolumeStats,
-    filesystem: &Filesystem,
-) -> Result<(), PlanError> {
-    let budget = rules::l1_budget(node.kv_offload_bytes, memory_bytes, node.host_agent_count);
-    let l1_bytes = server_l1(node, budget)?.value;
-    tier_capacity(node, memory_bytes, l1_bytes, volume, filesystem, 0).map(drop)
-}
-
-/// The kind of the volume and the tier's capacity on it.
-fn tier_capacity(
-    node: &NodeEnv,
-    memory_bytes: u64,
-    l1_bytes: u64,
-    volume: &VolumeStats,
-    filesystem: &Filesystem,
-    reclaimable_bytes: u64,
-) -> Result<(Decision<VolumeKind>, Decision<u64>), PlanError> {
-    let kind = volume::volume_kind(filesystem, volume);
-    let share = rules::memory_share(memory_bytes, node.host_agent_count);
-    // Several nodes on one host share its volume as they share its memory
-    // (`docs/sizing.md`, "Several nodes on one host"): a derived size on a
-    // local volume comes from this node's share of its figures.
-    let nodes = u64::from(node.host_agent_count.max(1));
-    let shared = nodes > 1 && node.disk_size_bytes.is_none() && kind.value == VolumeKind::Local;
-    let node_volume = VolumeStats {
-        total_bytes: volume.total_bytes / nodes,
-        free_bytes: volume.free_bytes / nodes,
-        ..*volume
-    };
-    let mut capacity = volume::tier_capacity(&TierSizing {
-        volume: if shared { &node_volume } else { volume },
-        kind: &kind,
-        reclaimable_bytes,
-        l1_bytes,
-        explicit: node.disk_size_bytes,
-        memory: MemoryBudget::new(share),
-    })
-    .map_err(|source| PlanError::Sizing {
-        variable: env::DISK_PATH,
-        path: node.disk_path.display().to_string(),
-        source,
-    })?;
-    if shared {
-        capacity.reason = format!(
-            "{}; from this node's 1/{nodes} share of the volume ({} of {}, {} of {} free; EREBINE_AGENT_HOST_AGENT_COUNT={nodes})",
-            capacity.reason,
-            fmt_gib(node_volume.total_bytes),
-            fmt_gib(volume.total_bytes),
-            fmt_gib(node_volume.free_bytes),
-            fmt_gib(volume.free_bytes)
-        );
-    }
-    Ok((kind, capacity))
-}
-
-impl DiskTier {
-    /// What an operator should know about this tier beside an L1 of
-    /// `l1_bytes`: a memory-backed volume, a tier smaller than L1, an
-    /// explicit size above the volume's free space, a filesystem type the
-    /// rules do not know.
-    pub fn warnings(&self, l1_bytes: u64) -> Vec<String> {
-        let mut warnings = Vec::new();
-        let capacity = self.capacity.value;
-        if self.volume_kind.value == VolumeKind::Memory && capacity > 0 {
-            warnings.push(format!(
-                "the {} disk tier in {} is RAM beside the {} L1 and counts against a container's memory limit ({})",
-                fmt_gib(capacity),
-                self.path.display(),
-                fmt_gib(l1_bytes),
-                self.volume_kind.reason,
-            ));
-        }
-        if let Some(warning) = volume::below_l1_warning(capacity, l1_bytes) {
-            warnings.push(warning);
-        }
-        let available = self
-            .volume
-            .free_bytes
-            .saturating_add(self.reclaimable_bytes);
-        let measured = self.volume_kind.value != VolumeKind::Untrusted;
-        let sizeless = self.volume.total_bytes == 0;
-        if self.capacity.rule.starts_with("explicit") && measured && sizeless && capacity > 0 {
-            warnings.push(format!(
-                "the volume of {} reports no size (as ramfs does: it grows until the host's RAM runs out), so nothing but the tier's {} capacity and its guard bound what is stored there",
-                self.path.display(),
-                fmt_gib(capacity)
-            ));
-        } else if self.capacity.rule.starts_with("explicit") && measured && capacity > available {
-            warnings.push(format!(
-                "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB gives the disk tier {}, more than the {} free on its volume (with {} of cache already there): as the tier fills, the volume fills for everything else on it",
-                fmt_gib(capacity),
-                fmt_gib(self.volume.free_bytes),
-                fmt_gib(self.reclaimable_bytes)
-            ));
-        }
-        if self.volume_kind.rule == "unrecognised-type" {
-            warnings.push(self.volume_kind.reason.clone());
-        }
-        warnings
-    }
 }

@@ -6,11 +6,14 @@
 //! launch".
 
 pub mod bucket_warnings;
+mod command_line;
+mod disk_tier;
 pub mod extensions;
 pub mod facts;
 pub mod gpu;
 pub mod housekeep;
 pub mod inputs;
+mod l1;
 pub mod launch_plan;
 pub mod locate;
 pub mod server_python;
