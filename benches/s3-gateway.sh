@@ -12,7 +12,12 @@
 # another machine. GATEWAY_BASELINE=<another build of the s3_gateway bench
 # binary> runs it and this tree's bench alternately against the same upstream,
 # baseline first, two rounds each: a change is measured side by side with the
-# code before it.
+# code before it. GATEWAY_BENCH_BINARY=<a release build of the s3_gateway bench
+# binary> runs that one instead of building this tree's (for a machine without
+# cargo: copy the binary and s3s-fs there, s3s-fs on PATH). The bench's sides:
+# direct, tcp relay, gateway, scraped (metrics read every 10 ms) and bounded
+# (a bucket bound on a prefix that starts full: the bound on vs off is
+# bounded vs gateway).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
@@ -54,12 +59,16 @@ echo "upstream: $upstream on 127.0.0.1:$port"
 echo "pinned: ${PIN:-0}${upstream_cpus:+ (upstream: $upstream_cpus; client, gateway, relay: $node_cpus)}"
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg)"
 cd "$root"
-cargo build --quiet --release -p lmcache-s3-gateway --benches
-if [ -z "${GATEWAY_BASELINE:-}" ]; then
-  $node_cpus cargo bench -p lmcache-s3-gateway --bench s3_gateway
+if [ -n "${GATEWAY_BENCH_BINARY:-}" ]; then
+  current="$GATEWAY_BENCH_BINARY"
 else
+  cargo build --quiet --release -p lmcache-s3-gateway --benches
   current="$(cargo bench -p lmcache-s3-gateway --bench s3_gateway --no-run 2>&1 |
     sed -n 's/.*(\(.*deps\/s3_gateway-[0-9a-f]*\)).*/\1/p' | tail -n 1)"
+fi
+if [ -z "${GATEWAY_BASELINE:-}" ]; then
+  $node_cpus "$current" --bench
+else
   for round in 1 2; do
     echo "== baseline $GATEWAY_BASELINE, round $round"
     $node_cpus "$GATEWAY_BASELINE" --bench

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 
+pub mod bucket;
 pub mod fault_proxy;
 use nix::unistd::Pid;
 
@@ -134,6 +135,20 @@ impl Binaries {
         http_port: u16,
         extra: &[&str],
     ) -> Command {
+        self.launch_command_for(dir, mp_port, http_port, "test-model", extra)
+    }
+
+    /// [`Binaries::launch_command`] with `--model model`: the launch
+    /// identity of a node serving another model (its bench names its
+    /// objects after it with [`BenchOptions::model`]).
+    pub fn launch_command_for(
+        &self,
+        dir: &Path,
+        mp_port: u16,
+        http_port: u16,
+        model: &str,
+        extra: &[&str],
+    ) -> Command {
         let mut cmd = Command::new(self.lmcache_tier());
         cmd.env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -148,7 +163,7 @@ impl Binaries {
                 "EREBINE_AGENT_LMCACHE_METRICS_PORT",
                 free_port().to_string(),
             )
-            .args(["launch", "--model", "test-model"])
+            .args(["launch", "--model", model])
             .args(extra);
         cmd
     }
@@ -442,7 +457,55 @@ pub fn bench_command(
     end: u32,
     interval: &str,
 ) -> Command {
-    let mut cmd = Command::new(lmcache_venv().join("bin/lmcache"));
+    let options = BenchOptions {
+        interval,
+        ..BenchOptions::default()
+    };
+    bench_command_with(Path::new("."), mp_port, http_port, start, end, &options)
+}
+
+/// How a CPU bench run differs from [`run_bench`]'s.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchOptions<'a> {
+    /// Seconds between two sequences (`--interval`): 0.1 for [`run_bench`].
+    pub interval: &'a str,
+    /// `--kvcache-shape-spec`: `None` for the bench's default,
+    /// `(2,1024,16,8,128):float16:32` (32 layers, 128 KiB of KV a token);
+    /// `(2,1024,16,8,128):float16:1` (one layer) makes it 4 KiB a token,
+    /// so a sequence (1025 tokens) at the launch's 1024-token chunks is one
+    /// 4 MiB object.
+    pub kvcache_shape_spec: Option<&'a str>,
+    /// The model the bench worker registers and names its objects after:
+    /// `None` for LMCache's `test-model`; another through the wrapper of
+    /// [`venv_with_bench_model`] (in the run's directory).
+    pub model: Option<&'a str>,
+}
+
+impl Default for BenchOptions<'_> {
+    fn default() -> Self {
+        BenchOptions {
+            interval: "0.1",
+            kvcache_shape_spec: None,
+            model: None,
+        }
+    }
+}
+
+/// [`bench_command`] with `options`; `dir` holds the wrapper environment
+/// of [`BenchOptions::model`].
+pub fn bench_command_with(
+    dir: &Path,
+    mp_port: u16,
+    http_port: u16,
+    start: u32,
+    end: u32,
+    options: &BenchOptions<'_>,
+) -> Command {
+    let venv = match options.model {
+        Some(_) => venv_with_bench_model(dir),
+        None => lmcache_venv(),
+    };
+    let mut cmd = Command::new(venv.join("bin/lmcache"));
     cmd.args([
         "bench",
         "server",
@@ -454,9 +517,15 @@ pub fn bench_command(
     .args(["--rpc-url", &format!("tcp://127.0.0.1:{mp_port}")])
     .args(["--url", &format!("http://127.0.0.1:{http_port}")])
     .args(["--start", &start.to_string(), "--end", &end.to_string()])
-    .args(["--interval", interval, "--num-tokens", "1024"])
+    .args(["--interval", options.interval, "--num-tokens", "1024"])
     .env("LMCACHE_TRACK_USAGE", "false")
     .env("LMCACHE_DISABLE_BANNER", "1");
+    if let Some(shape) = options.kvcache_shape_spec {
+        cmd.args(["--kvcache-shape-spec", shape]);
+    }
+    if let Some(model) = options.model {
+        cmd.env("BENCH_MODEL", model);
+    }
     cmd
 }
 
@@ -469,9 +538,28 @@ pub fn bench_command(
 /// on a loaded 2-core machine can miss; such a run is started again, up to
 /// twice, and said on stderr. Every other failure is the caller's.
 pub fn run_bench(dir: &Path, mp_port: u16, http_port: u16, start: u32, end: u32) -> BenchRun {
+    run_bench_with(
+        dir,
+        mp_port,
+        http_port,
+        start,
+        end,
+        &BenchOptions::default(),
+    )
+}
+
+/// [`run_bench`] with `options` ([`bench_command_with`]).
+pub fn run_bench_with(
+    dir: &Path,
+    mp_port: u16,
+    http_port: u16,
+    start: u32,
+    end: u32,
+    options: &BenchOptions<'_>,
+) -> BenchRun {
     let mut tries = 1;
     loop {
-        let run = run_bench_once(dir, mp_port, http_port, start, end, tries);
+        let run = run_bench_once(dir, mp_port, http_port, start, end, options, tries);
         if run.status.success() || !run.output.contains(REGISTER_TIMED_OUT) || tries == 3 {
             return run;
         }
@@ -491,9 +579,10 @@ fn run_bench_once(
     http_port: u16,
     start: u32,
     end: u32,
+    options: &BenchOptions<'_>,
     attempt: u32,
 ) -> BenchRun {
-    let cmd = bench_command(mp_port, http_port, start, end, "0.1");
+    let cmd = bench_command_with(dir, mp_port, http_port, start, end, options);
     let log = match attempt {
         1 => dir.join(format!("bench-{start}-{end}.log")),
         n => dir.join(format!("bench-{start}-{end}-{n}.log")),
@@ -786,11 +875,15 @@ impl S3sFs {
 
 /// A virtual environment in `dir` whose `lmcache` runs the real LMCache of
 /// [`lmcache_venv`], with one change: `lmcache bench l2` names its keys
-/// after the model in `$BENCH_MODEL` instead of `bench-model`. LMCache 0.5.6
-/// has no flag for that model name; the wrapper sets the default of the
-/// bench's key generator and then runs LMCache's own command line, so every
-/// store and load still goes through LMCache's real adapter. Its `python3`
-/// is the real environment's, which the launcher asks for boto3.
+/// after the model in `$BENCH_MODEL` instead of `bench-model`, and the
+/// worker of `lmcache bench server` registers under that model instead of
+/// `test-model`. LMCache 0.5.6 has no flag for either name; the wrapper
+/// sets the default of the l2 bench's key generator and the server bench's
+/// model constant (`server_bench.helpers._MODEL_NAME`, read when the worker
+/// registers and makes its keys), then runs LMCache's own command line, so
+/// every store and load still goes through LMCache's real adapter and
+/// server. Its `python3` is the real environment's, which the launcher asks
+/// for boto3.
 pub fn venv_with_bench_model(dir: &Path) -> PathBuf {
     let venv = dir.join("bench-model-venv");
     std::fs::create_dir_all(venv.join("bin")).expect("venv directory");
@@ -800,7 +893,11 @@ pub fn venv_with_bench_model(dir: &Path) -> PathBuf {
 exec {python} -c '
 import sys
 import lmcache.cli.commands.bench.l2_adapter_bench.data as data
-data.make_object_keys.__defaults__ = (sys.argv.pop(1), 0)
+model = sys.argv.pop(1)
+data.make_object_keys.__defaults__ = (model, 0)
+if sys.argv[1:3] == ["bench", "server"]:
+    import lmcache.cli.commands.bench.server_bench.helpers as helpers
+    helpers._MODEL_NAME = model
 from lmcache.cli.main import main
 sys.argv[0] = "lmcache"
 sys.exit(main())

@@ -20,7 +20,17 @@
 //! is a second gateway whose counters a thread reads every
 //! `GATEWAY_BENCH_SCRAPE_MS` (default 10 ms), as the metrics endpoint does
 //! at each scrape: the cost of metrics on the data path, side by side with
-//! `gateway`.
+//! `gateway`. A fifth side, `bounded`, is a gateway with a bucket bound
+//! (`docs/s3-gateway.md`, "The bucket bound") on a prefix of its own that
+//! starts full: before the child starts, [`prefill`] writes old objects of
+//! the bench's size to the prefix up to the bound's trigger, so from its
+//! first listing on the bound evicts old objects as the bench writes new
+//! ones (a cycle of 0.2 x capacity each time the usage reaches the
+//! trigger) and lists again after every 2% of its capacity written, as in
+//! a full bucket in steady state. Its capacity ([`bound_capacity`])
+//! keeps every object the bench writes above the old ones, so none of them
+//! is a victim before it is read back. Every side writes LMCache-shaped
+//! keys (`bench-model@00000000@0@<round><i>`), which the bound counts.
 //!
 //! Each phase prints the CPU seconds per GiB moved of the client (this
 //! process), the child (`hop`: gateway or relay), the upstream (when
@@ -37,8 +47,18 @@ use lmcache_s3_gateway::sigv4::s3_signature;
 use lmcache_s3_gateway::Gateways;
 
 const MIB: usize = 1 << 20;
+const GIB: f64 = (1u64 << 30) as f64;
 const OBJECT: usize = 32 * MIB;
 const REGION: &str = "us-east-1";
+/// The bounded side's key prefix in the bucket.
+const BOUND_PREFIX: &str = "bounded/";
+/// The bound's `trigger_watermark` and `eviction_ratio` (no `eviction`
+/// block: the gateway is the evictor, at 0.8 down to 0.6 of the capacity).
+const BOUND_TRIGGER: f64 = 0.8;
+const BOUND_TARGET: f64 = 0.6;
+/// The variable through which the child learns the bounded side's
+/// capacity, in GiB.
+const BOUND_GB_VAR: &str = "GATEWAY_BENCH_BOUND_GB";
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -92,8 +112,9 @@ fn with_key(spec: &str, gateways: &Gateways) -> Result<String, Error> {
     Ok(spec.to_string())
 }
 
-/// Child mode: starts the gateway for the upstream, prints the rewritten
-/// spec with its key, and serves until stdin closes.
+/// Child mode: starts the gateways for the upstream (plain, scraped,
+/// bounded), prints their rewritten specs with their keys and the relay's
+/// address, and serves until stdin closes.
 async fn serve_gateway() -> Result<(), Error> {
     let spec = serde_json::json!({
         "type": "s3",
@@ -106,6 +127,12 @@ async fn serve_gateway() -> Result<(), Error> {
     let (rewritten, gateways) = Gateways::start_args(&args, &|k| std::env::var(k).ok()).await?;
     let (scraped, scraped_gateways) =
         Gateways::start_args(&args, &|k| std::env::var(k).ok()).await?;
+    let mut bounded_spec = spec.clone();
+    bounded_spec["s3_key_prefix"] = BOUND_PREFIX.into();
+    bounded_spec["max_capacity_gb"] = env(BOUND_GB_VAR)?.parse::<f64>()?.into();
+    let bounded_args = vec!["--l2-adapter".to_string(), bounded_spec.to_string()];
+    let (bounded, bounded_gateways) =
+        Gateways::start_args(&bounded_args, &|k| std::env::var(k).ok()).await?;
     let every = Duration::from_millis(env_or("GATEWAY_BENCH_SCRAPE_MS", 10)? as u64);
     let view = scraped_gateways.view();
     std::thread::spawn(move || loop {
@@ -116,6 +143,7 @@ async fn serve_gateway() -> Result<(), Error> {
     println!("{}", with_key(&rewritten[1], &gateways)?);
     println!("{}", relay.local_addr()?);
     println!("{}", with_key(&scraped[1], &scraped_gateways)?);
+    println!("{}", with_key(&bounded[1], &bounded_gateways)?);
     let upstream = env("GATEWAY_BENCH_UPSTREAM")?;
     tokio::spawn(async move {
         while let Ok((mut client, _)) = relay.accept().await {
@@ -150,28 +178,9 @@ async fn compare() -> Result<(), Error> {
     let objects = env_or("GATEWAY_BENCH_OBJECTS", 32)?;
     let streams = env_or("GATEWAY_BENCH_STREAMS", 8)?;
     let small = env_or("GATEWAY_BENCH_SMALL", 300)?;
-
-    let mut child = Command::new(std::env::current_exe()?)
-        .arg("--serve-gateway")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let (mut line, mut relay, mut scraped_line) = (String::new(), String::new(), String::new());
-    let mut out = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
-    out.read_line(&mut line)?;
-    out.read_line(&mut relay)?;
-    out.read_line(&mut scraped_line)?;
-    let spec: serde_json::Value = serde_json::from_str(&line)?;
-    let field = |k: &str| spec[k].as_str().unwrap_or_default().to_string();
-    let scraped_spec: serde_json::Value = serde_json::from_str(&scraped_line)?;
-    let scraped_field = |k: &str| scraped_spec[k].as_str().unwrap_or_default().to_string();
-    let relay = Side {
-        name: "tcp relay",
-        endpoint: relay.trim().to_string(),
-        base: format!("/{bucket}/"),
-        key_id: env("AWS_ACCESS_KEY_ID")?,
-        secret: env("AWS_SECRET_ACCESS_KEY")?,
-    };
+    let rounds = env_or("GATEWAY_BENCH_ROUNDS", 2)?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let data = Bytes::from(vec![0x5au8; OBJECT]);
     let direct = Side {
         name: "direct",
         endpoint: upstream,
@@ -179,22 +188,46 @@ async fn compare() -> Result<(), Error> {
         key_id: env("AWS_ACCESS_KEY_ID")?,
         secret: env("AWS_SECRET_ACCESS_KEY")?,
     };
-    let gateway = Side {
-        name: "gateway",
-        endpoint: field("s3_endpoint"),
-        base: "/".into(),
-        key_id: field("aws_access_key_id"),
-        secret: field("aws_secret_access_key"),
+    let capacity = bound_capacity(rounds * objects);
+    let old = prefill(&client, &direct, &data, capacity, streams).await?;
+    println!(
+        "bounded side: capacity {:.3} GiB, {old} old objects of 32 MiB under {BOUND_PREFIX} (up to the trigger)",
+        capacity as f64 / GIB
+    );
+
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("--serve-gateway")
+        .env(BOUND_GB_VAR, (capacity as f64 / GIB).to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut out = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let mut lines = [(); 4].map(|()| String::new());
+    for line in &mut lines {
+        out.read_line(line)?;
+    }
+    let [line, relay, scraped_line, bounded_line] = lines;
+    let through = |name: &'static str, line: &str| -> Result<Side, Error> {
+        let spec: serde_json::Value = serde_json::from_str(line)?;
+        let field = |k: &str| spec[k].as_str().unwrap_or_default().to_string();
+        Ok(Side {
+            name,
+            endpoint: field("s3_endpoint"),
+            base: "/".into(),
+            key_id: field("aws_access_key_id"),
+            secret: field("aws_secret_access_key"),
+        })
     };
-    let scraped = Side {
-        name: "scraped",
-        endpoint: scraped_field("s3_endpoint"),
-        base: "/".into(),
-        key_id: scraped_field("aws_access_key_id"),
-        secret: scraped_field("aws_secret_access_key"),
+    let relay = Side {
+        name: "tcp relay",
+        endpoint: relay.trim().to_string(),
+        base: format!("/{bucket}/"),
+        key_id: env("AWS_ACCESS_KEY_ID")?,
+        secret: env("AWS_SECRET_ACCESS_KEY")?,
     };
-    let client = reqwest::Client::builder().no_proxy().build()?;
-    let data = Bytes::from(vec![0x5au8; OBJECT]);
+    let gateway = through("gateway", &line)?;
+    let scraped = through("scraped", &scraped_line)?;
+    let bounded = through("bounded", &bounded_line)?;
     println!(
         "{objects} objects of 32 MiB, {streams} concurrent streams; {small} small requests per side"
     );
@@ -205,11 +238,10 @@ async fn compare() -> Result<(), Error> {
         .and_then(|p| p.parse().ok());
     let me = std::process::id();
     let mut rates: Vec<(&str, f64, f64)> = Vec::new();
-    let rounds = env_or("GATEWAY_BENCH_ROUNDS", 2)?;
     for round in 1..=rounds {
         // Every other round in reverse, so no side always runs after the
         // same one.
-        let mut order = [&direct, &relay, &gateway, &scraped];
+        let mut order = [&direct, &relay, &gateway, &scraped, &bounded];
         if round % 2 == 0 {
             order.reverse();
         }
@@ -247,9 +279,15 @@ async fn compare() -> Result<(), Error> {
         mean("scraped", false) / mean("gateway", false),
         mean("scraped", true) / mean("gateway", true)
     );
+    println!(
+        "bounded / gateway (bound on / off), mean of {rounds} rounds: PUT {:.3}x  GET {:.3}x",
+        mean("bounded", false) / mean("gateway", false),
+        mean("bounded", true) / mean("gateway", true)
+    );
+    println!("bounded side's bound: {}", bound_figures(&bounded).await?);
     let rss = peak_rss_kib(child.id())?;
-    for side in [&direct, &relay, &gateway, &scraped] {
-        let median = small_requests(&client, side, small).await?;
+    for side in [&direct, &relay, &gateway, &scraped, &bounded] {
+        let median = small_requests(&client, side, small, rounds).await?;
         println!(
             "{:<9} small HEAD median {:.3} ms",
             side.name,
@@ -288,7 +326,7 @@ async fn transfer(
                 if i >= objects {
                     return Ok::<(), Error>(());
                 }
-                let path = format!("{base}bench-r{round}%40{i:04}");
+                let path = format!("{base}{}", bench_key(round, i));
                 let method = if put { "PUT" } else { "GET" };
                 let headers = signed(method, &endpoint, &path, &key_id, &secret)?;
                 let request = client
@@ -314,13 +352,74 @@ async fn transfer(
     Ok((objects * OBJECT) as f64 / MIB as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Median latency of sequential HEADs of one existing object.
+/// The path of the bench's `i`th object of `round` (`@` percent-encoded,
+/// as LMCache sends it): an LMCache key of model `bench-model`, world
+/// size 1, which the bucket bound counts.
+fn bench_key(round: usize, i: usize) -> String {
+    format!("bench-model%4000000000%400%40{round:04x}{i:08x}")
+}
+
+/// The capacity of the bounded side, bytes: its target (0.6 x capacity)
+/// holds the `written` objects of all rounds and one more, so the old
+/// objects ([`prefill`]) are always the oldest and the bench's own are
+/// never evicted before they are read back.
+fn bound_capacity(written: usize) -> u64 {
+    let target = ((written + 1) * OBJECT) as f64;
+    ((target / BOUND_TARGET) / GIB).ceil() as u64 * (1 << 30)
+}
+
+/// Writes objects of the bench's size under [`BOUND_PREFIX`] directly,
+/// up to the trigger of a bound of `capacity` bytes; returns how many.
+async fn prefill(
+    client: &reqwest::Client,
+    direct: &Side,
+    data: &Bytes,
+    capacity: u64,
+    streams: usize,
+) -> Result<usize, Error> {
+    let count = (capacity as f64 * BOUND_TRIGGER / OBJECT as f64).ceil() as usize;
+    let old = Side {
+        name: "prefill",
+        endpoint: direct.endpoint.clone(),
+        base: format!("{}{BOUND_PREFIX}", direct.base),
+        key_id: direct.key_id.clone(),
+        secret: direct.secret.clone(),
+    };
+    // Round 0: keys no round of the bench writes.
+    transfer(client, &old, data, count, streams, true, 0).await?;
+    Ok(count)
+}
+
+/// The bounded side's bound, from its gateway's state route.
+async fn bound_figures(side: &Side) -> Result<String, Error> {
+    let url = format!(
+        "http://{}{}",
+        side.endpoint,
+        lmcache_s3_gateway::state::STATE_PATH
+    );
+    let state: serde_json::Value = reqwest::get(url).await?.json().await?;
+    let bound = &state["bucket_bound"];
+    Ok(format!(
+        "{} listings ({} ListObjectsV2 pages, the last {} ms), {} objects evicted ({:.2} GiB), {} failed, {:.2} GiB held",
+        bound["listings"],
+        bound["listing_pages"],
+        bound["last_listing_millis"],
+        bound["evicted_objects"],
+        bound["evicted_bytes"].as_u64().unwrap_or(0) as f64 / GIB,
+        bound["eviction_failures"],
+        bound["usage_bytes"].as_u64().unwrap_or(0) as f64 / GIB,
+    ))
+}
+
+/// Median latency of sequential HEADs of one existing object (the first
+/// of the last round, the newest: never evicted).
 async fn small_requests(
     client: &reqwest::Client,
     side: &Side,
     n: usize,
+    rounds: usize,
 ) -> Result<Duration, Error> {
-    let path = format!("{}bench-r2%400000", side.base);
+    let path = format!("{}{}", side.base, bench_key(rounds, 0));
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let headers = signed("HEAD", &side.endpoint, &path, &side.key_id, &side.secret)?;

@@ -8,9 +8,12 @@
 //! bounds what one process writes between two restarts, not the bucket.
 //! The gateway sees the bucket instead:
 //!
-//! - at start it lists the prefix (ListObjectsV2 through `aws-sdk-s3`) and counts
-//!   the objects whose keys decode as LMCache's
-//!   ([`lmcache_housekeeping::s3_key::parse_s3_key`]), and their bytes;
+//! - at start it checks that it may list the prefix (one ListObjectsV2
+//!   request of one key through `aws-sdk-s3`), then lists the whole prefix
+//!   in the background while the gateway already serves, and counts the
+//!   objects whose keys decode as LMCache's
+//!   ([`lmcache_housekeeping::s3_key::parse_s3_key`]), and their bytes; it
+//!   evicts nothing before that first listing is in;
 //! - it follows this node's PUTs, multipart completes and DELETEs, and the
 //!   404s of its loads, as they pass;
 //! - it lists again once this node has written [`LISTING_SHARE`] of the
@@ -339,12 +342,13 @@ pub struct BoundState {
     pub eviction_failures: u64,
 }
 
-/// Lists the bucket of `upstream` once and starts its bound ([`Bound::run`]
-/// on the current runtime).
+/// Checks that the bound may list the bucket of `upstream` and starts it
+/// ([`Bound::run`] on the current runtime, which makes the first listing
+/// in the background).
 ///
 /// # Errors
-/// The first listing failed: named as a problem of `max_capacity_gb`
-/// (the bound that needs it), with the store's answer.
+/// The check failed: named as a problem of `max_capacity_gb` (the bound
+/// that needs it), with the store's answer.
 pub(crate) async fn start(
     upstream: &super::gateway::Upstream,
     spec: BoundSpec,
@@ -379,11 +383,12 @@ pub(crate) struct Bound {
 }
 
 impl Bound {
-    /// Lists the bucket once and returns the bound, ready to
-    /// [`Bound::run`].
+    /// Checks that the tier's prefix can be listed (one request,
+    /// [`Store::check_listing`]) and returns the bound, ready to
+    /// [`Bound::run`], which makes the first listing.
     ///
     /// # Errors
-    /// The first listing failed: the launch stops, naming the cause.
+    /// The check failed: the launch stops, naming the cause.
     pub(crate) async fn start(
         spec: BoundSpec,
         store: Store,
@@ -414,20 +419,33 @@ impl Bound {
             wake: tokio::sync::Notify::new(),
             stats,
         });
-        bound.list().await?;
+        bound.store.check_listing().await?;
+        bound.changed();
+        Ok(bound)
+    }
+
+    /// Makes the first listing, again while it fails (after
+    /// [`MIN_LISTING_GAP`], doubled at each failure up to
+    /// [`IDLE_LISTING`]), and logs what it found.
+    async fn first_listing(&self) {
+        let mut pause = MIN_LISTING_GAP;
+        while let Err(e) = self.list().await {
+            tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(IDLE_LISTING);
+        }
         let (usage_bytes, objects) = {
-            let view = bound.view();
+            let view = self.view();
             (view.bytes(), view.objects())
         };
         tracing::info!(
-            tier,
+            tier = self.tier,
             usage_bytes,
             objects,
-            capacity_bytes = spec.capacity_bytes,
-            trigger_bytes = spec.trigger_bytes,
+            capacity_bytes = self.spec.capacity_bytes,
+            trigger_bytes = self.spec.trigger_bytes,
             "S3 gateway bucket bound listed the tier's prefix"
         );
-        Ok(bound)
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, BucketView> {
@@ -578,10 +596,15 @@ impl Bound {
         Ok(())
     }
 
-    /// Lists when due and evicts when at the trigger, until the runtime
-    /// stops: woken by [`Bound::observe`], at least every [`IDLE_LISTING`].
+    /// Makes the first listing, then lists when due and evicts when at
+    /// the trigger, until the runtime stops: woken by [`Bound::observe`],
+    /// at least every [`IDLE_LISTING`]. Nothing is evicted before the
+    /// first listing is in: until then the view holds only this node's
+    /// writes, not the bucket's oldest objects.
     pub(crate) async fn run(self: Arc<Self>) {
+        self.first_listing().await;
         let mut last_listing = Instant::now();
+        self.evict().await;
         loop {
             let _ = tokio::time::timeout(IDLE_LISTING, self.wake.notified()).await;
             let due = self.view().listing_due(self.spec.listing_every_bytes)

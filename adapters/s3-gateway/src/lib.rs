@@ -300,8 +300,9 @@ impl Drop for Gateways {
 /// in the gateway's state, [`state::GatewayState::credential_source`]), and
 /// its counters.
 /// Only connections whose socket belongs to `server_uid` are served
-/// ([`peer`]). With a `bound`, the bucket is listed before the gateway
-/// listens, and kept within it ([`bound`]).
+/// ([`peer`]). With a `bound`, the gateway checks that it may list the
+/// tier's prefix before it listens, then lists it in the background and
+/// keeps the bucket within the bound ([`bound`]).
 async fn start_one(
     tier: BucketTier,
     bound: Option<bound::BoundSpec>,

@@ -168,6 +168,25 @@ impl Store {
         Ok(listing)
     }
 
+    /// Whether the tier's prefix can be listed: one ListObjectsV2 request
+    /// for at most one key, before the gateway serves (the whole listing
+    /// follows in the background).
+    ///
+    /// # Errors
+    /// [`StoreError`] after retries: no `s3:ListBucket`, no such bucket,
+    /// an unreachable endpoint.
+    pub(crate) async fn check_listing(&self) -> Result<(), StoreError> {
+        self.client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&self.key_prefix)
+            .max_keys(1)
+            .send()
+            .await
+            .map_err(|e| failed("ListObjectsV2", e))?;
+        Ok(())
+    }
+
     fn stored(&self, object: &aws_sdk_s3::types::Object) -> Option<StoredObject> {
         let key = object.key()?.strip_prefix(self.key_prefix.as_str())?;
         Some(StoredObject {

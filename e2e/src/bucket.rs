@@ -1,0 +1,136 @@
+//! A plain S3 client for tests that look into a bucket from outside the
+//! node, as an operator would: list a prefix, put and get objects. It
+//! talks path-style over http to any S3 server on loopback (s3s-fs, moto,
+//! OpenStack Swift's `s3api`) through `aws-sdk-s3`, signed with the store's
+//! real key, so what it sees is what the store holds, not what a gateway
+//! reports.
+
+use std::time::SystemTime;
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
+
+/// One object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The whole key (with the prefix it was listed under).
+    pub key: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// The store's `LastModified`.
+    pub modified: SystemTime,
+}
+
+/// Where a bucket lives and the key that may use it.
+#[derive(Debug, Clone)]
+pub struct StoreAccess {
+    /// `127.0.0.1:<port>` of an S3 server speaking plain http.
+    pub endpoint: String,
+    /// The region its SigV4 signatures name (`us-east-1` for s3s-fs,
+    /// Swift's `s3api` `location`).
+    pub region: String,
+    /// Access key id.
+    pub key_id: String,
+    /// Secret access key.
+    pub secret: String,
+}
+
+/// A blocking client for one bucket, on a runtime of its own (so usable
+/// from any thread of a test, also a sampler's).
+pub struct BucketClient {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl BucketClient {
+    /// The client of `bucket` at `store`.
+    pub fn new(store: &StoreAccess, bucket: &str) -> BucketClient {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the bucket client's runtime");
+        let credentials = Credentials::new(&store.key_id, &store.secret, None, None, "e2e");
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(store.region.clone()))
+            .endpoint_url(format!("http://{}", store.endpoint))
+            .force_path_style(true)
+            .credentials_provider(credentials)
+            .http_client(aws_smithy_http_client::Builder::new().build_http())
+            .build();
+        BucketClient {
+            client: aws_sdk_s3::Client::from_conf(config),
+            bucket: bucket.to_string(),
+            runtime,
+        }
+    }
+
+    /// Every object whose key starts with `prefix` (ListObjectsV2, paged);
+    /// `Err` with the SDK's error when a page fails.
+    pub fn list(&self, prefix: &str) -> Result<Vec<Listed>, String> {
+        self.runtime.block_on(async {
+            let mut pages = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .into_paginator()
+                .send();
+            let mut found = Vec::new();
+            while let Some(page) = pages.next().await {
+                let page =
+                    page.map_err(|e| aws_sdk_s3::error::DisplayErrorContext(e).to_string())?;
+                for object in page.contents() {
+                    let (Some(key), Some(size), Some(modified)) =
+                        (object.key(), object.size(), object.last_modified())
+                    else {
+                        continue;
+                    };
+                    found.push(Listed {
+                        key: key.to_string(),
+                        bytes: size.max(0) as u64,
+                        modified: SystemTime::try_from(*modified).unwrap_or(SystemTime::UNIX_EPOCH),
+                    });
+                }
+            }
+            Ok(found)
+        })
+    }
+
+    /// Writes `bytes` at `key`; panics when the store refuses.
+    pub fn put(&self, key: &str, bytes: &[u8]) {
+        self.runtime
+            .block_on(
+                self.client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .body(ByteStream::from(bytes.to_vec()))
+                    .send(),
+            )
+            .unwrap_or_else(|e| panic!("PUT {key}: {}", aws_sdk_s3::error::DisplayErrorContext(e)));
+    }
+
+    /// The content of `key`; panics when it cannot be read.
+    pub fn get(&self, key: &str) -> Vec<u8> {
+        self.runtime.block_on(async {
+            let answer = self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("GET {key}: {}", aws_sdk_s3::error::DisplayErrorContext(e))
+                });
+            answer
+                .body
+                .collect()
+                .await
+                .unwrap_or_else(|e| panic!("GET {key}: the body: {e}"))
+                .to_vec()
+        })
+    }
+}
