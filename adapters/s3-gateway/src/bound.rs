@@ -58,6 +58,11 @@ pub const LISTING_SHARE: u64 = 50;
 /// wrote while this one writes nothing: 12 listings an hour (768 LIST
 /// requests at 64,000 objects).
 pub const IDLE_LISTING: Duration = Duration::from_secs(300);
+
+/// The longest pause between two tries of a first listing that fails
+/// (`docs/s3-gateway.md`, "The bucket bound"): the bound evicts nothing
+/// until one is in, so a store that answers again is listed within this.
+pub const FIRST_LISTING_RETRY: Duration = Duration::from_secs(10);
 /// The shortest time between two listings, however fast this node writes.
 pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
 /// Deletions of one eviction cycle in flight at once.
@@ -426,13 +431,13 @@ impl Bound {
 
     /// Makes the first listing, again while it fails (after
     /// [`MIN_LISTING_GAP`], doubled at each failure up to
-    /// [`IDLE_LISTING`]), and logs what it found.
+    /// [`FIRST_LISTING_RETRY`]), and logs what it found.
     async fn first_listing(&self) {
         let mut pause = MIN_LISTING_GAP;
         while let Err(e) = self.list().await {
             tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(IDLE_LISTING);
+            pause = (pause * 2).min(FIRST_LISTING_RETRY);
         }
         let (usage_bytes, objects) = {
             let view = self.view();
