@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 
 pub mod fault_proxy;
+pub mod swift;
 use nix::unistd::Pid;
 
 /// Where the virtual environment holding `lmcache==0.5.6` is looked for:

@@ -895,7 +895,7 @@ fn free_inodes(status: &GuardStatus) -> lmcache_capacity_guard::status::FreeInod
 }
 
 /// The S3 gateways' per-tier families, from their counters.
-const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
+const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 6] = [
     TierFamily {
         name: "gateway_upstream_errors",
         help: "Upstream answers with a 5xx status, and answers that broke off",
@@ -930,6 +930,13 @@ const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
         bytes: false,
         counter: true,
         value: |s| s.peer_refused,
+    },
+    TierFamily {
+        name: "gateway_upstream_denied",
+        help: "Upstream answers 401 or 403 to LMCache's requests: the store refused the real credentials (revoked, rotated, or lacking a permission)",
+        bytes: false,
+        counter: true,
+        value: |s| s.upstream_denied,
     },
 ];
 
@@ -1743,6 +1750,8 @@ mod tests {
             credential_expiry_unix: None,
             peer_refused: 0,
             client_upload_failures: Default::default(),
+            upstream_denied: 0,
+            last_upstream_denied: None,
             bucket_bound: None,
         }
     }
