@@ -175,6 +175,7 @@ impl Swift {
     /// `dir/swift/*.log`) on free ports, and waits until every server
     /// answers. Panics with the servers' logs when one does not within 60 s.
     pub fn start(dir: &Path, options: SwiftOptions) -> Swift {
+        let started = Instant::now();
         let bin = swift_bin_dir().expect("EREBINE_TEST_SWIFT (require_swift! first)");
         let root = dir.join("swift");
         let etc = root.join("etc");
@@ -216,6 +217,11 @@ impl Swift {
             rotated: Default::default(),
         };
         swift.wait_healthy();
+        eprintln!(
+            "Swift-All-In-One on 127.0.0.1:{} answered {:?} after its start",
+            swift.port,
+            started.elapsed()
+        );
         swift
     }
 

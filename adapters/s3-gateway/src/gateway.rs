@@ -74,17 +74,27 @@ use lmcache_tier_spec::error_chain;
 /// SageMaker HyperPod L2 adapter (`timeout_ms` 5000).
 pub const UPSTREAM_SILENCE: Duration = Duration::from_secs(5);
 /// The longest a multipart complete (`POST /<key>?uploadId=`) may make no
-/// progress, in place of [`UPSTREAM_SILENCE`]: for its response head and
-/// between the bytes of its body. A store may take minutes to assemble the
-/// parts, and says so by keeping the answer alive: S3 sends its `200`
-/// early and a space now and then; OpenStack Swift's s3api (2.30) sends
-/// nothing for its first 10 s, then its head with a space, and a space
-/// every 10 s (its SLO `yield_frequency`) until the object is whole, so up
-/// to about 20 s pass between two bytes. 25 s is above that and below the
-/// about 30 s after which LMCache 0.5.6's S3 client (awscrt) drops a
-/// silent connection; the gateway passes each space on as it comes
+/// progress upstream, in place of [`UPSTREAM_SILENCE`]: for its response
+/// head and between the bytes of its body. A store may take minutes to
+/// assemble the parts ("Processing of a Complete Multipart Upload request
+/// could take several minutes", AWS's API reference). S3 keeps the answer
+/// alive with an early `200` and spaces; OpenStack Swift's s3api (2.30)
+/// sends nothing for its first 10 s, and spaces only while it checks the
+/// parts, not while it writes the manifest: 25 s and more without a byte on
+/// a loaded host. So a complete the store has not answered within
+/// [`UPSTREAM_SILENCE`] is answered `200` by the gateway itself, kept alive
+/// with a space every 5 s (LMCache 0.5.6's awscrt drops
+/// a connection silent for about 30 s), and ends with the store's result
+/// or error in the body, as S3 answers a complete that fails late
 /// (`docs/s3-gateway.md`, "OpenStack Swift").
-pub const COMPLETE_SILENCE: Duration = Duration::from_secs(25);
+pub const COMPLETE_SILENCE: Duration = Duration::from_secs(120);
+/// How often the gateway sends a space on a complete it answered itself
+/// ([`COMPLETE_SILENCE`]).
+const COMPLETE_KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// The largest result of a multipart complete read whole (with spaces).
+const MAX_COMPLETE_BYTES: usize = 1 << 20;
+/// The XML declaration that starts a complete the gateway keeps alive.
+const XML_DECLARATION: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
 /// How long the start-up check of the bucket (a HEAD) may wait for its
 /// answer: as long as a credential source may take (30 s, `credentials`),
 /// since a failure stops the launch and no request waits on it.
@@ -951,27 +961,40 @@ async fn relay(
     exchange: Exchange<'_>,
 ) -> Result<Response<Body>, ForwardError> {
     let silence = silence_bound(method, route);
-    let response = upstream
-        .client
-        .send(request, exchange.progress, silence)
-        .await
-        .map_err(|e| match exchange.upload.fault() {
-            Some(fault) => {
-                stats.client_fault(&fault);
-                ForwardError::Client(fault)
+    let answer = if is_complete(method, route) {
+        let client = upstream.client.clone();
+        let progress = exchange.progress.clone();
+        let mut answer: Answer =
+            Box::pin(async move { client.send(request, &progress, COMPLETE_SILENCE).await });
+        match tokio::time::timeout(UPSTREAM_SILENCE, answer.as_mut()).await {
+            Ok(answered) => answered,
+            Err(_) if exchange.upload.fault().is_none() => {
+                return Ok(kept_alive(
+                    Counting::of(upstream, stats),
+                    method.clone(),
+                    answer,
+                ));
             }
-            None => {
-                let cause = error_chain(&e);
-                stats.unreachable(method, &cause);
-                ForwardError::Unreachable(cause)
-            }
-        })?;
-    let status = response.status();
-    if status.is_server_error() {
-        stats.upstream_error(method, &format!("answered {status}"));
-    } else if matches!(status, StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED) {
-        denied(upstream, stats, method, status);
-    }
+            Err(_) => answer.await,
+        }
+    } else {
+        upstream
+            .client
+            .send(request, exchange.progress, silence)
+            .await
+    };
+    let response = answer.map_err(|e| match exchange.upload.fault() {
+        Some(fault) => {
+            stats.client_fault(&fault);
+            ForwardError::Client(fault)
+        }
+        None => {
+            let cause = error_chain(&e);
+            stats.unreachable(method, &cause);
+            ForwardError::Unreachable(cause)
+        }
+    })?;
+    Counting::of(upstream, stats).status(method, response.status());
     let key_prefix = &upstream.tier.key_prefix;
     let rewrite_listing = route.listing && !key_prefix.is_empty() && response.status().is_success();
     if rewrite_listing {
@@ -987,23 +1010,154 @@ async fn relay(
     }
 }
 
-/// Counts an upstream answer 401 or 403 to `method` (the store refused the
-/// real credentials) and warns, at most once a minute
-/// ([`super::state::DENIED_WARNING_EVERY`]), with the refusals since the
-/// last warning.
-fn denied(upstream: &Upstream, stats: &Stats, method: &Method, status: StatusCode) {
-    let since = stats.upstream_denied(method, status, upstream.started.elapsed());
-    if let Some(count) = since {
-        tracing::warn!(
-            tier = upstream.tier.position,
-            %method,
-            %status,
-            refusals = count,
-            "S3 gateway: the object store refuses the real credentials ({} of {}; {count} refusals since the last warning): they were revoked or rotated, or lack a permission; LMCache gets the 403 and stores nothing on this tier until they are fixed",
-            upstream.tier.bucket,
-            upstream.tier.endpoint,
-        );
+/// What counting an upstream answer needs of a gateway, owned: a complete
+/// kept alive ([`kept_alive`]) is counted by a task of its own.
+#[derive(Clone)]
+struct Counting {
+    stats: Arc<Stats>,
+    tier: usize,
+    /// `<bucket> of <host:port>`, for the warnings.
+    place: String,
+    started: std::time::Instant,
+}
+
+impl Counting {
+    fn of(upstream: &Upstream, stats: &Arc<Stats>) -> Counting {
+        Counting {
+            stats: stats.clone(),
+            tier: upstream.tier.position,
+            place: format!("{} of {}", upstream.tier.bucket, upstream.tier.endpoint),
+            started: upstream.started,
+        }
     }
+
+    /// Counts the upstream's answer `status` to `method`: a 5xx as an
+    /// upstream error, a 401 or 403 as refused credentials, warned about
+    /// at most once a minute ([`super::state::DENIED_WARNING_EVERY`]) with
+    /// the refusals since the last warning.
+    fn status(&self, method: &Method, status: StatusCode) {
+        if status.is_server_error() {
+            self.stats
+                .upstream_error(method, &format!("answered {status}"));
+            return;
+        }
+        if !matches!(status, StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED) {
+            return;
+        }
+        let since = self
+            .stats
+            .upstream_denied(method, status, self.started.elapsed());
+        if let Some(count) = since {
+            tracing::warn!(
+                tier = self.tier,
+                %method,
+                %status,
+                refusals = count,
+                "S3 gateway: the object store refuses the real credentials ({}; {count} refusals since the last warning): they were revoked or rotated, or lack a permission; LMCache gets the 403 and stores nothing on this tier until they are fixed",
+                self.place,
+            );
+        }
+    }
+}
+
+/// The upstream answer of a multipart complete, owned.
+type Answer = Pin<Box<dyn Future<Output = Result<Response<Incoming>, client::SendError>> + Send>>;
+
+/// The gateway's own `200` to a multipart complete the store has not
+/// answered within [`UPSTREAM_SILENCE`] ([`COMPLETE_SILENCE`]): an XML
+/// declaration, a space every [`COMPLETE_KEEP_ALIVE`] while `answer` comes
+/// and its body is read, then that body without its declaration and
+/// leading spaces: the `CompleteMultipartUploadResult`, or the store's
+/// `<Error>` (S3's answer to a complete that fails after its `200`). No
+/// answer, or one cut off, ends the body with an `InternalError`, which S3
+/// clients retry.
+fn kept_alive(counting: Counting, method: Method, answer: Answer) -> Response<Body> {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Bytes>(4);
+    tokio::spawn(async move {
+        if sender
+            .send(Bytes::from_static(XML_DECLARATION.as_bytes()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let outcome = async {
+            let response = answer.await.map_err(|e| error_chain(&e))?;
+            counting.status(&method, response.status());
+            let body = response.into_body();
+            read_whole(body, COMPLETE_SILENCE, MAX_COMPLETE_BYTES)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let Some(outcome) = with_spaces(outcome, &sender).await else {
+            return;
+        };
+        let tail = match outcome {
+            Ok(text) => without_declaration(&text).to_string(),
+            Err(cause) => {
+                counting.stats.upstream_error(&method, &cause);
+                tracing::warn!(tier = counting.tier, %method, "S3 gateway: a multipart complete kept alive failed: {cause}");
+                format!("<Error><Code>InternalError</Code><Message>the upstream object store did not complete the upload: {}</Message></Error>", xml_escape(&cause))
+            }
+        };
+        let _ = sender.send(Bytes::from(tail)).await;
+    });
+    let frames = futures_util::stream::poll_fn(move |cx| {
+        receiver
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|data| Ok::<_, BoxError>(Frame::data(data))))
+    });
+    let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
+    response
+}
+
+/// Awaits `work`, sending a space on `sender` every [`COMPLETE_KEEP_ALIVE`]
+/// meanwhile; `None` once the receiver is gone (LMCache hung up).
+async fn with_spaces<T>(
+    work: impl Future<Output = T>,
+    sender: &tokio::sync::mpsc::Sender<Bytes>,
+) -> Option<T> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        match tokio::time::timeout(COMPLETE_KEEP_ALIVE, work.as_mut()).await {
+            Ok(done) => return Some(done),
+            Err(_) => sender.send(Bytes::from_static(b" ")).await.ok()?,
+        }
+    }
+}
+
+/// `text` without leading whitespace and an XML declaration, which the
+/// kept-alive answer has sent already.
+fn without_declaration(text: &str) -> &str {
+    let text = text.trim_start();
+    let text = match text.strip_prefix("<?xml") {
+        Some(rest) => rest.split_once("?>").map_or(text, |(_, after)| after),
+        None => text,
+    };
+    text.trim_start()
+}
+
+/// A body read whole as text, each piece within `silence` of the last, at
+/// most `limit` bytes.
+async fn read_whole(
+    body: Incoming,
+    silence: Duration,
+    limit: usize,
+) -> Result<String, ListingError> {
+    let mut stream = std::pin::pin!(stalling(body, silence));
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(ListingError::Cut)?;
+        if text.len() + chunk.len() > limit {
+            return Err(ListingError::TooLarge);
+        }
+        text.extend_from_slice(&chunk);
+    }
+    String::from_utf8(text).map_err(|_| ListingError::NotUtf8)
 }
 
 /// The request body LMCache sent, as the upstream gets it: in chunks of at
@@ -1195,20 +1349,21 @@ enum BodyCut {
     ),
 }
 
-/// Why a listing answer could not be read whole ([`read_listing`]).
+/// Why an answer read whole (a listing page, a kept-alive complete's
+/// result; [`read_whole`]) could not be.
 #[derive(Debug, thiserror::Error)]
 enum ListingError {
     /// Its body ended early.
-    #[error("the listing: {0}")]
+    #[error("the answer: {0}")]
     Cut(
         /// How.
         BodyCut,
     ),
     /// It is larger than [`MAX_LISTING_BYTES`].
-    #[error("the listing page is larger than 16 MiB")]
+    #[error("the answer is larger than the gateway reads whole (16 MiB for a listing page, 1 MiB for a complete)")]
     TooLarge,
     /// It is not UTF-8 text.
-    #[error("the listing is not UTF-8")]
+    #[error("the answer is not UTF-8")]
     NotUtf8,
 }
 
@@ -1295,22 +1450,20 @@ fn strip_prefix(xml: &str, key_prefix: &str) -> String {
 
 /// A listing answer's body, whole, as text.
 async fn read_listing(body: Incoming) -> Result<String, ListingError> {
-    let mut stream = std::pin::pin!(stalling(body, UPSTREAM_SILENCE));
-    let mut text = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(ListingError::Cut)?;
-        if text.len() + chunk.len() > MAX_LISTING_BYTES {
-            return Err(ListingError::TooLarge);
-        }
-        text.extend_from_slice(&chunk);
-    }
-    String::from_utf8(text).map_err(|_| ListingError::NotUtf8)
+    read_whole(body, UPSTREAM_SILENCE, MAX_LISTING_BYTES).await
 }
 
 fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into())
         .map_err(|never: Infallible| match never {})
         .boxed_unsync()
+}
+
+/// `text` with `&`, `<` and `>` escaped for XML.
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The answer of [`STATE_PATH`]: the gateway's state as JSON.
@@ -1326,10 +1479,7 @@ fn state_response(stats: &Stats) -> Response<Body> {
 
 /// An S3 XML error response of the gateway's own.
 fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
-    let message = message
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;");
+    let message = xml_escape(message);
     let xml = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><Resource>lmcache-tier S3 gateway</Resource></Error>"
     );
@@ -1414,6 +1564,21 @@ mod tests {
             silence_bound(&Method::DELETE, &route("uploadId=a")),
             UPSTREAM_SILENCE
         );
+    }
+
+    #[test]
+    fn a_kept_alive_complete_drops_the_stores_own_declaration() {
+        let swift = "<?xml version='1.0' encoding='UTF-8'?>\n<CompleteMultipartUploadResult/>";
+        assert_eq!(
+            without_declaration(swift),
+            "<CompleteMultipartUploadResult/>"
+        );
+        let spaced = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n   \n<Error><Code>InvalidPart</Code></Error>";
+        assert_eq!(
+            without_declaration(spaced),
+            "<Error><Code>InvalidPart</Code></Error>"
+        );
+        assert_eq!(without_declaration("  <Error/>"), "<Error/>");
     }
 
     #[test]
