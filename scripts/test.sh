@@ -2,8 +2,9 @@
 # Runs every test: unit, property, integration, and the end-to-end suite
 # against the real LMCache 0.5.6 server (installed once by setup-lmcache.sh)
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
-# setup-s3s-fs.sh), Prometheus's promtool (setup-prometheus.sh), and tmux for
-# the terminal view of `inspect --watch` (setup-tmux.sh).
+# setup-s3s-fs.sh, OpenStack Swift from Debian's packages by setup-swift.sh),
+# Prometheus's promtool (setup-prometheus.sh), and tmux for the terminal view
+# of `inspect --watch` (setup-tmux.sh).
 # Extra arguments go to `cargo test`. A plain `cargo test` without the
 # LMCache environment passes the unit tests and skips each end-to-end test
 # of tests/e2e with a `skipped (...)` line; here it is installed and set, so
@@ -14,6 +15,8 @@ EREBINE_TEST_LMCACHE_VENV="$("$root/scripts/setup-lmcache.sh")"
 export EREBINE_TEST_LMCACHE_VENV
 EREBINE_TEST_S3S_FS="$("$root/scripts/setup-s3s-fs.sh")"
 export EREBINE_TEST_S3S_FS
+EREBINE_TEST_SWIFT="$("$root/scripts/setup-swift.sh")"
+export EREBINE_TEST_SWIFT
 EREBINE_TEST_PROMTOOL="$("$root/scripts/setup-prometheus.sh")"
 export EREBINE_TEST_PROMTOOL
 "$root/scripts/setup-tmux.sh" >/dev/null

@@ -21,6 +21,7 @@ use nix::sys::signal::{killpg, Signal};
 
 pub mod bucket;
 pub mod fault_proxy;
+pub mod swift;
 use nix::unistd::Pid;
 
 /// Where the virtual environment holding `lmcache==0.5.6` is looked for:

@@ -24,6 +24,7 @@ mod prometheus;
 mod restart_workers;
 mod s3_gateway;
 mod s3_keys;
+mod swift;
 mod unix;
 mod volume_faults;
 mod watch;

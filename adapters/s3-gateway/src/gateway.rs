@@ -73,10 +73,34 @@ use lmcache_tier_spec::error_chain;
 /// gateway's client and the default transport timeout of LMCache's
 /// SageMaker HyperPod L2 adapter (`timeout_ms` 5000).
 pub const UPSTREAM_SILENCE: Duration = Duration::from_secs(5);
+/// The longest a multipart complete (`POST /<key>?uploadId=`) may make no
+/// progress upstream, in place of [`UPSTREAM_SILENCE`]: for its response
+/// head and between the bytes of its body. A store may take minutes to
+/// assemble the parts ("Processing of a Complete Multipart Upload request
+/// could take several minutes", AWS's API reference). S3 keeps the answer
+/// alive with an early `200` and spaces; OpenStack Swift's s3api (2.30)
+/// sends nothing for its first 10 s, and spaces only while it checks the
+/// parts, not while it writes the manifest: 25 s and more without a byte on
+/// a loaded host. So a complete the store has not answered within
+/// [`UPSTREAM_SILENCE`] is answered `200` by the gateway itself, kept alive
+/// with a space every 5 s (LMCache 0.5.6's awscrt drops
+/// a connection silent for about 30 s), and ends with the store's result
+/// or error in the body, as S3 answers a complete that fails late
+/// (`docs/s3-gateway.md`, "OpenStack Swift").
+pub const COMPLETE_SILENCE: Duration = Duration::from_secs(120);
+/// How often the gateway sends a space on a complete it answered itself
+/// ([`COMPLETE_SILENCE`]).
+const COMPLETE_KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// The largest result of a multipart complete read whole (with spaces).
+const MAX_COMPLETE_BYTES: usize = 1 << 20;
+/// The XML declaration that starts a complete the gateway keeps alive.
+const XML_DECLARATION: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
 /// How long the start-up check of the bucket (a HEAD) may wait for its
 /// answer: as long as a credential source may take (30 s, `credentials`),
 /// since a failure stops the launch and no request waits on it.
 const BUCKET_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most of the store's answer to `GET /<bucket>?location` read at start.
+const LOCATION_ANSWER_BYTES: usize = 64 << 10;
 /// How long a client may take to send a request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The smallest chunk of a request body written to the upstream (bar the last).
@@ -105,6 +129,8 @@ pub(crate) struct Upstream {
     local_key: KeyPair,
     /// The bucket bound, for a tier with `max_capacity_gb`.
     pub(crate) bound: Option<Arc<super::bound::Bound>>,
+    /// When the gateway was made.
+    started: std::time::Instant,
 }
 
 impl Upstream {
@@ -165,6 +191,7 @@ impl Upstream {
             credentials,
             local_key,
             bound: None,
+            started: std::time::Instant::now(),
         };
         let (current, source) = upstream
             .credentials
@@ -219,27 +246,173 @@ impl Upstream {
                 )
             }
         })?;
-        match response.status() {
-            s if s.is_success() => Ok((upstream, source)),
-            StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Err(err(
+        if response.status().is_success() {
+            return Ok((upstream, source));
+        }
+        Err(upstream
+            .refused_check(&current, &url, response.status())
+            .await)
+    }
+
+    /// Why the start-up HEAD of the bucket at `url` was answered `status`
+    /// (not a success), naming the key most likely at fault: refused
+    /// credentials (`aws_access_key_id`), a region the store does not serve
+    /// (`s3_region`, with the region the store expects when a signed
+    /// `GET /<bucket>?location` names it), a bucket the credentials do not
+    /// see (`s3_bucket`; for OpenStack Swift's `account:user` keys, another
+    /// account's bucket), or another answer (`s3_endpoint`).
+    /// (`docs/s3-gateway.md`, "OpenStack Swift".)
+    async fn refused_check(
+        &self,
+        credentials: &Credentials,
+        url: &str,
+        status: StatusCode,
+    ) -> BucketSpecError {
+        let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {
+            position: self.tier.position,
+            key,
+            problem,
+            fix: fix.to_string(),
+        };
+        match status {
+            StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => err(
                 "aws_access_key_id",
-                format!(
-                    "the object store refused the credentials (HEAD {url}: {})",
-                    response.status()
-                ),
+                format!("the object store refused the credentials (HEAD {url}: {status})"),
                 "Give a key pair that may read and write the bucket, and check \"s3_region\".",
-            )),
-            StatusCode::NOT_FOUND => Err(err(
+            ),
+            StatusCode::NOT_FOUND if swift_account_key(credentials.access_key_id()) => err(
                 "s3_bucket",
-                format!("the bucket does not exist (HEAD {url}: 404)"),
-                "Create the bucket or name an existing one.",
-            )),
-            other => Err(err(
+                format!("the bucket does not exist for these credentials (HEAD {url}: 404); their access key has OpenStack Swift's account:user form, and each Swift account has buckets of its own: the bucket may be another account's"),
+                "Give the credentials of the account that holds the bucket (aws_access_key_id \"<account>:<user>\"), or create the bucket in this one.",
+            ),
+            StatusCode::NOT_FOUND => err(
+                "s3_bucket",
+                format!("the bucket does not exist for these credentials (HEAD {url}: 404)"),
+                "Create the bucket or name an existing one (on stores with accounts, in the credentials' account).",
+            ),
+            StatusCode::BAD_REQUEST => self.region_error(credentials, url).await,
+            other => err(
                 "s3_endpoint",
                 format!("HEAD {url} answered {other}"),
                 "Check the endpoint and that it serves S3 path-style requests.",
-            )),
+            ),
         }
+    }
+
+    /// The error of a start-up HEAD answered 400 at `url`: most likely a
+    /// region the store does not serve, named with the one it expects when
+    /// its answer to `GET /<bucket>?location` says so (the first 300
+    /// characters of that answer otherwise).
+    async fn region_error(&self, credentials: &Credentials, url: &str) -> BucketSpecError {
+        let said = self.location_answer(credentials).await;
+        let region = &self.tier.region;
+        let (problem, fix) = match said.as_deref().and_then(expected_region) {
+            Some(expected) => (
+                format!("the object store expects region \"{expected}\", not \"{region}\" (HEAD {url}: 400)"),
+                format!("Set \"s3_region\" to \"{expected}\"."),
+            ),
+            None => {
+                let answer = said
+                    .map(|s| format!(" (GET ?location: {})", s.chars().take(300).collect::<String>()))
+                    .unwrap_or_default();
+                (
+                    format!("HEAD {url} answered 400 Bad Request{answer}: the likely cause is a region the store does not serve (\"{region}\"), which a HEAD answer cannot name"),
+                    "Set \"s3_region\" to the store's region (OpenStack Swift: the location of its s3api, often RegionOne; stores without regions take us-east-1), and check that the endpoint serves S3 path-style requests.".to_string(),
+                )
+            }
+        };
+        BucketSpecError {
+            position: self.tier.position,
+            key: "s3_region",
+            problem,
+            fix,
+        }
+    }
+
+    /// The start of the store's answer to a signed `GET /<bucket>?location`
+    /// (at most [`LOCATION_ANSWER_BYTES`]): unlike a HEAD's, an error answer
+    /// has a body, which says what was wrong. `None` when it cannot be had.
+    async fn location_answer(&self, credentials: &Credentials) -> Option<String> {
+        let route = Route {
+            path: format!("/{}", self.tier.bucket),
+            query: "location".to_string(),
+            listing: false,
+        };
+        let request = self
+            .signed(
+                credentials,
+                Method::GET,
+                &route,
+                HeaderMap::new(),
+                "UNSIGNED-PAYLOAD",
+                client::empty(),
+            )
+            .ok()?;
+        let started = client::Progress::new();
+        let response = self
+            .client
+            .send(request, &started, UPSTREAM_SILENCE)
+            .await
+            .ok()?;
+        let body = http_body_util::Limited::new(response.into_body(), LOCATION_ANSWER_BYTES);
+        let bytes = tokio::time::timeout(UPSTREAM_SILENCE, body.collect())
+            .await
+            .ok()?
+            .ok()?
+            .to_bytes();
+        Some(String::from_utf8_lossy(&bytes).trim().to_string())
+    }
+
+    /// Deletes the object a multipart complete on `route` is about to
+    /// replace, before the complete is forwarded: OpenStack Swift keeps the
+    /// parts of a multipart object in `<bucket>+segments`, and an overwrite
+    /// leaves the old object's parts there, counted by no listing of the
+    /// bucket; a DELETE of the object removes them with it. On stores that
+    /// drop them themselves (S3) it costs one request (DELETE requests are
+    /// free on S3), and one of a key that does not exist succeeds. A failure
+    /// is logged and the complete goes on (`docs/s3-gateway.md`,
+    /// "OpenStack Swift").
+    async fn delete_replaced(&self, route: &Route) {
+        let object = Route {
+            path: route.path.clone(),
+            query: String::new(),
+            listing: false,
+        };
+        let failed = match self.delete_object(&object).await {
+            Ok(status) if status.is_success() || status == StatusCode::NOT_FOUND => return,
+            Ok(status) => format!("answered {status}"),
+            Err(cause) => cause,
+        };
+        tracing::warn!(
+            tier = self.tier.position,
+            "S3 gateway could not delete the object a multipart upload replaces ({failed}): on stores that keep parts apart (OpenStack Swift's <bucket>+segments) its parts stay behind"
+        );
+    }
+
+    /// A DELETE of `object`, signed with the real credentials: the store's
+    /// status, or why there was none (no path or query).
+    async fn delete_object(&self, object: &Route) -> Result<StatusCode, String> {
+        let (credentials, _) = self
+            .credentials
+            .current()
+            .await
+            .map_err(|e| e.to_string())?;
+        let request = self
+            .signed(
+                &credentials,
+                Method::DELETE,
+                object,
+                HeaderMap::new(),
+                "UNSIGNED-PAYLOAD",
+                client::empty(),
+            )
+            .map_err(|e| format!("cannot sign: {e}"))?;
+        let response = self
+            .client
+            .send(request, &Progress::new(), UPSTREAM_SILENCE)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        Ok(response.status())
     }
 
     /// A request to the upstream for `route` with `headers`, `body` and
@@ -407,6 +580,35 @@ pub(crate) async fn bind() -> std::io::Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let addr = listener.local_addr()?;
     Ok((listener, addr))
+}
+
+/// The region an S3 error answer says the store expects: AWS S3's
+/// `<Region>` of `AuthorizationHeaderMalformed`, or the `expecting '<region>'`
+/// of its message, as OpenStack Swift's s3api words it.
+fn expected_region(answer: &str) -> Option<String> {
+    let tagged = answer
+        .split_once("<Region>")
+        .and_then(|(_, rest)| rest.split_once("</Region>"))
+        .map(|(region, _)| region);
+    let worded = || {
+        answer
+            .split_once("expecting '")
+            .and_then(|(_, rest)| rest.split_once('\''))
+            .map(|(region, _)| region)
+    };
+    tagged
+        .or_else(worded)
+        .map(str::trim)
+        .filter(|r| !r.is_empty() && r.len() <= 64)
+        .map(str::to_string)
+}
+
+/// Whether `access_key_id` has the `account:user` form of OpenStack
+/// Swift's tempauth and keystone S3 keys (AWS key ids have no `:`).
+fn swift_account_key(access_key_id: &str) -> bool {
+    access_key_id
+        .split_once(':')
+        .is_some_and(|(account, user)| !account.is_empty() && !user.is_empty())
 }
 
 /// Whether rustls refused the upstream's certificate somewhere in `error`'s
@@ -607,16 +809,43 @@ async fn forward(
     let progress = Progress::new();
     let upload = Upload::default();
     let body = upstream_body(body, stats.clone(), progress.clone(), upload.clone());
+    let complete = is_complete(&parts.method, &route);
+    if complete {
+        upstream.delete_replaced(&route).await;
+    }
     let request = re_sign(upstream, stats, &parts, &route, &payload_hash, body).await?;
     let exchange = Exchange {
         progress: &progress,
         upload: &upload,
     };
     let response = relay(upstream, stats, &parts.method, &route, request, exchange).await?;
-    if let Some(bound) = &upstream.bound {
+    let Some(bound) = upstream.bound.clone() else {
+        return Ok(response);
+    };
+    if !complete {
         bound.follow(&parts, route.listing, response.status());
+        return Ok(response);
     }
-    Ok(response)
+    // The object exists once the complete's answer is whole: a slow one
+    // keeps its 200 alive with spaces while the store assembles the parts.
+    let (head, body) = response.into_parts();
+    let status = head.status;
+    let body = when_whole(body, move || bound.follow(&parts, false, status));
+    Ok(Response::from_parts(head, body))
+}
+
+/// `body`, calling `done` once its last frame has been read (not when it
+/// breaks off or its reader goes away).
+fn when_whole(body: Body, done: impl FnOnce() + Send + 'static) -> Body {
+    let mut done = Some(done);
+    let end = futures_util::stream::poll_fn(move |_| {
+        if let Some(done) = done.take() {
+            done();
+        }
+        Poll::Ready(None)
+    });
+    let frames = http_body_util::BodyStream::new(body).chain(end);
+    StreamBody::new(frames).boxed_unsync()
 }
 
 /// Checks the request's SigV4 signature against the per-launch key (a
@@ -731,24 +960,41 @@ async fn relay(
     request: Request<Body>,
     exchange: Exchange<'_>,
 ) -> Result<Response<Body>, ForwardError> {
-    let response = upstream
-        .client
-        .send(request, exchange.progress, UPSTREAM_SILENCE)
-        .await
-        .map_err(|e| match exchange.upload.fault() {
-            Some(fault) => {
-                stats.client_fault(&fault);
-                ForwardError::Client(fault)
+    let silence = silence_bound(method, route);
+    let answer = if is_complete(method, route) {
+        let client = upstream.client.clone();
+        let progress = exchange.progress.clone();
+        let mut answer: Answer =
+            Box::pin(async move { client.send(request, &progress, COMPLETE_SILENCE).await });
+        match tokio::time::timeout(UPSTREAM_SILENCE, answer.as_mut()).await {
+            Ok(answered) => answered,
+            Err(_) if exchange.upload.fault().is_none() => {
+                return Ok(kept_alive(
+                    Counting::of(upstream, stats),
+                    method.clone(),
+                    answer,
+                ));
             }
-            None => {
-                let cause = error_chain(&e);
-                stats.unreachable(method, &cause);
-                ForwardError::Unreachable(cause)
-            }
-        })?;
-    if response.status().is_server_error() {
-        stats.upstream_error(method, &format!("answered {}", response.status()));
-    }
+            Err(_) => answer.await,
+        }
+    } else {
+        upstream
+            .client
+            .send(request, exchange.progress, silence)
+            .await
+    };
+    let response = answer.map_err(|e| match exchange.upload.fault() {
+        Some(fault) => {
+            stats.client_fault(&fault);
+            ForwardError::Client(fault)
+        }
+        None => {
+            let cause = error_chain(&e);
+            stats.unreachable(method, &cause);
+            ForwardError::Unreachable(cause)
+        }
+    })?;
+    Counting::of(upstream, stats).status(method, response.status());
     let key_prefix = &upstream.tier.key_prefix;
     let rewrite_listing = route.listing && !key_prefix.is_empty() && response.status().is_success();
     if rewrite_listing {
@@ -759,8 +1005,159 @@ async fn relay(
             stats.clone(),
             method.clone(),
             upstream.tier.position,
+            silence,
         )
     }
+}
+
+/// What counting an upstream answer needs of a gateway, owned: a complete
+/// kept alive ([`kept_alive`]) is counted by a task of its own.
+#[derive(Clone)]
+struct Counting {
+    stats: Arc<Stats>,
+    tier: usize,
+    /// `<bucket> of <host:port>`, for the warnings.
+    place: String,
+    started: std::time::Instant,
+}
+
+impl Counting {
+    fn of(upstream: &Upstream, stats: &Arc<Stats>) -> Counting {
+        Counting {
+            stats: stats.clone(),
+            tier: upstream.tier.position,
+            place: format!("{} of {}", upstream.tier.bucket, upstream.tier.endpoint),
+            started: upstream.started,
+        }
+    }
+
+    /// Counts the upstream's answer `status` to `method`: a 5xx as an
+    /// upstream error, a 401 or 403 as refused credentials, warned about
+    /// at most once a minute ([`super::state::DENIED_WARNING_EVERY`]) with
+    /// the refusals since the last warning.
+    fn status(&self, method: &Method, status: StatusCode) {
+        if status.is_server_error() {
+            self.stats
+                .upstream_error(method, &format!("answered {status}"));
+            return;
+        }
+        if !matches!(status, StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED) {
+            return;
+        }
+        let since = self
+            .stats
+            .upstream_denied(method, status, self.started.elapsed());
+        if let Some(count) = since {
+            tracing::warn!(
+                tier = self.tier,
+                %method,
+                %status,
+                refusals = count,
+                "S3 gateway: the object store refuses the real credentials ({}; {count} refusals since the last warning): they were revoked or rotated, or lack a permission; LMCache gets the 403 and stores nothing on this tier until they are fixed",
+                self.place,
+            );
+        }
+    }
+}
+
+/// The upstream answer of a multipart complete, owned.
+type Answer = Pin<Box<dyn Future<Output = Result<Response<Incoming>, client::SendError>> + Send>>;
+
+/// The gateway's own `200` to a multipart complete the store has not
+/// answered within [`UPSTREAM_SILENCE`] ([`COMPLETE_SILENCE`]): an XML
+/// declaration, a space every [`COMPLETE_KEEP_ALIVE`] while `answer` comes
+/// and its body is read, then that body without its declaration and
+/// leading spaces: the `CompleteMultipartUploadResult`, or the store's
+/// `<Error>` (S3's answer to a complete that fails after its `200`). No
+/// answer, or one cut off, ends the body with an `InternalError`, which S3
+/// clients retry.
+fn kept_alive(counting: Counting, method: Method, answer: Answer) -> Response<Body> {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Bytes>(4);
+    tokio::spawn(async move {
+        if sender
+            .send(Bytes::from_static(XML_DECLARATION.as_bytes()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let outcome = async {
+            let response = answer.await.map_err(|e| error_chain(&e))?;
+            counting.status(&method, response.status());
+            let body = response.into_body();
+            read_whole(body, COMPLETE_SILENCE, MAX_COMPLETE_BYTES)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let Some(outcome) = with_spaces(outcome, &sender).await else {
+            return;
+        };
+        let tail = match outcome {
+            Ok(text) => without_declaration(&text).to_string(),
+            Err(cause) => {
+                counting.stats.upstream_error(&method, &cause);
+                tracing::warn!(tier = counting.tier, %method, "S3 gateway: a multipart complete kept alive failed: {cause}");
+                format!("<Error><Code>InternalError</Code><Message>the upstream object store did not complete the upload: {}</Message></Error>", xml_escape(&cause))
+            }
+        };
+        let _ = sender.send(Bytes::from(tail)).await;
+    });
+    let frames = futures_util::stream::poll_fn(move |cx| {
+        receiver
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|data| Ok::<_, BoxError>(Frame::data(data))))
+    });
+    let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
+    response
+}
+
+/// Awaits `work`, sending a space on `sender` every [`COMPLETE_KEEP_ALIVE`]
+/// meanwhile; `None` once the receiver is gone (LMCache hung up).
+async fn with_spaces<T>(
+    work: impl Future<Output = T>,
+    sender: &tokio::sync::mpsc::Sender<Bytes>,
+) -> Option<T> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        match tokio::time::timeout(COMPLETE_KEEP_ALIVE, work.as_mut()).await {
+            Ok(done) => return Some(done),
+            Err(_) => sender.send(Bytes::from_static(b" ")).await.ok()?,
+        }
+    }
+}
+
+/// `text` without leading whitespace and an XML declaration, which the
+/// kept-alive answer has sent already.
+fn without_declaration(text: &str) -> &str {
+    let text = text.trim_start();
+    let text = match text.strip_prefix("<?xml") {
+        Some(rest) => rest.split_once("?>").map_or(text, |(_, after)| after),
+        None => text,
+    };
+    text.trim_start()
+}
+
+/// A body read whole as text, each piece within `silence` of the last, at
+/// most `limit` bytes.
+async fn read_whole(
+    body: Incoming,
+    silence: Duration,
+    limit: usize,
+) -> Result<String, ListingError> {
+    let mut stream = std::pin::pin!(stalling(body, silence));
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(ListingError::Cut)?;
+        if text.len() + chunk.len() > limit {
+            return Err(ListingError::TooLarge);
+        }
+        text.extend_from_slice(&chunk);
+    }
+    String::from_utf8(text).map_err(|_| ListingError::NotUtf8)
 }
 
 /// The request body LMCache sent, as the upstream gets it: in chunks of at
@@ -803,8 +1200,29 @@ fn response_head(response: &Response<Incoming>, rewritten: bool) -> http::respon
     out
 }
 
+/// How long an exchange for `route` may make no progress: [`COMPLETE_SILENCE`]
+/// for a multipart complete, [`UPSTREAM_SILENCE`] for every other request.
+fn silence_bound(method: &Method, route: &Route) -> Duration {
+    if is_complete(method, route) {
+        COMPLETE_SILENCE
+    } else {
+        UPSTREAM_SILENCE
+    }
+}
+
+/// Whether `method` on `route` is a multipart complete
+/// (`POST /<key>?uploadId=...`).
+fn is_complete(method: &Method, route: &Route) -> bool {
+    *method == Method::POST
+        && !route.listing
+        && route
+            .query
+            .split('&')
+            .any(|p| p.split('=').next() == Some("uploadId"))
+}
+
 /// The upstream's response passed back as it streams in, counted in
-/// `stats`; an answer that breaks off or stays silent for [`UPSTREAM_SILENCE`]
+/// `stats`; an answer that breaks off or stays silent for `silence`
 /// is cut off (the client sees a short body), logged, and counted as an
 /// upstream error of `method` on tier `tier`.
 fn streamed_back(
@@ -812,9 +1230,10 @@ fn streamed_back(
     stats: Arc<Stats>,
     method: Method,
     tier: usize,
+    silence: Duration,
 ) -> Result<Response<Body>, ForwardError> {
     let head = response_head(&response, false);
-    let frames = stalling(response.into_body()).map(move |chunk| match chunk {
+    let frames = stalling(response.into_body(), silence).map(move |chunk| match chunk {
         Ok(data) => {
             stats.received(data.len());
             Ok(Frame::data(data))
@@ -921,41 +1340,46 @@ enum BodyCut {
         /// The cause chain, with no path or query.
         String,
     ),
-    /// No data came for [`UPSTREAM_SILENCE`].
+    /// No data came for the exchange's bound ([`UPSTREAM_SILENCE`], or
+    /// [`COMPLETE_SILENCE`] for a multipart complete).
     #[error("the answer stalled for {} s", .0.as_secs())]
     Stalled(
-        /// [`UPSTREAM_SILENCE`].
+        /// The bound.
         Duration,
     ),
 }
 
-/// Why a listing answer could not be read whole ([`read_listing`]).
+/// Why an answer read whole (a listing page, a kept-alive complete's
+/// result; [`read_whole`]) could not be.
 #[derive(Debug, thiserror::Error)]
 enum ListingError {
     /// Its body ended early.
-    #[error("the listing: {0}")]
+    #[error("the answer: {0}")]
     Cut(
         /// How.
         BodyCut,
     ),
     /// It is larger than [`MAX_LISTING_BYTES`].
-    #[error("the listing page is larger than 16 MiB")]
+    #[error("the answer is larger than the gateway reads whole (16 MiB for a listing page, 1 MiB for a complete)")]
     TooLarge,
     /// It is not UTF-8 text.
-    #[error("the listing is not UTF-8")]
+    #[error("the answer is not UTF-8")]
     NotUtf8,
 }
 
 /// The data of a response body; an error (the cause, with no path or query)
-/// when it breaks off or stays silent for [`UPSTREAM_SILENCE`], then the end.
+/// when it breaks off or stays silent for `silence`, then the end.
 ///
-/// One timer per body, armed at the last frame's time + [`UPSTREAM_SILENCE`]
-/// and moved on only when it fires early: a frame costs a clock read, not
-/// a timer.
-fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, BodyCut>> {
+/// One timer per body, armed at the last frame's time + `silence` and
+/// moved on only when it fires early: a frame costs a clock read, not a
+/// timer.
+fn stalling(
+    body: Incoming,
+    silence: Duration,
+) -> impl futures_util::Stream<Item = Result<Bytes, BodyCut>> {
     let mut body = Some(body);
     let mut last_frame = tokio::time::Instant::now();
-    let mut timer = Box::pin(tokio::time::sleep_until(last_frame + UPSTREAM_SILENCE));
+    let mut timer = Box::pin(tokio::time::sleep_until(last_frame + silence));
     futures_util::stream::poll_fn(move |cx| {
         let Some(incoming) = body.as_mut() else {
             return Poll::Ready(None);
@@ -972,10 +1396,10 @@ fn stalling(body: Incoming) -> impl futures_util::Stream<Item = Result<Bytes, Bo
                 Poll::Ready(None) => break None,
                 Poll::Pending => {
                     while timer.as_mut().poll(cx).is_ready() {
-                        if last_frame.elapsed() >= UPSTREAM_SILENCE {
-                            break 'frames Some(Err(BodyCut::Stalled(UPSTREAM_SILENCE)));
+                        if last_frame.elapsed() >= silence {
+                            break 'frames Some(Err(BodyCut::Stalled(silence)));
                         }
-                        timer.as_mut().reset(last_frame + UPSTREAM_SILENCE);
+                        timer.as_mut().reset(last_frame + silence);
                     }
                     return Poll::Pending;
                 }
@@ -1026,22 +1450,20 @@ fn strip_prefix(xml: &str, key_prefix: &str) -> String {
 
 /// A listing answer's body, whole, as text.
 async fn read_listing(body: Incoming) -> Result<String, ListingError> {
-    let mut stream = std::pin::pin!(stalling(body));
-    let mut text = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(ListingError::Cut)?;
-        if text.len() + chunk.len() > MAX_LISTING_BYTES {
-            return Err(ListingError::TooLarge);
-        }
-        text.extend_from_slice(&chunk);
-    }
-    String::from_utf8(text).map_err(|_| ListingError::NotUtf8)
+    read_whole(body, UPSTREAM_SILENCE, MAX_LISTING_BYTES).await
 }
 
 fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into())
         .map_err(|never: Infallible| match never {})
         .boxed_unsync()
+}
+
+/// `text` with `&`, `<` and `>` escaped for XML.
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The answer of [`STATE_PATH`]: the gateway's state as JSON.
@@ -1057,10 +1479,7 @@ fn state_response(stats: &Stats) -> Response<Body> {
 
 /// An S3 XML error response of the gateway's own.
 fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
-    let message = message
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;");
+    let message = xml_escape(message);
     let xml = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><Resource>lmcache-tier S3 gateway</Resource></Error>"
     );
@@ -1110,6 +1529,63 @@ mod tests {
         ))));
         let worded = Connect(Box::new(std::io::Error::other("bad certificate")));
         assert!(!refused_certificate(&worded));
+    }
+
+    #[test]
+    fn the_expected_region_is_read_from_aws_and_swift_answers() {
+        let aws = "<Error><Code>AuthorizationHeaderMalformed</Code><Message>the region 'us-east-1' is wrong; expecting 'eu-west-1'</Message><Region>eu-west-1</Region></Error>";
+        assert_eq!(expected_region(aws).as_deref(), Some("eu-west-1"));
+        let swift = "<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header is malformed; the region 'us-east-1' is wrong; expecting 'RegionOne'</Message></Error>";
+        assert_eq!(expected_region(swift).as_deref(), Some("RegionOne"));
+        assert_eq!(
+            expected_region("<Error><Code>InvalidArgument</Code></Error>"),
+            None
+        );
+    }
+
+    #[test]
+    fn only_multipart_completes_get_the_longer_silence_bound() {
+        let route = |query: &str| Route {
+            path: "/b/m@1".into(),
+            query: query.into(),
+            listing: false,
+        };
+        assert_eq!(
+            silence_bound(&Method::POST, &route("uploadId=a%2Fb")),
+            COMPLETE_SILENCE
+        );
+        assert_eq!(
+            silence_bound(&Method::POST, &route("uploads")),
+            UPSTREAM_SILENCE
+        );
+        let part = route("partNumber=1&uploadId=a");
+        assert_eq!(silence_bound(&Method::PUT, &part), UPSTREAM_SILENCE);
+        assert_eq!(
+            silence_bound(&Method::DELETE, &route("uploadId=a")),
+            UPSTREAM_SILENCE
+        );
+    }
+
+    #[test]
+    fn a_kept_alive_complete_drops_the_stores_own_declaration() {
+        let swift = "<?xml version='1.0' encoding='UTF-8'?>\n<CompleteMultipartUploadResult/>";
+        assert_eq!(
+            without_declaration(swift),
+            "<CompleteMultipartUploadResult/>"
+        );
+        let spaced = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n   \n<Error><Code>InvalidPart</Code></Error>";
+        assert_eq!(
+            without_declaration(spaced),
+            "<Error><Code>InvalidPart</Code></Error>"
+        );
+        assert_eq!(without_declaration("  <Error/>"), "<Error/>");
+    }
+
+    #[test]
+    fn swift_keys_are_account_colon_user() {
+        assert!(swift_account_key("kv:node"));
+        assert!(!swift_account_key("AKIAIOSFODNN7EXAMPLE"));
+        assert!(!swift_account_key(":node"));
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod spec;
 pub mod state;
 mod store;
 
-pub use gateway::UPSTREAM_SILENCE;
+pub use gateway::{COMPLETE_SILENCE, UPSTREAM_SILENCE};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -87,6 +87,16 @@ pub struct GatewayState {
     /// wrong.
     #[serde(default)]
     pub client_upload_failures: ClientUploadFailures,
+    /// Upstream answers 401 or 403 to LMCache's requests: the store refused
+    /// the real credentials while the gateway ran (revoked, rotated, or
+    /// without the permission a request needs), passed back to LMCache as
+    /// they are; counted apart from [`GatewayState::upstream_errors`]
+    /// (`docs/s3-gateway.md`, "Credentials refused while running").
+    #[serde(default)]
+    pub upstream_denied: u64,
+    /// The last of those, if any (method, upstream host and status).
+    #[serde(default)]
+    pub last_upstream_denied: Option<UpstreamError>,
     /// The bucket bound's figures; `None` for a tier without
     /// `max_capacity_gb` (`docs/s3-gateway.md`, "The bucket bound").
     #[serde(default)]
@@ -274,7 +284,15 @@ pub(crate) struct Stats {
     /// [`ClientUploadFailures`]: stalled, broke off.
     client_faults: [AtomicU64; 2],
     bucket_bound: Mutex<Option<crate::bound::BoundState>>,
+    upstream_denied: AtomicU64,
+    last_upstream_denied: Mutex<Option<UpstreamError>>,
+    /// [`Stats::upstream_denied`]'s count at its last warning, and when
+    /// (milliseconds after the gateway started; `u64::MAX` before any).
+    denied_warned: Mutex<(u64, u64)>,
 }
+
+/// How often the gateway warns about credentials the store refuses.
+pub(crate) const DENIED_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 impl Stats {
     /// Zeroed counters for `tier`, started now; the credential source is
@@ -303,6 +321,8 @@ impl Stats {
                 peer_refused: 0,
                 client_upload_failures: ClientUploadFailures::default(),
                 bucket_bound: None,
+                upstream_denied: 0,
+                last_upstream_denied: None,
             },
             requests: Default::default(),
             rejected: AtomicU64::new(0),
@@ -319,6 +339,9 @@ impl Stats {
             peer_refused: AtomicU64::new(0),
             client_faults: Default::default(),
             bucket_bound: Mutex::new(None),
+            upstream_denied: AtomicU64::new(0),
+            last_upstream_denied: Mutex::new(None),
+            denied_warned: Mutex::new((0, u64::MAX)),
         }
     }
 
@@ -433,6 +456,35 @@ impl Stats {
         self.bytes_down.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    /// Counts an upstream answer 401 or 403 (`status`) to `method`, at
+    /// `elapsed` after the gateway started. Returns the refusals since the
+    /// last warning when one is due: the first, then at most one every
+    /// [`DENIED_WARNING_EVERY`].
+    pub(crate) fn upstream_denied(
+        &self,
+        method: &Method,
+        status: http::StatusCode,
+        elapsed: Duration,
+    ) -> Option<u64> {
+        let total = self.upstream_denied.fetch_add(1, Ordering::Relaxed) + 1;
+        let denied = UpstreamError {
+            at: now(),
+            message: format!("{method} {}: answered {status}", self.identity.upstream),
+        };
+        if let Ok(mut last) = self.last_upstream_denied.lock() {
+            *last = Some(denied);
+        }
+        let now_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        let mut warned = self.denied_warned.lock().ok()?;
+        let (count_then, at) = *warned;
+        let due =
+            at == u64::MAX || now_ms.saturating_sub(at) >= DENIED_WARNING_EVERY.as_millis() as u64;
+        due.then(|| {
+            *warned = (total, now_ms);
+            total - count_then
+        })
+    }
+
     fn remember(&self, method: &Method, cause: &str) {
         let error = UpstreamError {
             at: now(),
@@ -496,6 +548,12 @@ impl Stats {
                 ClientUploadFailures { stalled, broke_off }
             },
             bucket_bound: self.bucket_bound.lock().ok().and_then(|b| b.clone()),
+            upstream_denied: count(&self.upstream_denied),
+            last_upstream_denied: self
+                .last_upstream_denied
+                .lock()
+                .ok()
+                .and_then(|l| l.clone()),
             ..self.identity.clone()
         }
     }
@@ -548,6 +606,31 @@ mod tests {
                 session_token: Some("REAL-TOKEN".into()),
             }),
         }
+    }
+
+    #[test]
+    fn refused_credentials_are_counted_apart_and_warned_about_once_a_minute() {
+        let stats = Stats::new(&tier());
+        let at = Duration::from_secs;
+        let forbidden = http::StatusCode::FORBIDDEN;
+        assert_eq!(
+            stats.upstream_denied(&Method::PUT, forbidden, at(1)),
+            Some(1)
+        );
+        assert_eq!(stats.upstream_denied(&Method::GET, forbidden, at(2)), None);
+        assert_eq!(stats.upstream_denied(&Method::PUT, forbidden, at(60)), None);
+        assert_eq!(
+            stats.upstream_denied(&Method::PUT, forbidden, at(61)),
+            Some(3)
+        );
+        let state = stats.snapshot();
+        assert_eq!((state.upstream_denied, state.upstream_errors), (4, 0));
+        let last = state.last_upstream_denied.expect("the last refusal");
+        assert_eq!(
+            last.message,
+            "PUT http://10.0.0.5:9000: answered 403 Forbidden"
+        );
+        assert!(state.last_upstream_error.is_none());
     }
 
     #[test]

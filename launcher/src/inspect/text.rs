@@ -225,6 +225,7 @@ fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
                 g.upstream_errors, g.upstream_unreachable
             ),
         ]),
+        row(["  upstream denied", &denied_text(g)]),
     ];
     if let Some(b) = &g.bucket_bound {
         rows.push(row(["  bucket bound", &bound_text(b)]));
@@ -236,6 +237,18 @@ fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
         printable(&g.started_at),
         table(&rows)
     )
+}
+
+/// The store's 401 and 403 answers (credentials refused while running) in
+/// one line (`docs/s3-gateway.md`, "Credentials refused while running").
+fn denied_text(g: &GatewayState) -> String {
+    match &g.last_upstream_denied {
+        Some(last) => format!(
+            "{} (401/403: the store refuses the credentials); last at {}: {}",
+            g.upstream_denied, last.at, last.message
+        ),
+        None => format!("{} (401/403 from the store)", g.upstream_denied),
+    }
 }
 
 /// The bucket bound's figures in one line.

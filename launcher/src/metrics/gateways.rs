@@ -26,7 +26,7 @@ struct GatewayLabels {
 }
 
 /// The S3 gateways' per-tier families, from their counters.
-const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
+const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 6] = [
     TierFamily {
         name: "gateway_upstream_errors",
         help: "Upstream answers with a 5xx status, and answers that broke off",
@@ -61,6 +61,13 @@ const GATEWAY_FAMILIES: [TierFamily<GatewayState>; 5] = [
         bytes: false,
         counter: true,
         value: |s| s.peer_refused,
+    },
+    TierFamily {
+        name: "gateway_upstream_denied",
+        help: "Upstream answers 401 or 403 to LMCache's requests: the store refused the real credentials (revoked, rotated, or lacking a permission)",
+        bytes: false,
+        counter: true,
+        value: |s| s.upstream_denied,
     },
 ];
 

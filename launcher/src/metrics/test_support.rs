@@ -131,6 +131,8 @@ pub(super) fn answered(tier: usize, per_bucket: &[u64], over: u64, sum: f64) -> 
         credential_expiry_unix: None,
         peer_refused: 0,
         client_upload_failures: Default::default(),
+        upstream_denied: 0,
+        last_upstream_denied: None,
         bucket_bound: None,
     }
 }
