@@ -382,7 +382,18 @@ fn an_inotify_queue_overflow_is_rescanned_and_the_bound_holds() {
     });
     assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
     assert_eq!(status.following, Following::Inotify, "{status:#?}");
-    assert!(objects_on_disk(dir).contains(&object_name(199)));
+    // Which of the burst's objects the rescan ranks newest depends on which
+    // events the kernel dropped (objects a rescan finds untracked enter as
+    // just used: docs/capacity-guard.md); one stored after it is the
+    // newest whether it is followed or found by a later rescan, and kept.
+    store(dir, 200);
+    let status = wait_status(dir, "followed after the rescan, bounded", |s| {
+        s.tracked.bytes == allocated(dir) && s.tracked.bytes < s.trigger_bytes
+    });
+    assert!(
+        objects_on_disk(dir).contains(&object_name(200)),
+        "{status:#?}"
+    );
     guard.stop();
 }
 
