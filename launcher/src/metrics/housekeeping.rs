@@ -134,9 +134,8 @@ impl HousekeepingMetrics {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{a_plan, sample};
+    use super::super::test_support::{a_plan, purged_by_identity, sample};
     use super::super::{Format, NodeMetrics};
-    use crate::inputs::EngineFacts;
     use std::time::Duration;
 
     #[test]
@@ -182,18 +181,7 @@ mod tests {
 
     #[test]
     fn a_purge_of_most_of_the_tier_by_identity_is_flagged_with_its_fields() {
-        use lmcache_housekeeping::{housekeep, Mode, TierPolicy};
-        let tmp = tempfile::tempdir().unwrap();
-        let name = format!("-SEP-models-SEP-m@0x01000100@0@{}.data", "ab".repeat(32));
-        std::fs::write(tmp.path().join(name), vec![1u8; 8192]).unwrap();
-        let identity = EngineFacts {
-            model: "m".into(),
-            ..EngineFacts::default()
-        }
-        .launch_identity(256);
-        let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
-        let metrics = NodeMetrics::new(Some(&a_plan()));
-        metrics.housekept(&done.report, Duration::from_millis(10));
+        let metrics = purged_by_identity();
         let text = metrics.render(Format::OpenMetrics).unwrap();
         assert_eq!(
             sample(&text, "lmcache_tier_housekeeping_identity_purge"),

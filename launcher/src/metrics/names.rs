@@ -146,11 +146,9 @@ pub(crate) const ENDPOINT_CONNECTIONS: FamilyName = family!("metrics_endpoint_co
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::a_plan;
-    use super::super::{Format, NodeMetrics};
+    use super::super::test_support::purged_by_identity;
+    use super::super::Format;
     use super::*;
-    use crate::inputs::EngineFacts;
-    use std::time::Duration;
 
     /// Every family a launch registers, after a housekeeping that purged
     /// by identity (so each labelled family has a series).
@@ -182,18 +180,7 @@ mod tests {
 
     #[test]
     fn each_registered_family_has_samples_under_its_sample_name() {
-        use lmcache_housekeeping::{housekeep, Mode, TierPolicy};
-        let tmp = tempfile::tempdir().unwrap();
-        let name = format!("-SEP-models-SEP-m@0x01000100@0@{}.data", "ab".repeat(32));
-        std::fs::write(tmp.path().join(name), vec![1u8; 8192]).unwrap();
-        let identity = EngineFacts {
-            model: "m".into(),
-            ..EngineFacts::default()
-        }
-        .launch_identity(256);
-        let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
-        let metrics = NodeMetrics::new(Some(&a_plan()));
-        metrics.housekept(&done.report, Duration::from_millis(10));
+        let metrics = purged_by_identity();
         for format in [Format::OpenMetrics, Format::Prometheus] {
             let page = metrics.render(format).unwrap();
             for family in REGISTERED {

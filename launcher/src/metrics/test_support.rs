@@ -160,3 +160,21 @@ pub(super) fn gateway_page(states: Vec<GatewayState>, format: Format) -> String 
     }
     text
 }
+
+/// The metrics of a launch whose housekeeping purged the whole tier (one
+/// object of model `/models/m`) because the launch's model is `m`.
+pub(super) fn purged_by_identity() -> NodeMetrics {
+    use lmcache_housekeeping::{housekeep, Mode, TierPolicy};
+    let tmp = tempfile::tempdir().unwrap();
+    let name = format!("-SEP-models-SEP-m@0x01000100@0@{}.data", "ab".repeat(32));
+    std::fs::write(tmp.path().join(name), vec![1u8; 8192]).unwrap();
+    let identity = EngineFacts {
+        model: "m".into(),
+        ..EngineFacts::default()
+    }
+    .launch_identity(256);
+    let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
+    let metrics = NodeMetrics::new(Some(&a_plan()));
+    metrics.housekept(&done.report, Duration::from_millis(10));
+    metrics
+}
