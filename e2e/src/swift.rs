@@ -29,6 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
 use crate::{free_port, Proc};
 
 /// The region Swift's s3api answers for (`location`): a tier's `s3_region`.
@@ -81,6 +84,9 @@ pub struct SwiftOptions {
     /// s3api's `max_upload_part_num`, and the SLO middleware's
     /// `max_manifest_segments` with it (Swift's default 1,000 for both).
     pub max_upload_part_num: u32,
+    /// The proxy's `node_timeout`: how long it waits for a storage server's
+    /// answer before it gives up on it, seconds (Swift's default 10).
+    pub node_timeout_s: u32,
 }
 
 impl Default for SwiftOptions {
@@ -88,6 +94,7 @@ impl Default for SwiftOptions {
         SwiftOptions {
             min_segment_size: 5 << 20,
             max_upload_part_num: 1000,
+            node_timeout_s: 10,
         }
     }
 }
@@ -116,6 +123,22 @@ pub struct Swift {
     /// requests sign with them.
     rotated: std::collections::BTreeMap<&'static str, String>,
 }
+
+/// A Swift server stopped by [`Swift::pause_object_server`]; it goes on
+/// when this is dropped.
+pub struct Paused {
+    group: Pid,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = killpg(self.group, Signal::SIGCONT);
+    }
+}
+
+/// Where the object server is in [`Swift`]'s servers: memcached, then the
+/// account, container and object servers.
+const OBJECT_SERVER: usize = 3;
 
 /// The servers' binaries: `$EREBINE_TEST_SWIFT` (the directory
 /// `scripts/setup-swift.sh` prints), else `None`.
@@ -305,6 +328,16 @@ impl Swift {
         self.wait_healthy();
     }
 
+    /// Stops the object server (SIGSTOP to its process group: the server
+    /// and its worker) until the returned guard is dropped (SIGCONT): a
+    /// store whose disks hang. The proxy's requests to it wait, up to its
+    /// [`SwiftOptions::node_timeout_s`], and are answered once it goes on.
+    pub fn pause_object_server(&self) -> Paused {
+        let group = Pid::from_raw(self.servers[OBJECT_SERVER].pid());
+        killpg(group, Signal::SIGSTOP).expect("SIGSTOP the object server");
+        Paused { group }
+    }
+
     /// A tempauth token of `account`: its storage URL and token.
     fn token(&self, account: &SwiftAccount) -> (String, String) {
         let resp = self
@@ -486,8 +519,9 @@ fn write_configs(root: &Path, ports: &Ports, options: &SwiftOptions) {
     proxy.push_str(
         "[pipeline:main]\n\
          pipeline = catch_errors gatekeeper healthcheck proxy_logging cache listing_formats s3api tempauth copy slo dlo proxy_logging proxy-server\n\n\
-         [app:proxy-server]\nuse = egg:swift#proxy\naccount_autocreate = true\n\n",
+         [app:proxy-server]\nuse = egg:swift#proxy\naccount_autocreate = true\n",
     );
+    proxy.push_str(&format!("node_timeout = {}\n\n", options.node_timeout_s));
     proxy.push_str(&format!(
         "[filter:s3api]\nuse = egg:swift#s3api\nlocation = {SWIFT_REGION}\n\
          min_segment_size = {}\nmax_upload_part_num = {}\n\n",
