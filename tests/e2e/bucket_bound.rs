@@ -13,9 +13,9 @@
 //! keys only) never reaches its watermark. An object of the prefix that is
 //! not LMCache's, and objects outside the prefix, stay byte-identical.
 //!
-//! The store is a parameter ([`Store`]): s3s-fs here; any S3 server that
-//! speaks path-style on loopback (OpenStack Swift's `s3api`) runs the same
-//! test.
+//! The store is a parameter ([`Store`]): the same test runs on s3s-fs and
+//! on OpenStack Swift's `s3api` (a Swift-All-In-One, the bucket a
+//! container of the tempauth account `kv`, signed for `RegionOne`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime};
 use lmcache_housekeeping::s3_key::parse_s3_key;
 use lmcache_s3_gateway::state::{GatewayState, STATE_PATH};
 use lmcache_tier_e2e::bucket::{BucketClient, Listed, StoreAccess};
+use lmcache_tier_e2e::swift::{Swift, SwiftOptions, KV, SWIFT_REGION};
 use lmcache_tier_e2e::{
     binaries, free_port, get_json, run_bench_with, stop_launch, wait_for_status, BenchOptions,
     Binaries, Proc, S3sFs,
@@ -78,6 +79,22 @@ impl Store {
                 region: "us-east-1".into(),
                 key_id: KEY_ID.into(),
                 secret: SECRET.into(),
+            },
+            _server: Box::new(server),
+        }
+    }
+
+    /// A Swift-All-In-One with the bucket in account [`KV`], its servers'
+    /// files under `root/swift`.
+    fn swift(root: &Path) -> Store {
+        let server = Swift::start(root, SwiftOptions::default());
+        server.create_bucket(&KV, BUCKET);
+        Store {
+            access: StoreAccess {
+                endpoint: server.endpoint(),
+                region: SWIFT_REGION.into(),
+                key_id: KV.access_key_id(),
+                secret: KV.key.into(),
             },
             _server: Box::new(server),
         }
@@ -438,5 +455,14 @@ fn three_nodes_restarted_and_a_fourth_model_keep_a_shared_bucket_within_its_capa
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::s3s_fs(tmp.path());
+    a_fleet_keeps_one_bucket_within_its_capacity(&store, tmp.path());
+}
+
+#[test]
+fn three_nodes_restarted_and_a_fourth_model_keep_a_shared_bucket_within_its_capacity_on_swift() {
+    lmcache_tier_e2e::require_lmcache!();
+    lmcache_tier_e2e::require_swift!();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::swift(tmp.path());
     a_fleet_keeps_one_bucket_within_its_capacity(&store, tmp.path());
 }
