@@ -126,6 +126,7 @@ pub struct Swift {
 
 /// A Swift server stopped by [`Swift::pause_object_server`]; it goes on
 /// when this is dropped.
+#[must_use = "the server goes on as soon as this is dropped"]
 pub struct Paused {
     group: Pid,
 }
@@ -491,16 +492,25 @@ fn write_configs(root: &Path, ports: &Ports, options: &SwiftOptions) {
             root = root.display(),
         )
     };
-    for (server, port) in [
-        ("account", ports.account),
-        ("container", ports.container),
-        ("object", ports.object),
+    // The object server waits for its container update before it answers
+    // a PUT or DELETE, up to 10 s (Swift's defaults answer after 1 s and
+    // leave an update that takes over 3 s to an object updater, which this
+    // store does not run): a listing shows every object whose store was
+    // answered, as the tests' samplers and the bucket bound expect.
+    for (server, port, options) in [
+        ("account", ports.account, ""),
+        ("container", ports.container, ""),
+        (
+            "object",
+            ports.object,
+            "container_update_timeout = 10\nnode_timeout = 10\n",
+        ),
     ] {
         write(
             &format!("{server}-server.conf"),
             format!(
                 "{}[pipeline:main]\npipeline = healthcheck {server}-server\n\n\
-                 [app:{server}-server]\nuse = egg:swift#{server}\n\n\
+                 [app:{server}-server]\nuse = egg:swift#{server}\n{options}\n\
                  [filter:healthcheck]\nuse = egg:swift#healthcheck\n",
                 common(port, &format!("{server}-server"))
             ),

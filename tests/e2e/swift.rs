@@ -362,11 +362,14 @@ fn a_complete_swift_answers_slowly_is_kept_alive_by_the_gateway_and_tracked_by_t
     let key = lmcache_key(1);
     // The object server stops once the parts are stored and goes on after
     // PAUSE: the gateway's DELETE of the object the complete replaces
-    // (none here) gets no answer within its 5 s and is given up (Swift
-    // applies it later with its older timestamp, which cannot remove the
-    // newer object); the complete then gets no answer for more than twice
-    // the gateway's 5 s, so the gateway answers 200 itself and keeps it
-    // alive with at least one space before Swift's result.
+    // (none here) gets no answer within its 5 s and is given up; the
+    // complete then gets no answer for more than twice the gateway's 5 s,
+    // so the gateway answers 200 itself and keeps it alive with at least
+    // one space before Swift's result. When the server goes on, Swift
+    // finishes the given-up DELETE (one HEAD, then the DELETE, stamped
+    // then) well before the complete (its marker's HEAD, 8 parts' HEADs,
+    // then the manifest's PUT, stamped later), so the completed object
+    // stays: checked below, and again once the bound has counted it.
     let paused = std::sync::Mutex::new(None);
     let started = Instant::now();
     let (status, body, _) = local.multipart_with(&key, &parts, 4, || {
@@ -391,18 +394,21 @@ fn a_complete_swift_answers_slowly_is_kept_alive_by_the_gateway_and_tracked_by_t
         "not the gateway's kept-alive answer with Swift's result: {body:?}"
     );
     let size = (parts.len() * 16) as u64;
-    assert_eq!(lmcache_objects(&swift), [(key, size)]);
+    assert_eq!(lmcache_objects(&swift), [(key.clone(), size)]);
     let state = local.state_until("the bound counts the object", |s| {
         s.bucket_bound.as_ref().is_some_and(|b| b.objects == 1)
     });
     assert_eq!(state.bucket_bound.unwrap().usage_bytes, size);
     assert_eq!((state.upstream_unreachable, state.upstream_errors), (0, 0));
+    assert_eq!(lmcache_objects(&swift), [(key, size)]);
 }
 
 /// How long the object server stays stopped in the slow complete's test:
 /// past the gateway's 5 s for the DELETE before the complete, then 5 s for
-/// the complete's head and 5 s more to its first space.
-const PAUSE: Duration = Duration::from_secs(16);
+/// the complete's head and 5 s more to its first space (15 s), with 7 s to
+/// spare for a loaded host's late timers; well within the proxy's 60 s
+/// and the gateway's 120 s for a complete.
+const PAUSE: Duration = Duration::from_secs(22);
 
 #[test]
 fn overwriting_a_multipart_object_leaves_no_parts_of_the_old_one_in_swifts_segments() {

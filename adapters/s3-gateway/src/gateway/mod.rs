@@ -30,8 +30,9 @@
 //! ([`authenticate`]) and the key mapped into the bucket ([`route`]); the
 //! request signed again for the store ([`re_sign`], [`upstream`]); the
 //! exchange ([`relay`](mod@relay)), with both bodies streamed ([`body`]) and a
-//! slow multipart complete kept alive ([`complete`]). What the gateway
-//! answers itself is in [`error`](mod@error).
+//! slow multipart complete kept alive ([`complete`]). The gateway's own
+//! error answers are in [`error`](mod@error); its state route and its
+//! refusal of another uid's connection are here.
 
 mod body;
 mod complete;

@@ -120,7 +120,7 @@ pub(super) struct Counting {
 }
 
 impl Counting {
-    pub(super) fn of(upstream: &Upstream, stats: &Arc<Stats>) -> Counting {
+    fn of(upstream: &Upstream, stats: &Arc<Stats>) -> Counting {
         Counting {
             stats: stats.clone(),
             tier: upstream.tier.position,

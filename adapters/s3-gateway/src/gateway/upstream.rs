@@ -1,6 +1,7 @@
 //! The store behind one gateway: its client, the real credentials, the
 //! start-up check of the bucket (with the likely cause of a refusal named),
-//! and requests signed again for it.
+//! requests signed again for it, and the DELETE of the object a multipart
+//! complete replaces.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -112,9 +113,10 @@ impl Upstream {
     }
 
     /// The start-up check of the bucket: a HEAD signed with `current`.
-    /// Errors name the key most likely at fault ([`Self::refused_check`];
-    /// a store that cannot be reached: `s3_endpoint`, or `s3_ca_bundle`
-    /// for a certificate that is not trusted).
+    /// Errors name the key most likely at fault: a request that cannot be
+    /// signed (`aws_access_key_id`), a store that cannot be reached
+    /// (`s3_endpoint`, or `s3_ca_bundle` for a certificate that is not
+    /// trusted), an answer that is not a success ([`Self::refused_check`]).
     async fn check_bucket(&self, current: &Credentials) -> Result<(), BucketSpecError> {
         let err = |key: &'static str, problem: String, fix: &str| BucketSpecError {
             position: self.tier.position,
