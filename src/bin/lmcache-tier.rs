@@ -786,7 +786,7 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
             cascade
                 .tiers()
                 .iter()
-                .filter(|t| matches!(t.adapter_type(), "fs" | "fs_native"))
+                .filter(|t| t.is_disk_tier())
                 .filter_map(|t| t.base_path().map(PathBuf::from))
                 .collect(),
             cascade

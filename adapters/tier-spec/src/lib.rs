@@ -192,6 +192,13 @@ impl TierSpec {
         self.0.get("type").and_then(Value::as_str).unwrap_or("")
     }
 
+    /// Whether this is one of LMCache 0.5.6's disk tiers: `fs` (its file
+    /// L2 adapter) or `fs_native` (its native one), each with a
+    /// `base_path` on a local volume.
+    pub fn is_disk_tier(&self) -> bool {
+        matches!(self.adapter_type(), "fs" | "fs_native")
+    }
+
     /// The `base_path` of a filesystem tier, if any.
     pub fn base_path(&self) -> Option<&str> {
         self.0.get("base_path").and_then(Value::as_str)
@@ -460,6 +467,16 @@ mod tests {
         assert!(evicts(
             r#"{"type":"fs_native","base_path":"/c","eviction":{"eviction_policy":"IsolatedLRU"}}"#
         ));
+    }
+
+    #[test]
+    fn only_fs_and_fs_native_are_disk_tiers() {
+        let disk = |kind: &str| {
+            let json = format!(r#"{{"type":"{kind}","base_path":"/c"}}"#);
+            Cascade::parse(&json, "V").unwrap().tiers()[0].is_disk_tier()
+        };
+        assert!(disk("fs") && disk("fs_native"));
+        assert!(!disk("s3") && !disk("mooncake_store") && !disk("FS") && !disk(""));
     }
 
     #[test]

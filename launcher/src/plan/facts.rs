@@ -87,7 +87,7 @@ fn probe_odirect_tiers(cascade: &lmcache_tier_spec::Cascade) -> Vec<TierOdirect>
         .tiers()
         .iter()
         .enumerate()
-        .filter(|(_, tier)| matches!(tier.adapter_type(), "fs" | "fs_native"))
+        .filter(|(_, tier)| tier.is_disk_tier())
         .filter(|(_, tier)| {
             tier.as_object().get("use_odirect") == Some(&serde_json::Value::Bool(true))
         })

@@ -632,7 +632,7 @@ fn unbounded_tier_warnings(cascade: &Cascade, source: &Decision<()>) -> Vec<Stri
         .tiers()
         .iter()
         .enumerate()
-        .filter(|(_, tier)| matches!(tier.adapter_type(), "fs" | "fs_native"))
+        .filter(|(_, tier)| tier.is_disk_tier())
         .filter(|(_, tier)| {
             tier.as_object()
                 .get("max_capacity_gb")
