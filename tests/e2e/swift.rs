@@ -370,17 +370,16 @@ fn a_complete_swift_answers_slowly_is_kept_alive_by_the_gateway_and_tracked_by_t
     // then) well before the complete (its marker's HEAD, 8 parts' HEADs,
     // then the manifest's PUT, stamped later), so the completed object
     // stays: checked below, and again once the bound has counted it.
-    let paused = std::sync::Mutex::new(None);
     let started = Instant::now();
-    let (status, body, _) = local.multipart_with(&key, &parts, 4, || {
-        let guard = swift.pause_object_server();
-        let resume = std::thread::spawn(move || {
-            std::thread::sleep(PAUSE);
-            drop(guard);
-        });
-        *paused.lock().unwrap() = Some(resume);
+    let (status, body, _) = std::thread::scope(|scope| {
+        local.multipart_with(&key, &parts, 4, || {
+            let paused = swift.pause_object_server();
+            scope.spawn(move || {
+                std::thread::sleep(PAUSE);
+                drop(paused);
+            });
+        })
     });
-    paused.into_inner().unwrap().unwrap().join().unwrap();
     eprintln!(
         "the parts uploaded and the complete answered in {:?}",
         started.elapsed()
