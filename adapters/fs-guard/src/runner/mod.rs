@@ -253,8 +253,6 @@ impl Runner {
         );
         self.free_space = self.measure_line();
         self.schedule_rescan();
-        self.free_space = self.measure_line();
-        self.schedule_rescan();
     }
 
     /// When the loop must look again: the next path check, and while the
