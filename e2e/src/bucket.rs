@@ -1,9 +1,9 @@
 //! A plain S3 client for tests that look into a bucket from outside the
-//! node, as an operator would: list a prefix, put and get objects. It
-//! talks path-style over http to any S3 server on loopback (s3s-fs, moto,
-//! OpenStack Swift's `s3api`) through `aws-sdk-s3`, signed with the store's
-//! real key, so what it sees is what the store holds, not what a gateway
-//! reports.
+//! node, as an operator would: create the bucket, list a prefix, put and
+//! get objects. It talks path-style over http to any S3 server on loopback
+//! (s3s-fs, moto, OpenStack Swift's `s3api`, SeaweedFS) through
+//! `aws-sdk-s3`, signed with the store's real key, so what it sees is what
+//! the store holds, not what a gateway reports.
 
 use std::time::SystemTime;
 
@@ -26,8 +26,8 @@ pub struct Listed {
 pub struct StoreAccess {
     /// `127.0.0.1:<port>` of an S3 server speaking plain http.
     pub endpoint: String,
-    /// The region its SigV4 signatures name (`us-east-1` for s3s-fs,
-    /// Swift's `s3api` `location`).
+    /// The region its SigV4 signatures name (`us-east-1` for s3s-fs and
+    /// SeaweedFS, Swift's `s3api` `location`).
     pub region: String,
     /// Access key id.
     pub key_id: String,
@@ -98,6 +98,20 @@ impl BucketClient {
         })
     }
 
+    /// Creates the bucket (`PUT /<bucket>`, no location constraint);
+    /// panics when the store refuses.
+    pub fn create_bucket(&self) {
+        self.runtime
+            .block_on(self.client.create_bucket().bucket(&self.bucket).send())
+            .unwrap_or_else(|e| {
+                panic!(
+                    "create bucket {}: {}",
+                    self.bucket,
+                    aws_sdk_s3::error::DisplayErrorContext(e)
+                )
+            });
+    }
+
     /// Writes `bytes` at `key`; panics when the store refuses.
     pub fn put(&self, key: &str, bytes: &[u8]) {
         self.runtime
@@ -131,6 +145,119 @@ impl BucketClient {
                 .await
                 .unwrap_or_else(|e| panic!("GET {key}: the body: {e}"))
                 .to_vec()
+        })
+    }
+
+    /// Starts a multipart upload of `key` and uploads `part` as its part 1,
+    /// leaving it unfinished; returns its upload id. Panics when the store
+    /// refuses.
+    pub fn start_upload(&self, key: &str, part: &[u8]) -> String {
+        self.runtime.block_on(async {
+            let created = self
+                .client
+                .create_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "start an upload of {key}: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(e)
+                    )
+                });
+            let id = created.upload_id().expect("an upload id").to_string();
+            self.client
+                .upload_part()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&id)
+                .part_number(1)
+                .body(part.to_vec().into())
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "part 1 of {key}: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(e)
+                    )
+                });
+            id
+        })
+    }
+
+    /// Completes the upload `id` of `key` started by
+    /// [`BucketClient::start_upload`] with its part 1; panics when the
+    /// store refuses (an upload aborted meanwhile, say).
+    pub fn complete_upload(&self, key: &str, id: &str) {
+        self.runtime.block_on(async {
+            use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+            let parts = self
+                .client
+                .list_parts()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(id)
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "parts of {key}: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(e)
+                    )
+                });
+            let completed: Vec<CompletedPart> = parts
+                .parts()
+                .iter()
+                .map(|p| {
+                    CompletedPart::builder()
+                        .set_part_number(p.part_number())
+                        .set_e_tag(p.e_tag().map(str::to_string))
+                        .build()
+                })
+                .collect();
+            self.client
+                .complete_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(completed))
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "complete {key}: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(e)
+                    )
+                });
+        })
+    }
+
+    /// The unfinished multipart uploads whose keys start with `prefix`, as
+    /// (key, upload id); panics when the store refuses.
+    pub fn uploads(&self, prefix: &str) -> Vec<(String, String)> {
+        self.runtime.block_on(async {
+            let page = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "uploads under {prefix}: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(e)
+                    )
+                });
+            page.uploads()
+                .iter()
+                .filter_map(|u| Some((u.key()?.to_string(), u.upload_id()?.to_string())))
+                .collect()
         })
     }
 }

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use lmcache_s3_gateway::bound::{IDLE_LISTING, LISTING_SHARE};
+use lmcache_s3_gateway::bound::LISTING_SHARE;
+use lmcache_s3_gateway::fleet::Timing;
 use lmcache_s3_gateway::Gateways;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -108,7 +109,7 @@ fn main() -> Result<(), Error> {
     };
     let listed = started.elapsed();
     let pages = bound.listing_pages as f64;
-    let idle = pages * 3600.0 / IDLE_LISTING.as_secs_f64();
+    let idle = pages * 3600.0 / Timing::default().listing.as_secs_f64();
     // A full bucket of `objects` chunks: the node lists after writing
     // 1/LISTING_SHARE of it.
     let every_bytes = (objects * CHUNK) as f64 / LISTING_SHARE as f64;

@@ -1,332 +1,103 @@
-//! The bucket bound: the gateway of an `s3_bucket` tier with
+//! The bucket bound's driver: the gateway of an `s3_bucket` tier with
 //! `max_capacity_gb` keeps the LMCache objects under the tier's prefix
 //! within that capacity, for every node that shares the prefix
-//! (`docs/s3-gateway.md`, "The bucket bound").
+//! (`docs/s3-gateway.md`, "The bucket bound" and "A fleet on one
+//! bucket").
 //!
 //! LMCache 0.5.6's S3 adapter counts its usage from 0 at each start and
 //! evicts only keys its own process stored, so its `max_capacity_gb`
 //! bounds what one process writes between two restarts, not the bucket.
-//! The gateway sees the bucket instead:
+//! The gateway sees the bucket instead. The decisions are the pure
+//! machines of [`crate::fleet`], joined in one [`Node`] (as the fleet
+//! simulation runs them); this module runs them against the store:
 //!
 //! - at start it checks that it may list the prefix (one ListObjectsV2
-//!   request of one key through `aws-sdk-s3`), then lists the whole prefix
-//!   in the background while the gateway already serves, and counts the
-//!   objects whose keys decode as LMCache's
-//!   ([`lmcache_housekeeping::s3_key::parse_s3_key`]), and their bytes; it
-//!   evicts nothing before that first listing is in;
-//! - it follows this node's PUTs, multipart completes and DELETEs, and the
-//!   404s of its loads, as they pass;
-//! - it lists again once this node has written [`LISTING_SHARE`] of the
-//!   capacity since the last listing, and at least every [`IDLE_LISTING`]
-//!   ([`BucketView::listing_due`]), to see what other nodes wrote;
-//! - at or above the trigger it deletes the oldest objects by the store's
-//!   `LastModified`, ties by key, down to the target ([`victims`]).
-//!
-//! Nodes do not talk to each other: each derives its victims from its view
-//! of the same bucket with the same rule, so they choose the same objects
-//! from the old end, and a DELETE of an object another node deleted first
-//! is a success (S3's DELETE is idempotent).
+//!   request of one key through `aws-sdk-s3`) and whether the store takes
+//!   conditional writes (three PUTs and a DELETE of a probe object): with
+//!   them the fleet elects one evictor through a lease
+//!   ([`Mode::Lease`]), without them every node evicts on its own
+//!   ([`Mode::EveryNode`], with a warning);
+//! - one task keeps the lease and sends this node's reports
+//!   ([`Election`], [`Reporter`](crate::fleet::report::Reporter));
+//! - another runs the [`Evictor`](crate::fleet::evictor::Evictor) while
+//!   this node may delete ([`Node::holds`]): it lists
+//!   the prefix (in the background: the gateway already serves), counts
+//!   the objects whose keys decode as LMCache's
+//!   ([`lmcache_housekeeping::s3_key::parse_s3_key`]), reads the reports
+//!   and deletes the oldest objects by the store's `LastModified`, ties by
+//!   key ([`victims`]); nothing is evicted before its first listing is in;
+//! - `Bound::follow` follows this node's PUTs, multipart completes and
+//!   DELETEs, and the 404s of its loads, as they pass.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::spec::BucketSpecError;
 use super::state::Stats;
-use super::store::{Store, StoredObject};
+use super::store::{PutAnswer, Store, StoreError, StoredObject};
+use crate::fleet::evictor::EvictStep;
+use crate::fleet::lease::{Election, ElectionFigures, LeaseAnswer, LeaseBody, LeaseStep};
+use crate::fleet::node::{LeaseChange, Node, DELETES_IN_FLIGHT};
+use crate::fleet::report::ReportBody;
+use crate::fleet::sweep::Sweep;
+use crate::fleet::{lease_key, report_key, reports_folder, Mode};
 use lmcache_housekeeping::s3_key::parse_s3_key;
-use lmcache_tier_spec::capacity::{
-    capacity_bytes, capacity_gib, eviction_fraction, CapacityRule, DEFAULT_EVICTION_RATIO,
-    DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, MAX_CAPACITY_GB, TRIGGER_WATERMARK,
-};
-use lmcache_tier_spec::TierSpec;
 
-/// The share of the capacity (1/50, 2%) this node writes after which the
-/// gateway lists again. Every node of the fleet does the same, so between
-/// two listings of a writing node the bucket grows by about 2% of the
-/// capacity per writing node past what that node sees. The cost: a full
-/// bucket of N objects lists in N/1,000 pages (ListObjectsV2 requests),
-/// and the node wrote N/50 objects (PUT requests, the same price class on
-/// S3) in between, so the listings add at most 5% to the node's own
-/// request bill, whatever the bucket's size (`docs/s3-gateway.md`, "The
-/// bucket bound").
-pub const LISTING_SHARE: u64 = 50;
-/// The longest a gateway goes without listing, to see what other nodes
-/// wrote while this one writes nothing: 12 listings an hour (768 LIST
-/// requests at 64,000 objects).
-pub const IDLE_LISTING: Duration = Duration::from_secs(300);
+pub use crate::fleet::rule::{BoundRole, BoundSpec, LISTING_SHARE, MIN_LISTING_GAP};
+pub use crate::fleet::view::{victims, BucketView, Entry};
 
-/// The longest pause between two tries of a first listing that fails
-/// (`docs/s3-gateway.md`, "The bucket bound"): the bound evicts nothing
-/// until one is in, so a store that answers again is listed within this.
-pub const FIRST_LISTING_RETRY: Duration = Duration::from_secs(10);
-/// The shortest time between two listings, however fast this node writes.
-pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
-/// Deletions of one eviction cycle in flight at once.
-const DELETES_IN_FLIGHT: usize = 8;
+/// The shortest pause of the sweep's task between two looks.
+const MIN_SWEEP_PAUSE: Duration = Duration::from_millis(100);
 
-/// Who acts first on the tier: LMCache ([`BoundRole::HardBound`]: it
-/// evicts the keys its process stored at its watermark, and the gateway
-/// acts halfway from there to the capacity, on what the bucket holds) or
-/// the gateway ([`BoundRole::Evictor`]: no `eviction` block); the rule is
-/// `lmcache-tier-spec`'s, shared with the capacity guard.
-pub use lmcache_tier_spec::capacity::BoundRole;
-
-/// When the gateway evicts from a bucket, and to where.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BoundSpec {
-    /// `max_capacity_gb` in bytes (GiB, rounded down).
-    pub capacity_bytes: u64,
-    /// Usage at or above which a cycle starts.
-    pub trigger_bytes: u64,
-    /// Usage a cycle ends at or below: the trigger less `eviction_ratio` x
-    /// capacity, as LMCache's own cycles free.
-    pub target_bytes: u64,
-    /// Bytes this node writes after which it lists again: the capacity
-    /// over [`LISTING_SHARE`].
-    pub listing_every_bytes: u64,
-    /// Evictor or hard bound.
-    pub role: BoundRole,
-}
-
-impl BoundSpec {
-    /// The bound of the `s3` tier `spec` at `position`: `None` without a
-    /// `max_capacity_gb` above 0 (nothing to bound). The role is
-    /// [`BoundRole::HardBound`] when LMCache evicts the tier itself
-    /// ([`TierSpec::lmcache_evicts`]), else [`BoundRole::Evictor`];
-    /// `eviction.trigger_watermark` and `eviction.eviction_ratio` default
-    /// to LMCache's 0.8 and 0.2.
-    ///
-    /// # Errors
-    /// A `max_capacity_gb`, `eviction.trigger_watermark` or
-    /// `eviction.eviction_ratio` that is not a number in range, naming it.
-    pub fn from_spec(spec: &TierSpec, position: usize) -> Result<Option<Self>, BucketSpecError> {
-        let object = spec.as_object();
-        let err = |key: &'static str, value: &Value, range: &str| BucketSpecError {
-            position,
-            key,
-            problem: format!("{value} is not a number {range}"),
-            fix: format!("Give {key} as a number {range}."),
-        };
-        let gb = match object.get(MAX_CAPACITY_GB) {
-            None | Some(Value::Null) => return Ok(None),
-            Some(value) => capacity_gib(value)
-                .ok_or_else(|| err("max_capacity_gb", value, "of GiB, 0 or more"))?,
-        };
-        if gb == 0.0 {
-            return Ok(None);
-        }
-        let eviction = object.get(EVICTION);
-        let fraction = |key: &'static str, name: &str, default: f64| {
-            eviction_fraction(eviction, name, default).map_err(|v| err(key, v, "in (0, 1]"))
-        };
-        let watermark = fraction(
-            "eviction.trigger_watermark",
-            TRIGGER_WATERMARK,
-            DEFAULT_TRIGGER_WATERMARK,
-        )?;
-        let ratio = fraction(
-            "eviction.eviction_ratio",
-            EVICTION_RATIO,
-            DEFAULT_EVICTION_RATIO,
-        )?;
-        let role = if spec.lmcache_evicts() {
-            BoundRole::HardBound
-        } else {
-            BoundRole::Evictor
-        };
-        Ok(Some(Self::new(capacity_bytes(gb), watermark, ratio, role)))
-    }
-
-    /// The bound of a capacity of `capacity_bytes` evicted at `watermark`
-    /// (for an [`BoundRole::Evictor`]; halfway from it to 1 for a
-    /// [`BoundRole::HardBound`]) by `ratio` of the capacity per cycle.
-    pub fn new(capacity_bytes: u64, watermark: f64, ratio: f64, role: BoundRole) -> Self {
-        let rule = CapacityRule {
-            capacity_bytes,
-            trigger_watermark: watermark,
-            eviction_ratio: ratio,
-            role,
-        };
-        BoundSpec {
-            capacity_bytes,
-            trigger_bytes: rule.trigger_bytes(),
-            target_bytes: rule.target_bytes(),
-            listing_every_bytes: capacity_bytes / LISTING_SHARE,
-            role,
-        }
-    }
-}
-
-/// What the bound knows of one object: its size and the store's
-/// `LastModified`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
-    /// Bytes.
-    pub bytes: u64,
-    /// When the store wrote it (this node's clock for its own PUTs until
-    /// the next listing gives the store's).
-    pub modified: SystemTime,
-}
-
-/// The objects to delete from a bucket whose LMCache objects are
-/// `objects` (key inside the prefix, entry), `usage_bytes` in all: none
-/// below `bound`'s trigger; else the oldest by `modified`, ties by key,
-/// until the rest is at or below the target. Every node that sees the same
-/// objects chooses the same victims.
-pub fn victims<'a>(
-    objects: impl IntoIterator<Item = (&'a str, &'a Entry)>,
-    usage_bytes: u64,
-    bound: &BoundSpec,
-) -> Vec<(&'a str, u64)> {
-    if usage_bytes < bound.trigger_bytes {
-        return Vec::new();
-    }
-    let mut oldest_first: Vec<(&str, &Entry)> = objects.into_iter().collect();
-    oldest_first.sort_unstable_by(|a, b| (a.1.modified, a.0).cmp(&(b.1.modified, b.0)));
-    let mut left = usage_bytes;
-    oldest_first
-        .into_iter()
-        .take_while(|(_, entry)| {
-            let take = left > bound.target_bytes;
-            left = left.saturating_sub(entry.bytes);
-            take
-        })
-        .map(|(key, entry)| (key, entry.bytes))
-        .collect()
-}
-
-/// A change of this node's while a listing runs, applied again on top of
-/// the listing when it ends.
-#[derive(Debug, Clone)]
-enum Change {
-    Stored(String, Entry),
-    Removed(String),
-}
-
-/// What the bound knows of the bucket: the last listing with this node's
-/// changes since on top.
-#[derive(Debug, Default)]
-pub struct BucketView {
-    objects: HashMap<String, Entry>,
-    bytes: u64,
-    /// `Some` while a listing runs.
-    journal: Option<Vec<Change>>,
-    written_since_listing: u64,
-}
-
-impl BucketView {
-    /// Bytes of the LMCache objects known.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// LMCache objects known.
-    pub fn objects(&self) -> usize {
-        self.objects.len()
-    }
-
-    /// Records an object this node stored (or learned of), replacing one
-    /// of the same key.
-    pub fn stored(&mut self, key: String, entry: Entry) {
-        self.written_since_listing += entry.bytes;
-        if let Some(journal) = &mut self.journal {
-            journal.push(Change::Stored(key.clone(), entry));
-        }
-        self.insert(key, entry);
-    }
-
-    /// Forgets an object this node deleted, or found gone.
-    pub fn removed(&mut self, key: &str) {
-        if let Some(journal) = &mut self.journal {
-            journal.push(Change::Removed(key.to_string()));
-        }
-        self.remove(key);
-    }
-
-    /// Whether a listing is due: this node wrote `every_bytes` or more
-    /// since the last one began.
-    pub fn listing_due(&self, every_bytes: u64) -> bool {
-        self.written_since_listing >= every_bytes.max(1)
-    }
-
-    /// A listing starts: this node's changes from now on are kept to be
-    /// applied on top of it.
-    pub fn begin_listing(&mut self) {
-        self.journal = Some(Vec::new());
-        self.written_since_listing = 0;
-    }
-
-    /// The listing failed: the view goes on as it was.
-    pub fn listing_failed(&mut self) {
-        self.journal = None;
-    }
-
-    /// The listing ended with `listed` (LMCache's objects only): it replaces the view, with this node's changes since its
-    /// start on top. Returns the objects and bytes it holds that the view
-    /// did not know (what other nodes wrote).
-    pub fn finish_listing(&mut self, listed: Vec<StoredObject>) -> (u64, u64) {
-        let journal = self.journal.take().unwrap_or_default();
-        let mut others = (0, 0);
-        let before = std::mem::take(&mut self.objects);
-        self.bytes = 0;
-        for object in listed {
-            if !before.contains_key(&object.key) {
-                others.0 += 1;
-                others.1 += object.bytes;
-            }
-            let entry = Entry {
-                bytes: object.bytes,
-                modified: object.modified,
-            };
-            self.insert(object.key, entry);
-        }
-        for change in journal {
-            match change {
-                Change::Stored(key, entry) => self.insert(key, entry),
-                Change::Removed(key) => self.remove(&key),
-            }
-        }
-        others
-    }
-
-    /// The victims of [`victims`] for this view.
-    pub fn victims(&self, bound: &BoundSpec) -> Vec<(String, u64)> {
-        let objects = self.objects.iter().map(|(k, e)| (k.as_str(), e));
-        victims(objects, self.bytes, bound)
-            .into_iter()
-            .map(|(key, bytes)| (key.to_string(), bytes))
-            .collect()
-    }
-
-    fn insert(&mut self, key: String, entry: Entry) {
-        let old = self.objects.insert(key, entry).map_or(0, |e| e.bytes);
-        self.bytes = self.bytes - old + entry.bytes;
-    }
-
-    fn remove(&mut self, key: &str) {
-        if let Some(old) = self.objects.remove(key) {
-            self.bytes -= old.bytes;
-        }
-    }
-}
+/// The largest lease or report body the bound reads.
+const SMALL_BODY: usize = 64 << 10;
 
 /// The bound's figures, in the gateway's state ([`crate::state::GatewayState::bucket_bound`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoundState {
     /// The bound's numbers.
     pub spec: BoundSpec,
-    /// Bytes of LMCache objects under the prefix: the last listing with
-    /// this node's changes since.
+    /// How the fleet shares the eviction: `lease` (one evictor) or
+    /// `every_node` (the store takes no conditional writes).
+    pub mode: Mode,
+    /// This node's id in the lease and the reports (new at each start).
+    pub node: String,
+    /// Whether this node holds the lease and may delete now.
+    pub evictor: bool,
+    /// The lease's holder as last seen (this node's id when it holds it);
+    /// empty when none is known.
+    pub lease_holder: String,
+    /// When that holder took the lease, by its clock (Unix seconds).
+    pub lease_holder_since_unix: u64,
+    /// The lease's own figures (taken, lost, reads, writes, failures).
+    pub lease: ElectionFigures,
+    /// How long the lease has gone unchanged as this node sees it,
+    /// milliseconds ([`Election::unchanged_for`]); `None` in
+    /// [`Mode::EveryNode`] and before the first reading. Past the lease
+    /// period plus a third of it, the prefix has no evictor.
+    pub lease_unchanged_millis: Option<u64>,
+    /// Reports this node sent.
+    pub reports_sent: u64,
+    /// Reports that failed.
+    pub report_failures: u64,
+    /// Reports the evictor read (this node, while it held the lease).
+    pub reports_read: u64,
+    /// Nodes whose reports the evictor reads.
+    pub reporters: u64,
+    /// The fleet's write rate as the evictor sees it, bytes a second.
+    pub fleet_write_bytes_per_s: u64,
+    /// Bytes of LMCache objects under the prefix: for the evictor its
+    /// view (the last listing, its changes since, what the reports add);
+    /// for another node what the holder last published.
     pub usage_bytes: u64,
     /// LMCache objects under the prefix, counted as `usage_bytes`.
     pub objects: u64,
     /// Listings done (each of one or more ListObjectsV2 pages).
     pub listings: u64,
-    /// ListObjectsV2 requests sent, all listings together.
+    /// ListObjectsV2 requests sent, all listings together (the reports'
+    /// folder included).
     pub listing_pages: u64,
     /// Listings that failed (the view goes on as it was).
     pub listing_failures: u64,
@@ -343,13 +114,21 @@ pub struct BoundState {
     pub evicted_objects: u64,
     /// Their bytes.
     pub evicted_bytes: u64,
-    /// Deletions that failed (retried at the next cycle).
+    /// Deletions that failed (the next cycle waits, backing off).
     pub eviction_failures: u64,
+    /// Listings of the unfinished multipart uploads under the prefix
+    /// (`docs/s3-gateway.md`, "Uploads left behind").
+    pub upload_listings: u64,
+    /// Uploads left behind that this node aborted.
+    pub uploads_aborted: u64,
+    /// Aborts that failed (tried again at the next sweep).
+    pub upload_abort_failures: u64,
 }
 
-/// Checks that the bound may list the bucket of `upstream` and starts it
-/// ([`Bound::run`] on the current runtime, which makes the first listing
-/// in the background).
+/// Checks that the bound may list the bucket of `upstream`, finds out
+/// whether the store takes conditional writes, and starts it ([`Bound::run`]
+/// on the current runtime, which makes the first listing in the
+/// background).
 ///
 /// # Errors
 /// The check failed: named as a problem of `max_capacity_gb` (the bound
@@ -360,7 +139,7 @@ pub(crate) async fn start(
     stats: Arc<Stats>,
 ) -> Result<Arc<Bound>, BucketSpecError> {
     let (tier, credentials) = upstream.tier_and_credentials();
-    let err = |e: super::store::StoreError| {
+    let err = |e: StoreError| {
         BucketSpecError {
         position: tier.position,
         key: "max_capacity_gb",
@@ -369,11 +148,41 @@ pub(crate) async fn start(
     }
     };
     let store = Store::new(tier, credentials).map_err(err)?;
-    let bound = Bound::start(spec, store, tier.position, stats)
-        .await
-        .map_err(err)?;
+    store.check_listing().await.map_err(err)?;
+    let node = node_id();
+    let mode = match store.takes_conditional_writes(&node).await {
+        Ok(true) => Mode::Lease,
+        Ok(false) => {
+            tracing::warn!(
+                tier = tier.position,
+                "S3 gateway bucket bound: the store does not take conditional writes (If-None-Match, If-Match), so no evictor can be elected: every node lists and evicts on its own, and the bucket can pass its trigger by about a fiftieth of the capacity per writing node (docs/s3-gateway.md, \"A fleet on one bucket\")"
+            );
+            Mode::EveryNode
+        }
+        Err(e) => {
+            tracing::warn!(
+                tier = tier.position,
+                "S3 gateway bucket bound: the check of conditional writes failed ({e}); every node lists and evicts on its own"
+            );
+            Mode::EveryNode
+        }
+    };
+    let bound = Bound::new(spec, store, tier.position, node, mode, stats);
     tokio::spawn(bound.clone().run());
     Ok(bound)
+}
+
+/// A new node id: 16 hex digits from the system's random source (the
+/// clock where it fails).
+fn node_id() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (nanos ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The running bound of one gateway.
@@ -381,27 +190,38 @@ pub(crate) struct Bound {
     spec: BoundSpec,
     store: Store,
     tier: usize,
-    view: Mutex<BucketView>,
+    origin: Instant,
+    core: Mutex<Node>,
     figures: Mutex<BoundState>,
     wake: tokio::sync::Notify,
+    wake_reports: tokio::sync::Notify,
     stats: Arc<Stats>,
 }
 
 impl Bound {
-    /// Checks that the tier's prefix can be listed (one request,
-    /// [`Store::check_listing`]) and returns the bound, ready to
-    /// [`Bound::run`], which makes the first listing.
-    ///
-    /// # Errors
-    /// The check failed: the launch stops, naming the cause.
-    pub(crate) async fn start(
+    fn new(
         spec: BoundSpec,
         store: Store,
         tier: usize,
+        node: String,
+        mode: Mode,
         stats: Arc<Stats>,
-    ) -> Result<Arc<Bound>, super::store::StoreError> {
+    ) -> Arc<Bound> {
+        let core = Node::new(node.clone(), spec, mode, Duration::ZERO);
         let figures = BoundState {
             spec,
+            mode,
+            node,
+            evictor: false,
+            lease_holder: String::new(),
+            lease_holder_since_unix: 0,
+            lease: ElectionFigures::default(),
+            lease_unchanged_millis: None,
+            reports_sent: 0,
+            report_failures: 0,
+            reports_read: 0,
+            reporters: 0,
+            fleet_write_bytes_per_s: 0,
             usage_bytes: 0,
             objects: 0,
             listings: 0,
@@ -414,47 +234,31 @@ impl Bound {
             evicted_objects: 0,
             evicted_bytes: 0,
             eviction_failures: 0,
+            upload_listings: 0,
+            uploads_aborted: 0,
+            upload_abort_failures: 0,
         };
         let bound = Arc::new(Bound {
             spec,
             store,
             tier,
-            view: Mutex::new(BucketView::default()),
+            origin: Instant::now(),
+            core: Mutex::new(core),
             figures: Mutex::new(figures),
             wake: tokio::sync::Notify::new(),
+            wake_reports: tokio::sync::Notify::new(),
             stats,
         });
-        bound.store.check_listing().await?;
         bound.changed();
-        Ok(bound)
+        bound
     }
 
-    /// Makes the first listing, again while it fails (after
-    /// [`MIN_LISTING_GAP`], doubled at each failure up to
-    /// [`FIRST_LISTING_RETRY`]), and logs what it found.
-    async fn first_listing(&self) {
-        let mut pause = MIN_LISTING_GAP;
-        while let Err(e) = self.list().await {
-            tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(FIRST_LISTING_RETRY);
-        }
-        let (usage_bytes, objects) = {
-            let view = self.view();
-            (view.bytes(), view.objects())
-        };
-        tracing::info!(
-            tier = self.tier,
-            usage_bytes,
-            objects,
-            capacity_bytes = self.spec.capacity_bytes,
-            trigger_bytes = self.spec.trigger_bytes,
-            "S3 gateway bucket bound listed the tier's prefix"
-        );
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
     }
 
-    fn view(&self) -> std::sync::MutexGuard<'_, BucketView> {
-        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    fn core(&self) -> std::sync::MutexGuard<'_, Node> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn figures(&self) -> std::sync::MutexGuard<'_, BoundState> {
@@ -462,12 +266,14 @@ impl Bound {
     }
 
     /// Follows one answered request of LMCache's ([`Bound::observe`]);
-    /// listings are not followed.
+    /// listings are not followed. `date` is the store's `Date` header of
+    /// the answer: the time of a PUT by the store's clock.
     pub(crate) fn follow(
         self: &Arc<Self>,
         parts: &http::request::Parts,
         listing: bool,
         status: http::StatusCode,
+        date: Option<SystemTime>,
     ) {
         let Ok(key) = super::key::request_key(parts.uri.path()) else {
             return;
@@ -480,15 +286,16 @@ impl Bound {
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let query = parts.uri.query().unwrap_or("");
-        self.observe(&parts.method, &key, query, bytes, status);
+        self.observe(&parts.method, &key, query, bytes, status, date);
     }
 
     /// Follows one answered request of LMCache's for `key` (inside the
-    /// prefix): a PUT (not a part) adds `request_bytes`, a multipart
-    /// complete adds what a HEAD finds, a DELETE removes the key, and so
-    /// does a GET or HEAD answered 404. Keys that do not decode as
-    /// LMCache's are not followed. Reads do not count for recency
-    /// (`docs/s3-gateway.md`, "The bucket bound").
+    /// prefix): a PUT (not a part) adds `request_bytes` (dated by the
+    /// store's `date`, else this node's clock), a multipart complete adds
+    /// what a HEAD finds, a DELETE removes the key, and so does a GET or
+    /// HEAD answered 404. Keys that do not decode as LMCache's are not
+    /// followed. Reads do not count for recency (`docs/s3-gateway.md`,
+    /// "The bucket bound").
     pub(crate) fn observe(
         self: &Arc<Self>,
         method: &http::Method,
@@ -496,6 +303,7 @@ impl Bound {
         query: &str,
         request_bytes: Option<u64>,
         status: http::StatusCode,
+        date: Option<SystemTime>,
     ) {
         if parse_s3_key(key).is_err() {
             return;
@@ -504,10 +312,8 @@ impl Bound {
         match *method {
             http::Method::PUT if status.is_success() && !multipart => {
                 if let Some(bytes) = request_bytes {
-                    let modified = SystemTime::now();
-                    self.view()
-                        .stored(key.to_string(), Entry { bytes, modified });
-                    self.changed();
+                    let modified = date.unwrap_or_else(SystemTime::now);
+                    self.stored(key.to_string(), Entry { bytes, modified });
                 }
             }
             http::Method::POST if status.is_success() && multipart => {
@@ -515,16 +321,25 @@ impl Bound {
                 let key = key.to_string();
                 tokio::spawn(async move { bound.learn(&key).await });
             }
-            http::Method::DELETE if status.is_success() => {
-                self.view().removed(key);
-                self.changed();
-            }
+            http::Method::DELETE if status.is_success() => self.removed(key),
             http::Method::GET | http::Method::HEAD if status == http::StatusCode::NOT_FOUND => {
-                self.view().removed(key);
-                self.changed();
+                self.removed(key)
             }
             _ => {}
         }
+    }
+
+    fn stored(&self, key: String, entry: Entry) {
+        let report_due = self.core().stored(self.now(), key, entry);
+        if report_due {
+            self.wake_reports.notify_one();
+        }
+        self.changed();
+    }
+
+    fn removed(&self, key: &str) {
+        self.core().evictor.removed(key);
+        self.changed();
     }
 
     /// Adds what a HEAD finds of `key` (a multipart object just completed).
@@ -535,136 +350,344 @@ impl Bound {
                     bytes: object.bytes,
                     modified: object.modified,
                 };
-                self.view().stored(object.key, entry);
-                self.changed();
+                self.stored(object.key, entry);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}"),
         }
     }
 
-    /// Publishes the figures and wakes the bound's task when a listing is
-    /// due or the usage reached the trigger.
+    /// Publishes the figures and wakes the evictor's task.
     fn changed(&self) {
-        let (bytes, objects, due) = {
-            let view = self.view();
+        let now = self.now();
+        let (
+            evictor,
+            keeps_view,
+            usage,
+            objects,
+            rate,
+            reporters,
+            holder,
+            lease,
+            reports,
+            unchanged,
+        ) = {
+            let mut core = self.core();
+            let keeps_view = core.holds(now);
+            let evictor = keeps_view && core.evictor.listed();
+            let rate = core.evictor.fleet_rate(now);
+            let holder = core.election.as_ref().and_then(|e| e.holder().cloned());
             (
-                view.bytes(),
-                view.objects() as u64,
-                view.listing_due(self.spec.listing_every_bytes),
+                evictor,
+                keeps_view,
+                core.evictor.known_bytes(),
+                core.evictor.view().objects() as u64,
+                rate,
+                core.evictor.reporters() as u64,
+                holder,
+                core.election.as_ref().map(Election::figures),
+                core.reporter.reports(),
+                core.election.as_ref().and_then(|e| e.unchanged_for(now)),
             )
         };
         let state = {
-            let mut figures = self.figures();
-            figures.usage_bytes = bytes;
-            figures.objects = objects;
-            figures.clone()
+            let mut f = self.figures();
+            f.evictor = evictor;
+            f.reports_sent = reports;
+            f.lease_unchanged_millis = unchanged.map(|d| d.as_millis() as u64);
+            if let Some(lease) = lease {
+                f.lease = lease;
+            }
+            if let Some(holder) = &holder {
+                f.lease_holder.clone_from(&holder.holder);
+                f.lease_holder_since_unix = holder.since_unix;
+            }
+            match holder.filter(|_| !keeps_view && f.mode == Mode::Lease) {
+                Some(published) => {
+                    f.usage_bytes = published.usage_bytes;
+                    f.objects = published.objects;
+                    f.fleet_write_bytes_per_s = published.fleet_write_bytes_per_s;
+                    f.reporters = published.reporters;
+                }
+                None => {
+                    f.usage_bytes = usage;
+                    f.objects = objects;
+                    f.fleet_write_bytes_per_s = rate;
+                    f.reporters = reporters;
+                }
+            }
+            f.clone()
         };
         self.stats.set_bound(state);
-        if due || bytes >= self.spec.trigger_bytes {
-            self.wake.notify_one();
+        self.wake.notify_one();
+    }
+
+    /// Runs the bound until the runtime stops: the lease and the reports
+    /// on a task of their own (in [`Mode::Lease`]), the evictor here.
+    pub(crate) async fn run(self: Arc<Self>) {
+        if self.core().election.is_some() {
+            tokio::spawn(self.clone().keep_lease());
+        }
+        tokio::spawn(self.clone().sweep_uploads());
+        let mut first = true;
+        loop {
+            let now = self.now();
+            let step = self.core().evict_step(now);
+            match step {
+                EvictStep::List => {
+                    if self.list().await.is_ok() && first {
+                        first = false;
+                        self.changed();
+                        self.say_listed();
+                    }
+                }
+                EvictStep::ReadReports => self.read_reports().await,
+                EvictStep::Evict(chosen) => self.evict(chosen).await,
+                EvictStep::DeleteReports(nodes) => self.delete_reports(nodes).await,
+                EvictStep::Wait(until) => {
+                    let pause = until.saturating_sub(now);
+                    let _ = tokio::time::timeout(pause, self.wake.notified()).await;
+                    self.refresh_evictor();
+                    continue;
+                }
+            }
+            self.changed();
         }
     }
 
+    /// Publishes the figures again when whether this node evicts changed
+    /// since they were last published (its right to delete lapses with
+    /// time, not only with an answer of the store).
+    fn refresh_evictor(&self) {
+        let now = self.now();
+        let evictor = {
+            let core = self.core();
+            core.holds(now) && core.evictor.listed()
+        };
+        if self.figures().evictor != evictor {
+            self.changed();
+        }
+    }
+
+    /// Sweeps the uploads left behind under the prefix while this node
+    /// evicts ([`Sweep`]), until the runtime stops or the store turns out
+    /// not to list uploads.
+    async fn sweep_uploads(self: Arc<Self>) {
+        let mut sweep = Sweep::new(&self.spec.timing, self.now());
+        loop {
+            let now = self.now();
+            let wait = if !self.core().holds(now) {
+                sweep.forget(now);
+                self.spec.timing.renew()
+            } else if sweep.due(now) {
+                if !self.sweep_once(&mut sweep).await {
+                    return;
+                }
+                sweep.next_at().saturating_sub(self.now())
+            } else {
+                sweep.next_at().saturating_sub(now)
+            };
+            tokio::time::sleep(wait.max(MIN_SWEEP_PAUSE)).await;
+        }
+    }
+
+    /// One sweep: lists the uploads, aborts those of LMCache's keys seen
+    /// for the age. False when the store does not list uploads (`501`).
+    async fn sweep_once(&self, sweep: &mut Sweep) -> bool {
+        let listed = match self.store.list_uploads().await {
+            Ok(Some((uploads, _pages))) => uploads,
+            Ok(None) => {
+                tracing::info!(
+                    tier = self.tier,
+                    "S3 gateway bucket bound: the store does not list multipart uploads (ListMultipartUploads answered 501), so uploads left behind under the prefix are not swept"
+                );
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(tier = self.tier, "S3 gateway bucket bound: uploads: {e}");
+                sweep.failed(self.now());
+                return true;
+            }
+        };
+        self.figures().upload_listings += 1;
+        let ours = listed
+            .into_iter()
+            .filter(|(key, _)| parse_s3_key(key).is_ok())
+            .collect();
+        let abandoned = sweep.listed(self.now(), ours);
+        for (key, id) in abandoned {
+            if !self.core().holds(self.now()) {
+                break;
+            }
+            let aborted = self.store.abort_upload(&key, &id).await;
+            let mut figures = self.figures();
+            match aborted {
+                Ok(()) => {
+                    figures.uploads_aborted += 1;
+                    tracing::info!(
+                        tier = self.tier,
+                        key,
+                        "S3 gateway bucket bound aborted an upload left behind"
+                    );
+                }
+                Err(e) => {
+                    figures.upload_abort_failures += 1;
+                    tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
+                }
+            }
+        }
+        self.changed();
+        true
+    }
+
+    fn say_listed(&self) {
+        let figures = self.figures().clone();
+        tracing::info!(
+            tier = self.tier,
+            usage_bytes = figures.usage_bytes,
+            objects = figures.objects,
+            capacity_bytes = self.spec.capacity_bytes,
+            trigger_bytes = self.spec.trigger_bytes,
+            mode = ?figures.mode,
+            "S3 gateway bucket bound listed the tier's prefix"
+        );
+    }
+
     /// Lists the prefix and replaces the view with what it holds.
-    async fn list(&self) -> Result<(), super::store::StoreError> {
-        self.view().begin_listing();
+    async fn list(&self) -> Result<(), StoreError> {
         let started = Instant::now();
-        let listing = match self.store.list().await {
+        let listing = self.store.list().await;
+        let took = started.elapsed();
+        let now = self.now();
+        let listing = match listing {
             Ok(listing) => listing,
             Err(e) => {
-                self.view().listing_failed();
+                self.core().evictor.listed_at(now, None);
                 self.figures().listing_failures += 1;
-                self.changed();
+                tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
                 return Err(e);
             }
         };
-        let took = started.elapsed();
         let ours: Vec<StoredObject> = listing
             .objects
             .into_iter()
             .filter(|o| parse_s3_key(&o.key).is_ok())
             .collect();
-        let (objects, bytes) = self.view().finish_listing(ours);
-        {
-            let mut figures = self.figures();
-            figures.listings += 1;
-            figures.listing_pages += listing.pages;
-            figures.last_listing_millis = took.as_millis() as u64;
-            figures.last_listing_unix = unix_now();
-            if figures.listings > 1 {
-                figures.others_added_objects += objects;
-                figures.others_added_bytes += bytes;
-            }
+        let (objects, bytes) = self.core().evictor.listed_at(now, Some(ours));
+        let mut figures = self.figures();
+        figures.listings += 1;
+        figures.listing_pages += listing.pages;
+        figures.last_listing_millis = took.as_millis() as u64;
+        figures.last_listing_unix = unix_now();
+        if figures.listings > 1 {
+            figures.others_added_objects += objects;
+            figures.others_added_bytes += bytes;
         }
-        self.changed();
         Ok(())
     }
 
-    /// Makes the first listing, then lists when due and evicts when at
-    /// the trigger, until the runtime stops: woken by [`Bound::observe`],
-    /// at least every [`IDLE_LISTING`]. Nothing is evicted before the
-    /// first listing is in: until then the view holds only this node's
-    /// writes, not the bucket's oldest objects.
-    pub(crate) async fn run(self: Arc<Self>) {
-        self.first_listing().await;
-        let mut last_listing = Instant::now();
-        self.evict().await;
-        loop {
-            let _ = tokio::time::timeout(IDLE_LISTING, self.wake.notified()).await;
-            let due = self.view().listing_due(self.spec.listing_every_bytes)
-                || last_listing.elapsed() >= IDLE_LISTING;
-            if due {
-                let gap = MIN_LISTING_GAP.saturating_sub(last_listing.elapsed());
-                tokio::time::sleep(gap).await;
-                if let Err(e) = self.list().await {
-                    tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
-                }
-                last_listing = Instant::now();
+    /// Lists the reports' folder and reads the reports that changed.
+    async fn read_reports(&self) {
+        let listed = match self.store.list_folder(&reports_folder()).await {
+            Ok((listed, pages)) => {
+                self.figures().listing_pages += pages;
+                listed
             }
-            self.evict().await;
+            Err(e) => {
+                tracing::warn!(tier = self.tier, "S3 gateway bucket bound: reports: {e}");
+                self.core().evictor.reports_read(self.now(), &[]);
+                return;
+            }
+        };
+        let wanted: Vec<String> = {
+            let core = self.core();
+            core.evictor
+                .to_read(&listed)
+                .into_iter()
+                .map(str::to_string)
+                .collect()
+        };
+        let mut read = Vec::new();
+        for node in wanted {
+            match self.store.get(&report_key(&node), SMALL_BODY).await {
+                Ok(Some((etag, body))) => {
+                    if let Ok(report) = serde_json::from_slice::<ReportBody>(&body) {
+                        read.push((Some(etag).filter(|e| !e.is_empty()), report));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    tier = self.tier,
+                    "S3 gateway bucket bound: report {node}: {e}"
+                ),
+            }
+        }
+        self.figures().reports_read += read.len() as u64;
+        self.core().evictor.reports_read(self.now(), &read);
+    }
+
+    /// Deletes the reports of nodes that left.
+    async fn delete_reports(&self, nodes: Vec<String>) {
+        for node in nodes {
+            if let Err(e) = self.store.delete(&report_key(&node)).await {
+                tracing::warn!(
+                    tier = self.tier,
+                    "S3 gateway bucket bound: report {node}: {e}"
+                );
+            }
         }
     }
 
-    /// One eviction cycle when the view is at or above the trigger.
-    async fn evict(&self) {
-        let chosen = self.view().victims(&self.spec);
-        if chosen.is_empty() {
-            return;
-        }
-        let before = self.view().bytes();
-        let results: Vec<_> = {
+    /// One eviction cycle: deletes `chosen`, while this node may delete.
+    async fn evict(&self, chosen: Vec<(String, u64)>) {
+        let before = self.core().evictor.known_bytes();
+        let results: Vec<(String, u64, bool)> = {
             use futures_util::StreamExt;
             futures_util::stream::iter(chosen)
                 .map(|(key, bytes)| async move {
-                    let done = self.store.delete(&key).await;
+                    let may = self.core().holds(self.now());
+                    let done = if may {
+                        self.store.delete(&key).await
+                    } else {
+                        Err(StoreError {
+                            operation: "DeleteObject",
+                            detail: "not sent: this node no longer holds the lease".into(),
+                        })
+                    };
                     (key, bytes, done)
                 })
                 .buffer_unordered(DELETES_IN_FLIGHT)
+                .map(|(key, bytes, done)| {
+                    if let Err(e) = &done {
+                        tracing::debug!(tier = self.tier, "S3 gateway bucket bound: {e}");
+                    }
+                    (key, bytes, done.is_ok())
+                })
                 .collect()
                 .await
         };
-        let (mut deleted, mut freed, mut failed) = (0u64, 0u64, 0u64);
-        for (key, bytes, done) in results {
-            match done {
-                Ok(()) => {
-                    self.view().removed(&key);
-                    deleted += 1;
-                    freed += bytes;
-                }
-                Err(e) => {
-                    failed += 1;
-                    tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
-                }
-            }
-        }
-        {
+        let deleted = results.iter().filter(|r| r.2).count() as u64;
+        let freed: u64 = results.iter().filter(|r| r.2).map(|r| r.1).sum();
+        let failed = results.len() as u64 - deleted;
+        self.core().evictor.evicted(self.now(), &results);
+        self.say_evicted(deleted, freed, failed, before);
+    }
+
+    fn say_evicted(&self, deleted: u64, freed: u64, failed: u64, before: u64) {
+        let warn = {
             let mut figures = self.figures();
             figures.evicted_objects += deleted;
             figures.evicted_bytes += freed;
             figures.eviction_failures += failed;
+            failed > 0 && figures.eviction_failures == failed
+        };
+        let after = self.core().evictor.known_bytes();
+        if failed > 0 {
+            if warn {
+                tracing::warn!(tier = self.tier, failed, "S3 gateway bucket bound: the store refused deletions; the next cycles back off (1 s doubling to 60 s): bucket_bound.eviction_failures counts them");
+            }
+            return;
         }
-        let after = self.view().bytes();
         tracing::info!(
             tier = self.tier,
             deleted,
@@ -674,7 +697,102 @@ impl Bound {
             capacity_bytes = self.spec.capacity_bytes,
             "S3 gateway bucket bound evicted the oldest objects"
         );
+    }
+
+    /// Keeps the lease and sends this node's reports, until the runtime
+    /// stops.
+    async fn keep_lease(self: Arc<Self>) {
+        loop {
+            let now = self.now();
+            let Some(step) = self.core().lease_step(now, unix_now()) else {
+                return;
+            };
+            match step {
+                LeaseStep::Read => {
+                    let answer = self.read_lease().await;
+                    self.answered(answer, None);
+                }
+                LeaseStep::Write { condition, body } => {
+                    let answer = self.write_lease(&condition, &body).await;
+                    self.answered(answer, Some(&body));
+                }
+                LeaseStep::Wait(until) => {
+                    let report_at = self.report().await;
+                    let pause = until.min(report_at).saturating_sub(self.now());
+                    let _ = tokio::time::timeout(pause, self.wake_reports.notified()).await;
+                }
+            }
+        }
+    }
+
+    async fn read_lease(&self) -> LeaseAnswer {
+        match self.store.get(&lease_key(), SMALL_BODY).await {
+            Ok(None) => LeaseAnswer::Absent,
+            Ok(Some((etag, body))) => LeaseAnswer::Found(etag, serde_json::from_slice(&body).ok()),
+            Err(e) => {
+                tracing::debug!(tier = self.tier, "S3 gateway bucket bound: lease: {e}");
+                LeaseAnswer::Failed
+            }
+        }
+    }
+
+    async fn write_lease(
+        &self,
+        condition: &crate::fleet::lease::Condition,
+        body: &LeaseBody,
+    ) -> LeaseAnswer {
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        match self.store.put(&lease_key(), bytes, Some(condition)).await {
+            Ok(PutAnswer::Written(etag)) => LeaseAnswer::Written(etag),
+            Ok(PutAnswer::Conflict) => LeaseAnswer::Conflict,
+            Ok(PutAnswer::Unsupported) => LeaseAnswer::Failed,
+            Err(e) => {
+                tracing::debug!(tier = self.tier, "S3 gateway bucket bound: lease: {e}");
+                LeaseAnswer::Failed
+            }
+        }
+    }
+
+    /// Applies a lease answer and says when this node took or lost it.
+    fn answered(&self, answer: LeaseAnswer, written: Option<&LeaseBody>) {
+        let now = self.now();
+        let change = self.core().lease_answered(now, answer, written);
+        match change {
+            LeaseChange::Took => tracing::info!(
+                tier = self.tier,
+                "S3 gateway bucket bound: this node holds the prefix's lease: it lists and evicts for every node of the prefix"
+            ),
+            LeaseChange::Lost => tracing::warn!(
+                tier = self.tier,
+                "S3 gateway bucket bound: this node lost the prefix's lease to another node: it stops evicting"
+            ),
+            LeaseChange::Kept => {}
+        }
         self.changed();
+    }
+
+    /// Sends this node's report when one is due (none while it evicts:
+    /// what it writes is in its own view); returns when one may next be due.
+    async fn report(&self) -> Duration {
+        let now = self.now();
+        let due = self.core().report_due(now);
+        if let Some(body) = due {
+            let bytes = serde_json::to_vec(&body).unwrap_or_default();
+            let stored = match self.store.put(&report_key(&body.node), bytes, None).await {
+                Ok(PutAnswer::Written(_)) => true,
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::debug!(tier = self.tier, "S3 gateway bucket bound: report: {e}");
+                    false
+                }
+            };
+            if !stored {
+                self.figures().report_failures += 1;
+            }
+            self.core().reporter.sent(self.now(), &body, stored);
+            self.changed();
+        }
+        self.core().reporter.next_at(self.now())
     }
 }
 
@@ -682,185 +800,4 @@ fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use lmcache_tier_spec::capacity::GIB;
-    use proptest::prelude::*;
-
-    fn at(seconds: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
-    }
-
-    fn spec(json: &str) -> TierSpec {
-        lmcache_tier_spec::Cascade::parse(json, "t")
-            .unwrap()
-            .0
-            .remove(0)
-    }
-
-    #[test]
-    fn the_role_follows_whether_lmcache_evicts_the_tier() {
-        let evicting = spec(
-            r#"{"type":"s3","max_capacity_gb":1,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.8,"eviction_ratio":0.2}}"#,
-        );
-        let bound = BoundSpec::from_spec(&evicting, 1).unwrap().unwrap();
-        assert_eq!(bound.role, BoundRole::HardBound);
-        assert_eq!(bound.capacity_bytes, 1 << 30);
-        assert_eq!(bound.trigger_bytes, (0.9 * GIB).ceil() as u64);
-        assert_eq!(
-            bound.target_bytes,
-            bound.trigger_bytes - (0.2 * GIB).ceil() as u64
-        );
-        let counting = spec(r#"{"type":"s3","max_capacity_gb":2}"#);
-        let bound = BoundSpec::from_spec(&counting, 1).unwrap().unwrap();
-        assert_eq!(bound.role, BoundRole::Evictor);
-        assert_eq!(bound.trigger_bytes, (1.6 * GIB).ceil() as u64);
-        let unbounded = spec(r#"{"type":"s3","max_capacity_gb":0}"#);
-        assert_eq!(BoundSpec::from_spec(&unbounded, 1).unwrap(), None);
-        assert_eq!(
-            BoundSpec::from_spec(&spec(r#"{"type":"s3"}"#), 1).unwrap(),
-            None
-        );
-    }
-
-    #[test]
-    fn bad_numbers_are_errors_naming_the_key() {
-        for (json, key) in [
-            (
-                r#"{"type":"s3","max_capacity_gb":"big"}"#,
-                "max_capacity_gb",
-            ),
-            (r#"{"type":"s3","max_capacity_gb":-1}"#, "max_capacity_gb"),
-            (
-                r#"{"type":"s3","max_capacity_gb":1,"eviction":{"trigger_watermark":1.5}}"#,
-                "eviction.trigger_watermark",
-            ),
-            (
-                r#"{"type":"s3","max_capacity_gb":1,"eviction":{"eviction_ratio":0}}"#,
-                "eviction.eviction_ratio",
-            ),
-        ] {
-            let e = BoundSpec::from_spec(&spec(json), 2).unwrap_err();
-            assert_eq!((e.position, e.key), (2, key), "{json}");
-        }
-    }
-
-    #[test]
-    fn below_the_trigger_nothing_is_chosen_and_above_it_the_oldest_go_first() {
-        let bound = BoundSpec::new(100, 0.8, 0.2, BoundRole::Evictor);
-        assert_eq!((bound.trigger_bytes, bound.target_bytes), (80, 60));
-        let e = |bytes, s| Entry {
-            bytes,
-            modified: at(s),
-        };
-        let objects = [("c", e(30, 5)), ("b", e(30, 7)), ("a", e(19, 9))];
-        let refs = objects.iter().map(|(k, e)| (*k, e));
-        assert!(victims(refs, 79, &bound).is_empty());
-        let refs = objects.iter().map(|(k, e)| (*k, e));
-        assert_eq!(victims(refs, 79 + 1, &bound), [("c", 30)]);
-        let tie = [("b", e(30, 5)), ("a", e(30, 5)), ("c", e(30, 5))];
-        let refs = tie.iter().map(|(k, e)| (*k, e));
-        assert_eq!(victims(refs, 90, &bound), [("a", 30)]);
-    }
-
-    #[test]
-    fn a_listing_replaces_the_view_under_the_changes_made_while_it_ran() {
-        let object = |key: &str, bytes| StoredObject {
-            key: key.into(),
-            bytes,
-            modified: at(1),
-        };
-        let mut view = BucketView::default();
-        view.stored(
-            "mine".into(),
-            Entry {
-                bytes: 5,
-                modified: at(0),
-            },
-        );
-        view.begin_listing();
-        view.stored(
-            "new".into(),
-            Entry {
-                bytes: 7,
-                modified: at(2),
-            },
-        );
-        view.removed("gone");
-        let others = view.finish_listing(vec![
-            object("mine", 5),
-            object("theirs", 11),
-            object("gone", 3),
-        ]);
-        assert_eq!(others, (2, 14));
-        assert_eq!((view.objects(), view.bytes()), (3, 5 + 11 + 7));
-    }
-
-    #[test]
-    fn a_listing_is_due_once_the_node_wrote_a_fiftieth_of_the_capacity() {
-        let bound = BoundSpec::new(5000, 0.8, 0.2, BoundRole::Evictor);
-        assert_eq!(bound.listing_every_bytes, 100);
-        let mut view = BucketView::default();
-        view.begin_listing();
-        view.finish_listing(Vec::new());
-        let entry = |bytes| Entry {
-            bytes,
-            modified: at(0),
-        };
-        view.stored("a".into(), entry(60));
-        view.stored("b".into(), entry(39));
-        assert!(!view.listing_due(bound.listing_every_bytes));
-        view.stored("c".into(), entry(1));
-        assert!(view.listing_due(bound.listing_every_bytes));
-        view.begin_listing();
-        assert!(!view.listing_due(bound.listing_every_bytes));
-    }
-
-    proptest! {
-        /// The victims are a prefix of the objects oldest first (ties by
-        /// key), leave the usage at or below the target, and would leave it
-        /// above the target without the last one; the same objects in any
-        /// order give the same victims.
-        #[test]
-        fn victims_are_the_oldest_just_enough_and_independent_of_order(
-            sizes in proptest::collection::vec((1u64..50, 0u64..20), 0..40),
-            capacity in 1u64..2000,
-            watermark in 0.05f64..1.0,
-            ratio in 0.05f64..1.0,
-            hard in any::<bool>(),
-            seed in any::<u64>(),
-        ) {
-            let role = if hard { BoundRole::HardBound } else { BoundRole::Evictor };
-            let bound = BoundSpec::new(capacity, watermark, ratio, role);
-            let objects: Vec<(String, Entry)> = sizes
-                .iter()
-                .enumerate()
-                .map(|(i, (bytes, s))| (format!("k{i:03}"), Entry { bytes: *bytes, modified: at(*s) }))
-                .collect();
-            let usage: u64 = objects.iter().map(|(_, e)| e.bytes).sum();
-            let chosen = victims(objects.iter().map(|(k, e)| (k.as_str(), e)), usage, &bound);
-            let mut shuffled = objects.clone();
-            let n = shuffled.len().max(1);
-            shuffled.rotate_left((seed as usize) % n);
-            shuffled.reverse();
-            let again = victims(shuffled.iter().map(|(k, e)| (k.as_str(), e)), usage, &bound);
-            prop_assert_eq!(&chosen, &again);
-            if usage < bound.trigger_bytes {
-                prop_assert!(chosen.is_empty());
-                return Ok(());
-            }
-            let mut sorted: Vec<&(String, Entry)> = objects.iter().collect();
-            sorted.sort_by(|a, b| (a.1.modified, &a.0).cmp(&(b.1.modified, &b.0)));
-            let expected: Vec<(&str, u64)> = sorted.iter().take(chosen.len()).map(|(k, e)| (k.as_str(), e.bytes)).collect();
-            prop_assert_eq!(&chosen, &expected);
-            let freed: u64 = chosen.iter().map(|(_, b)| b).sum();
-            prop_assert!(usage - freed <= bound.target_bytes);
-            if let Some((_, last)) = chosen.last() {
-                prop_assert!(usage - freed + last > bound.target_bytes);
-            }
-        }
-    }
 }

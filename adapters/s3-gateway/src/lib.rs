@@ -15,6 +15,7 @@
 pub mod bound;
 mod client;
 pub mod credentials;
+pub mod fleet;
 mod gateway;
 pub mod key;
 pub mod peer;

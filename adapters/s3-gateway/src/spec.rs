@@ -16,7 +16,7 @@ use super::sigv4::KeyPair;
 use crate::TierSpec;
 
 /// Keys this project adds to the `s3` adapter; LMCache never sees them.
-pub const EXTENSION_KEYS: &[&str] = &["s3_bucket", "s3_key_prefix", "s3_ca_bundle"];
+pub const EXTENSION_KEYS: &[&str] = &["s3_bucket", "s3_key_prefix", "s3_ca_bundle", "bucket_bound"];
 
 /// The operator's credential keys; replaced by the per-launch pair.
 const CREDENTIAL_KEYS: &[&str] = &[

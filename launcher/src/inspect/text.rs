@@ -229,6 +229,7 @@ fn gateway_text(tier: &TierRow, g: &GatewayState) -> String {
     ];
     if let Some(b) = &g.bucket_bound {
         rows.push(row(["  bucket bound", &bound_text(b)]));
+        rows.push(row(["  bucket evictor", &evictor_text(b)]));
     }
     format!(
         "\nS3 gateway of tier {} on {} (started {})\n{}",
@@ -268,6 +269,35 @@ fn bound_text(b: &lmcache_s3_gateway::bound::BoundState) -> String {
         b.listing_failures,
         b.others_added_objects,
         bytes(Some(b.others_added_bytes)),
+    )
+}
+
+/// Who evicts for the bound's prefix, in one line (`docs/s3-gateway.md`,
+/// "A fleet on one bucket").
+fn evictor_text(b: &lmcache_s3_gateway::bound::BoundState) -> String {
+    use lmcache_s3_gateway::fleet::Mode;
+    if b.mode == Mode::EveryNode {
+        return "every node lists and evicts on its own (the store takes no conditional writes)"
+            .to_string();
+    }
+    let who = match (b.evictor, b.lease_holder.as_str()) {
+        (true, _) => "this node holds the lease and evicts".to_string(),
+        (false, "") => "no lease holder seen yet".to_string(),
+        (false, holder) => format!("node {} holds the lease", printable(holder)),
+    };
+    let unchanged = b
+        .lease_unchanged_millis
+        .map_or("-".to_string(), |ms| format!("{:.1} s", ms as f64 / 1e3));
+    format!(
+        "{who} (node {} here; lease unchanged for {unchanged}, period {} s; taken {} times, lost {}); {} reporters, the fleet writes {}/s; {} reports sent, {} read",
+        printable(&b.node),
+        b.spec.timing.lease.as_secs(),
+        b.lease.taken,
+        b.lease.lost,
+        b.reporters,
+        bytes(Some(b.fleet_write_bytes_per_s)),
+        b.reports_sent,
+        b.reports_read,
     )
 }
 

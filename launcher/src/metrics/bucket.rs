@@ -3,19 +3,20 @@
 //! gateways"; `docs/s3-gateway.md`, "The bucket bound").
 
 use lmcache_s3_gateway::bound::BoundState;
+use lmcache_s3_gateway::fleet::Mode;
 use lmcache_s3_gateway::state::GatewayState;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use super::names;
+use super::names::{self, FamilyName};
 use super::tier_family::{TierFamily, TierLabels};
 
 /// A tier's position and its bound's figures.
 type Bound = (usize, BoundState);
 
 /// The families read from each [`BoundState`].
-const BOUND_FAMILIES: [TierFamily<Bound>; 12] = [
+const BOUND_FAMILIES: [TierFamily<Bound>; 23] = [
     TierFamily {
         name: "gateway_bucket_usage",
         help: "Bytes of LMCache objects under the tier's prefix, as the gateway's last listing and this node's requests since count them",
@@ -100,6 +101,120 @@ const BOUND_FAMILIES: [TierFamily<Bound>; 12] = [
         counter: true,
         value: |(_, b)| b.others_added_bytes,
     },
+    TierFamily {
+        name: "gateway_bucket_evictor",
+        help: "1 while this node lists and evicts for the prefix: it holds the prefix's lease (on a store without conditional writes, every node once its first listing is in)",
+        bytes: false,
+        counter: false,
+        value: |(_, b)| u64::from(b.evictor),
+    },
+    TierFamily {
+        name: "gateway_bucket_lease_mode",
+        help: "1 when the nodes of the prefix elect one evictor through a lease, 0 when the store takes no conditional writes and every node evicts on its own",
+        bytes: false,
+        counter: false,
+        value: |(_, b)| u64::from(b.mode == Mode::Lease),
+    },
+    TierFamily {
+        name: "gateway_bucket_lease_taken",
+        help: "Times this node took the prefix's lease",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.lease.taken,
+    },
+    TierFamily {
+        name: "gateway_bucket_lease_lost",
+        help: "Times this node lost the prefix's lease to another node (a renewal answered 412)",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.lease.lost,
+    },
+    TierFamily {
+        name: "gateway_bucket_lease_requests",
+        help: "GET and PUT requests of the prefix's lease object this node sent",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.lease.reads + b.lease.writes,
+    },
+    TierFamily {
+        name: "gateway_bucket_lease_failures",
+        help: "Lease requests that failed (network or 5xx)",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.lease.failures,
+    },
+    TierFamily {
+        name: "gateway_bucket_reports_sent",
+        help: "Reports of the bytes this node wrote, PUT for the prefix's evictor",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.reports_sent,
+    },
+    TierFamily {
+        name: "gateway_bucket_reports_read",
+        help: "Reports of other nodes this node read while it was the evictor",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.reports_read,
+    },
+    TierFamily {
+        name: "gateway_bucket_reporters",
+        help: "Nodes whose reports the prefix's evictor reads (as this node last saw them)",
+        bytes: false,
+        counter: false,
+        value: |(_, b)| b.reporters,
+    },
+    TierFamily {
+        name: "gateway_bucket_uploads_aborted",
+        help: "Multipart uploads left behind under the prefix (unfinished for bucket_bound.abandoned_upload_seconds) that this node aborted",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.uploads_aborted,
+    },
+    TierFamily {
+        name: "gateway_bucket_upload_abort_failures",
+        help: "Aborts of uploads left behind that failed (tried again at the next sweep)",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.upload_abort_failures,
+    },
+];
+
+/// A gauge of seconds (or another unit-less rate) per bound, for the bounds
+/// where `value` gives one.
+struct FloatFamily {
+    name: FamilyName,
+    help: &'static str,
+    unit: Option<Unit>,
+    value: fn(&BoundState) -> Option<f64>,
+}
+
+/// The float families read from each [`BoundState`].
+const FLOAT_FAMILIES: [FloatFamily; 4] = [
+    FloatFamily {
+        name: names::GATEWAY_BUCKET_LAST_LISTING_DURATION,
+        help: "How long the gateway's last listing of the tier's prefix took",
+        unit: Some(Unit::Seconds),
+        value: |b| Some(b.last_listing_millis as f64 / 1e3),
+    },
+    FloatFamily {
+        name: names::GATEWAY_BUCKET_LEASE_UNCHANGED,
+        help: "How long the prefix's lease has gone unchanged as this node sees it (the holder renews it every sixth of the lease period); past the period plus a third, the prefix has no evictor",
+        unit: Some(Unit::Seconds),
+        value: |b| b.lease_unchanged_millis.map(|ms| ms as f64 / 1e3),
+    },
+    FloatFamily {
+        name: names::GATEWAY_BUCKET_LEASE_PERIOD,
+        help: "The lease period of the prefix (bucket_bound.lease_seconds): a lease unchanged this long is taken over",
+        unit: Some(Unit::Seconds),
+        value: |b| (b.mode == Mode::Lease).then(|| b.spec.timing.lease.as_secs_f64()),
+    },
+    FloatFamily {
+        name: names::GATEWAY_BUCKET_FLEET_WRITE_RATE,
+        help: "Bytes a second the nodes of the prefix write, as the evictor reads their reports (on another node: what the lease's holder last published)",
+        unit: None,
+        value: |b| (b.mode == Mode::Lease).then_some(b.fleet_write_bytes_per_s as f64),
+    },
 ];
 
 /// Encodes the bound families of the gateways in `states` that have a
@@ -121,15 +236,35 @@ pub(super) fn encode_bounds(
     for family in &BOUND_FAMILIES {
         family.encode(encoder, &bounds, labels)?;
     }
-    let mut family = encoder.encode_descriptor(
-        names::GATEWAY_BUCKET_LAST_LISTING_DURATION.name,
-        "How long the gateway's last listing of the tier's prefix took",
-        Some(&Unit::Seconds),
+    for family in &FLOAT_FAMILIES {
+        encode_float(encoder, family, &bounds, labels)?;
+    }
+    Ok(())
+}
+
+/// Encodes `family` with one series per bound that has a value; nothing
+/// when none has.
+fn encode_float(
+    encoder: &mut DescriptorEncoder,
+    family: &FloatFamily,
+    bounds: &[Bound],
+    labels: impl Fn(&Bound) -> TierLabels,
+) -> Result<(), std::fmt::Error> {
+    let series: Vec<(TierLabels, f64)> = bounds
+        .iter()
+        .filter_map(|bound| Some((labels(bound), (family.value)(&bound.1)?)))
+        .collect();
+    if series.is_empty() {
+        return Ok(());
+    }
+    let mut encoder = encoder.encode_descriptor(
+        family.name.name,
+        family.help,
+        family.unit.as_ref(),
         ConstGauge::new(0.0f64).metric_type(),
     )?;
-    for bound in &bounds {
-        let seconds = bound.1.last_listing_millis as f64 / 1e3;
-        ConstGauge::new(seconds).encode(family.encode_family(&labels(bound))?)?;
+    for (labels, value) in &series {
+        ConstGauge::new(*value).encode(encoder.encode_family(labels)?)?;
     }
     Ok(())
 }
@@ -143,9 +278,28 @@ mod tests {
     #[test]
     fn a_gateway_with_a_bucket_bound_has_its_families_and_one_without_has_none() {
         use lmcache_s3_gateway::bound::{BoundRole, BoundSpec, BoundState};
+        use lmcache_s3_gateway::fleet::{lease::ElectionFigures, Mode};
         let mut bounded = answered(1, &[], 0, 0.0);
         bounded.bucket_bound = Some(BoundState {
             spec: BoundSpec::new(GIB, 0.8, 0.2, BoundRole::HardBound),
+            mode: Mode::Lease,
+            node: "0123456789abcdef".to_string(),
+            evictor: true,
+            lease_holder: "0123456789abcdef".to_string(),
+            lease_holder_since_unix: 1_800_000_000,
+            lease: ElectionFigures {
+                taken: 2,
+                lost: 1,
+                failures: 0,
+                reads: 30,
+                writes: 12,
+            },
+            lease_unchanged_millis: Some(4_500),
+            reports_sent: 0,
+            report_failures: 0,
+            reports_read: 40,
+            reporters: 3,
+            fleet_write_bytes_per_s: 5 << 20,
             usage_bytes: 900 << 20,
             objects: 28,
             listings: 5,
@@ -158,6 +312,9 @@ mod tests {
             evicted_objects: 7,
             evicted_bytes: 224 << 20,
             eviction_failures: 0,
+            upload_listings: 3,
+            uploads_aborted: 2,
+            upload_abort_failures: 0,
         });
         let plain = answered(2, &[], 0, 0.0);
         for format in [Format::OpenMetrics, Format::Prometheus] {
@@ -184,6 +341,23 @@ mod tests {
                     &gauge("gateway_bucket_last_listing_duration_seconds")
                 ),
                 0.25
+            );
+            assert_eq!(sample(&text, &gauge("gateway_bucket_evictor")), 1.0);
+            assert_eq!(sample(&text, &total("gateway_bucket_lease_taken")), 2.0);
+            assert_eq!(sample(&text, &total("gateway_bucket_lease_requests")), 42.0);
+            assert_eq!(sample(&text, &gauge("gateway_bucket_reporters")), 3.0);
+            assert_eq!(sample(&text, &total("gateway_bucket_uploads_aborted")), 2.0);
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_lease_unchanged_seconds")),
+                4.5
+            );
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_lease_period_seconds")),
+                30.0
+            );
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_fleet_write_bytes_per_second")),
+                (5u64 << 20) as f64
             );
             assert!(
                 !text.contains("gateway_bucket_usage_bytes{tier=\"2\"}"),

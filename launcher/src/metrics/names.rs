@@ -137,6 +137,17 @@ pub(crate) const GATEWAY_INFO: FamilyName = family!("gateway_info" "");
 /// How long a bucket bound's last listing took, seconds.
 pub(crate) const GATEWAY_BUCKET_LAST_LISTING_DURATION: FamilyName =
     family!("gateway_bucket_last_listing_duration" "_seconds");
+/// How long a bucket bound's lease has gone unchanged as its node sees it,
+/// seconds.
+pub(crate) const GATEWAY_BUCKET_LEASE_UNCHANGED: FamilyName =
+    family!("gateway_bucket_lease_unchanged" "_seconds");
+/// A bucket bound's lease period, seconds.
+pub(crate) const GATEWAY_BUCKET_LEASE_PERIOD: FamilyName =
+    family!("gateway_bucket_lease_period" "_seconds");
+/// The fleet's write rate as a bucket bound's evictor sees it, bytes a
+/// second.
+pub(crate) const GATEWAY_BUCKET_FLEET_WRITE_RATE: FamilyName =
+    family!("gateway_bucket_fleet_write_bytes_per_second" "");
 
 /// Connections the endpoint closed before their client did (a counter).
 pub(crate) const ENDPOINT_CLOSED_CONNECTIONS: FamilyName =

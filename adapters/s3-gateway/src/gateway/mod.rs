@@ -250,15 +250,27 @@ async fn forward(
         return Ok(response);
     };
     if !complete {
-        bound.follow(&parts, route.listing, response.status());
+        let date = store_date(response.headers());
+        bound.follow(&parts, route.listing, response.status(), date);
         return Ok(response);
     }
     // The object exists once the complete's answer is whole: a slow one
     // keeps its 200 alive with spaces while the store assembles the parts.
     let (head, body) = response.into_parts();
     let status = head.status;
-    let body = when_whole(body, move || bound.follow(&parts, false, status));
+    let body = when_whole(body, move || bound.follow(&parts, false, status, None));
     Ok(Response::from_parts(head, body))
+}
+
+/// The store's `Date` header of an answer (an HTTP date, whole seconds):
+/// the bucket bound dates an object this node stored by the store's clock,
+/// as the listings date the others' (`docs/s3-gateway.md`, "A fleet on one
+/// bucket").
+fn store_date(headers: &http::HeaderMap) -> Option<std::time::SystemTime> {
+    use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
+    let text = headers.get(http::header::DATE)?.to_str().ok()?;
+    let date = DateTime::from_str(text, DateTimeFormat::HttpDate).ok()?;
+    std::time::SystemTime::try_from(date).ok()
 }
 
 /// `body`, calling `done` once its last frame has been read (not when it

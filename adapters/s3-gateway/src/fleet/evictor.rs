@@ -1,0 +1,386 @@
+//! The evictor's schedule: when the node that may delete lists the
+//! prefix, reads the reports and evicts (`docs/s3-gateway.md`, "A fleet
+//! on one bucket").
+//!
+//! In [`Mode::Lease`] only the lease's holder runs it. It lists the whole
+//! prefix when it takes the lease and then once a [`Timing::listing`];
+//! it reads the reports once a [`Timing::read_reports`]; and it evicts
+//! when the usage it projects ([`Evictor::projected_bytes`]: the listing,
+//! its own changes since, what the reports add, and the fleet's write
+//! rate over [`Timing::horizon`]) reaches the trigger. In
+//! [`Mode::EveryNode`] every node runs it on its own view, listing after
+//! writing a fiftieth of the capacity (at most once a
+//! [`MIN_LISTING_GAP`]) or once a [`Timing::listing`].
+//!
+//! Deletions that fail are not sent again at once: the next cycle waits
+//! [`EVICT_BACKOFF`], doubled at each failing cycle up to
+//! [`MAX_EVICT_BACKOFF`].
+
+use std::time::Duration;
+
+use super::report::{ReportBody, Tally};
+use super::rule::{BoundSpec, MIN_LISTING_GAP};
+use super::view::{BucketView, Entry, StoredObject};
+use super::{Mode, Timing};
+
+/// The pause after an eviction cycle with a failed deletion.
+pub const EVICT_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest pause between two eviction cycles that fail.
+pub const MAX_EVICT_BACKOFF: Duration = Duration::from_secs(60);
+/// The longest pause between two tries of a listing that fails.
+pub const LISTING_RETRY: Duration = Duration::from_secs(10);
+
+/// What the evictor asks of the store next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictStep {
+    /// List the whole prefix.
+    List,
+    /// List the reports' folder and read the reports [`Evictor::to_read`]
+    /// picks.
+    ReadReports,
+    /// Delete these objects (key inside the prefix, bytes).
+    Evict(Vec<(String, u64)>),
+    /// Delete the reports of these nodes (they left).
+    DeleteReports(Vec<String>),
+    /// Nothing until this time, unless woken.
+    Wait(Duration),
+}
+
+/// One node's evictor.
+#[derive(Debug)]
+pub struct Evictor {
+    spec: BoundSpec,
+    mode: Mode,
+    view: BucketView,
+    tally: Tally,
+    active: bool,
+    listed: bool,
+    last_listing: Option<Duration>,
+    list_after: Duration,
+    list_retry: Duration,
+    last_read: Option<Duration>,
+    evict_after: Duration,
+    evict_backoff: Duration,
+}
+
+impl Evictor {
+    /// The evictor of `spec` in `mode`, at `now`.
+    pub fn new(spec: BoundSpec, mode: Mode, now: Duration) -> Self {
+        Evictor {
+            spec,
+            mode,
+            view: BucketView::default(),
+            tally: Tally::default(),
+            active: mode == Mode::EveryNode,
+            listed: false,
+            last_listing: None,
+            list_after: now,
+            list_retry: MIN_LISTING_GAP,
+            last_read: None,
+            evict_after: now,
+            evict_backoff: EVICT_BACKOFF,
+        }
+    }
+
+    /// How the fleet shares the eviction.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether a listing is in (the view holds the bucket's objects).
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
+    /// The view (the last listing and this node's changes since).
+    pub fn view(&self) -> &BucketView {
+        &self.view
+    }
+
+    /// Bytes the bucket holds as far as this evictor knows: its view and
+    /// what the reports added since its last listing.
+    pub fn known_bytes(&self) -> u64 {
+        self.view
+            .bytes()
+            .saturating_add(self.tally.unlisted_bytes())
+    }
+
+    /// Nodes whose reports it reads.
+    pub fn reporters(&self) -> usize {
+        self.tally.reporters()
+    }
+
+    /// The fleet's write rate at `now` as the reports show it, bytes a
+    /// second, over two report periods.
+    pub fn fleet_rate(&mut self, now: Duration) -> u64 {
+        self.tally.rate(now, self.timing().report * 2)
+    }
+
+    /// The usage it acts on at `now`: [`Evictor::known_bytes`] and, in
+    /// [`Mode::Lease`], the fleet's write rate over [`Timing::horizon`],
+    /// what the fleet may have written that no report read shows yet.
+    pub fn projected_bytes(&mut self, now: Duration) -> u64 {
+        let known = self.known_bytes();
+        if self.mode == Mode::EveryNode {
+            return known;
+        }
+        let ahead = self.fleet_rate(now) as f64 * self.timing().horizon().as_secs_f64();
+        known.saturating_add(ahead as u64)
+    }
+
+    fn timing(&self) -> Timing {
+        self.spec.timing
+    }
+
+    /// This node stored (or learned of) an object; followed only while
+    /// the view is kept (this node evicts, or a listing runs).
+    pub fn stored(&mut self, key: String, entry: Entry) {
+        if self.active {
+            self.view.stored(key, entry);
+        }
+    }
+
+    /// This node deleted an object, or found it gone.
+    pub fn removed(&mut self, key: &str) {
+        if self.active {
+            self.view.removed(key);
+        }
+    }
+
+    /// What to do at `now`; `holds` tells whether this node may delete
+    /// ([`super::lease::Election::holds`]; always in [`Mode::EveryNode`]).
+    pub fn next(&mut self, now: Duration, holds: bool) -> EvictStep {
+        let holds = holds || self.mode == Mode::EveryNode;
+        if !holds {
+            self.forget();
+            return EvictStep::Wait(now + self.timing().renew());
+        }
+        self.active = true;
+        if now >= self.list_after && self.listing_due(now) {
+            self.view.begin_listing();
+            self.tally.listing_began();
+            return EvictStep::List;
+        }
+        if !self.listed {
+            return EvictStep::Wait(self.list_after);
+        }
+        let read_at = self
+            .last_read
+            .map_or(now, |t| t + self.timing().read_reports);
+        if self.mode == Mode::Lease && now >= read_at {
+            return EvictStep::ReadReports;
+        }
+        if now >= self.evict_after {
+            let usage = self.projected_bytes(now);
+            let chosen = self.view.victims(usage, &self.spec);
+            if !chosen.is_empty() {
+                return EvictStep::Evict(chosen);
+            }
+        }
+        let stale = self.tally.stale(now);
+        if !stale.is_empty() {
+            return EvictStep::DeleteReports(stale);
+        }
+        EvictStep::Wait(self.wake_at(now, read_at))
+    }
+
+    fn listing_due(&mut self, now: Duration) -> bool {
+        let Some(last) = self.last_listing.filter(|_| self.listed) else {
+            return true;
+        };
+        if now >= last + self.timing().listing {
+            return true;
+        }
+        if now < last + MIN_LISTING_GAP.max(self.timing().read_reports) && self.mode == Mode::Lease
+        {
+            return false;
+        }
+        match self.mode {
+            Mode::EveryNode => {
+                now >= last + MIN_LISTING_GAP
+                    && self.view.listing_due(self.spec.listing_every_bytes)
+            }
+            Mode::Lease => {
+                let usage = self.projected_bytes(now);
+                usage >= self.spec.trigger_bytes && self.view.victims(usage, &self.spec).is_empty()
+            }
+        }
+    }
+
+    fn wake_at(&self, now: Duration, read_at: Duration) -> Duration {
+        let listing_at = self
+            .last_listing
+            .map_or(now, |t| t + self.timing().listing)
+            .max(self.list_after);
+        let mut at = listing_at;
+        if self.mode == Mode::Lease {
+            at = at.min(read_at);
+        }
+        if self.evict_after > now {
+            at = at.min(self.evict_after);
+        }
+        if self.mode == Mode::EveryNode {
+            at = at.min(now + MIN_LISTING_GAP.max(Duration::from_millis(100)));
+        }
+        at.max(now)
+    }
+
+    fn forget(&mut self) {
+        if self.active {
+            self.view = BucketView::default();
+            self.tally = Tally::default();
+            self.active = false;
+            self.listed = false;
+            self.last_read = None;
+        }
+    }
+
+    /// The listing [`EvictStep::List`] asked for ended at `now`: `Some`
+    /// with LMCache's objects under the prefix, `None` when it failed
+    /// (tried again after a pause that doubles up to [`LISTING_RETRY`]).
+    /// Returns the objects and bytes it found that the view did not know.
+    pub fn listed_at(&mut self, now: Duration, listing: Option<Vec<StoredObject>>) -> (u64, u64) {
+        let Some(objects) = listing else {
+            self.view.listing_failed();
+            self.list_after = now + self.list_retry;
+            self.list_retry = (self.list_retry * 2).min(LISTING_RETRY);
+            return (0, 0);
+        };
+        let others = self.view.finish_listing(objects);
+        self.listed = true;
+        self.last_listing = Some(now);
+        self.list_after = now;
+        self.list_retry = MIN_LISTING_GAP;
+        others
+    }
+
+    /// Of the reports listed as (node, ETag), the nodes whose report to
+    /// read ([`Tally::to_read`]).
+    pub fn to_read<'a>(&self, listed: &'a [(String, Option<String>)]) -> Vec<&'a str> {
+        self.tally.to_read(listed)
+    }
+
+    /// The reports read at `now` (ETag, body); an empty slice when the
+    /// reading failed (tried again a period later).
+    pub fn reports_read(&mut self, now: Duration, reports: &[(Option<String>, ReportBody)]) {
+        self.last_read = Some(now);
+        for (etag, body) in reports {
+            self.tally.read(now, etag.clone(), body);
+        }
+    }
+
+    /// The deletions of [`EvictStep::Evict`] ended at `now`: each key, its
+    /// bytes and whether the store deleted it.
+    pub fn evicted(&mut self, now: Duration, results: &[(String, u64, bool)]) {
+        let failed = results.iter().any(|(_, _, ok)| !ok);
+        for (key, _, _) in results.iter().filter(|(_, _, ok)| *ok) {
+            self.view.removed(key);
+        }
+        if failed {
+            self.evict_after = now + self.evict_backoff;
+            self.evict_backoff = (self.evict_backoff * 2).min(MAX_EVICT_BACKOFF);
+        } else {
+            self.evict_after = now;
+            self.evict_backoff = EVICT_BACKOFF;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::rule::BoundRole;
+    use std::time::SystemTime;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn object(key: &str, bytes: u64, age: u64) -> StoredObject {
+        StoredObject {
+            key: key.into(),
+            bytes,
+            modified: SystemTime::UNIX_EPOCH + Duration::from_secs(1000 - age),
+        }
+    }
+
+    fn spec() -> BoundSpec {
+        BoundSpec::new(1000, 0.8, 0.2, BoundRole::Evictor)
+    }
+
+    #[test]
+    fn a_follower_keeps_no_view_and_a_holder_lists_before_it_evicts() {
+        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO);
+        assert!(matches!(e.next(Duration::ZERO, false), EvictStep::Wait(_)));
+        e.stored(
+            "a".into(),
+            Entry {
+                bytes: 5,
+                modified: SystemTime::UNIX_EPOCH,
+            },
+        );
+        assert_eq!(e.view().objects(), 0);
+        assert_eq!(e.next(S, true), EvictStep::List);
+        let objects = (0..9).map(|i| object(&format!("k{i}"), 100, i)).collect();
+        e.listed_at(S, Some(objects));
+        assert_eq!(e.next(S, true), EvictStep::ReadReports);
+        e.reports_read(S, &[]);
+        let EvictStep::Evict(victims) = e.next(S, true) else {
+            panic!("no eviction at 900 of 1000")
+        };
+        assert_eq!(victims.len(), 3);
+        assert_eq!(victims[0].0, "k8");
+        let results: Vec<_> = victims
+            .iter()
+            .map(|(k, b)| (k.clone(), *b, false))
+            .collect();
+        e.evicted(S, &results);
+        assert!(matches!(e.next(S, true), EvictStep::Wait(t) if t == 2 * S));
+        e.next(2 * S, false);
+        assert!(!e.listed());
+        assert_eq!(e.view().objects(), 0);
+    }
+
+    #[test]
+    fn the_reports_and_the_fleets_rate_bring_the_eviction_forward() {
+        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO);
+        assert_eq!(e.next(Duration::ZERO, true), EvictStep::List);
+        let objects = (0..5).map(|i| object(&format!("k{i}"), 100, i)).collect();
+        e.listed_at(Duration::ZERO, Some(objects));
+        assert_eq!(e.next(Duration::ZERO, true), EvictStep::ReadReports);
+        let report = ReportBody {
+            node: "b".into(),
+            written_bytes: 60,
+            recent_bytes: 60,
+            reports: 0,
+        };
+        e.reports_read(Duration::ZERO, &[(Some("1".into()), report)]);
+        assert_eq!(e.known_bytes(), 560);
+        assert!(matches!(e.next(Duration::ZERO, true), EvictStep::Wait(_)));
+        let report = ReportBody {
+            node: "b".into(),
+            written_bytes: 260,
+            recent_bytes: 200,
+            reports: 1,
+        };
+        e.reports_read(10 * S, &[(Some("2".into()), report)]);
+        assert_eq!(e.known_bytes(), 760);
+        assert!(e.projected_bytes(10 * S) >= 800);
+        assert!(matches!(e.next(10 * S, true), EvictStep::Evict(_)));
+    }
+
+    #[test]
+    fn every_node_lists_after_a_fiftieth_of_the_capacity_and_never_reads_reports() {
+        let mut e = Evictor::new(spec(), Mode::EveryNode, Duration::ZERO);
+        assert_eq!(e.next(Duration::ZERO, false), EvictStep::List);
+        e.listed_at(Duration::ZERO, Some(Vec::new()));
+        assert!(matches!(e.next(Duration::ZERO, false), EvictStep::Wait(_)));
+        e.stored(
+            "a".into(),
+            Entry {
+                bytes: 20,
+                modified: SystemTime::UNIX_EPOCH,
+            },
+        );
+        assert!(matches!(e.next(Duration::ZERO, false), EvictStep::Wait(_)));
+        assert_eq!(e.next(S, false), EvictStep::List);
+    }
+}

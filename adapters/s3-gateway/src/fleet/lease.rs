@@ -1,0 +1,416 @@
+//! One evictor per prefix, elected through the store: the lease object
+//! (`docs/s3-gateway.md`, "A fleet on one bucket").
+//!
+//! The rules, for a lease of `L` ([`Timing::lease`]):
+//!
+//! - a node that finds no lease creates it with `If-None-Match: *`; of
+//!   several at once the store lets one win (`412` for the others);
+//! - the holder renews it every `L/6` with `If-Match: <its etag>`, and
+//!   deletes only within `L/2` of sending the last renewal the store took
+//!   ([`Election::holds`]); a `412` means another node took it over;
+//! - the others read it every `L/3`. A node that sees the same ETag for
+//!   `L` by its own monotonic clock, counted from the answer in which it
+//!   first saw that ETag, takes it over with `If-Match: <that etag>`.
+//!
+//! No two evictors: a renewal the store applied at `t` was sent before
+//! `t`, so its holder stops deleting before `t + L/2`, and no node saw its
+//! ETag before `t`, so none takes over before `t + L`. Only the rate of
+//! the nodes' clocks enters, never their offsets. A store whose checks are
+//! not atomic (s3s-fs lets two writers of one `If-Match` both win) can
+//! give two holders until the next renewal, when one gets `412`: both
+//! delete the oldest objects by one rule, so the bucket only holds a few
+//! objects less for a moment.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Timing;
+
+/// The lease object's body (JSON): who holds it and what it sees, for the
+/// other nodes' state and `inspect`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseBody {
+    /// The holder's node id.
+    pub holder: String,
+    /// Renewals by this holder since it took the lease.
+    pub renewals: u64,
+    /// When the holder took the lease, by its own clock (Unix seconds;
+    /// shown, never compared).
+    pub since_unix: u64,
+    /// The holder's usage of the prefix: the last listing with what the
+    /// reports say was written since, bytes.
+    pub usage_bytes: u64,
+    /// LMCache objects in its view.
+    pub objects: u64,
+    /// The fleet's write rate as the reports show it, bytes a second.
+    pub fleet_write_bytes_per_s: u64,
+    /// Nodes whose reports it reads.
+    pub reporters: u64,
+}
+
+/// The condition of a write of the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// `If-None-Match: *`: only if there is no lease.
+    Absent,
+    /// `If-Match: <etag>`: only if the lease is still this one.
+    Matches(String),
+}
+
+/// What the node asks of the store next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseStep {
+    /// GET the lease.
+    Read,
+    /// PUT the lease with `body` under `condition`.
+    Write {
+        /// `If-None-Match` or `If-Match`.
+        condition: Condition,
+        /// The new body.
+        body: LeaseBody,
+    },
+    /// Nothing until this time (the node's monotonic clock).
+    Wait(Duration),
+}
+
+/// The store's answer to a [`LeaseStep`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseAnswer {
+    /// A read: no lease.
+    Absent,
+    /// A read: the lease, with its ETag; `None` for a body that is not a
+    /// lease (a torn or foreign write).
+    Found(String, Option<LeaseBody>),
+    /// A write was applied; the lease's new ETag.
+    Written(String),
+    /// A write was refused: `412` (or `409`), the lease is another's.
+    Conflict,
+    /// The request failed (network, `5xx`): nothing learned.
+    Failed,
+}
+
+#[derive(Debug, Clone)]
+enum Role {
+    Follower {
+        /// The ETag last seen and when it was first seen.
+        seen: Option<(String, Duration)>,
+        /// The write to send next, if any.
+        want: Option<Condition>,
+    },
+    Holder {
+        etag: String,
+        /// When the last renewal the store took was sent.
+        renewed_at: Duration,
+        since_unix: u64,
+        renewals: u64,
+    },
+}
+
+/// The election's figures, for the gateway's state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ElectionFigures {
+    /// Times this node took the lease.
+    pub taken: u64,
+    /// Times it lost it (a renewal answered `412`).
+    pub lost: u64,
+    /// Lease requests that failed.
+    pub failures: u64,
+    /// Lease reads (GET).
+    pub reads: u64,
+    /// Lease writes (PUT).
+    pub writes: u64,
+}
+
+/// One node's side of the election.
+#[derive(Debug, Clone)]
+pub struct Election {
+    node: String,
+    timing: Timing,
+    role: Role,
+    next_at: Duration,
+    sent_at: Duration,
+    holder: Option<LeaseBody>,
+    figures: ElectionFigures,
+}
+
+impl Election {
+    /// A node `node` that knows nothing of the lease yet, at `now`.
+    pub fn new(node: String, timing: Timing, now: Duration) -> Self {
+        Election {
+            node,
+            timing,
+            role: Role::Follower {
+                seen: None,
+                want: None,
+            },
+            next_at: now,
+            sent_at: now,
+            holder: None,
+            figures: ElectionFigures::default(),
+        }
+    }
+
+    /// Whether this node may delete at `now`: it holds the lease and sent
+    /// its last renewal that the store took less than [`Timing::hold`] ago.
+    pub fn holds(&self, now: Duration) -> bool {
+        matches!(self.role, Role::Holder { renewed_at, .. } if now < renewed_at + self.timing.hold())
+    }
+
+    /// Whether this node holds the lease (it may have stopped deleting
+    /// while its renewals fail: [`Election::holds`]).
+    pub fn is_holder(&self) -> bool {
+        matches!(self.role, Role::Holder { .. })
+    }
+
+    /// How long the lease has gone unchanged as this node sees it at
+    /// `now`: for the holder, since it sent the last renewal the store
+    /// took; for another node, since it first saw the lease's current
+    /// ETag. `None` before this node has seen a lease. Over
+    /// [`Timing::lease`] plus [`Timing::follow`], the prefix has no
+    /// evictor (`docs/s3-gateway.md`, "A fleet on one bucket").
+    pub fn unchanged_for(&self, now: Duration) -> Option<Duration> {
+        match &self.role {
+            Role::Holder { renewed_at, .. } => Some(now.saturating_sub(*renewed_at)),
+            Role::Follower { seen, .. } => seen
+                .as_ref()
+                .map(|(_, first_seen)| now.saturating_sub(*first_seen)),
+        }
+    }
+
+    /// The last lease body read (another holder's), or this node's own.
+    pub fn holder(&self) -> Option<&LeaseBody> {
+        self.holder.as_ref()
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The figures so far.
+    pub fn figures(&self) -> ElectionFigures {
+        self.figures
+    }
+
+    /// What to ask at `now`; `published` is the holder's view for the body
+    /// of a write (its `holder`, `renewals` and `since_unix` are set here).
+    pub fn next(&mut self, now: Duration, published: &LeaseBody, unix_now: u64) -> LeaseStep {
+        if now < self.next_at {
+            return LeaseStep::Wait(self.next_at);
+        }
+        self.sent_at = now;
+        let body = |renewals, since_unix| LeaseBody {
+            holder: self.node.clone(),
+            renewals,
+            since_unix,
+            ..published.clone()
+        };
+        match &self.role {
+            Role::Follower { want: None, .. } => {
+                self.figures.reads += 1;
+                LeaseStep::Read
+            }
+            Role::Follower {
+                want: Some(condition),
+                ..
+            } => {
+                self.figures.writes += 1;
+                LeaseStep::Write {
+                    condition: condition.clone(),
+                    body: body(0, unix_now),
+                }
+            }
+            Role::Holder {
+                etag,
+                renewals,
+                since_unix,
+                ..
+            } => {
+                self.figures.writes += 1;
+                LeaseStep::Write {
+                    condition: Condition::Matches(etag.clone()),
+                    body: body(renewals + 1, *since_unix),
+                }
+            }
+        }
+    }
+
+    /// The store answered the step [`Election::next`] gave at its `now`;
+    /// `now` is when the answer came; `written` is the body of a write.
+    pub fn answered(&mut self, now: Duration, answer: LeaseAnswer, written: Option<&LeaseBody>) {
+        let timing = self.timing;
+        match (&mut self.role, answer) {
+            (Role::Follower { .. }, LeaseAnswer::Absent) => {
+                self.holder = None;
+                self.follow(None, Some(Condition::Absent), now);
+            }
+            (Role::Follower { seen, .. }, LeaseAnswer::Found(etag, body)) => {
+                let first_seen = match seen {
+                    Some((known, since)) if *known == etag => *since,
+                    _ => now,
+                };
+                self.holder = body;
+                let want =
+                    (now >= first_seen + timing.lease).then(|| Condition::Matches(etag.clone()));
+                let at = if want.is_some() {
+                    now
+                } else {
+                    now + timing.follow()
+                };
+                self.role = Role::Follower {
+                    seen: Some((etag, first_seen)),
+                    want,
+                };
+                self.next_at = at;
+            }
+            (Role::Follower { .. }, LeaseAnswer::Written(etag)) => {
+                self.figures.taken += 1;
+                let body = written.cloned().unwrap_or_default();
+                self.role = Role::Holder {
+                    etag,
+                    renewed_at: self.sent_at,
+                    since_unix: body.since_unix,
+                    renewals: body.renewals,
+                };
+                self.holder = Some(body);
+                self.next_at = self.sent_at + timing.renew();
+            }
+            (
+                Role::Holder {
+                    etag,
+                    renewed_at,
+                    renewals,
+                    ..
+                },
+                LeaseAnswer::Written(new),
+            ) => {
+                *etag = new;
+                *renewed_at = self.sent_at;
+                *renewals += 1;
+                self.holder = written.cloned();
+                self.next_at = self.sent_at + timing.renew();
+            }
+            (Role::Holder { .. }, LeaseAnswer::Conflict) => {
+                self.figures.lost += 1;
+                self.follow(None, None, now);
+            }
+            (Role::Follower { seen, .. }, LeaseAnswer::Conflict) => {
+                let seen = seen.take();
+                self.follow(seen, None, now);
+            }
+            (_, LeaseAnswer::Failed) => {
+                self.figures.failures += 1;
+                if let Role::Follower { want, .. } = &mut self.role {
+                    *want = None;
+                }
+                self.next_at = now + timing.renew().min(timing.follow());
+            }
+            (Role::Holder { .. }, LeaseAnswer::Absent | LeaseAnswer::Found(..)) => {}
+        }
+    }
+
+    fn follow(&mut self, seen: Option<(String, Duration)>, want: Option<Condition>, now: Duration) {
+        self.role = Role::Follower { seen, want };
+        self.next_at = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn timing() -> Timing {
+        Timing {
+            lease: 30 * S,
+            ..Timing::default()
+        }
+    }
+
+    fn step(e: &mut Election, now: Duration) -> LeaseStep {
+        e.next(now, &LeaseBody::default(), 0)
+    }
+
+    fn take(e: &mut Election, now: Duration, etag: &str) {
+        assert_eq!(step(e, now), LeaseStep::Read);
+        e.answered(now, LeaseAnswer::Absent, None);
+        let LeaseStep::Write { condition, body } = step(e, now) else {
+            panic!("no write")
+        };
+        assert_eq!(condition, Condition::Absent);
+        e.answered(now, LeaseAnswer::Written(etag.into()), Some(&body));
+    }
+
+    #[test]
+    fn a_node_alone_creates_the_lease_renews_it_and_holds_while_it_renews() {
+        let mut e = Election::new("a".into(), timing(), Duration::ZERO);
+        take(&mut e, Duration::ZERO, "e1");
+        assert!(e.holds(Duration::ZERO) && e.holds(14 * S) && !e.holds(15 * S));
+        assert_eq!(step(&mut e, 2 * S), LeaseStep::Wait(5 * S));
+        let LeaseStep::Write { condition, body } = step(&mut e, 5 * S) else {
+            panic!()
+        };
+        assert_eq!(condition, Condition::Matches("e1".into()));
+        assert_eq!(body.renewals, 1);
+        e.answered(6 * S, LeaseAnswer::Written("e2".into()), Some(&body));
+        assert!(e.holds(19 * S) && !e.holds(20 * S));
+        assert_eq!(e.unchanged_for(26 * S), Some(21 * S));
+    }
+
+    #[test]
+    fn a_follower_takes_over_only_after_a_whole_lease_of_the_same_etag() {
+        let mut f = Election::new("b".into(), timing(), Duration::ZERO);
+        let mut now = Duration::ZERO;
+        let mut wrote = None;
+        while now < 100 * S {
+            match step(&mut f, now) {
+                LeaseStep::Read => f.answered(now, LeaseAnswer::Found("e1".into(), None), None),
+                LeaseStep::Write { condition, .. } => {
+                    wrote = Some((now, condition));
+                    break;
+                }
+                LeaseStep::Wait(until) => now = until,
+            }
+        }
+        assert!(f.unchanged_for(now).is_some_and(|d| d >= 30 * S));
+        let (at, condition) = wrote.unwrap();
+        assert_eq!(condition, Condition::Matches("e1".into()));
+        assert!(at >= 30 * S && at <= 40 * S, "{at:?}");
+    }
+
+    #[test]
+    fn a_changing_etag_keeps_followers_off_and_a_lost_race_makes_a_follower() {
+        let mut f = Election::new("b".into(), timing(), Duration::ZERO);
+        for i in 0..20u32 {
+            let now = i * 10 * S;
+            assert_eq!(step(&mut f, now), LeaseStep::Read);
+            f.answered(now, LeaseAnswer::Found(format!("e{i}"), None), None);
+        }
+        let mut h = Election::new("a".into(), timing(), Duration::ZERO);
+        take(&mut h, Duration::ZERO, "e1");
+        let LeaseStep::Write { .. } = step(&mut h, 5 * S) else {
+            panic!()
+        };
+        h.answered(5 * S, LeaseAnswer::Conflict, None);
+        assert!(!h.is_holder() && !h.holds(5 * S));
+        assert_eq!(h.figures().lost, 1);
+        assert_eq!(step(&mut h, 5 * S), LeaseStep::Read);
+    }
+
+    #[test]
+    fn a_holder_whose_renewals_fail_stops_deleting_before_anyone_may_take_over() {
+        let mut h = Election::new("a".into(), timing(), Duration::ZERO);
+        take(&mut h, Duration::ZERO, "e1");
+        let mut now = 5 * S;
+        while now < 40 * S {
+            if let LeaseStep::Write { .. } = step(&mut h, now) {
+                h.answered(now + S, LeaseAnswer::Failed, None);
+            }
+            now += S;
+        }
+        assert!(h.is_holder());
+        assert!(!h.holds(15 * S));
+    }
+}

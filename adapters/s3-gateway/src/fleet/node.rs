@@ -1,0 +1,219 @@
+//! One node's decisions on a shared prefix: its side of the lease, its
+//! reports and its evictor, and the rules that join them
+//! (`docs/s3-gateway.md`, "A fleet on one bucket").
+//!
+//! The gateway's driver ([`crate::bound`]) and the fleet simulation
+//! ([`super::sim`]) both run a [`Node`]: they send what it asks to a store
+//! (the real one, or one in memory) and give it the answers, and decide
+//! nothing themselves. The rules of the glue:
+//!
+//! - a node may delete while it holds the lease ([`Election::holds`]), and
+//!   always in [`Mode::EveryNode`], where there is no lease;
+//! - what this node stores counts for its reports and, while its evictor
+//!   keeps a view, in that view;
+//! - the lease's body publishes the evictor's figures;
+//! - while this node holds the lease, what it wrote is in its own view:
+//!   its reports are absorbed, none is sent.
+
+use std::time::Duration;
+
+use super::evictor::{EvictStep, Evictor};
+use super::lease::{Election, LeaseAnswer, LeaseBody, LeaseStep};
+use super::report::{ReportBody, Reporter};
+use super::rule::BoundSpec;
+use super::view::Entry;
+use super::Mode;
+
+/// Deletions of one eviction cycle in flight at once, in either driver.
+pub const DELETES_IN_FLIGHT: usize = 8;
+
+/// The decisions of one node (one start of a gateway) on a prefix.
+#[derive(Debug)]
+pub struct Node {
+    /// Its side of the lease; `None` in [`Mode::EveryNode`].
+    pub election: Option<Election>,
+    /// Its count of what it wrote, and when to report it.
+    pub reporter: Reporter,
+    /// Its listings, readings of the reports and evictions.
+    pub evictor: Evictor,
+}
+
+/// What an answer to a lease request changed for this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseChange {
+    /// It took the lease (created it, or took it over).
+    Took,
+    /// It lost the lease to another node.
+    Lost,
+    /// It holds the lease as before, or still does not.
+    Kept,
+}
+
+impl Node {
+    /// The node `node` (its id, new at each start) of the bound `spec` in
+    /// `mode`, at `now` on its monotonic clock.
+    pub fn new(node: String, spec: BoundSpec, mode: Mode, now: Duration) -> Self {
+        let election = (mode == Mode::Lease).then(|| Election::new(node.clone(), spec.timing, now));
+        Node {
+            election,
+            reporter: Reporter::new(node, &spec.timing, spec.capacity_bytes),
+            evictor: Evictor::new(spec, mode, now),
+        }
+    }
+
+    /// Whether this node may delete at `now`: it holds the lease
+    /// ([`Election::holds`]), or there is no lease ([`Mode::EveryNode`]).
+    pub fn holds(&self, now: Duration) -> bool {
+        self.election.as_ref().is_none_or(|e| e.holds(now))
+    }
+
+    /// This node stored an LMCache object `key` (`entry.bytes` bytes) at
+    /// `now`: counted for its reports and in its evictor's view. Returns
+    /// whether a report is due, to wake the task that sends them.
+    pub fn stored(&mut self, now: Duration, key: String, entry: Entry) -> bool {
+        self.reporter.written(entry.bytes);
+        self.evictor.stored(key, entry);
+        self.reporter.due(now).is_some()
+    }
+
+    /// The holder's figures at `now` for the lease's body: the evictor's
+    /// usage (bytes), objects, the fleet's write rate (bytes a second) and
+    /// reporters; [`Election::next`] sets the rest.
+    pub fn published(&mut self, now: Duration) -> LeaseBody {
+        LeaseBody {
+            usage_bytes: self.evictor.known_bytes(),
+            objects: self.evictor.view().objects() as u64,
+            fleet_write_bytes_per_s: self.evictor.fleet_rate(now),
+            reporters: self.evictor.reporters() as u64,
+            ..LeaseBody::default()
+        }
+    }
+
+    /// The lease request to send at `now` (`unix_now`: this node's wall
+    /// clock, Unix seconds, shown in the body and never compared), with
+    /// [`Node::published`] as the body of a write; `None` in
+    /// [`Mode::EveryNode`].
+    pub fn lease_step(&mut self, now: Duration, unix_now: u64) -> Option<LeaseStep> {
+        let published = self.published(now);
+        let election = self.election.as_mut()?;
+        Some(election.next(now, &published, unix_now))
+    }
+
+    /// The store answered the lease request at `now`; `written` is the
+    /// body of a write. Returns whether this node took or lost the lease.
+    pub fn lease_answered(
+        &mut self,
+        now: Duration,
+        answer: LeaseAnswer,
+        written: Option<&LeaseBody>,
+    ) -> LeaseChange {
+        let Some(election) = self.election.as_mut() else {
+            return LeaseChange::Kept;
+        };
+        let was = election.is_holder();
+        election.answered(now, answer, written);
+        match (was, election.is_holder()) {
+            (false, true) => LeaseChange::Took,
+            (true, false) => LeaseChange::Lost,
+            _ => LeaseChange::Kept,
+        }
+    }
+
+    /// What the evictor does at `now`, deleting only while this node
+    /// [`Node::holds`].
+    pub fn evict_step(&mut self, now: Duration) -> EvictStep {
+        let holds = self.holds(now);
+        self.evictor.next(now, holds)
+    }
+
+    /// The report to send at `now`, if one is due; none while this node
+    /// holds the lease (what it wrote is in its own view, so its count is
+    /// absorbed).
+    pub fn report_due(&mut self, now: Duration) -> Option<ReportBody> {
+        if self.holds(now) {
+            self.reporter.absorb();
+        }
+        self.reporter.due(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::rule::BoundRole;
+    use std::time::SystemTime;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn spec() -> BoundSpec {
+        BoundSpec::new(5000, 0.8, 0.2, BoundRole::Evictor)
+    }
+
+    fn entry(bytes: u64) -> Entry {
+        Entry {
+            bytes,
+            modified: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// Takes the lease for `n` at `now` as the store would answer a node
+    /// alone: no lease, then its creation.
+    fn take(n: &mut Node, now: Duration) -> LeaseChange {
+        assert_eq!(n.lease_step(now, 0), Some(LeaseStep::Read));
+        n.lease_answered(now, LeaseAnswer::Absent, None);
+        let Some(LeaseStep::Write { body, .. }) = n.lease_step(now, 0) else {
+            panic!("no write")
+        };
+        n.lease_answered(now, LeaseAnswer::Written("e1".into()), Some(&body))
+    }
+
+    #[test]
+    fn every_node_deletes_without_a_lease_and_a_lease_node_only_while_it_holds() {
+        let mut alone = Node::new("a".into(), spec(), Mode::EveryNode, Duration::ZERO);
+        assert!(alone.holds(Duration::ZERO) && alone.election.is_none());
+        assert_eq!(alone.lease_step(Duration::ZERO, 0), None);
+        let mut n = Node::new("b".into(), spec(), Mode::Lease, Duration::ZERO);
+        assert!(!n.holds(Duration::ZERO));
+        assert!(matches!(n.evict_step(Duration::ZERO), EvictStep::Wait(_)));
+        assert_eq!(take(&mut n, Duration::ZERO), LeaseChange::Took);
+        assert!(n.holds(Duration::ZERO));
+        assert_eq!(n.evict_step(Duration::ZERO), EvictStep::List);
+        let Some(LeaseStep::Write { .. }) = n.lease_step(5 * S, 0) else {
+            panic!("no renewal")
+        };
+        assert_eq!(
+            n.lease_answered(5 * S, LeaseAnswer::Conflict, None),
+            LeaseChange::Lost
+        );
+        assert!(!n.holds(5 * S));
+    }
+
+    #[test]
+    fn a_followers_writes_are_reported_and_the_holders_absorbed() {
+        let mut n = Node::new("b".into(), spec(), Mode::Lease, Duration::ZERO);
+        assert!(n.stored(Duration::ZERO, "k".into(), entry(10)));
+        assert_eq!(n.evictor.view().objects(), 0);
+        let report = n.report_due(Duration::ZERO).expect("a follower reports");
+        assert_eq!((report.node.as_str(), report.recent_bytes), ("b", 10));
+        take(&mut n, Duration::ZERO);
+        assert_eq!(n.report_due(Duration::ZERO), None);
+        n.evict_step(Duration::ZERO);
+        n.stored(S, "l".into(), entry(200));
+        assert_eq!(n.evictor.view().objects(), 1);
+        assert_eq!(n.report_due(2 * S), None);
+    }
+
+    #[test]
+    fn the_lease_body_publishes_the_evictors_view() {
+        let mut n = Node::new("a".into(), spec(), Mode::Lease, Duration::ZERO);
+        take(&mut n, Duration::ZERO);
+        assert_eq!(n.evict_step(Duration::ZERO), EvictStep::List);
+        n.evictor.listed_at(Duration::ZERO, Some(Vec::new()));
+        n.stored(S, "k".into(), entry(300));
+        let Some(LeaseStep::Write { body, .. }) = n.lease_step(5 * S, 7) else {
+            panic!("no renewal")
+        };
+        assert_eq!((body.holder.as_str(), body.renewals), ("a", 1));
+        assert_eq!((body.usage_bytes, body.objects), (300, 1));
+    }
+}

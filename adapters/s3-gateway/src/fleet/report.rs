@@ -1,0 +1,288 @@
+//! What each node wrote, told to the evictor through the store
+//! (`docs/s3-gateway.md`, "A fleet on one bucket").
+//!
+//! A node that is not the evictor keeps no view of the bucket: it counts
+//! the bytes of the LMCache objects it stores and PUTs its count in its
+//! own report object ([`super::report_key`]) once a [`Timing::report`]
+//! while it writes, or sooner once it wrote [`REPORT_SHARE`] of the
+//! capacity since its last report (at most once a [`MIN_REPORT_GAP`]).
+//! The evictor reads the reports ([`Tally`]): what they add since its last
+//! listing is counted on top of the listing, and their sum over time is
+//! the fleet's write rate.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Timing;
+
+/// A node reports early once it wrote 1/50 of the capacity since its last
+/// report.
+pub const REPORT_SHARE: u64 = 50;
+/// The shortest time between two reports of one node.
+pub const MIN_REPORT_GAP: Duration = Duration::from_secs(1);
+/// A report unchanged this long is a node that left: the evictor deletes
+/// it and forgets the node.
+pub const STALE_REPORT: Duration = Duration::from_secs(3600);
+
+/// One node's report (JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportBody {
+    /// The node's id (new at every start of its gateway).
+    pub node: String,
+    /// Bytes of LMCache objects it stored since its start.
+    pub written_bytes: u64,
+    /// Of those, the bytes stored since its previous report.
+    pub recent_bytes: u64,
+    /// Reports it sent before this one.
+    pub reports: u64,
+}
+
+/// A node's count of what it wrote, and when to report it.
+#[derive(Debug, Clone)]
+pub struct Reporter {
+    node: String,
+    every: Duration,
+    share_bytes: u64,
+    written: u64,
+    unreported: u64,
+    last_sent: Option<Duration>,
+    reports: u64,
+}
+
+impl Reporter {
+    /// The reporter of `node` on a capacity of `capacity_bytes`.
+    pub fn new(node: String, timing: &Timing, capacity_bytes: u64) -> Self {
+        Reporter {
+            node,
+            every: timing.report,
+            share_bytes: (capacity_bytes / REPORT_SHARE).max(1),
+            written: 0,
+            unreported: 0,
+            last_sent: None,
+            reports: 0,
+        }
+    }
+
+    /// This node stored an LMCache object of `bytes`.
+    pub fn written(&mut self, bytes: u64) {
+        self.written = self.written.saturating_add(bytes);
+        self.unreported = self.unreported.saturating_add(bytes);
+    }
+
+    /// This node is the evictor: what it wrote is in its own view, so
+    /// there is nothing to report.
+    pub fn absorb(&mut self) {
+        self.unreported = 0;
+    }
+
+    /// Reports sent.
+    pub fn reports(&self) -> u64 {
+        self.reports
+    }
+
+    /// The report to send at `now`, if one is due: something is
+    /// unreported and a [`Timing::report`] has passed, or a share of the
+    /// capacity is unreported and [`MIN_REPORT_GAP`] has passed.
+    pub fn due(&self, now: Duration) -> Option<ReportBody> {
+        if self.unreported == 0 {
+            return None;
+        }
+        let since = self
+            .last_sent
+            .map_or(Duration::MAX, |t| now.saturating_sub(t));
+        let due =
+            since >= self.every || (self.unreported >= self.share_bytes && since >= MIN_REPORT_GAP);
+        due.then(|| ReportBody {
+            node: self.node.clone(),
+            written_bytes: self.written,
+            recent_bytes: self.unreported,
+            reports: self.reports,
+        })
+    }
+
+    /// When the next report may be due, from `now` (the driver also wakes
+    /// on a write).
+    pub fn next_at(&self, now: Duration) -> Duration {
+        if self.unreported == 0 {
+            return now + self.every;
+        }
+        self.last_sent.map_or(now, |t| t + self.every).max(now)
+    }
+
+    /// `body` was sent at `now`; `stored` tells whether the store took it
+    /// (a report that failed is sent again, whole, at the next period).
+    pub fn sent(&mut self, now: Duration, body: &ReportBody, stored: bool) {
+        self.last_sent = Some(now);
+        if stored {
+            self.reports += 1;
+            self.unreported = self.unreported.saturating_sub(body.recent_bytes);
+        }
+    }
+}
+
+/// A node's report as the evictor last read it.
+#[derive(Debug, Clone)]
+struct Seen {
+    etag: Option<String>,
+    written_bytes: u64,
+    changed_at: Duration,
+}
+
+/// The evictor's reading of the reports.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    seen: HashMap<String, Seen>,
+    unlisted_bytes: u64,
+    window: VecDeque<(Duration, u64)>,
+}
+
+impl Tally {
+    /// A listing begins: what the reports add from now on is on top of it.
+    /// What a node wrote between its last report and the listing's start
+    /// is then counted twice (in the listing and in its next report) until
+    /// the next listing: more than the bucket holds, never less.
+    pub fn listing_began(&mut self) {
+        self.unlisted_bytes = 0;
+    }
+
+    /// Bytes the reports say were written since the last listing began.
+    pub fn unlisted_bytes(&self) -> u64 {
+        self.unlisted_bytes
+    }
+
+    /// Nodes whose reports are known.
+    pub fn reporters(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Of the reports listed as (node, ETag), those to read: new ones and
+    /// those whose ETag changed (all of them when the store lists no
+    /// ETag, as s3s-fs).
+    pub fn to_read<'a>(&self, listed: &'a [(String, Option<String>)]) -> Vec<&'a str> {
+        listed
+            .iter()
+            .filter(|(node, etag)| {
+                etag.is_none() || self.seen.get(node).is_none_or(|s| s.etag != *etag)
+            })
+            .map(|(node, _)| node.as_str())
+            .collect()
+    }
+
+    /// The report of `node` (ETag `etag`) read at `now`: the bytes it adds
+    /// since the last reading. A node seen for the first time (or
+    /// restarted, with a count below the last) adds its `recent_bytes`.
+    pub fn read(&mut self, now: Duration, etag: Option<String>, body: &ReportBody) {
+        let added = match self.seen.get(&body.node) {
+            Some(s) if s.written_bytes <= body.written_bytes => {
+                body.written_bytes - s.written_bytes
+            }
+            _ => body.recent_bytes,
+        };
+        let changed_at = match self.seen.get(&body.node) {
+            Some(s) if added == 0 && s.etag == etag => s.changed_at,
+            _ => now,
+        };
+        self.seen.insert(
+            body.node.clone(),
+            Seen {
+                etag,
+                written_bytes: body.written_bytes,
+                changed_at,
+            },
+        );
+        self.unlisted_bytes = self.unlisted_bytes.saturating_add(added);
+        if added > 0 {
+            self.window.push_back((now, added));
+        }
+    }
+
+    /// The fleet's write rate at `now`, bytes a second: what the reports
+    /// added over the last `window`, over the whole window (a first
+    /// reading of a node adds what it wrote over up to a report period, so
+    /// a shorter span would overstate the rate after a takeover).
+    pub fn rate(&mut self, now: Duration, window: Duration) -> u64 {
+        while self
+            .window
+            .front()
+            .is_some_and(|(t, _)| now.saturating_sub(*t) > window)
+        {
+            self.window.pop_front();
+        }
+        let bytes: u64 = self.window.iter().map(|(_, b)| b).sum();
+        (bytes as f64 / window.max(Duration::from_secs(1)).as_secs_f64()) as u64
+    }
+
+    /// Nodes whose report has not changed for [`STALE_REPORT`] at `now`:
+    /// forgotten here, their reports to delete.
+    pub fn stale(&mut self, now: Duration) -> Vec<String> {
+        let stale: Vec<String> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| now.saturating_sub(s.changed_at) >= STALE_REPORT)
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in &stale {
+            self.seen.remove(node);
+        }
+        stale
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_node_reports_once_a_period_or_after_a_share_of_the_capacity() {
+        let timing = Timing::default();
+        let mut r = Reporter::new("n".into(), &timing, 5000);
+        assert_eq!(r.due(Duration::ZERO), None);
+        r.written(10);
+        let first = r.due(Duration::ZERO).unwrap();
+        assert_eq!((first.written_bytes, first.recent_bytes), (10, 10));
+        r.sent(Duration::ZERO, &first, true);
+        r.written(50);
+        assert_eq!(r.due(30 * S), None);
+        r.written(50);
+        assert_eq!(r.due(Duration::from_millis(500)), None);
+        let early = r.due(2 * S).unwrap();
+        assert_eq!((early.written_bytes, early.recent_bytes), (110, 100));
+        r.sent(2 * S, &early, false);
+        assert_eq!(r.due(2 * S + S / 2), None);
+        assert_eq!(r.due(62 * S).unwrap().recent_bytes, 100);
+    }
+
+    #[test]
+    fn the_tally_adds_what_each_report_adds_and_a_restart_its_recent_bytes() {
+        let mut t = Tally::default();
+        let body = |node: &str, written, recent| ReportBody {
+            node: node.into(),
+            written_bytes: written,
+            recent_bytes: recent,
+            reports: 0,
+        };
+        t.read(Duration::ZERO, Some("1".into()), &body("a", 1000, 10));
+        t.read(Duration::ZERO, Some("1".into()), &body("b", 5, 5));
+        assert_eq!(t.unlisted_bytes(), 15);
+        t.read(10 * S, Some("2".into()), &body("a", 1030, 30));
+        assert_eq!(t.unlisted_bytes(), 45);
+        t.read(20 * S, Some("3".into()), &body("a", 7, 7));
+        assert_eq!(t.unlisted_bytes(), 52);
+        t.listing_began();
+        assert_eq!(t.unlisted_bytes(), 0);
+        assert_eq!(t.rate(20 * S, 20 * S), 52 / 20);
+        assert_eq!(t.rate(31 * S, 25 * S), 37 / 25);
+        let listed = vec![
+            ("a".to_string(), Some("3".to_string())),
+            ("b".to_string(), Some("9".to_string())),
+            ("c".to_string(), None),
+        ];
+        assert_eq!(t.to_read(&listed), ["b", "c"]);
+        assert_eq!(t.stale(3600 * S), ["b"]);
+        assert_eq!(t.reporters(), 1);
+    }
+}
