@@ -207,7 +207,7 @@ const FLOAT_FAMILIES: [FloatFamily; 4] = [
         name: names::GATEWAY_BUCKET_LEASE_PERIOD,
         help: "The lease period of the prefix (bucket_bound.lease_seconds): a lease unchanged this long is taken over",
         unit: Some(Unit::Seconds),
-        value: |b| (b.mode == Mode::Lease).then(|| b.spec.timing.lease.as_secs_f64()),
+        value: |b| (b.mode == Mode::Lease).then_some(b.spec.timing.lease.as_secs_f64()),
     },
     FloatFamily {
         name: names::GATEWAY_BUCKET_FLEET_WRITE_RATE,

@@ -267,6 +267,7 @@ impl Evictor {
         for (etag, body) in reports {
             self.tally.read(now, etag.clone(), body);
         }
+        self.tally.reading_done();
     }
 
     /// The deletions of [`EvictStep::Evict`] ended at `now`: each key, its
@@ -352,6 +353,7 @@ mod tests {
             recent_bytes: 60,
             reports: 0,
         };
+        e.reports_read(Duration::ZERO, &[]);
         e.reports_read(Duration::ZERO, &[(Some("1".into()), report)]);
         assert_eq!(e.known_bytes(), 560);
         assert!(matches!(e.next(Duration::ZERO, true), EvictStep::Wait(_)));

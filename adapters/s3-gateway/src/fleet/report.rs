@@ -136,9 +136,21 @@ pub struct Tally {
     seen: HashMap<String, Seen>,
     unlisted_bytes: u64,
     window: VecDeque<(Duration, u64)>,
+    /// Whether a first reading is in: the reports of that reading were
+    /// written before the evictor's first listing, which holds their bytes.
+    primed: bool,
 }
 
 impl Tally {
+    /// A whole reading of the reports ended. The first one after this
+    /// evictor started is its baseline: it adds nothing and no rate (what
+    /// the reports say was written before then is in the listing that
+    /// came just before), so a new evictor does not count the fleet's
+    /// last reports twice.
+    pub fn reading_done(&mut self) {
+        self.primed = true;
+    }
+
     /// A listing begins: what the reports add from now on is on top of it.
     /// What a node wrote between its last report and the listing's start
     /// is then counted twice (in the listing and in its next report) until
@@ -178,6 +190,7 @@ impl Tally {
             Some(s) if s.written_bytes <= body.written_bytes => {
                 body.written_bytes - s.written_bytes
             }
+            _ if !self.primed => 0,
             _ => body.recent_bytes,
         };
         let changed_at = match self.seen.get(&body.node) {
@@ -265,6 +278,9 @@ mod tests {
             recent_bytes: recent,
             reports: 0,
         };
+        t.read(Duration::ZERO, Some("0".into()), &body("z", 70, 70));
+        t.reading_done();
+        assert_eq!(t.unlisted_bytes(), 0, "the first reading is the baseline");
         t.read(Duration::ZERO, Some("1".into()), &body("a", 1000, 10));
         t.read(Duration::ZERO, Some("1".into()), &body("b", 5, 5));
         assert_eq!(t.unlisted_bytes(), 15);
@@ -282,7 +298,9 @@ mod tests {
             ("c".to_string(), None),
         ];
         assert_eq!(t.to_read(&listed), ["b", "c"]);
-        assert_eq!(t.stale(3600 * S), ["b"]);
+        let mut stale = t.stale(3600 * S);
+        stale.sort();
+        assert_eq!(stale, ["b", "z"]);
         assert_eq!(t.reporters(), 1);
     }
 }
