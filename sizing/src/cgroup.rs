@@ -24,7 +24,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::probe::unescape_octal;
+use crate::mountinfo::unescape_octal;
 
 /// The cgroup version whose memory controller holds a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::cgroup;
+use crate::mountinfo::unescape_octal;
 use crate::rules::{MemoryFacts, OdirectProbe, VolumeStats, ODIRECT_ALIGN_BYTES};
 use crate::volume::Filesystem;
 
@@ -69,30 +70,6 @@ fn mount_entry(dev: u64) -> Option<(String, Option<String>)> {
             Some((fs_type, source))
         })
         .next_back()
-}
-
-/// A `/proc/self/mountinfo` field with its octal escapes (`\040` for a
-/// space) undone, as the kernel writes them (`proc(5)`).
-pub fn unescape_octal(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let digits = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match (bytes[i], digits) {
-            (b'\\', Some(d)) => {
-                out.push(d.iter().fold(0u8, |n, b| n.wrapping_mul(8) + (b - b'0')));
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A name for a statfs magic number (`linux/magic.h`).
@@ -285,13 +262,10 @@ mod tests {
     }
 
     #[test]
-    fn the_source_of_dev_shm_is_named_and_escapes_are_undone() {
+    fn the_source_of_dev_shm_is_named() {
         let shm = filesystem(Path::new("/dev/shm")).unwrap();
         assert_eq!(shm.fs_type, "tmpfs");
         assert!(shm.source.is_some(), "{shm:?}");
-        assert_eq!(unescape_octal("/mnt/a\\040b\\011c"), "/mnt/a b\tc");
-        assert_eq!(unescape_octal("trailing\\04"), "trailing\\04");
-        assert_eq!(unescape_octal("/dev/zram0"), "/dev/zram0");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 pub mod bound;
 mod client;
+mod client_fault;
 pub mod credentials;
 pub mod fleet;
 mod gateway;
@@ -314,7 +315,8 @@ async fn start_one(
     let (mut upstream, source) = gateway::Upstream::connect(tier, key).await?;
     let stats = Arc::new(stats.with_credential_source(&source));
     if let Some(spec) = bound {
-        upstream.bound = Some(bound::start(&upstream, spec, stats.clone()).await?);
+        let (tier, credentials) = upstream.tier_and_credentials();
+        upstream.bound = Some(bound::start(tier, credentials, spec, stats.clone()).await?);
     }
     let upstream = Arc::new(upstream);
     upstream.note_credential_expiry(&stats).await;

@@ -100,7 +100,7 @@ pub struct GatewayState {
     /// The bucket bound's figures; `None` for a tier without
     /// `max_capacity_gb` (`docs/s3-gateway.md`, "The bucket bound").
     #[serde(default)]
-    pub bucket_bound: Option<crate::bound::BoundState>,
+    pub bucket_bound: Option<crate::fleet::figures::BoundState>,
 }
 
 /// Uploads ended by their own client, by how.
@@ -283,7 +283,7 @@ pub(crate) struct Stats {
     peer_refused: AtomicU64,
     /// [`ClientUploadFailures`]: stalled, broke off.
     client_faults: [AtomicU64; 2],
-    bucket_bound: Mutex<Option<crate::bound::BoundState>>,
+    bucket_bound: Mutex<Option<crate::fleet::figures::BoundState>>,
     upstream_denied: AtomicU64,
     last_upstream_denied: Mutex<Option<UpstreamError>>,
     /// [`Stats::upstream_denied`]'s count at its last warning, and when
@@ -346,7 +346,7 @@ impl Stats {
     }
 
     /// Records the bucket bound's figures as of now.
-    pub(crate) fn set_bound(&self, figures: crate::bound::BoundState) {
+    pub(crate) fn set_bound(&self, figures: crate::fleet::figures::BoundState) {
         if let Ok(mut slot) = self.bucket_bound.lock() {
             *slot = Some(figures);
         }
@@ -438,10 +438,10 @@ impl Stats {
 
     /// Counts an upload its own client ended (`fault`); the upstream's
     /// counters and last error are left alone.
-    pub(crate) fn client_fault(&self, fault: &crate::gateway::ClientFault) {
+    pub(crate) fn client_fault(&self, fault: &crate::client_fault::ClientFault) {
         let slot = match fault {
-            crate::gateway::ClientFault::Stalled(_) => 0,
-            crate::gateway::ClientFault::BrokeOff(_) => 1,
+            crate::client_fault::ClientFault::Stalled(_) => 0,
+            crate::client_fault::ClientFault::BrokeOff(_) => 1,
         };
         self.client_faults[slot].fetch_add(1, Ordering::Relaxed);
     }
@@ -646,7 +646,7 @@ mod tests {
         stats.received(7);
         stats.upstream_error(&Method::PUT, "answered 500 Internal Server Error");
         stats.unreachable(&Method::GET, "error sending request: connection refused");
-        use crate::gateway::ClientFault;
+        use crate::client_fault::ClientFault;
         stats.client_fault(&ClientFault::Stalled(Duration::from_secs(5)));
         stats.client_fault(&ClientFault::BrokeOff("reset".into()));
         stats.client_fault(&ClientFault::Stalled(Duration::from_secs(5)));

@@ -7,8 +7,14 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
 use super::names;
-use super::sources::ServedGuard;
 use super::tier_family::{encode_per_tier, TierFamily, TierLabels};
+
+/// The status of one of this launch's guards, and whether its tier is
+/// shared.
+pub(super) struct ServedGuard {
+    pub(super) status: GuardStatus,
+    pub(super) shared: bool,
+}
 
 /// The capacity guards' families, from their status files.
 const GUARD_FAMILIES: [TierFamily<GuardStatus>; 11] = [

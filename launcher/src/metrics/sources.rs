@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use lmcache_capacity_guard::status::{read_status, GuardStatus};
+use lmcache_capacity_guard::status::read_status;
 use lmcache_housekeeping::{Access, TierDir};
 use lmcache_s3_gateway::state::GatewayState;
 use lmcache_s3_gateway::GatewaysView;
@@ -14,7 +14,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
 use super::gateways::encode_gateways;
-use super::guards::encode_guards;
+use super::guards::{encode_guards, ServedGuard};
 
 /// A guarded tier whose guard's status a scrape reads.
 #[derive(Debug, Clone)]
@@ -22,13 +22,6 @@ pub(super) struct WatchedGuard {
     /// The tier directory, where the status file is.
     pub(super) dir: PathBuf,
     /// `"shared": true`: rescanned every 10 s or more by design.
-    pub(super) shared: bool,
-}
-
-/// The status of one of this launch's guards, and whether its tier is
-/// shared.
-pub(super) struct ServedGuard {
-    pub(super) status: GuardStatus,
     pub(super) shared: bool,
 }
 

@@ -31,6 +31,7 @@
 //! store in memory.
 
 pub mod evictor;
+pub mod figures;
 pub mod lease;
 pub mod node;
 pub mod report;

@@ -19,7 +19,8 @@ use crate::client::{self, Body, BoxError, Progress};
 use crate::state::Stats;
 use lmcache_tier_spec::error_chain;
 
-use super::UPSTREAM_SILENCE;
+use super::limits::UPSTREAM_SILENCE;
+use crate::client_fault::ClientFault;
 
 /// The smallest chunk of a request body written to the upstream (bar the last).
 const FORWARD_CHUNK: usize = 256 << 10;
@@ -74,25 +75,6 @@ pub(super) fn upstream_body(
     StreamBody::new(chunks).boxed_unsync()
 }
 
-/// Why an upload ended by its own client's doing ([`Upload::fault`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ClientFault {
-    /// The client sent no byte of the body for [`UPSTREAM_SILENCE`] while
-    /// the upstream waited for one.
-    #[error("it sent no byte of the request body for {} s while the upstream waited for one", .0.as_secs())]
-    Stalled(
-        /// [`UPSTREAM_SILENCE`].
-        Duration,
-    ),
-    /// The client's body broke off (its connection closed or failed before
-    /// the body was whole).
-    #[error("its request body broke off: {0}")]
-    BrokeOff(
-        /// The cause chain.
-        String,
-    ),
-}
-
 /// What the client's side of one request body did, to tell whose silence
 /// or failure ended an exchange. The upstream's client reads the body only
 /// when it can send more, so a read that waits on the client means the
@@ -145,7 +127,7 @@ pub(super) enum BodyCut {
         String,
     ),
     /// No data came for the exchange's bound ([`UPSTREAM_SILENCE`], or
-    /// [`COMPLETE_SILENCE`](super::COMPLETE_SILENCE) for a multipart complete).
+    /// [`COMPLETE_SILENCE`](super::limits::COMPLETE_SILENCE) for a multipart complete).
     #[error("the answer stalled for {} s", .0.as_secs())]
     Stalled(
         /// The bound.

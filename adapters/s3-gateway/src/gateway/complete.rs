@@ -14,9 +14,9 @@ use crate::client::{self, Body, BoxError};
 use lmcache_tier_spec::error_chain;
 
 use super::body::read_whole;
+use super::counting::Counting;
 use super::error::xml_escape;
-use super::relay::Counting;
-use super::COMPLETE_SILENCE;
+use super::limits::COMPLETE_SILENCE;
 
 /// How often the gateway sends a space on a complete it answered itself
 /// ([`COMPLETE_SILENCE`]).
@@ -33,7 +33,7 @@ pub(super) type Answer =
     Pin<Box<dyn Future<Output = Result<Response<Incoming>, client::SendError>> + Send>>;
 
 /// The gateway's own `200` to a multipart complete the store has not
-/// answered within [`UPSTREAM_SILENCE`](super::UPSTREAM_SILENCE) ([`COMPLETE_SILENCE`]): an XML
+/// answered within [`UPSTREAM_SILENCE`](super::limits::UPSTREAM_SILENCE) ([`COMPLETE_SILENCE`]): an XML
 /// declaration, a space every [`COMPLETE_KEEP_ALIVE`] while `answer` comes
 /// and its body is read, then that body without its declaration and
 /// leading spaces: the `CompleteMultipartUploadResult`, or the store's

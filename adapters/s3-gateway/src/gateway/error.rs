@@ -8,7 +8,8 @@ use crate::credentials::NoCredentials;
 use crate::key::{self};
 use crate::sigv4::{self};
 
-use super::body::{full, ClientFault, ListingError};
+use super::body::{full, ListingError};
+use crate::client_fault::ClientFault;
 
 /// Why a request is answered by the gateway itself instead of the upstream:
 /// an S3 XML error ([`ForwardError::response`]).

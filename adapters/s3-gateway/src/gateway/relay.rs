@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 
@@ -18,8 +18,10 @@ use lmcache_tier_spec::error_chain;
 
 use super::body::{full, read_whole, stalling, ListingError, Upload};
 use super::complete::{kept_alive, Answer};
+use super::counting::Counting;
 use super::error::ForwardError;
-use super::{Upstream, COMPLETE_SILENCE, UPSTREAM_SILENCE};
+use super::limits::{COMPLETE_SILENCE, UPSTREAM_SILENCE};
+use super::upstream::Upstream;
 
 /// The largest listing page translated in memory (S3 pages hold 1000 keys).
 const MAX_LISTING_BYTES: usize = 16 << 20;
@@ -105,56 +107,6 @@ pub(super) async fn relay(
             upstream.tier.position,
             silence,
         )
-    }
-}
-
-/// What counting an upstream answer needs of a gateway, owned: a complete
-/// kept alive ([`kept_alive`]) is counted by a task of its own.
-#[derive(Clone)]
-pub(super) struct Counting {
-    pub(super) stats: Arc<Stats>,
-    pub(super) tier: usize,
-    /// `<bucket> of <host:port>`, for the warnings.
-    place: String,
-    started: std::time::Instant,
-}
-
-impl Counting {
-    fn of(upstream: &Upstream, stats: &Arc<Stats>) -> Counting {
-        Counting {
-            stats: stats.clone(),
-            tier: upstream.tier.position,
-            place: format!("{} of {}", upstream.tier.bucket, upstream.tier.endpoint),
-            started: upstream.started,
-        }
-    }
-
-    /// Counts the upstream's answer `status` to `method`: a 5xx as an
-    /// upstream error, a 401 or 403 as refused credentials, warned about
-    /// at most once a minute ([`crate::state::DENIED_WARNING_EVERY`]) with
-    /// the refusals since the last warning.
-    pub(super) fn status(&self, method: &Method, status: StatusCode) {
-        if status.is_server_error() {
-            self.stats
-                .upstream_error(method, &format!("answered {status}"));
-            return;
-        }
-        if !matches!(status, StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED) {
-            return;
-        }
-        let since = self
-            .stats
-            .upstream_denied(method, status, self.started.elapsed());
-        if let Some(count) = since {
-            tracing::warn!(
-                tier = self.tier,
-                %method,
-                %status,
-                refusals = count,
-                "S3 gateway: the object store refuses the real credentials ({}; {count} refusals since the last warning): they were revoked or rotated, or lack a permission; LMCache gets the 403 and stores nothing on this tier until they are fixed",
-                self.place,
-            );
-        }
     }
 }
 

@@ -18,7 +18,7 @@ use crate::spec::{BucketSpecError, BucketTier};
 use crate::state::Stats;
 use lmcache_tier_spec::error_chain;
 
-use super::UPSTREAM_SILENCE;
+use super::limits::UPSTREAM_SILENCE;
 
 /// How long the start-up check of the bucket (a HEAD) may wait for its
 /// answer: as long as a credential source may take (30 s, `credentials`),
