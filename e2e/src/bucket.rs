@@ -103,13 +103,7 @@ impl BucketClient {
     pub fn create_bucket(&self) {
         self.runtime
             .block_on(self.client.create_bucket().bucket(&self.bucket).send())
-            .unwrap_or_else(|e| {
-                panic!(
-                    "create bucket {}: {}",
-                    self.bucket,
-                    aws_sdk_s3::error::DisplayErrorContext(e)
-                )
-            });
+            .unwrap_or_else(refused(format!("create bucket {}", self.bucket)));
     }
 
     /// Writes `bytes` at `key`; panics when the store refuses.
@@ -123,7 +117,7 @@ impl BucketClient {
                     .body(ByteStream::from(bytes.to_vec()))
                     .send(),
             )
-            .unwrap_or_else(|e| panic!("PUT {key}: {}", aws_sdk_s3::error::DisplayErrorContext(e)));
+            .unwrap_or_else(refused(format!("PUT {key}")));
     }
 
     /// The content of `key`; panics when it cannot be read.
@@ -136,9 +130,7 @@ impl BucketClient {
                 .key(key)
                 .send()
                 .await
-                .unwrap_or_else(|e| {
-                    panic!("GET {key}: {}", aws_sdk_s3::error::DisplayErrorContext(e))
-                });
+                .unwrap_or_else(refused(format!("GET {key}")));
             answer
                 .body
                 .collect()
@@ -160,12 +152,7 @@ impl BucketClient {
                 .key(key)
                 .send()
                 .await
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "start an upload of {key}: {}",
-                        aws_sdk_s3::error::DisplayErrorContext(e)
-                    )
-                });
+                .unwrap_or_else(refused(format!("start an upload of {key}")));
             let id = created.upload_id().expect("an upload id").to_string();
             self.client
                 .upload_part()
@@ -176,12 +163,7 @@ impl BucketClient {
                 .body(part.to_vec().into())
                 .send()
                 .await
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "part 1 of {key}: {}",
-                        aws_sdk_s3::error::DisplayErrorContext(e)
-                    )
-                });
+                .unwrap_or_else(refused(format!("part 1 of {key}")));
             id
         })
     }
@@ -200,12 +182,7 @@ impl BucketClient {
                 .upload_id(id)
                 .send()
                 .await
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "parts of {key}: {}",
-                        aws_sdk_s3::error::DisplayErrorContext(e)
-                    )
-                });
+                .unwrap_or_else(refused(format!("parts of {key}")));
             let completed: Vec<CompletedPart> = parts
                 .parts()
                 .iter()
@@ -228,12 +205,7 @@ impl BucketClient {
                 )
                 .send()
                 .await
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "complete {key}: {}",
-                        aws_sdk_s3::error::DisplayErrorContext(e)
-                    )
-                });
+                .unwrap_or_else(refused(format!("complete {key}")));
         })
     }
 
@@ -248,16 +220,16 @@ impl BucketClient {
                 .prefix(prefix)
                 .send()
                 .await
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "uploads under {prefix}: {}",
-                        aws_sdk_s3::error::DisplayErrorContext(e)
-                    )
-                });
+                .unwrap_or_else(refused(format!("uploads under {prefix}")));
             page.uploads()
                 .iter()
                 .filter_map(|u| Some((u.key()?.to_string(), u.upload_id()?.to_string())))
                 .collect()
         })
     }
+}
+
+/// A panic naming `what` the store refused, with the SDK's whole error.
+fn refused<E: std::error::Error, T>(what: String) -> impl FnOnce(E) -> T {
+    move |e| panic!("{what}: {}", aws_sdk_s3::error::DisplayErrorContext(e))
 }

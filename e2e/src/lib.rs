@@ -820,21 +820,48 @@ pub fn cmdline_and_environ(pid: i32) -> String {
         .join("\n")
 }
 
-/// The `s3s-fs` binary: `$EREBINE_TEST_S3S_FS`, else the default of
-/// `scripts/setup-s3s-fs.sh`. Panics with what to run when it is missing.
-pub fn s3s_fs_binary() -> PathBuf {
-    let bin = std::env::var_os("EREBINE_TEST_S3S_FS")
+/// Where the `s3s-fs` binary is looked for: `$EREBINE_TEST_S3S_FS`, else
+/// the default of `scripts/setup-s3s-fs.sh`.
+fn s3s_fs_path() -> PathBuf {
+    std::env::var_os("EREBINE_TEST_S3S_FS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
             Path::new(&home).join(".cache/erebine/s3s-fs-0.14.1/bin/s3s-fs")
-        });
-    assert!(
-        bin.is_file(),
-        "no s3s-fs at {}: run scripts/test.sh (it installs s3s-fs 0.14.1), or set EREBINE_TEST_S3S_FS",
-        bin.display()
-    );
-    bin
+        })
+}
+
+/// Why the s3s-fs tests cannot run here, in one line naming where it was
+/// looked for and what to run; `None` when they can.
+pub fn s3s_fs_missing() -> Option<String> {
+    let bin = s3s_fs_path();
+    (!bin.is_file()).then(|| {
+        format!(
+            "no s3s-fs at {}: run scripts/test.sh (it installs s3s-fs 0.14.1), or set EREBINE_TEST_S3S_FS",
+            bin.display()
+        )
+    })
+}
+
+/// The first statement of a test that may skip without s3s-fs
+/// ([`s3s_fs_missing`]): it writes `skipped (<module>): <why>` and returns.
+#[macro_export]
+macro_rules! require_s3s_fs {
+    () => {
+        if let Some(why) = $crate::s3s_fs_missing() {
+            $crate::say_skipped(::core::module_path!(), &why);
+            return;
+        }
+    };
+}
+
+/// The `s3s-fs` binary ([`s3s_fs_missing`] says where). Panics with what
+/// to run when it is missing.
+pub fn s3s_fs_binary() -> PathBuf {
+    if let Some(why) = s3s_fs_missing() {
+        panic!("{why}");
+    }
+    s3s_fs_path()
 }
 
 /// A real S3 server that checks SigV4 signatures strictly (`s3s-fs`,

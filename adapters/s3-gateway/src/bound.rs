@@ -450,6 +450,9 @@ impl Bound {
                 break;
             }
             let aborted = self.store.abort_upload(&key, &id).await;
+            if aborted.is_err() {
+                sweep.abort_failed(self.now(), (key.clone(), id));
+            }
             let mut figures = self.figures();
             match aborted {
                 Ok(()) => {

@@ -13,14 +13,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use aws_credential_types::Credentials;
 use lmcache_s3_gateway::bound::BoundState;
-use lmcache_s3_gateway::sigv4::s3_signature;
 use lmcache_s3_gateway::Gateways;
 use lmcache_tier_e2e::{free_port, S3sFs};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+
+mod support;
+use support::Signer;
 
 const KEY_ID: &str = "AKIAGATEWAYBOUND0001";
 const SECRET: &str = "gateway-bound-secret-0123456789abcdefghij";
@@ -233,33 +234,18 @@ async fn relay(
     }
 }
 
-/// PUTs `bytes` at `key` through the gateway at `addr`, signed with its
-/// per-launch key as LMCache signs; the answer's status.
+/// PUTs `bytes` at `key` through the gateway, signed with its per-launch
+/// key as LMCache signs; the answer's status.
 async fn put_through(gateways: &Gateways, key: &str, bytes: Vec<u8>) -> u16 {
     let addr = gateways.addresses()[0].1.to_string();
     let pair = gateways.key().unwrap();
-    let credentials = Credentials::new(
-        &pair.access_key_id,
-        &pair.secret_access_key,
-        None,
-        None,
-        "test",
-    );
-    let url = format!("http://{addr}/{}", key.replace('@', "%40"));
-    let signature = s3_signature(
-        "PUT",
-        &url,
-        &[("host", addr.as_str())],
-        "UNSIGNED-PAYLOAD",
-        &credentials,
-        "us-east-1",
-        SystemTime::now(),
-    )
-    .unwrap();
-    let mut request = reqwest::Client::new().put(&url).body(bytes);
-    for (name, value) in signature {
-        request = request.header(name, value);
-    }
+    let signer = Signer {
+        addr: &addr,
+        key_id: &pair.access_key_id,
+        secret: &pair.secret_access_key,
+        region: "us-east-1",
+    };
+    let request = signer.request(&reqwest::Client::new(), "PUT", key, bytes);
     request.send().await.unwrap().status().as_u16()
 }
 

@@ -90,19 +90,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use aws_credential_types::Credentials;
 use lmcache_housekeeping::s3_key::parse_s3_key;
 use lmcache_s3_gateway::bound::{BoundState, MIN_LISTING_GAP};
-use lmcache_s3_gateway::sigv4::s3_signature;
 use lmcache_s3_gateway::state;
 use lmcache_s3_gateway::Gateways;
 use lmcache_tier_e2e::bucket::{BucketClient, StoreAccess};
-use lmcache_tier_e2e::seaweedfs::{seaweedfs_missing, SeaweedFs};
-use lmcache_tier_e2e::{free_port, say_skipped, S3sFs};
+use lmcache_tier_e2e::seaweedfs::SeaweedFs;
+use lmcache_tier_e2e::{free_port, S3sFs};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+
+mod support;
+use support::Signer;
 
 const KEY_ID: &str = "AKIAFLEETGATEWAYS001";
 const SECRET: &str = "fleet-gateways-secret-0123456789abcdefgh";
@@ -183,23 +184,6 @@ fn fleet_gateway_process() {
     });
 }
 
-/// Why s3s-fs cannot run here, naming where it was looked for (the kit's
-/// [`lmcache_tier_e2e::s3s_fs_binary`] lookup, which panics instead).
-fn s3s_fs_missing() -> Option<String> {
-    let bin = std::env::var_os("EREBINE_TEST_S3S_FS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            Path::new(&home).join(".cache/erebine/s3s-fs-0.14.1/bin/s3s-fs")
-        });
-    (!bin.is_file()).then(|| {
-        format!(
-            "no s3s-fs at {}: run scripts/test.sh (it installs s3s-fs 0.14.1), or set EREBINE_TEST_S3S_FS",
-            bin.display()
-        )
-    })
-}
-
 /// One fleet at a time on this machine.
 fn one_fleet_at_a_time() -> MutexGuard<'static, ()> {
     static FLEET: Mutex<()> = Mutex::new(());
@@ -208,10 +192,7 @@ fn one_fleet_at_a_time() -> MutexGuard<'static, ()> {
 
 #[test]
 fn sixteen_gateways_keep_one_bound_on_s3s_fs() {
-    if let Some(why) = s3s_fs_missing() {
-        say_skipped(module_path!(), &why);
-        return;
-    }
+    lmcache_tier_e2e::require_s3s_fs!();
     let _turn = one_fleet_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let store = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &[BUCKET]);
@@ -226,10 +207,7 @@ fn sixteen_gateways_keep_one_bound_on_s3s_fs() {
 
 #[test]
 fn sixteen_gateways_keep_one_bound_on_seaweedfs() {
-    if let Some(why) = seaweedfs_missing() {
-        say_skipped(module_path!(), &why);
-        return;
-    }
+    lmcache_tier_e2e::require_seaweedfs!();
     let _turn = one_fleet_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let store = SeaweedFs::start(tmp.path(), (KEY_ID, SECRET), &[BUCKET]);
@@ -367,22 +345,13 @@ async fn put_through(
     body: bytes::Bytes,
 ) -> Result<u16, String> {
     let addr = slot.addr.to_string();
-    let credentials = Credentials::new(&slot.key_id, &slot.secret, None, None, "fleet");
-    let url = format!("http://{addr}/{}", key.replace('@', "%40"));
-    let signature = s3_signature(
-        "PUT",
-        &url,
-        &[("host", addr.as_str())],
-        "UNSIGNED-PAYLOAD",
-        &credentials,
-        REGION,
-        SystemTime::now(),
-    )
-    .map_err(|e| e.to_string())?;
-    let mut request = client.put(&url).body(body);
-    for (name, value) in signature {
-        request = request.header(name, value);
-    }
+    let signer = Signer {
+        addr: &addr,
+        key_id: &slot.key_id,
+        secret: &slot.secret,
+        region: REGION,
+    };
+    let request = signer.request(client, "PUT", key, body);
     let answer = request.send().await.map_err(|e| e.to_string())?;
     Ok(answer.status().as_u16())
 }

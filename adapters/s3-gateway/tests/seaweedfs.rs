@@ -5,14 +5,15 @@
 //! under the tier's prefix, as a client with the store's real key sees it;
 //! once the store is dropped, none of its processes is left.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use aws_credential_types::Credentials;
-use lmcache_s3_gateway::sigv4::s3_signature;
 use lmcache_s3_gateway::Gateways;
 use lmcache_tier_e2e::bucket::BucketClient;
 use lmcache_tier_e2e::processes_mentioning;
 use lmcache_tier_e2e::seaweedfs::{SeaweedFs, SEAWEEDFS_REGION};
+
+mod support;
+use support::Signer;
 
 const KEY_ID: &str = "AKIASEAWEEDGATEWAY01";
 const SECRET: &str = "seaweed-gateway-secret-0123456789abcdefgh";
@@ -20,34 +21,17 @@ const BUCKET: &str = "kv-cache";
 const PREFIX: &str = "fleet/";
 
 /// `method` on `key` through the gateway, signed with its per-launch key
-/// as LMCache signs (path-style `/<key>`, unsigned payload): the answer's
-/// status and body.
+/// as LMCache signs: the answer's status and body.
 async fn through(gateways: &Gateways, method: &str, key: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
     let addr = gateways.addresses()[0].1.to_string();
     let pair = gateways.key().unwrap();
-    let credentials = Credentials::new(
-        &pair.access_key_id,
-        &pair.secret_access_key,
-        None,
-        None,
-        "test",
-    );
-    let url = format!("http://{addr}/{}", key.replace('@', "%40"));
-    let signature = s3_signature(
-        method,
-        &url,
-        &[("host", addr.as_str())],
-        "UNSIGNED-PAYLOAD",
-        &credentials,
-        SEAWEEDFS_REGION,
-        SystemTime::now(),
-    )
-    .unwrap();
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut request = reqwest::Client::new().request(method, &url).body(body);
-    for (name, value) in signature {
-        request = request.header(name, value);
-    }
+    let signer = Signer {
+        addr: &addr,
+        key_id: &pair.access_key_id,
+        secret: &pair.secret_access_key,
+        region: SEAWEEDFS_REGION,
+    };
+    let request = signer.request(&reqwest::Client::new(), method, key, body);
     let answer = request.send().await.unwrap();
     let status = answer.status().as_u16();
     (status, answer.bytes().await.unwrap().to_vec())

@@ -74,6 +74,12 @@ impl Sweep {
         abort
     }
 
+    /// The abort of `upload` failed at `now`: it is tried again at the next
+    /// sweep that still lists it, not a whole age later.
+    pub fn abort_failed(&mut self, now: Duration, upload: Upload) {
+        self.first_seen.insert(upload, now.saturating_sub(self.age));
+    }
+
     /// A listing at `now` failed: tried again a period later.
     pub fn failed(&mut self, now: Duration) {
         self.next_at = now + self.every();
@@ -138,6 +144,11 @@ mod tests {
         sweep.forget(5 * S);
         assert!(sweep.due(5 * S));
         assert!(sweep.listed(6 * S, vec![a.clone()]).is_empty());
-        assert_eq!(sweep.listed(10 * S, vec![a.clone()]), [a]);
+        assert_eq!(
+            sweep.listed(10 * S, vec![a.clone()]),
+            std::slice::from_ref(&a)
+        );
+        sweep.abort_failed(10 * S, a.clone());
+        assert_eq!(sweep.listed(11 * S, vec![a.clone()]), [a]);
     }
 }
