@@ -474,7 +474,7 @@ fn inspect_json(dir: &std::path::Path, url: &str) -> (Option<i32>, String) {
 fn wait_for_keys(s3: &S3Server, n: usize) -> Vec<String> {
     let start = Instant::now();
     loop {
-        let keys = s3.list_keys("kv-cache");
+        let keys = cache_keys(s3);
         if keys.len() >= n {
             return keys;
         }
@@ -484,6 +484,17 @@ fn wait_for_keys(s3: &S3Server, n: usize) -> Vec<String> {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// The keys of the bucket `kv-cache` but the bucket bound's own objects
+/// (its lease, reports and probes in `<prefix>.lmcache-tier/`, which a
+/// tier with `max_capacity_gb` writes: `docs/s3-gateway.md`, "A fleet on
+/// one bucket").
+fn cache_keys(s3: &S3Server) -> Vec<String> {
+    s3.list_keys("kv-cache")
+        .into_iter()
+        .filter(|key| !key.contains(lmcache_s3_gateway::fleet::RESERVED))
+        .collect()
 }
 
 /// SigV4 headers (unsigned payload) as an S3 client would send them.
@@ -683,7 +694,7 @@ fn assert_bench_through_gateway(
     for secret in secrets {
         assert!(!output.contains(secret), "{secret} in the log:\n{output}");
     }
-    let mut keys = s3.list_keys("kv-cache");
+    let mut keys = cache_keys(&s3);
     keys.sort();
     assert_eq!(
         keys,
