@@ -694,7 +694,7 @@ fn assert_bench_through_gateway(
     for secret in secrets {
         assert!(!output.contains(secret), "{secret} in the log:\n{output}");
     }
-    let mut keys = cache_keys(&s3);
+    let mut keys = cache_keys(s3);
     keys.sort();
     assert_eq!(
         keys,
