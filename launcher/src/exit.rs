@@ -298,7 +298,7 @@ impl HasExitStatus for DropInError {
             DropInError::Gateway(e) => e.exit_status(),
             DropInError::Boto3(e) => e.exit_status(),
             DropInError::GuardStart(e) => e.exit_status(),
-            DropInError::MetricsConfig(e) => e.exit_status(),
+            DropInError::Config(e) => e.exit_status(),
             DropInError::Metrics(e) => e.exit_status(),
             DropInError::Process(e) => e.exit_status(),
         }

@@ -239,6 +239,70 @@ fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_f
     assert!(lock);
 }
 
+/// A stand-in for the stock `lmcache` that ignores SIGTERM, as a server
+/// stuck in a system call or a handler would: only SIGKILL ends it.
+const DEAF_SERVER: &str = r#"#!/bin/sh
+trap '' TERM
+echo $$ > "$EREBINE_TEST_STATE/pid"
+while :; do sleep 0.1; done
+"#;
+
+#[test]
+fn a_server_deaf_to_sigterm_is_gone_within_the_grace_when_the_launch_is_killed() {
+    lmcache_tier_e2e::require_lmcache!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let venv = dir.join("venv");
+    fs::create_dir_all(venv.join("bin")).unwrap();
+    let stock = venv.join("bin/lmcache");
+    fs::write(&stock, DEAF_SERVER).unwrap();
+    fs::set_permissions(&stock, fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.join("state");
+    fs::create_dir(&state).unwrap();
+    let grace = 3;
+    let mut cmd = BINS.launch_command(
+        dir,
+        free_port(),
+        free_port(),
+        &["--stop-grace", &grace.to_string()],
+    );
+    cmd.env("EREBINE_AGENT_LMCACHE_METRICS_PORT", "0")
+        .env("EREBINE_AGENT_LMCACHE_PATH", BINS.erebine_lmcache())
+        .env("VIRTUAL_ENV", &venv)
+        .env("EREBINE_TEST_STATE", &state);
+    let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
+    let pid_file = state.join("pid");
+    wait_for("the server start", Duration::from_secs(60), || {
+        if let Some(status) = launch.try_status() {
+            panic!("the launch ended ({status}):\n{}", launch.output());
+        }
+        pid_file.exists()
+    });
+    let server: i32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let wrapper = lmcache_tier_e2e::children_of(launch.pid());
+    assert_eq!(wrapper.len(), 1, "{wrapper:?}");
+    launch.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+    // The drop-in gets its parent-death signal, forwards it to the deaf
+    // server, and kills it once the launch's grace has passed.
+    wait_for(
+        "the server and its wrapper gone",
+        Duration::from_secs(grace + 10),
+        || !alive(server) && !alive(wrapper[0]),
+    );
+    assert!(
+        killed.elapsed() >= Duration::from_secs(grace) - Duration::from_millis(500),
+        "killed after {:?}, before the grace of {grace} s",
+        killed.elapsed()
+    );
+    let left = processes_mentioning(&dir.display().to_string());
+    assert!(left.is_empty(), "still running: {left:?}");
+}
+
 #[test]
 fn a_hangup_stops_the_real_server_and_leaves_nothing_running() {
     lmcache_tier_e2e::require_lmcache!();

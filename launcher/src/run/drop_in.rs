@@ -70,9 +70,10 @@ pub enum DropInError {
         /// Why the guard did not start.
         GuardError,
     ),
-    /// The metrics variables are unusable (2).
+    /// A variable is unusable: the metrics endpoint's, or the stop grace
+    /// a launch passes (2).
     #[error(transparent)]
-    MetricsConfig(#[from] ConfigError),
+    Config(#[from] ConfigError),
     /// The metrics endpoint cannot listen (4), or its thread cannot start
     /// (1).
     #[error("{0}; the server was not started")]
@@ -122,9 +123,39 @@ pub async fn serve(server: DropIn, vars: Vars) -> Result<ExitStatus, DropInError
         metrics.serve_guards_of(&owner);
     }
     let _endpoint = start_metrics(&server, &vars, &metrics)?;
+    let grace = stop_grace(&vars)?;
     let (mut child, _gateways) = start_server(&server, &vars, &metrics).await?;
     metrics.server().started(1);
-    supervise(&mut child, server.guards, &mut signals, &metrics).await
+    let mut run = Run {
+        child: &mut child,
+        signals: &mut signals,
+        metrics: &metrics,
+        grace,
+    };
+    run.supervise(server.guards).await
+}
+
+/// How long a server told to stop has before its processes are killed:
+/// the launch's `--stop-grace` ([`crate::launch::STOP_GRACE`]), else
+/// [`STOP_GRACE`].
+///
+/// # Errors
+/// A value that is not a whole number of seconds.
+fn stop_grace(vars: &Vars) -> Result<Duration, DropInError> {
+    let Some(value) = vars.get(std::ffi::OsStr::new(crate::launch::STOP_GRACE)) else {
+        return Ok(STOP_GRACE);
+    };
+    value
+        .to_str()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .ok_or_else(|| {
+            DropInError::Config(ConfigError::Invalid {
+                variable: crate::launch::STOP_GRACE.to_string(),
+                value: value.to_string_lossy().into_owned(),
+                expected: "write a whole number of seconds, such as 30".to_string(),
+            })
+        })
 }
 
 /// Starts the gateways of the command's `s3_bucket` tiers, then the stock
@@ -172,50 +203,95 @@ async fn start_server(
     Ok((child, gateways))
 }
 
-/// Waits for the server to exit, forwarding every terminating signal, and
-/// starts `guards` once it listens; returns its status, or that of a guard
-/// that could not start (said, and the server stopped).
-async fn supervise(
-    child: &mut Supervised,
-    guards: Vec<GuardSpec>,
-    signals: &mut TerminatingSignals,
-    metrics: &NodeMetrics,
-) -> Result<ExitStatus, DropInError> {
-    let mut pending = Some(guards).filter(|g| !g.is_empty());
-    let mut listening = false;
-    // Stopped (last status written) when dropped, after the server exits.
-    let mut _guards = Vec::new();
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                // Whatever the server left in its group goes with it.
-                child.signal(Signal::SIGKILL);
-                let status = status.map_err(ProcessError::LostServer)?;
-                metrics.server().observe(&Event::exited(status, &child.oom_reading()));
-                return Ok(ExitStatus::of_server(exit_code(status)));
-            }
-            number = signals.recv() => child.forward(number),
-            _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() || !listening => {
-                if child.listens() {
-                    // Listening is this process's "ready": it does not poll
-                    // /status, the launch does.
-                    listening = true;
-                    metrics.server().observe(&Event::Ready);
+/// A running server and what its supervision needs.
+struct Run<'a> {
+    child: &'a mut Supervised,
+    signals: &'a mut TerminatingSignals,
+    metrics: &'a NodeMetrics,
+    /// How long the server has, once told to stop, before its processes
+    /// are killed.
+    grace: Duration,
+}
+
+impl Run<'_> {
+    /// Waits for the server to exit, forwarding every terminating signal
+    /// (the first one arms the grace: past it, SIGKILL to every process of
+    /// the server, so that none outlives this run), and starts `guards`
+    /// once it listens; returns its status, or that of a guard that could
+    /// not start (said, and the server stopped).
+    async fn supervise(&mut self, guards: Vec<GuardSpec>) -> Result<ExitStatus, DropInError> {
+        let mut pending = Some(guards).filter(|g| !g.is_empty());
+        let mut listening = false;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        // Stopped (last status written) when dropped, after the server exits.
+        let mut _guards = Vec::new();
+        loop {
+            let killing = kill_at.unwrap_or_else(tokio::time::Instant::now);
+            tokio::select! {
+                status = self.child.wait() => return self.exited(status),
+                number = self.signals.recv() => {
+                    self.child.forward(number);
+                    kill_at.get_or_insert_with(|| self.told_to_stop(number));
                 }
-                if listening && pending.is_some() {
-                    match start_guards(pending.take().unwrap_or_default(), &metrics.guard_owner()) {
-                        Ok(started) => _guards = started,
-                        Err(e) => {
-                            // Said before the stop, which may take STOP_GRACE.
-                            let failure = DropInError::GuardStart(e);
-                            say(&failure.to_string());
-                            let _ = child.stop(STOP_GRACE).await;
-                            return Ok(failure.exit_status());
+                _ = tokio::time::sleep_until(killing), if kill_at.is_some() => {
+                    say(&format!(
+                        "the server did not stop within {} s of the signal; sending SIGKILL to its processes",
+                        self.grace.as_secs()
+                    ));
+                    self.child.kill_all();
+                    kill_at = Some(tokio::time::Instant::now() + self.grace);
+                }
+                _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() || !listening => {
+                    if !listening && self.child.listens() {
+                        // Listening is this process's "ready": it does not
+                        // poll /status, the launch does.
+                        listening = true;
+                        self.metrics.server().observe(&Event::Ready);
+                    }
+                    if listening && pending.is_some() {
+                        match start_guards(pending.take().unwrap_or_default(), &self.metrics.guard_owner()) {
+                            Ok(started) => _guards = started,
+                            Err(e) => return Ok(self.guard_failed(e).await),
                         }
                     }
                 }
             }
         }
+    }
+
+    /// Says that signal `number` was forwarded; returns when the server's
+    /// processes are killed if it has not exited by then.
+    fn told_to_stop(&self, number: i32) -> tokio::time::Instant {
+        say(&format!(
+            "{} received: forwarded to the server (pid {}); its processes are killed if it has not exited within {} s",
+            crate::supervise::signal_name(number),
+            self.child.pid(),
+            self.grace.as_secs()
+        ));
+        tokio::time::Instant::now() + self.grace
+    }
+
+    /// The server exited with `status`: whatever it left in its group goes
+    /// with it.
+    fn exited(
+        &mut self,
+        status: std::io::Result<std::process::ExitStatus>,
+    ) -> Result<ExitStatus, DropInError> {
+        self.child.signal(Signal::SIGKILL);
+        let status = status.map_err(ProcessError::LostServer)?;
+        self.metrics
+            .server()
+            .observe(&Event::exited(status, &self.child.oom_reading()));
+        Ok(ExitStatus::of_server(exit_code(status)))
+    }
+
+    /// A guard could not start: said, then the server stopped.
+    async fn guard_failed(&mut self, e: GuardError) -> ExitStatus {
+        // Said before the stop, which may take the grace.
+        let failure = DropInError::GuardStart(e);
+        say(&failure.to_string());
+        let _ = self.child.stop(self.grace).await;
+        failure.exit_status()
     }
 }
 
@@ -237,7 +313,7 @@ fn start_metrics(
     };
     for (flag, role, port) in server_ports(&server.text_args) {
         if port == address.port() {
-            return Err(DropInError::MetricsConfig(ConfigError::PortClash {
+            return Err(DropInError::Config(ConfigError::PortClash {
                 first: format!("{METRICS_PORT}={port} (the metrics endpoint)"),
                 second: format!("{flag} {port} ({role})"),
                 port,
@@ -276,8 +352,9 @@ fn server_ports(args: &[String]) -> [(&'static str, &'static str, u16); 2] {
     ]
 }
 
-/// How long a server stopped because its guard could not start is given
-/// after SIGTERM.
+/// How long a server told to stop has before its processes are killed,
+/// without a launch's [`crate::launch::STOP_GRACE`]: the launch's own
+/// default `--stop-grace`.
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
 #[cfg(test)]

@@ -62,6 +62,13 @@ pub const GUARDED_BY_LAUNCH: &str = "EREBINE_LMCACHE_GUARDED_BY_LAUNCH";
 /// server` runs for the launch are served as the launch's own.
 pub const GUARD_OWNER: &str = "EREBINE_LMCACHE_GUARD_OWNER";
 
+/// The variable a launch sets for the server's process with its
+/// [`RunOptions::stop_grace`] in whole seconds, so that `erebine-lmcache
+/// server`, told to stop (by the launch, or by its parent-death signal when
+/// the launch itself was killed), kills a server that outlives the same
+/// grace (`docs/operations.md`, "Stopping").
+pub const STOP_GRACE: &str = "EREBINE_LMCACHE_STOP_GRACE_SECONDS";
+
 impl Default for RunOptions {
     /// 180 s to become ready (LMCache takes 20-25 s on a small host, mostly
     /// imports), 30 s of grace on stop, the default watch and restart policy.
@@ -518,7 +525,7 @@ async fn start_once(
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
-    let mut server = spawn(plan, prepared)?;
+    let mut server = spawn(plan, prepared, options.stop_grace)?;
     tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
     let started = Instant::now();
     let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
@@ -579,7 +586,11 @@ async fn start_once(
 
 /// The server's process: the plan's executable with the prepared
 /// arguments, in the plan's environment less every secret.
-fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchError> {
+fn spawn(
+    plan: &LaunchPlan,
+    prepared: &Prepared,
+    stop_grace: Duration,
+) -> Result<Supervised, LaunchError> {
     let mut command = Command::new(&plan.executable);
     if !plan.base_env.is_empty() {
         command.env_clear().envs(&plan.base_env);
@@ -606,6 +617,7 @@ fn spawn(plan: &LaunchPlan, prepared: &Prepared) -> Result<Supervised, LaunchErr
         command.env(GUARDED_BY_LAUNCH, guarded);
     }
     command.env(GUARD_OWNER, &prepared.guard_owner);
+    command.env(STOP_GRACE, stop_grace.as_secs().to_string());
     Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
         executable: plan.executable.display().to_string(),
         detail: e.to_string(),

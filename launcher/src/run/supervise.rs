@@ -186,13 +186,19 @@ impl Supervised {
                     "server did not stop within {}s of SIGTERM; sending SIGKILL",
                     grace.as_secs()
                 );
-                self.signal_tree(Signal::SIGKILL);
-                self.signal(Signal::SIGKILL);
+                self.kill_all();
                 self.child.wait().await?
             }
         };
         self.signal(Signal::SIGKILL);
         Ok(status)
+    }
+
+    /// SIGKILL to the child, each of its live descendants (in whatever
+    /// process group) and its process group.
+    pub fn kill_all(&self) {
+        self.signal_tree(Signal::SIGKILL);
+        self.signal(Signal::SIGKILL);
     }
 
     /// Sends `signal` to the child and each of its live descendants (found
