@@ -21,6 +21,7 @@ use nix::sys::signal::{killpg, Signal};
 
 pub mod bucket;
 pub mod fault_proxy;
+pub mod hostile_store;
 pub mod seaweedfs;
 pub mod swift;
 use nix::unistd::Pid;

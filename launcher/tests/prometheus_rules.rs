@@ -29,7 +29,10 @@ fn promtool_ok(args: &[&str]) -> String {
 #[test]
 fn the_alerting_rules_check_and_every_alert_has_a_passing_case() {
     let rules = std::fs::read_to_string(deploy("prometheus/lmcache-node-alerts.yml")).unwrap();
-    let alerts = rules.lines().filter(|l| l.trim().starts_with("- alert: ")).count();
+    let alerts = rules
+        .lines()
+        .filter(|l| l.trim().starts_with("- alert: "))
+        .count();
     let checked = promtool_ok(&["check", "rules", "lmcache-node-alerts.yml"]);
     assert!(
         checked.contains(&format!("SUCCESS: {alerts} rules found")),

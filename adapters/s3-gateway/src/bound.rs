@@ -35,9 +35,10 @@ use std::time::{Duration, Instant, SystemTime};
 use super::credentials::RealCredentials;
 use super::spec::{BucketSpecError, BucketTier};
 use super::state::Stats;
-use super::store::{PutAnswer, Store, StoreError, StoredObject};
+use super::store::{PutAnswer, Store, StoreError};
 use crate::fleet::evictor::EvictStep;
 use crate::fleet::lease::{Election, ElectionFigures, LeaseAnswer, LeaseBody, LeaseStep};
+use crate::fleet::models::Models;
 use crate::fleet::node::{LeaseChange, Node, DELETES_IN_FLIGHT};
 use crate::fleet::report::ReportBody;
 use crate::fleet::sweep::Sweep;
@@ -47,6 +48,10 @@ use lmcache_housekeeping::s3_key::parse_s3_key;
 pub use crate::fleet::figures::BoundState;
 pub use crate::fleet::rule::{BoundRole, BoundSpec, LISTING_SHARE, MIN_LISTING_GAP};
 pub use crate::fleet::view::{victims, BucketView, Entry};
+
+/// How long the start-up check of the listing may take before the gateway
+/// serves anyway (the bound then lists in the background).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The shortest pause of the sweep's task between two looks.
 const MIN_SWEEP_PAUSE: Duration = Duration::from_millis(100);
@@ -61,26 +66,61 @@ const SMALL_BODY: usize = 64 << 10;
 /// background).
 ///
 /// # Errors
-/// The check failed: named as a problem of `max_capacity_gb` (the bound
-/// that needs it), with the store's answer.
+/// The store refused the check with a 4xx (credentials, bucket): named as
+/// a problem of `max_capacity_gb` (the bound that needs it), with the
+/// store's answer and what to do. A store that fails (5xx) or does not
+/// answer within [`CHECK_TIMEOUT`] is a warning: the gateway serves, and
+/// the bound lists once the store answers.
 pub(crate) async fn start(
     tier: &BucketTier,
     credentials: RealCredentials,
     spec: BoundSpec,
+    models: Models,
     stats: Arc<Stats>,
 ) -> Result<Arc<Bound>, BucketSpecError> {
-    let err = |e: StoreError| {
-        BucketSpecError {
+    let started = Instant::now();
+    let err = |e: StoreError| BucketSpecError {
         position: tier.position,
         key: "max_capacity_gb",
-        problem: format!("the bucket bound cannot list {}/{}: {e}", tier.bucket, tier.key_prefix),
-        fix: "Give the credentials s3:ListBucket on the bucket (the gateway lists the tier's prefix to keep the bucket within max_capacity_gb), or check the endpoint.".to_string(),
-    }
+        problem: format!(
+            "the bucket bound cannot list {}/{} ({:.1} s): {e}",
+            tier.bucket,
+            tier.key_prefix,
+            started.elapsed().as_secs_f64()
+        ),
+        fix: listing_advice(e.status).to_string(),
     };
     let store = Store::new(tier, credentials).map_err(err)?;
-    store.check_listing().await.map_err(err)?;
+    let checked = tokio::time::timeout(CHECK_TIMEOUT, store.check_listing()).await;
+    let failure = match checked {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some(StoreError {
+            operation: "ListObjectsV2",
+            status: None,
+            detail: format!("no answer within {} s", CHECK_TIMEOUT.as_secs()),
+        }),
+    };
+    match failure {
+        Some(e) if e.status.is_some_and(|s| (400..500).contains(&s)) => return Err(err(e)),
+        Some(e) => tracing::warn!(
+            tier = tier.position,
+            "S3 gateway bucket bound: the start-up check of the listing failed after {:.1} s ({e}); the gateway serves, and the bound lists in the background until the store answers. {}",
+            started.elapsed().as_secs_f64(),
+            listing_advice(e.status)
+        ),
+        None => {}
+    }
     let node = node_id();
-    let mode = match store.takes_conditional_writes(&node).await {
+    let probe = tokio::time::timeout(CHECK_TIMEOUT, store.takes_conditional_writes(&node)).await;
+    let probe = probe.unwrap_or_else(|_| {
+        Err(StoreError {
+            operation: "PutObject",
+            status: None,
+            detail: format!("no answer within {} s", CHECK_TIMEOUT.as_secs()),
+        })
+    });
+    let mode = match probe {
         Ok(true) => Mode::Lease,
         Ok(false) => {
             tracing::warn!(
@@ -97,9 +137,21 @@ pub(crate) async fn start(
             Mode::EveryNode
         }
     };
-    let bound = Bound::new(spec, store, tier.position, node, mode, stats);
+    let bound = Bound::new(spec, store, tier.position, node, mode, models, stats);
     tokio::spawn(bound.clone().run());
     Ok(bound)
+}
+
+/// What to do when the start-up listing failed, by the store's status
+/// (`None`: no answer).
+fn listing_advice(status: Option<u16>) -> &'static str {
+    match status {
+        Some(401 | 403) => "Give the credentials s3:ListBucket on the bucket (the gateway lists the tier's prefix to keep the bucket within max_capacity_gb).",
+        Some(404) => "Check s3_bucket and s3_endpoint: the store knows no such bucket.",
+        Some(500..=599) => "The store failed the listing: see its logs. A store that cannot list a key under the prefix (one holding a control character, where the store does not take encoding-type=url) is one known cause: remove that object.",
+        Some(_) => "Check s3_endpoint, s3_region and s3_bucket: the store refused the listing.",
+        None => "Check that s3_endpoint is reachable from this node and answers a listing page within 30 s.",
+    }
 }
 
 /// A new node id: 16 hex digits from the system's random source (the
@@ -126,7 +178,20 @@ pub(crate) struct Bound {
     wake: tokio::sync::Notify,
     wake_reports: tokio::sync::Notify,
     stats: Arc<Stats>,
+    /// Refused deletions since the last warning, and when that was.
+    refusals: Mutex<Refusals>,
+    said_oversized: std::sync::atomic::AtomicBool,
 }
+
+/// Deletions the store refused, said at most once a [`REFUSAL_WARNING`].
+#[derive(Default)]
+struct Refusals {
+    since_warning: u64,
+    warned_at: Option<Instant>,
+}
+
+/// The shortest time between two warnings of refused deletions.
+const REFUSAL_WARNING: Duration = Duration::from_secs(60);
 
 impl Bound {
     fn new(
@@ -135,9 +200,10 @@ impl Bound {
         tier: usize,
         node: String,
         mode: Mode,
+        models: Models,
         stats: Arc<Stats>,
     ) -> Arc<Bound> {
-        let core = Node::new(node.clone(), spec, mode, Duration::ZERO);
+        let core = Node::new(node.clone(), spec, mode, Duration::ZERO, models);
         let figures = BoundState {
             spec,
             mode,
@@ -167,6 +233,9 @@ impl Bound {
             upload_listings: 0,
             uploads_aborted: 0,
             upload_abort_failures: 0,
+            models: Vec::new(),
+            listing_skipped: 0,
+            oversized_objects: 0,
         };
         let bound = Arc::new(Bound {
             spec,
@@ -178,6 +247,8 @@ impl Bound {
             wake: tokio::sync::Notify::new(),
             wake_reports: tokio::sync::Notify::new(),
             stats,
+            refusals: Mutex::new(Refusals::default()),
+            said_oversized: std::sync::atomic::AtomicBool::new(false),
         });
         bound.changed();
         bound
@@ -301,6 +372,7 @@ impl Bound {
             lease,
             reports,
             unchanged,
+            models,
         ) = {
             let mut core = self.core();
             let keeps_view = core.holds(now);
@@ -318,11 +390,13 @@ impl Bound {
                 core.election.as_ref().map(Election::figures),
                 core.reporter.reports(),
                 core.election.as_ref().and_then(|e| e.unchanged_for(now)),
+                core.models.names(),
             )
         };
         let state = {
             let mut f = self.figures();
             f.evictor = evictor;
+            f.models = models;
             f.reports_sent = reports;
             f.lease_unchanged_millis = unchanged.map(|d| d.as_millis() as u64);
             if let Some(lease) = lease {
@@ -440,10 +514,13 @@ impl Bound {
             }
         };
         self.figures().upload_listings += 1;
-        let ours = listed
-            .into_iter()
-            .filter(|(key, _)| parse_s3_key(key).is_ok())
-            .collect();
+        let ours = {
+            let core = self.core();
+            listed
+                .into_iter()
+                .filter(|(key, _)| core.models.counts(key))
+                .collect()
+        };
         let abandoned = sweep.listed(self.now(), ours);
         for (key, id) in abandoned {
             if !self.core().holds(self.now()) {
@@ -486,37 +563,56 @@ impl Bound {
         );
     }
 
-    /// Lists the prefix and replaces the view with what it holds.
+    /// Lists the prefix and replaces the view with what it holds: the
+    /// objects of the models this node counts ([`Models`]).
     async fn list(&self) -> Result<(), StoreError> {
         let started = Instant::now();
-        let listing = self.store.list().await;
+        let models = self.core().models.clone();
+        let listing = self.store.list(|key| models.counts(key)).await;
         let took = started.elapsed();
         let now = self.now();
         let listing = match listing {
             Ok(listing) => listing,
             Err(e) => {
-                self.core().evictor.listed_at(now, None);
+                self.core().listed_at(now, None);
                 self.figures().listing_failures += 1;
                 tracing::warn!(tier = self.tier, "S3 gateway bucket bound: {e}");
                 return Err(e);
             }
         };
-        let ours: Vec<StoredObject> = listing
-            .objects
-            .into_iter()
-            .filter(|o| parse_s3_key(&o.key).is_ok())
-            .collect();
-        let (objects, bytes) = self.core().evictor.listed_at(now, Some(ours));
+        self.say_oversized(&listing.oversized);
+        let (objects, bytes) = self.core().listed_at(now, Some(listing.objects));
         let mut figures = self.figures();
         figures.listings += 1;
         figures.listing_pages += listing.pages;
+        figures.listing_skipped = listing.skipped;
+        figures.oversized_objects = listing.oversized.len() as u64;
         figures.last_listing_millis = took.as_millis() as u64;
         figures.last_listing_unix = unix_now();
         if figures.listings > 1 {
             figures.others_added_objects += objects;
-            figures.others_added_bytes += bytes;
+            figures.others_added_bytes = figures.others_added_bytes.saturating_add(bytes);
         }
         Ok(())
+    }
+
+    /// Says once per start that the store listed sizes past any real
+    /// object's.
+    fn say_oversized(&self, oversized: &[(String, u64)]) {
+        let Some((key, bytes)) = oversized.first() else {
+            return;
+        };
+        if self
+            .said_oversized
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        tracing::warn!(
+            tier = self.tier,
+            objects = oversized.len(),
+            "S3 gateway bucket bound: the store lists sizes past 5 TiB, the most an S3 object holds ({key:?}: {bytes} bytes): those objects are neither counted nor evicted (said once; bucket_bound.oversized_objects counts them)"
+        );
     }
 
     /// Lists the reports' folder and reads the reports that changed.
@@ -528,7 +624,7 @@ impl Bound {
             }
             Err(e) => {
                 tracing::warn!(tier = self.tier, "S3 gateway bucket bound: reports: {e}");
-                self.core().evictor.reports_read(self.now(), &[]);
+                self.core().reports_read(self.now(), &[]);
                 return;
             }
         };
@@ -556,7 +652,7 @@ impl Bound {
             }
         }
         self.figures().reports_read += read.len() as u64;
-        self.core().evictor.reports_read(self.now(), &read);
+        self.core().reports_read(self.now(), &read);
     }
 
     /// Deletes the reports of nodes that left.
@@ -571,56 +667,71 @@ impl Bound {
         }
     }
 
-    /// One eviction cycle: deletes `chosen`, while this node may delete.
+    /// One eviction cycle: deletes `chosen`, [`DELETES_IN_FLIGHT`] at a
+    /// time while this node may delete; the cycle ends at the first batch
+    /// the store refused a deletion of (the next one backs off).
     async fn evict(&self, chosen: Vec<(String, u64)>) {
         let before = self.core().evictor.known_bytes();
-        let results: Vec<(String, u64, bool)> = {
-            use futures_util::StreamExt;
-            futures_util::stream::iter(chosen)
-                .map(|(key, bytes)| async move {
-                    let may = self.core().holds(self.now());
-                    let done = if may {
-                        self.store.delete(&key).await
-                    } else {
-                        Err(StoreError {
-                            operation: "DeleteObject",
-                            detail: "not sent: this node no longer holds the lease".into(),
-                        })
-                    };
-                    (key, bytes, done)
-                })
-                .buffer_unordered(DELETES_IN_FLIGHT)
-                .map(|(key, bytes, done)| {
-                    if let Err(e) = &done {
-                        tracing::debug!(tier = self.tier, "S3 gateway bucket bound: {e}");
-                    }
-                    (key, bytes, done.is_ok())
-                })
-                .collect()
-                .await
-        };
+        let mut results = Vec::with_capacity(chosen.len());
+        let mut refusal = None;
+        for batch in chosen.chunks(DELETES_IN_FLIGHT) {
+            for (key, bytes, done) in self.delete_batch(batch).await {
+                results.push((key, bytes, done.is_ok()));
+                if let Err(e) = done {
+                    refusal.get_or_insert(e);
+                }
+            }
+            if refusal.is_some() {
+                break;
+            }
+        }
         let deleted = results.iter().filter(|r| r.2).count() as u64;
-        let freed: u64 = results.iter().filter(|r| r.2).map(|r| r.1).sum();
+        let freed = results
+            .iter()
+            .filter(|r| r.2)
+            .fold(0u64, |sum, r| sum.saturating_add(r.1));
         let failed = results.len() as u64 - deleted;
         self.core().evictor.evicted(self.now(), &results);
-        self.say_evicted(deleted, freed, failed, before);
+        self.say_evicted(deleted, freed, before);
+        if let Some(e) = refusal {
+            self.say_refused(failed, &e);
+        }
     }
 
-    fn say_evicted(&self, deleted: u64, freed: u64, failed: u64, before: u64) {
-        let warn = {
+    /// Deletes one batch of victims at once, each while this node may.
+    async fn delete_batch(
+        &self,
+        batch: &[(String, u64)],
+    ) -> Vec<(String, u64, Result<(), StoreError>)> {
+        use futures_util::StreamExt;
+        futures_util::stream::iter(batch.iter().cloned())
+            .map(|(key, bytes)| async move {
+                let done = if self.core().holds(self.now()) {
+                    self.store.delete(&key).await
+                } else {
+                    Err(StoreError {
+                        operation: "DeleteObject",
+                        status: None,
+                        detail: "not sent: this node no longer holds the lease".into(),
+                    })
+                };
+                (key, bytes, done)
+            })
+            .buffer_unordered(DELETES_IN_FLIGHT)
+            .collect()
+            .await
+    }
+
+    fn say_evicted(&self, deleted: u64, freed: u64, before: u64) {
+        {
             let mut figures = self.figures();
             figures.evicted_objects += deleted;
-            figures.evicted_bytes += freed;
-            figures.eviction_failures += failed;
-            failed > 0 && figures.eviction_failures == failed
-        };
-        let after = self.core().evictor.known_bytes();
-        if failed > 0 {
-            if warn {
-                tracing::warn!(tier = self.tier, failed, "S3 gateway bucket bound: the store refused deletions; the next cycles back off (1 s doubling to 60 s): bucket_bound.eviction_failures counts them");
-            }
+            figures.evicted_bytes = figures.evicted_bytes.saturating_add(freed);
+        }
+        if deleted == 0 {
             return;
         }
+        let after = self.core().evictor.known_bytes();
         tracing::info!(
             tier = self.tier,
             deleted,
@@ -630,6 +741,31 @@ impl Bound {
             capacity_bytes = self.spec.capacity_bytes,
             "S3 gateway bucket bound evicted the oldest objects"
         );
+    }
+
+    /// Counts `failed` refused deletions and says so at most once a
+    /// [`REFUSAL_WARNING`], with the first refusal's answer.
+    fn say_refused(&self, failed: u64, first: &StoreError) {
+        self.figures().eviction_failures += failed;
+        let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        refusals.since_warning += failed;
+        if refusals
+            .warned_at
+            .is_some_and(|at| at.elapsed() < REFUSAL_WARNING)
+        {
+            return;
+        }
+        let over = refusals.warned_at.map_or(String::new(), |at| {
+            format!(" in the last {} s", at.elapsed().as_secs())
+        });
+        tracing::warn!(
+            tier = self.tier,
+            refused = refusals.since_warning,
+            "S3 gateway bucket bound: the store refused {} deletions{over} ({first}); eviction cycles back off from 1 s to 60 s while it refuses (said at most once a minute; bucket_bound.eviction_failures counts them)",
+            refusals.since_warning
+        );
+        refusals.since_warning = 0;
+        refusals.warned_at = Some(Instant::now());
     }
 
     /// Keeps the lease and sends this node's reports, until the runtime

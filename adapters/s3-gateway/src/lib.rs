@@ -177,10 +177,14 @@ impl Gateways {
     ) -> Result<(Cascade, Gateways), GatewayError> {
         let mut out = tiers.clone();
         spec::check_default_chain(tiers.tiers().iter())?;
+        spec::check_overlapping_prefixes(tiers.tiers())?;
         let mut bucket_tiers = Vec::new();
         for (position, spec) in tiers.tiers().iter().enumerate() {
             if let Some(tier) = BucketTier::from_spec(spec, position, env)? {
-                let bound = bound::BoundSpec::from_spec(spec, position)?;
+                let bound = match bound::BoundSpec::from_spec(spec, position)? {
+                    Some(bound) => Some((bound, fleet::rule::models_of(spec, position)?)),
+                    None => None,
+                };
                 bucket_tiers.push((tier, bound));
             }
         }
@@ -307,16 +311,17 @@ impl Drop for Gateways {
 /// keeps the bucket within the bound ([`bound`]).
 async fn start_one(
     tier: BucketTier,
-    bound: Option<bound::BoundSpec>,
+    bound: Option<(bound::BoundSpec, Vec<String>)>,
     key: KeyPair,
     server_uid: u32,
 ) -> Result<(SocketAddr, String, Arc<Stats>), GatewayError> {
     let stats = Stats::new(&tier);
     let (mut upstream, source) = gateway::Upstream::connect(tier, key).await?;
     let stats = Arc::new(stats.with_credential_source(&source));
-    if let Some(spec) = bound {
+    if let Some((spec, models)) = bound {
         let (tier, credentials) = upstream.tier_and_credentials();
-        upstream.bound = Some(bound::start(tier, credentials, spec, stats.clone()).await?);
+        let models = fleet::models::Models::new(models);
+        upstream.bound = Some(bound::start(tier, credentials, spec, models, stats.clone()).await?);
     }
     let upstream = Arc::new(upstream);
     upstream.note_credential_expiry(&stats).await;
@@ -508,7 +513,11 @@ mod tests {
         );
         assert_eq!(state.upstream, format!("http://127.0.0.1:{port}"));
         assert_eq!(state.credential_source, "the tier's aws_access_key_id");
-        assert_eq!((state.requests.put, state.rejected), (1, 1));
+        assert_eq!(
+            (state.requests.put, state.rejected),
+            (0, 1),
+            "a request refused at the signature check is not a PUT served"
+        );
         assert_eq!(state.upstream_unreachable + state.upstream_errors, 0);
         let raw = client
             .get(format!("http://{addr}{}", state::STATE_PATH))

@@ -284,6 +284,55 @@ pub fn check_default_chain<'a>(
     }
 }
 
+/// Checks that no two `s3_bucket` tiers of `tiers` (the cascade, in order)
+/// share a place in one bucket: on the same `s3_endpoint` and `s3_bucket`,
+/// one tier's `s3_key_prefix` may not start with another's (an empty
+/// prefix starts every key). Such tiers would read each other's objects
+/// as their own, and a bucket bound would count and evict the other
+/// tier's (`docs/s3-gateway.md`, "The bucket bound").
+///
+/// # Errors
+/// The later tier of the first such pair, named by its position, under
+/// `s3_key_prefix`, with the earlier tier's position and prefix.
+pub fn check_overlapping_prefixes(tiers: &[TierSpec]) -> Result<(), BucketSpecError> {
+    let text = |spec: &TierSpec, key: &str| {
+        spec.as_object()
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let places: Vec<(usize, String, String, String)> = tiers
+        .iter()
+        .enumerate()
+        .filter(|(_, spec)| super::needs_gateway(spec))
+        .map(|(i, spec)| {
+            let place = (text(spec, "s3_endpoint"), text(spec, "s3_bucket"));
+            (i, place.0, place.1, text(spec, "s3_key_prefix"))
+        })
+        .collect();
+    for (later, b) in places.iter().enumerate() {
+        for a in &places[..later] {
+            let same_bucket = (&a.1, &a.2) == (&b.1, &b.2);
+            if same_bucket && (a.3.starts_with(&b.3) || b.3.starts_with(&a.3)) {
+                return Err(BucketSpecError {
+                    position: b.0,
+                    key: "s3_key_prefix",
+                    problem: format!(
+                        "{} overlaps the prefix {} of L2 tier {} in the same bucket {}: each tier would take the other's objects for its own, and a bucket bound would evict them",
+                        quoted(&b.3),
+                        quoted(&a.3),
+                        a.0,
+                        quoted(&b.2)
+                    ),
+                    fix: "Give each tier of a bucket a prefix of its own that is not the start of another's, ending with /, such as \"node-a/\" and \"node-b/\".".into(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that an `s3` spec without `s3_bucket` has none of the other
 /// [`EXTENSION_KEYS`]: LMCache would ignore them, and a tier meant to live
 /// under `s3_key_prefix` would write at the bucket's root. Errors name the
@@ -396,6 +445,23 @@ fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// The longest part of an operator's value an error quotes, in
+/// characters.
+const QUOTED_CHARS: usize = 80;
+
+/// `text` quoted for an error message: in double quotes with control
+/// characters escaped, at most [`QUOTED_CHARS`] characters of it and the
+/// size of the rest.
+pub(crate) fn quoted(text: &str) -> String {
+    let shown: String = text.chars().take(QUOTED_CHARS).collect();
+    let left = text.len() - shown.len();
+    if left == 0 {
+        format!("{shown:?}")
+    } else {
+        format!("{shown:?}... ({} bytes in all)", text.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -454,6 +520,35 @@ mod tests {
     }
 
     const GOOD: &str = r#"{"type":"s3","s3_endpoint":"swift.example.net","s3_bucket":"kv-cache","s3_key_prefix":"node/","s3_region":"r1","s3_num_io_threads":8,"aws_access_key_id":"AKREAL","aws_secret_access_key":"REALSECRET","max_capacity_gb":2000}"#;
+
+    #[test]
+    fn tiers_of_one_bucket_whose_prefixes_overlap_are_refused() {
+        let tier = |bucket: &str, prefix: Option<&str>| {
+            let mut json = serde_json::json!({"type": "s3", "s3_endpoint": "s3.example:9000",
+                "s3_bucket": bucket, "s3_region": "r"});
+            if let Some(prefix) = prefix {
+                json["s3_key_prefix"] = prefix.into();
+            }
+            crate::TierSpec::from_object(json.as_object().unwrap().clone(), "t", 0).unwrap()
+        };
+        for (a, b) in [
+            (Some("p/"), Some("p/")),
+            (Some("p/"), Some("p/q/")),
+            (Some("a/b/"), Some("a/")),
+            (None, Some("p/")),
+            (Some("p/"), None),
+            (Some("p"), Some("p2/")),
+        ] {
+            let tiers = [tier("kv", a), tier("kv", b)];
+            let e = check_overlapping_prefixes(&tiers).unwrap_err();
+            assert_eq!((e.position, e.key), (1, "s3_key_prefix"), "{a:?} {b:?}");
+            assert!(e.problem.contains("L2 tier 0"), "{e}");
+        }
+        for (a, b) in [(Some("a/"), Some("b/")), (Some("p/"), Some("q/p/"))] {
+            assert!(check_overlapping_prefixes(&[tier("kv", a), tier("kv", b)]).is_ok());
+        }
+        assert!(check_overlapping_prefixes(&[tier("kv", None), tier("other", None)]).is_ok());
+    }
 
     #[test]
     fn our_keys_without_s3_bucket_are_refused_naming_the_key() {

@@ -45,7 +45,8 @@ pub struct GatewayState {
     pub credential_source: String,
     /// When the gateway started, RFC 3339 UTC.
     pub started_at: String,
-    /// Requests LMCache sent, by method (the state route not counted).
+    /// Requests LMCache sent that passed the signature check, by method
+    /// (the state route and refused requests not counted).
     pub requests: RequestCounts,
     /// Requests refused with 403 (bad or missing signature, unknown key).
     pub rejected: u64,

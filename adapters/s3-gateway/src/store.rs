@@ -14,12 +14,15 @@
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::provider::{self, error::CredentialsError, ProvideCredentials};
+use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{
     BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
-use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::RequestId;
+use aws_sdk_s3::types::EncodingType;
 use aws_smithy_http_client::tls;
 
 use super::credentials::RealCredentials;
@@ -35,16 +38,120 @@ const ATTEMPTS: u32 = 3;
 pub use crate::fleet::view::StoredObject;
 
 /// A listing of the tier's prefix and what it cost.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Listing {
-    /// Every object under the prefix, in the store's (key) order.
+    /// The objects kept, in the store's (key) order.
     pub objects: Vec<StoredObject>,
     /// ListObjectsV2 pages fetched (one request each).
     pub pages: u64,
+    /// Keys listed and not kept: not the filter's, without a size or date,
+    /// or not decodable (the bound's own objects, under
+    /// [`RESERVED`](crate::fleet::RESERVED), are not counted).
+    pub skipped: u64,
+    /// Kept keys whose listed size is past [`MAX_OBJECT_BYTES`] (key,
+    /// bytes): the store's fault, neither counted nor evicted.
+    pub oversized: Vec<(String, u64)>,
 }
 
-/// Why a request of the gateway's own failed: the SDK's error with its
-/// whole context (never the credentials).
+/// The largest object S3 stores (5 TiB): a listed size past it is the
+/// store's fault (`docs/s3-gateway.md`, "The bucket bound").
+pub const MAX_OBJECT_BYTES: u64 = 5 << 40;
+
+/// How far one listing of the prefix may go before it fails
+/// (`docs/s3-gateway.md`, "The bucket bound"): it keeps the gateway's
+/// memory bounded (about 150 bytes an object kept) and its time finite
+/// whatever a store answers.
+#[derive(Debug, Clone, Copy)]
+pub struct ListingLimits {
+    /// ListObjectsV2 pages (requests).
+    pub pages: u64,
+    /// Objects kept (LMCache's of the models counted).
+    pub objects: usize,
+    /// Time from the first request.
+    pub time: Duration,
+}
+
+/// The limits of every listing: 5,000 pages (5 million keys on S3),
+/// 1,000,000 objects kept (4 TB of 4 MiB chunks; about 150 MB), 10
+/// minutes.
+pub const LISTING_LIMITS: ListingLimits = ListingLimits {
+    pages: 5_000,
+    objects: 1_000_000,
+    time: Duration::from_secs(600),
+};
+
+impl ListingLimits {
+    /// Whether `listing`, `elapsed` after its start, may fetch one more
+    /// page.
+    ///
+    /// # Errors
+    /// A [`StoreError`] naming the limit passed.
+    fn check(&self, listing: &Listing, elapsed: Duration) -> Result<(), StoreError> {
+        let passed = if listing.pages >= self.pages {
+            format!("{} pages", self.pages)
+        } else if listing.objects.len() >= self.objects {
+            format!("{} objects", self.objects)
+        } else if elapsed >= self.time {
+            format!("{} s", self.time.as_secs())
+        } else {
+            return Ok(());
+        };
+        Err(StoreError {
+            operation: "ListObjectsV2",
+            status: None,
+            detail: format!(
+                "the listing passed its limit of {passed} ({} pages, {} objects kept, {} keys skipped, {:.0} s) and was dropped: nothing is evicted on it",
+                listing.pages,
+                listing.objects.len(),
+                listing.skipped,
+                elapsed.as_secs_f64()
+            ),
+        })
+    }
+}
+
+/// A listed key as stored: URL-decoded when the answer says it encoded
+/// its keys (`+` is a space there, as S3 writes it); `None` when that
+/// decoding does not give UTF-8.
+fn listed_key(key: &str, encoded: bool) -> Option<std::borrow::Cow<'_, str>> {
+    if !encoded {
+        return Some(key.into());
+    }
+    let spaced = key.replace('+', " ");
+    let decoded = percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .ok()?;
+    Some(decoded.into_owned().into())
+}
+
+/// The continuation token of a truncated page, remembered in `followed`.
+///
+/// # Errors
+/// A page without a token, or with one the listing already followed: a
+/// store that would list forever.
+fn next_token(
+    followed: &mut std::collections::HashSet<u64>,
+    token: Option<&str>,
+) -> Result<String, StoreError> {
+    let fault = |what: &str| StoreError {
+        operation: "ListObjectsV2",
+        status: None,
+        detail: format!("the store answered a truncated page {what}: the listing was dropped"),
+    };
+    let token = token.ok_or_else(|| fault("without a continuation token"))?;
+    let hash = {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(token)
+    };
+    if !followed.insert(hash) {
+        return Err(fault("with a continuation token it gave before"));
+    }
+    Ok(token.to_string())
+}
+
+/// Why a request of the gateway's own failed, in a few words: the store's
+/// status, S3 error code, message and request id, or why no answer came
+/// (never a header, a body or the credentials).
 #[derive(Debug, thiserror::Error)]
 #[error("{operation} failed: {detail}")]
 pub struct StoreError {
@@ -52,7 +159,9 @@ pub struct StoreError {
     /// `PutObject`, `GetObject`, `ListMultipartUploads` or
     /// `AbortMultipartUpload`.
     pub operation: &'static str,
-    /// The SDK's error and its causes.
+    /// The store's HTTP status, where it answered.
+    pub status: Option<u16>,
+    /// What happened, capped.
     pub detail: String,
 }
 
@@ -104,6 +213,7 @@ impl Store {
             .build()
             .map_err(|e| StoreError {
                 operation: "TLS set-up",
+                status: None,
                 detail: lmcache_tier_spec::error_chain(&e),
             })?;
         let http_client = aws_smithy_http_client::Builder::new()
@@ -135,33 +245,84 @@ impl Store {
         })
     }
 
-    /// Every object under the tier's prefix (ListObjectsV2, paged; 1,000
-    /// keys a page on S3). Objects without a size or date are skipped.
+    /// The objects under the tier's prefix whose keys (inside the prefix)
+    /// `keep` accepts (ListObjectsV2, paged; 1,000 keys a page on S3), the
+    /// others counted. Keys are asked URL-encoded (`encoding-type=url`),
+    /// so that a key holding a character XML cannot carry (`\x01`) is
+    /// listed too, and decoded where the store's answer says it encoded
+    /// them. Objects without a size or date are skipped; a size past
+    /// [`MAX_OBJECT_BYTES`] is the store's fault: skipped and counted.
+    ///
+    /// The listing is bounded ([`LISTING_LIMITS`]): past its pages, kept
+    /// objects or time it fails, as it does when a truncated page carries
+    /// no continuation token or one the listing already followed.
     ///
     /// # Errors
-    /// [`StoreError`] of the first page that failed after retries.
-    pub(crate) async fn list(&self) -> Result<Listing, StoreError> {
-        let mut pages = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(&self.key_prefix)
-            .into_paginator()
-            .send();
-        let mut listing = Listing {
-            objects: Vec::new(),
-            pages: 0,
-        };
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| failed("ListObjectsV2", e))?;
+    /// [`StoreError`] of the first page that failed after retries, or of
+    /// a limit passed.
+    pub(crate) async fn list(&self, keep: impl Fn(&str) -> bool) -> Result<Listing, StoreError> {
+        let started = std::time::Instant::now();
+        let mut listing = Listing::default();
+        let mut tokens = std::collections::HashSet::new();
+        let mut token = None;
+        loop {
+            LISTING_LIMITS.check(&listing, started.elapsed())?;
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&self.key_prefix)
+                .encoding_type(EncodingType::Url)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| failed("ListObjectsV2", e))?;
             listing.pages += 1;
+            let encoded = page.encoding_type() == Some(&EncodingType::Url);
             for object in page.contents() {
-                if let Some(found) = self.stored(object) {
-                    listing.objects.push(found);
-                }
+                self.sort(&mut listing, object, encoded, &keep);
             }
+            if page.is_truncated() != Some(true) {
+                return Ok(listing);
+            }
+            token = Some(next_token(&mut tokens, page.next_continuation_token())?);
         }
-        Ok(listing)
+    }
+
+    /// Puts one listed object where it belongs in `listing`.
+    fn sort(
+        &self,
+        listing: &mut Listing,
+        object: &aws_sdk_s3::types::Object,
+        encoded: bool,
+        keep: &impl Fn(&str) -> bool,
+    ) {
+        let key = object.key().and_then(|k| listed_key(k, encoded));
+        let inside = key
+            .as_deref()
+            .and_then(|k| k.strip_prefix(self.key_prefix.as_str()));
+        if inside.is_some_and(|k| k.starts_with(crate::fleet::RESERVED)) {
+            return;
+        }
+        let Some(key) = inside.filter(|k| keep(k)) else {
+            listing.skipped += 1;
+            return;
+        };
+        let bytes = object.size().and_then(|n| u64::try_from(n).ok());
+        let modified = object
+            .last_modified()
+            .and_then(|d| SystemTime::try_from(*d).ok());
+        match (bytes, modified) {
+            (Some(bytes), _) if bytes > MAX_OBJECT_BYTES => {
+                listing.oversized.push((key.into(), bytes))
+            }
+            (Some(bytes), Some(modified)) => listing.objects.push(StoredObject {
+                key: key.to_string(),
+                bytes,
+                modified,
+            }),
+            _ => listing.skipped += 1,
+        }
     }
 
     /// Whether the tier's prefix can be listed: one ListObjectsV2 request
@@ -176,20 +337,12 @@ impl Store {
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(&self.key_prefix)
+            .encoding_type(EncodingType::Url)
             .max_keys(1)
             .send()
             .await
             .map_err(|e| failed("ListObjectsV2", e))?;
         Ok(())
-    }
-
-    fn stored(&self, object: &aws_sdk_s3::types::Object) -> Option<StoredObject> {
-        let key = object.key()?.strip_prefix(self.key_prefix.as_str())?;
-        Some(StoredObject {
-            key: key.to_string(),
-            bytes: u64::try_from(object.size()?).ok()?,
-            modified: SystemTime::try_from(*object.last_modified()?).ok()?,
-        })
     }
 
     /// Deletes `key` (inside the tier's prefix). Deleting a key that is
@@ -322,15 +475,19 @@ impl Store {
         if out.content_length().is_some_and(|n| n > limit as i64) {
             return Err(StoreError {
                 operation: "GetObject",
+                status: None,
                 detail: format!("{key} is larger than {limit} bytes"),
             });
         }
         let etag = out.e_tag().unwrap_or_default().to_string();
-        let body = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| failed("GetObject", e))?;
+        let body = out.body.collect().await.map_err(|e| StoreError {
+            operation: "GetObject",
+            status: None,
+            detail: format!(
+                "the body broke off: {}",
+                capped(&lmcache_tier_spec::error_chain(&e))
+            ),
+        })?;
         Ok(Some((etag, body.to_vec())))
     }
 
@@ -471,9 +628,132 @@ impl Store {
     }
 }
 
-fn failed(operation: &'static str, e: impl std::error::Error) -> StoreError {
+/// The store's answer in a few words: status, S3 error code, message and
+/// request id (each capped, control characters escaped), or why there was
+/// no answer; never its headers or body (`docs/s3-gateway.md`, "The
+/// bucket bound").
+fn failed<E>(operation: &'static str, e: SdkError<E, HttpResponse>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    let detail = match &e {
+        SdkError::TimeoutError(_) => format!(
+            "no answer within {} s ({ATTEMPTS} attempts)",
+            ATTEMPT_TIMEOUT.as_secs()
+        ),
+        SdkError::DispatchFailure(f) => {
+            let cause = f
+                .as_connector_error()
+                .map_or_else(String::new, |c| lmcache_tier_spec::error_chain(c));
+            format!("the store could not be reached: {}", capped(&cause))
+        }
+        _ => {
+            let mut words = match status {
+                Some(status) => format!("answered {status}"),
+                None => "failed".to_string(),
+            };
+            if let Some(code) = e.code() {
+                words.push_str(&format!(" {}", capped(code)));
+            }
+            if let Some(message) = e.message() {
+                words.push_str(&format!(": {}", capped(message)));
+            }
+            if let Some(id) = e.request_id() {
+                words.push_str(&format!(" (request id {})", capped(id)));
+            }
+            words
+        }
+    };
     StoreError {
         operation,
-        detail: DisplayErrorContext(e).to_string(),
+        status,
+        detail,
+    }
+}
+
+/// The longest part of a store's answer a log line quotes, in characters.
+const QUOTED_CHARS: usize = 160;
+
+/// `text` for a log line: at most [`QUOTED_CHARS`] characters, control
+/// characters escaped, and how much was left out.
+fn capped(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(QUOTED_CHARS)
+        .flat_map(|c| {
+            let escaped: String = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                c.to_string()
+            };
+            escaped.chars().collect::<Vec<_>>()
+        })
+        .collect();
+    let count = text.chars().count();
+    if count > QUOTED_CHARS {
+        out.push_str(&format!("... ({count} characters)"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_keys_are_decoded_only_where_the_answer_says_so() {
+        assert_eq!(listed_key("a%01b+c%2Bd", true).unwrap(), "a\u{1}b c+d");
+        assert_eq!(listed_key("m%40x/%C3%A9", true).unwrap(), "m@x/\u{e9}");
+        assert_eq!(listed_key("a+b%41", false).unwrap(), "a+b%41");
+        assert_eq!(listed_key("%FF", true), None);
+    }
+
+    #[test]
+    fn a_store_that_would_list_forever_is_stopped() {
+        let mut followed = std::collections::HashSet::new();
+        assert_eq!(next_token(&mut followed, Some("t1")).unwrap(), "t1");
+        assert_eq!(next_token(&mut followed, Some("t2")).unwrap(), "t2");
+        let again = next_token(&mut followed, Some("t1")).unwrap_err();
+        assert!(again.detail.contains("gave before"), "{again}");
+        let none = next_token(&mut followed, None).unwrap_err();
+        assert!(
+            none.detail.contains("without a continuation token"),
+            "{none}"
+        );
+    }
+
+    #[test]
+    fn a_listing_past_its_pages_objects_or_time_fails_naming_the_limit() {
+        let limits = ListingLimits {
+            pages: 3,
+            objects: 2,
+            time: Duration::from_secs(5),
+        };
+        let object = StoredObject {
+            key: "k".into(),
+            bytes: 1,
+            modified: SystemTime::UNIX_EPOCH,
+        };
+        let mut listing = Listing::default();
+        assert!(limits.check(&listing, Duration::ZERO).is_ok());
+        let late = limits.check(&listing, Duration::from_secs(5)).unwrap_err();
+        assert!(late.detail.contains("limit of 5 s"), "{late}");
+        listing.objects = vec![object.clone(), object];
+        let full = limits.check(&listing, Duration::ZERO).unwrap_err();
+        assert!(full.detail.contains("limit of 2 objects"), "{full}");
+        listing.pages = 3;
+        let long = limits.check(&listing, Duration::ZERO).unwrap_err();
+        assert!(long.detail.contains("limit of 3 pages"), "{long}");
+        assert!(long.detail.contains("nothing is evicted"), "{long}");
+    }
+
+    #[test]
+    fn quoted_answers_are_capped_and_their_control_characters_escaped() {
+        assert_eq!(capped("AccessDenied"), "AccessDenied");
+        assert_eq!(capped("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+        let long = capped(&"x".repeat(10_000));
+        assert!(long.len() < QUOTED_CHARS + 40, "{long}");
+        assert!(long.ends_with("(10000 characters)"), "{long}");
     }
 }

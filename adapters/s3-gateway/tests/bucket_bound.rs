@@ -3,9 +3,11 @@
 //! a bucket left over its capacity (by earlier runs, or other nodes) is
 //! brought down to the target at the gateway's start, oldest objects
 //! first, and two gateways started on it at once derive the same victims,
-//! so together they delete no more than one would. Every model's objects
-//! under the prefix share its capacity; objects that are not LMCache's,
-//! and objects outside the prefix, are left alone. The first listing runs
+//! so together they delete no more than one would. The objects of every
+//! model the bound counts (its `bucket_bound.models`, and those written
+//! through it) share its capacity; objects that are not LMCache's, those
+//! of another tier nested under the prefix, and objects outside the
+//! prefix, are left alone. The first listing runs
 //! while the gateway already serves, and the bound acts once it is in.
 
 use std::path::{Path, PathBuf};
@@ -116,6 +118,11 @@ async fn a_bucket_over_its_capacity_loses_its_oldest_objects_once_at_start_of_tw
     let foreign = [
         (prefix_dir.join("notes.txt"), vec![1u8; 3 * MIB]),
         (bucket.join("other").join(key(0)), vec![2u8; MIB]),
+        (
+            prefix_dir.join("nested-tier").join(key(0)),
+            vec![3u8; 2 * MIB],
+        ),
+        (bucket.join("fleet2").join(key(1)), vec![4u8; MIB]),
     ];
     for (path, bytes) in &foreign {
         write_aged(path, bytes, Duration::from_secs(3600));
@@ -125,7 +132,8 @@ async fn a_bucket_over_its_capacity_loses_its_oldest_objects_once_at_start_of_tw
     let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
         "s3_bucket": "kv-cache", "s3_key_prefix": "fleet/", "s3_region": "us-east-1",
         "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
-        "max_capacity_gb": 8.0 / 1024.0});
+        "max_capacity_gb": 8.0 / 1024.0,
+        "bucket_bound": {"models": ["test-model", "meta-llama/Llama-3.1-8B"]}});
     let (a, b) = tokio::join!(gateway(&spec), gateway(&spec));
     let (a, b) = tokio::join!(settled(&a), settled(&b));
     // One takes the prefix's lease, lists in the background and evicts;
@@ -271,7 +279,8 @@ async fn the_gateway_serves_while_its_first_listing_runs_and_evicts_once_it_is_i
     let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", gate.port),
         "s3_bucket": "kv-cache", "s3_key_prefix": "fleet/", "s3_region": "us-east-1",
         "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
-        "max_capacity_gb": 8.0 / 1024.0});
+        "max_capacity_gb": 8.0 / 1024.0,
+        "bucket_bound": {"models": ["test-model", "meta-llama/Llama-3.1-8B"]}});
     let gateways = tokio::time::timeout(Duration::from_secs(120), gateway(&spec))
         .await
         .expect("the gateway did not start while its first listing was held");

@@ -74,7 +74,8 @@ fn an_abandoned_upload_is_aborted_after_the_age_and_a_live_one_is_not(access: &S
         "s3_bucket": BUCKET, "s3_key_prefix": PREFIX, "s3_region": access.region,
         "disable_tls": true, "aws_access_key_id": access.key_id,
         "aws_secret_access_key": access.secret, "max_capacity_gb": 1,
-        "bucket_bound": {"lease_seconds": 3, "abandoned_upload_seconds": AGE_SECONDS}});
+        "bucket_bound": {"lease_seconds": 3, "abandoned_upload_seconds": AGE_SECONDS,
+            "models": ["test-model"]}});
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (_, gateways) = runtime
         .block_on(Gateways::start_args(&args, &|_| None))

@@ -16,7 +16,7 @@ use super::tier_family::{TierFamily, TierLabels};
 type Bound = (usize, BoundState);
 
 /// The families read from each [`BoundState`].
-const BOUND_FAMILIES: [TierFamily<Bound>; 23] = [
+const BOUND_FAMILIES: [TierFamily<Bound>; 25] = [
     TierFamily {
         name: "gateway_bucket_usage",
         help: "Bytes of LMCache objects under the tier's prefix, as the gateway's last listing and this node's requests since count them",
@@ -172,6 +172,20 @@ const BOUND_FAMILIES: [TierFamily<Bound>; 23] = [
         value: |(_, b)| b.uploads_aborted,
     },
     TierFamily {
+        name: "gateway_bucket_listing_skipped_keys",
+        help: "Keys under the prefix the last listing did not count: not LMCache's, of a model no node of the prefix writes, or not decodable",
+        bytes: false,
+        counter: false,
+        value: |(_, b)| b.listing_skipped,
+    },
+    TierFamily {
+        name: "gateway_bucket_oversized_objects",
+        help: "Objects the last listing gave a size past 5 TiB, the most an S3 object holds: the store's fault, neither counted nor evicted",
+        bytes: false,
+        counter: false,
+        value: |(_, b)| b.oversized_objects,
+    },
+    TierFamily {
         name: "gateway_bucket_upload_abort_failures",
         help: "Aborts of uploads left behind that failed (tried again at the next sweep)",
         bytes: false,
@@ -315,6 +329,9 @@ mod tests {
             upload_listings: 3,
             uploads_aborted: 2,
             upload_abort_failures: 0,
+            models: vec!["org/m".to_string()],
+            listing_skipped: 4,
+            oversized_objects: 0,
         });
         let plain = answered(2, &[], 0, 0.0);
         for format in [Format::OpenMetrics, Format::Prometheus] {

@@ -7,8 +7,11 @@
 
 use lmcache_capacity_guard::capacity::{check_guard_keys, guard_specs, CapacityError};
 use lmcache_s3_gateway::bound::BoundSpec;
-use lmcache_s3_gateway::spec::{check_default_chain, BucketSpecError, BucketTier};
-use lmcache_tier_spec::Cascade;
+use lmcache_s3_gateway::fleet::rule::{BUCKET_BOUND, MODELS};
+use lmcache_s3_gateway::spec::{
+    check_default_chain, check_overlapping_prefixes, BucketSpecError, BucketTier,
+};
+use lmcache_tier_spec::{Cascade, TierSpec};
 
 /// A tier the server would refuse at start because of a key we add.
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -68,11 +71,77 @@ pub fn check_extension_keys(
 
 /// The bucket bound's numbers of each `s3_bucket` tier
 /// ([`BoundSpec::from_spec`]: `max_capacity_gb`, `eviction.trigger_watermark`,
-/// `eviction.eviction_ratio`).
+/// `eviction.eviction_ratio`, a prefix that ends a path segment), and no
+/// two such tiers whose prefixes overlap in one bucket
+/// ([`check_overlapping_prefixes`]).
 fn check_bucket_bounds(cascade: &Cascade) -> Result<(), ExtensionError> {
+    check_overlapping_prefixes(cascade.tiers())?;
     let bucket_tiers = cascade.tiers().iter().enumerate();
     for (position, tier) in bucket_tiers.filter(|(_, t)| lmcache_s3_gateway::needs_gateway(t)) {
         BoundSpec::from_spec(tier, position)?;
     }
     Ok(())
+}
+
+/// `cascade` with `bucket_bound.models` set to `[model]` (vLLM's `--model`,
+/// which names every LMCache object) on each `s3_bucket` tier with a bound
+/// whose block names no models: the bound counts this node's model from
+/// its start, and learns the others the prefix's nodes write
+/// (`docs/s3-gateway.md`, "The bucket bound"). Tiers the checks refuse are
+/// left as they are.
+pub fn with_bound_models(cascade: Cascade, model: &str) -> Cascade {
+    let tiers = cascade.0.into_iter().enumerate();
+    Cascade(tiers.map(|(i, tier)| with_models(tier, i, model)).collect())
+}
+
+fn with_models(tier: TierSpec, position: usize, model: &str) -> TierSpec {
+    let bounded = lmcache_s3_gateway::needs_gateway(&tier)
+        && matches!(BoundSpec::from_spec(&tier, position), Ok(Some(_)));
+    let mut block = match tier.as_object().get(BUCKET_BOUND) {
+        None | Some(serde_json::Value::Null) => serde_json::Map::new(),
+        Some(serde_json::Value::Object(block)) => block.clone(),
+        Some(_) => return tier,
+    };
+    if !bounded || block.contains_key(MODELS) {
+        return tier;
+    }
+    block.insert(MODELS.into(), serde_json::json!([model]));
+    tier.rewritten(&[], [(BUCKET_BOUND, serde_json::Value::Object(block))])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cascade(json: &str) -> Cascade {
+        Cascade::parse(json, "t").unwrap()
+    }
+
+    #[test]
+    fn a_bound_tier_counts_the_launchs_model_unless_its_block_names_models() {
+        let tiers = cascade(
+            r#"[{"type":"s3","s3_bucket":"kv","max_capacity_gb":1,"bucket_bound":{"lease_seconds":5}},
+                {"type":"s3","s3_bucket":"kv2","max_capacity_gb":1,"bucket_bound":{"models":["a","b"]}},
+                {"type":"s3","s3_bucket":"kv3"},
+                {"type":"fs","base_path":"/x","max_capacity_gb":1}]"#,
+        );
+        let out = with_bound_models(tiers, "org/m");
+        let block = |i: usize| out.tiers()[i].as_object().get(BUCKET_BOUND).cloned();
+        assert_eq!(
+            block(0),
+            Some(serde_json::json!({"lease_seconds": 5, "models": ["org/m"]}))
+        );
+        assert_eq!(block(1), Some(serde_json::json!({"models": ["a", "b"]})));
+        assert_eq!((block(2), block(3)), (None, None));
+    }
+
+    #[test]
+    fn two_tiers_of_one_bucket_whose_prefixes_overlap_stop_the_plan() {
+        let tiers = cascade(
+            r#"[{"type":"s3","s3_bucket":"kvc","s3_endpoint":"e:1","s3_region":"r","s3_key_prefix":"a/","aws_access_key_id":"AKIA","aws_secret_access_key":"s"},
+                {"type":"s3","s3_bucket":"kvc","s3_endpoint":"e:1","s3_region":"r","aws_access_key_id":"AKIA","aws_secret_access_key":"s"}]"#,
+        );
+        let e = check_extension_keys(&tiers, &|_| None).unwrap_err();
+        assert!(e.to_string().contains("overlaps the prefix"), "{e}");
+    }
 }

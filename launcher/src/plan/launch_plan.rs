@@ -333,6 +333,7 @@ pub fn plan_launch(
     );
     let server_l1 = server_l1(node, l1_budget.clone())?.value;
     let (cascade, disk, cascade_source) = choose_cascade(node, host, server_l1)?;
+    let cascade = super::extensions::with_bound_models(cascade, &facts.model);
     check_writable(node, host, disk.as_ref())?;
     let extra_l1 = extra_l1_bytes(node)?;
     let (l1_size, l1_mode) = match (l1_budget.value, cascade.tiers().is_empty()) {

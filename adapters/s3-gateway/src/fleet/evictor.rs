@@ -14,7 +14,8 @@
 //!
 //! Deletions that fail are not sent again at once: the next cycle waits
 //! [`EVICT_BACKOFF`], doubled at each failing cycle up to
-//! [`MAX_EVICT_BACKOFF`].
+//! [`MAX_EVICT_BACKOFF`], each pause drawn between half of that and all of
+//! it, so that nodes refused together do not come back together.
 
 use std::time::Duration;
 
@@ -61,11 +62,14 @@ pub struct Evictor {
     last_read: Option<Duration>,
     evict_after: Duration,
     evict_backoff: Duration,
+    jitter: u64,
+    relist: bool,
 }
 
 impl Evictor {
-    /// The evictor of `spec` in `mode`, at `now`.
-    pub fn new(spec: BoundSpec, mode: Mode, now: Duration) -> Self {
+    /// The evictor of `spec` in `mode`, at `now`; `seed` draws its
+    /// backoff's jitter (the node's own, so that nodes differ).
+    pub fn new(spec: BoundSpec, mode: Mode, now: Duration, seed: u64) -> Self {
         Evictor {
             spec,
             mode,
@@ -79,7 +83,15 @@ impl Evictor {
             last_read: None,
             evict_after: now,
             evict_backoff: EVICT_BACKOFF,
+            jitter: seed | 1,
+            relist: false,
         }
+    }
+
+    /// The models counted grew: the next step lists again (once this
+    /// evictor has listed), to count their objects.
+    pub fn relist(&mut self) {
+        self.relist = self.listed;
     }
 
     /// How the fleet shares the eviction.
@@ -185,7 +197,7 @@ impl Evictor {
     }
 
     fn listing_due(&mut self, now: Duration) -> bool {
-        let Some(last) = self.last_listing.filter(|_| self.listed) else {
+        let Some(last) = self.last_listing.filter(|_| self.listed && !self.relist) else {
             return true;
         };
         if now >= last + self.timing().listing {
@@ -248,6 +260,7 @@ impl Evictor {
         };
         let others = self.view.finish_listing(objects);
         self.listed = true;
+        self.relist = false;
         self.last_listing = Some(now);
         self.list_after = now;
         self.list_retry = MIN_LISTING_GAP;
@@ -278,12 +291,24 @@ impl Evictor {
             self.view.removed(key);
         }
         if failed {
-            self.evict_after = now + self.evict_backoff;
+            self.evict_after = now + self.jittered(self.evict_backoff);
             self.evict_backoff = (self.evict_backoff * 2).min(MAX_EVICT_BACKOFF);
         } else {
             self.evict_after = now;
             self.evict_backoff = EVICT_BACKOFF;
         }
+    }
+}
+
+impl Evictor {
+    /// A pause between half of `pause` and all of it (xorshift of the
+    /// node's seed).
+    fn jittered(&mut self, pause: Duration) -> Duration {
+        self.jitter ^= self.jitter << 13;
+        self.jitter ^= self.jitter >> 7;
+        self.jitter ^= self.jitter << 17;
+        let share = 0.5 + (self.jitter >> 11) as f64 / (1u64 << 53) as f64 / 2.0;
+        pause.mul_f64(share)
     }
 }
 
@@ -309,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_follower_keeps_no_view_and_a_holder_lists_before_it_evicts() {
-        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO);
+        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO, 7);
         assert!(matches!(e.next(Duration::ZERO, false), EvictStep::Wait(_)));
         e.stored(
             "a".into(),
@@ -334,15 +359,39 @@ mod tests {
             .map(|(k, b)| (k.clone(), *b, false))
             .collect();
         e.evicted(S, &results);
-        assert!(matches!(e.next(S, true), EvictStep::Wait(t) if t == 2 * S));
+        assert!(matches!(e.next(S, true), EvictStep::Wait(t) if t >= S + S / 2 && t <= 2 * S));
         e.next(2 * S, false);
         assert!(!e.listed());
         assert_eq!(e.view().objects(), 0);
     }
 
     #[test]
+    fn refused_cycles_back_off_doubling_to_a_minute_with_each_nodes_own_jitter() {
+        let pauses = |seed| {
+            let mut e = Evictor::new(spec(), Mode::EveryNode, Duration::ZERO, seed);
+            (0..10)
+                .map(|_| {
+                    e.evicted(Duration::ZERO, &[("k".into(), 1, false)]);
+                    e.evict_after
+                })
+                .collect::<Vec<_>>()
+        };
+        let (a, b) = (pauses(1), pauses(2));
+        assert_ne!(a, b);
+        for pauses in [a, b] {
+            for (i, pause) in pauses.iter().enumerate() {
+                let full = (EVICT_BACKOFF * 2u32.pow(i as u32)).min(MAX_EVICT_BACKOFF);
+                assert!(
+                    *pause >= full / 2 && *pause <= full,
+                    "{i}: {pause:?} of {full:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn the_reports_and_the_fleets_rate_bring_the_eviction_forward() {
-        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO);
+        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO, 7);
         assert_eq!(e.next(Duration::ZERO, true), EvictStep::List);
         let objects = (0..5).map(|i| object(&format!("k{i}"), 100, i)).collect();
         e.listed_at(Duration::ZERO, Some(objects));
@@ -352,6 +401,7 @@ mod tests {
             written_bytes: 60,
             recent_bytes: 60,
             reports: 0,
+            models: Vec::new(),
         };
         e.reports_read(Duration::ZERO, &[]);
         e.reports_read(Duration::ZERO, &[(Some("1".into()), report)]);
@@ -362,6 +412,7 @@ mod tests {
             written_bytes: 260,
             recent_bytes: 200,
             reports: 1,
+            models: Vec::new(),
         };
         e.reports_read(10 * S, &[(Some("2".into()), report)]);
         assert_eq!(e.known_bytes(), 760);
@@ -371,7 +422,7 @@ mod tests {
 
     #[test]
     fn every_node_lists_after_a_fiftieth_of_the_capacity_and_never_reads_reports() {
-        let mut e = Evictor::new(spec(), Mode::EveryNode, Duration::ZERO);
+        let mut e = Evictor::new(spec(), Mode::EveryNode, Duration::ZERO, 7);
         assert_eq!(e.next(Duration::ZERO, false), EvictStep::List);
         e.listed_at(Duration::ZERO, Some(Vec::new()));
         assert!(matches!(e.next(Duration::ZERO, false), EvictStep::Wait(_)));

@@ -77,4 +77,16 @@ pub struct BoundState {
     pub uploads_aborted: u64,
     /// Aborts that failed (tried again at the next sweep).
     pub upload_abort_failures: u64,
+    /// The models whose objects the bound counts
+    /// ([`Models`](super::models::Models)).
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Keys under the prefix the last listing did not count: not LMCache's,
+    /// of a model not counted, or not decodable.
+    #[serde(default)]
+    pub listing_skipped: u64,
+    /// Objects the last listing gave a size past any real object's (5 TiB):
+    /// the store's fault, neither counted nor evicted.
+    #[serde(default)]
+    pub oversized_objects: u64,
 }

@@ -47,6 +47,10 @@ pub struct LeaseBody {
     pub fleet_write_bytes_per_s: u64,
     /// Nodes whose reports it reads.
     pub reporters: u64,
+    /// The models whose objects it counts: a node that takes the lease
+    /// over counts them too.
+    #[serde(default)]
+    pub models: Vec<String>,
 }
 
 /// The condition of a write of the lease.

@@ -33,6 +33,7 @@
 pub mod evictor;
 pub mod figures;
 pub mod lease;
+pub mod models;
 pub mod node;
 pub mod report;
 pub mod rule;

@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use super::evictor::{EvictStep, Evictor};
 use super::lease::{Election, LeaseAnswer, LeaseBody, LeaseStep};
+use super::models::Models;
 use super::report::{ReportBody, Reporter};
 use super::rule::BoundSpec;
-use super::view::Entry;
+use super::view::{Entry, StoredObject};
 use super::Mode;
 
 /// Deletions of one eviction cycle in flight at once, in either driver.
@@ -36,6 +37,8 @@ pub struct Node {
     pub reporter: Reporter,
     /// Its listings, readings of the reports and evictions.
     pub evictor: Evictor,
+    /// The models whose objects it counts ([`Models`]).
+    pub models: Models,
 }
 
 /// What an answer to a lease request changed for this node.
@@ -51,14 +54,46 @@ pub enum LeaseChange {
 
 impl Node {
     /// The node `node` (its id, new at each start) of the bound `spec` in
-    /// `mode`, at `now` on its monotonic clock.
-    pub fn new(node: String, spec: BoundSpec, mode: Mode, now: Duration) -> Self {
+    /// `mode`, at `now` on its monotonic clock, counting the objects of
+    /// `models` and of those it learns.
+    pub fn new(node: String, spec: BoundSpec, mode: Mode, now: Duration, models: Models) -> Self {
         let election = (mode == Mode::Lease).then(|| Election::new(node.clone(), spec.timing, now));
+        let seed = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
         Node {
             election,
             reporter: Reporter::new(node, &spec.timing, spec.capacity_bytes),
-            evictor: Evictor::new(spec, mode, now),
+            evictor: Evictor::new(spec, mode, now, seed),
+            models,
         }
+    }
+
+    /// Adds `models` (a report's or the lease's) to those counted; the
+    /// evictor lists again when one is new, to count its objects.
+    fn learn(&mut self, models: &[String]) {
+        if self.models.learn_all(models) {
+            self.evictor.relist();
+        }
+    }
+
+    /// A listing ended at `now` ([`Evictor::listed_at`]), the objects of
+    /// models this node does not count left out.
+    pub fn listed_at(&mut self, now: Duration, listing: Option<Vec<StoredObject>>) -> (u64, u64) {
+        let counted = listing.map(|mut objects| {
+            objects.retain(|o| self.models.counts(&o.key));
+            objects
+        });
+        self.evictor.listed_at(now, counted)
+    }
+
+    /// The reports read at `now` ([`Evictor::reports_read`]); the models
+    /// they name are counted from now on.
+    pub fn reports_read(&mut self, now: Duration, reports: &[(Option<String>, ReportBody)]) {
+        for (_, body) in reports {
+            self.learn(&body.models);
+        }
+        self.evictor.reports_read(now, reports);
     }
 
     /// Whether this node may delete at `now`: it holds the lease
@@ -71,6 +106,9 @@ impl Node {
     /// `now`: counted for its reports and in its evictor's view. Returns
     /// whether a report is due, to wake the task that sends them.
     pub fn stored(&mut self, now: Duration, key: String, entry: Entry) -> bool {
+        if self.models.learn_key(&key) {
+            self.evictor.relist();
+        }
         self.reporter.written(entry.bytes);
         self.evictor.stored(key, entry);
         self.reporter.due(now).is_some()
@@ -85,6 +123,7 @@ impl Node {
             objects: self.evictor.view().objects() as u64,
             fleet_write_bytes_per_s: self.evictor.fleet_rate(now),
             reporters: self.evictor.reporters() as u64,
+            models: self.models.names(),
             ..LeaseBody::default()
         }
     }
@@ -112,7 +151,10 @@ impl Node {
         };
         let was = election.is_holder();
         election.answered(now, answer, written);
-        match (was, election.is_holder()) {
+        let is = election.is_holder();
+        let published = election.holder().map(|b| b.models.clone());
+        self.learn(&published.unwrap_or_default());
+        match (was, is) {
             (false, true) => LeaseChange::Took,
             (true, false) => LeaseChange::Lost,
             _ => LeaseChange::Kept,
@@ -133,7 +175,9 @@ impl Node {
         if self.holds(now) {
             self.reporter.absorb();
         }
-        self.reporter.due(now)
+        let mut body = self.reporter.due(now)?;
+        body.models = self.models.names();
+        Some(body)
     }
 }
 
@@ -169,10 +213,22 @@ mod tests {
 
     #[test]
     fn every_node_deletes_without_a_lease_and_a_lease_node_only_while_it_holds() {
-        let mut alone = Node::new("a".into(), spec(), Mode::EveryNode, Duration::ZERO);
+        let mut alone = Node::new(
+            "a".into(),
+            spec(),
+            Mode::EveryNode,
+            Duration::ZERO,
+            Models::default(),
+        );
         assert!(alone.holds(Duration::ZERO) && alone.election.is_none());
         assert_eq!(alone.lease_step(Duration::ZERO, 0), None);
-        let mut n = Node::new("b".into(), spec(), Mode::Lease, Duration::ZERO);
+        let mut n = Node::new(
+            "b".into(),
+            spec(),
+            Mode::Lease,
+            Duration::ZERO,
+            Models::default(),
+        );
         assert!(!n.holds(Duration::ZERO));
         assert!(matches!(n.evict_step(Duration::ZERO), EvictStep::Wait(_)));
         assert_eq!(take(&mut n, Duration::ZERO), LeaseChange::Took);
@@ -190,7 +246,13 @@ mod tests {
 
     #[test]
     fn a_followers_writes_are_reported_and_the_holders_absorbed() {
-        let mut n = Node::new("b".into(), spec(), Mode::Lease, Duration::ZERO);
+        let mut n = Node::new(
+            "b".into(),
+            spec(),
+            Mode::Lease,
+            Duration::ZERO,
+            Models::default(),
+        );
         assert!(n.stored(Duration::ZERO, "k".into(), entry(10)));
         assert_eq!(n.evictor.view().objects(), 0);
         let report = n.report_due(Duration::ZERO).expect("a follower reports");
@@ -205,7 +267,13 @@ mod tests {
 
     #[test]
     fn the_lease_body_publishes_the_evictors_view() {
-        let mut n = Node::new("a".into(), spec(), Mode::Lease, Duration::ZERO);
+        let mut n = Node::new(
+            "a".into(),
+            spec(),
+            Mode::Lease,
+            Duration::ZERO,
+            Models::default(),
+        );
         take(&mut n, Duration::ZERO);
         assert_eq!(n.evict_step(Duration::ZERO), EvictStep::List);
         n.evictor.listed_at(Duration::ZERO, Some(Vec::new()));
@@ -215,5 +283,95 @@ mod tests {
         };
         assert_eq!((body.holder.as_str(), body.renewals), ("a", 1));
         assert_eq!((body.usage_bytes, body.objects), (300, 1));
+    }
+
+    fn object(key: &str, bytes: u64) -> StoredObject {
+        StoredObject {
+            key: key.into(),
+            bytes,
+            modified: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn a_node_counts_only_the_models_written_here_and_lists_again_for_a_new_one() {
+        let mine = "test-model@01000100@0@00aa";
+        let theirs = "org/m2@01000100@0@00bb";
+        let nested = "p2/test-model@01000100@0@00cc";
+        let mut n = Node::new(
+            "a".into(),
+            spec(),
+            Mode::EveryNode,
+            Duration::ZERO,
+            Models::new(["test-model".to_string()]),
+        );
+        assert_eq!(n.evict_step(Duration::ZERO), EvictStep::List);
+        let listing = || {
+            Some(vec![
+                object(mine, 10),
+                object(theirs, 20),
+                object(nested, 40),
+            ])
+        };
+        n.listed_at(Duration::ZERO, listing());
+        assert_eq!(
+            (n.evictor.view().objects(), n.evictor.known_bytes()),
+            (1, 10)
+        );
+        assert!(!matches!(n.evict_step(S * 2), EvictStep::List));
+        let report = ReportBody {
+            node: "b".into(),
+            models: vec!["org/m2".into()],
+            ..ReportBody::default()
+        };
+        n.reports_read(S * 2, &[(None, report)]);
+        assert_eq!(
+            n.evict_step(S * 3),
+            EvictStep::List,
+            "a new model is listed at once"
+        );
+        n.listed_at(S * 3, listing());
+        assert_eq!(
+            (n.evictor.view().objects(), n.evictor.known_bytes()),
+            (2, 30)
+        );
+        n.stored(S * 4, "third@01000100@0@00dd".into(), entry(5));
+        assert_eq!(n.models.names(), ["org/m2", "test-model", "third"]);
+    }
+
+    #[test]
+    fn the_holder_publishes_its_models_and_the_reports_carry_the_nodes_own() {
+        let mut holder = Node::new(
+            "a".into(),
+            spec(),
+            Mode::Lease,
+            Duration::ZERO,
+            Models::new(["m1".to_string()]),
+        );
+        take(&mut holder, Duration::ZERO);
+        let Some(LeaseStep::Write { body, .. }) = holder.lease_step(5 * S, 0) else {
+            panic!("no renewal")
+        };
+        assert_eq!(body.models, ["m1"]);
+        let mut follower = Node::new(
+            "b".into(),
+            spec(),
+            Mode::Lease,
+            Duration::ZERO,
+            Models::default(),
+        );
+        assert_eq!(
+            follower.lease_step(Duration::ZERO, 0),
+            Some(LeaseStep::Read)
+        );
+        follower.lease_answered(
+            Duration::ZERO,
+            LeaseAnswer::Found("e1".into(), Some(body)),
+            None,
+        );
+        assert_eq!(follower.models.names(), ["m1"]);
+        follower.stored(S, "m2@01000100@0@00aa".into(), entry(7));
+        let report = follower.report_due(S).expect("a follower reports");
+        assert_eq!(report.models, ["m1", "m2"]);
     }
 }

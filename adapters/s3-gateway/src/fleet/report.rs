@@ -37,6 +37,10 @@ pub struct ReportBody {
     pub recent_bytes: u64,
     /// Reports it sent before this one.
     pub reports: u64,
+    /// The models whose objects it counts (`docs/s3-gateway.md`, "The
+    /// bucket bound"): the evictor counts them too.
+    #[serde(default)]
+    pub models: Vec<String>,
 }
 
 /// A node's count of what it wrote, and when to report it.
@@ -99,6 +103,7 @@ impl Reporter {
             written_bytes: self.written,
             recent_bytes: self.unreported,
             reports: self.reports,
+            models: Vec::new(),
         })
     }
 
@@ -223,7 +228,10 @@ impl Tally {
         {
             self.window.pop_front();
         }
-        let bytes: u64 = self.window.iter().map(|(_, b)| b).sum();
+        let bytes = self
+            .window
+            .iter()
+            .fold(0u64, |sum, (_, b)| sum.saturating_add(*b));
         (bytes as f64 / window.max(Duration::from_secs(1)).as_secs_f64()) as u64
     }
 
@@ -277,6 +285,7 @@ mod tests {
             written_bytes: written,
             recent_bytes: recent,
             reports: 0,
+            models: Vec::new(),
         };
         t.read(Duration::ZERO, Some("0".into()), &body("z", 70, 70));
         t.reading_done();

@@ -92,13 +92,16 @@ pub fn timing_of(spec: &TierSpec, position: usize) -> Result<Timing, BucketSpecE
             })
         }
     };
-    for (name, value) in block {
+    for (name, value) in block.iter().filter(|(name, _)| *name != MODELS) {
         let Some((key, field)) = TIMING_KEYS.iter().find(|(k, _)| k == name) else {
             return Err(BucketSpecError {
                 position,
                 key: BUCKET_BOUND,
                 problem: format!("{name:?} is not one of its keys"),
-                fix: format!("Use only {}.", TIMING_KEYS.map(|(k, _)| k).join(", ")),
+                fix: format!(
+                    "Use only {}, {MODELS}.",
+                    TIMING_KEYS.map(|(k, _)| k).join(", ")
+                ),
             });
         };
         let seconds = value.as_u64().filter(|s| (1..=86_400).contains(s));
@@ -117,6 +120,80 @@ pub fn timing_of(spec: &TierSpec, position: usize) -> Result<Timing, BucketSpecE
     Ok(timing)
 }
 
+/// The key of [`BUCKET_BOUND`] that names the models whose objects the
+/// bound counts from its start (`["meta-llama/Llama-3.1-8B"]`, as vLLM's
+/// `--model` gives them); it learns the others as they are written
+/// ([`super::models`]).
+pub const MODELS: &str = "models";
+
+/// The models of a tier's `bucket_bound.models` (absent: none).
+///
+/// # Errors
+/// A value that is not an array of at most
+/// [`MAX_MODELS`](super::models::MAX_MODELS) non-empty strings of at most
+/// 1,024 bytes, naming the key.
+pub fn models_of(spec: &TierSpec, position: usize) -> Result<Vec<String>, BucketSpecError> {
+    let block = spec
+        .as_object()
+        .get(BUCKET_BOUND)
+        .and_then(Value::as_object);
+    let Some(value) = block.and_then(|b| b.get(MODELS)) else {
+        return Ok(Vec::new());
+    };
+    let models: Option<Vec<String>> = value.as_array().and_then(|items| {
+        items
+            .iter()
+            .map(|m| m.as_str().filter(|m| !m.is_empty() && m.len() <= 1024))
+            .map(|m| m.map(str::to_string))
+            .collect()
+    });
+    match models {
+        Some(models) if models.len() <= super::models::MAX_MODELS => Ok(models),
+        _ => Err(BucketSpecError {
+            position,
+            key: "bucket_bound.models",
+            problem: format!(
+                "{} is not a list of model names",
+                crate::spec::quoted(&value.to_string())
+            ),
+            fix: format!(
+                "Give the models whose objects the bound counts as vLLM's --model names them, at most {}, such as [\"meta-llama/Llama-3.1-8B\"].",
+                super::models::MAX_MODELS
+            ),
+        }),
+    }
+}
+
+/// A bound counts what is under its prefix, so the prefix must end where a
+/// path segment ends (`docs/s3-gateway.md`, "The bucket bound"): under
+/// `p`, the keys `p2/m@...` and `pm@...` of other tiers decode as
+/// LMCache's for the models `2/m` and `m`.
+///
+/// # Errors
+/// A `s3_key_prefix` that is not empty and does not end with `/`.
+fn check_bound_prefix(spec: &TierSpec, position: usize) -> Result<(), BucketSpecError> {
+    let prefix = spec
+        .as_object()
+        .get("s3_key_prefix")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if prefix.is_empty() || prefix.ends_with('/') {
+        return Ok(());
+    }
+    Err(BucketSpecError {
+        position,
+        key: "s3_key_prefix",
+        problem: format!(
+            "{} does not end with / on a tier with max_capacity_gb: the bucket bound would count and evict every key that starts with it, other tiers' included",
+            crate::spec::quoted(prefix)
+        ),
+        fix: format!(
+            "End s3_key_prefix with /, such as {}.",
+            crate::spec::quoted(&format!("{prefix}/"))
+        ),
+    })
+}
+
 impl BoundSpec {
     /// The bound of the `s3` tier `spec` at `position`: `None` without a
     /// `max_capacity_gb` above 0 (nothing to bound). The role is
@@ -130,8 +207,9 @@ impl BoundSpec {
     ///
     /// # Errors
     /// A `max_capacity_gb`, `eviction.trigger_watermark` or
-    /// `eviction.eviction_ratio` that is not a number in range, or a bad
-    /// `bucket_bound` block, naming it.
+    /// `eviction.eviction_ratio` that is not a number in range, a bad
+    /// `bucket_bound` block, or a `s3_key_prefix` that does not end with
+    /// `/` (`docs/s3-gateway.md`, "What it counts"), naming it.
     pub fn from_spec(spec: &TierSpec, position: usize) -> Result<Option<Self>, BucketSpecError> {
         let object = spec.as_object();
         let err = |key: &'static str, value: &Value, range: &str| BucketSpecError {
@@ -148,6 +226,8 @@ impl BoundSpec {
         if gb == 0.0 {
             return Ok(None);
         }
+        check_bound_prefix(spec, position)?;
+        models_of(spec, position)?;
         let eviction = object.get(EVICTION);
         let fraction = |key: &'static str, name: &str, default: f64| {
             eviction_fraction(eviction, name, default).map_err(|v| err(key, v, "in (0, 1]"))
@@ -250,6 +330,50 @@ mod tests {
         ] {
             let e = BoundSpec::from_spec(&spec(json), 2).unwrap_err();
             assert_eq!((e.position, e.key), (2, key), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_bound_prefix_ends_where_a_path_segment_ends() {
+        for prefix in ["", "p/", "lmcache/node-a/", "a.b/c/"] {
+            let json = format!(r#"{{"type":"s3","max_capacity_gb":1,"s3_key_prefix":"{prefix}"}}"#);
+            assert!(BoundSpec::from_spec(&spec(&json), 0).is_ok(), "{prefix}");
+        }
+        for prefix in ["p", "lmcache/node-a", "a/b.", "x-"] {
+            let json = format!(r#"{{"type":"s3","max_capacity_gb":1,"s3_key_prefix":"{prefix}"}}"#);
+            let e = BoundSpec::from_spec(&spec(&json), 3).unwrap_err();
+            assert_eq!((e.position, e.key), (3, "s3_key_prefix"), "{prefix}");
+            assert!(e.fix.contains(&format!("\"{prefix}/\"")), "{e}");
+        }
+        let unbounded = spec(r#"{"type":"s3","s3_key_prefix":"p"}"#);
+        assert_eq!(BoundSpec::from_spec(&unbounded, 0).unwrap(), None);
+    }
+
+    #[test]
+    fn the_models_of_the_block_are_model_names_and_bad_ones_are_named() {
+        let tier = spec(
+            r#"{"type":"s3","max_capacity_gb":1,"bucket_bound":{"models":["m","org/m-2"],"lease_seconds":5}}"#,
+        );
+        assert!(BoundSpec::from_spec(&tier, 0).is_ok());
+        assert_eq!(models_of(&tier, 0).unwrap(), ["m", "org/m-2"]);
+        assert!(models_of(&spec(r#"{"type":"s3"}"#), 0).unwrap().is_empty());
+        let long = "x".repeat(100_000);
+        for models in [
+            r#""m""#.to_string(),
+            r#"[""]"#.to_string(),
+            "[1]".to_string(),
+            format!(r#"["{}"]"#, "m".repeat(1025)),
+            format!(r#"["{long}"]"#),
+        ] {
+            let json = format!(
+                r#"{{"type":"s3","max_capacity_gb":1,"bucket_bound":{{"models":{models}}}}}"#
+            );
+            let e = BoundSpec::from_spec(&spec(&json), 1).unwrap_err();
+            assert_eq!(e.key, "bucket_bound.models", "{models:.40}");
+            assert!(
+                e.to_string().len() < 600,
+                "the error echoes too much: {e:.200}"
+            );
         }
     }
 

@@ -92,7 +92,7 @@ impl BucketView {
     /// Records an object this node stored (or learned of), replacing one
     /// of the same key.
     pub fn stored(&mut self, key: String, entry: Entry) {
-        self.written_since_listing += entry.bytes;
+        self.written_since_listing = self.written_since_listing.saturating_add(entry.bytes);
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Stored(key.clone(), entry));
         }
@@ -136,7 +136,7 @@ impl BucketView {
         for object in listed {
             if !before.contains_key(&object.key) {
                 others.0 += 1;
-                others.1 += object.bytes;
+                others.1 = u64::saturating_add(others.1, object.bytes);
             }
             let entry = Entry {
                 bytes: object.bytes,
@@ -166,12 +166,12 @@ impl BucketView {
 
     fn insert(&mut self, key: String, entry: Entry) {
         let old = self.objects.insert(key, entry).map_or(0, |e| e.bytes);
-        self.bytes = self.bytes - old + entry.bytes;
+        self.bytes = self.bytes.saturating_sub(old).saturating_add(entry.bytes);
     }
 
     fn remove(&mut self, key: &str) {
         if let Some(old) = self.objects.remove(key) {
-            self.bytes -= old.bytes;
+            self.bytes = self.bytes.saturating_sub(old.bytes);
         }
     }
 }

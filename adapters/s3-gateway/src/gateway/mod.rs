@@ -143,7 +143,6 @@ async fn handle(
             refusal,
         ));
     }
-    stats.request(&method);
     let arrived = std::time::Instant::now();
     let (response, own_error) = match forward(&upstream, &stats, request).await {
         Ok(response) => (response, None),
@@ -198,6 +197,7 @@ async fn forward(
 ) -> Result<Response<Body>, ForwardError> {
     let (parts, body) = request.into_parts();
     let payload_hash = authenticate(upstream, stats, &parts)?;
+    stats.request(&parts.method);
     let route = route(&upstream.tier, &parts)?;
     let progress = Progress::new();
     let upload = Upload::default();

@@ -43,10 +43,15 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, SystemTime};
 
 use super::lease::Condition;
+use super::models::Models;
 use super::node::{Node, DELETES_IN_FLIGHT};
 use super::rule::{BoundRole, BoundSpec};
 use super::{lease_key, probe_key, Mode};
 use outcome::Watch;
+
+/// The model of every object the simulated fleet writes, which every node
+/// counts from its start (as a launch names its own model).
+const SIM_MODEL: &str = "sim-model";
 use tasks::{EvictWork, LeaseWork};
 
 /// LMCache's object size by default: 4 MiB, bytes.
@@ -402,7 +407,13 @@ impl<'a> Sim<'a> {
                 .mul_f64(spread(slot, 0xbf58_476d_1ce4_e5b9)),
         };
         self.members.push(Member {
-            node: Node::new(id, self.config.spec, mode, uptime),
+            node: Node::new(
+                id,
+                self.config.spec,
+                mode,
+                uptime,
+                Models::new([SIM_MODEL.to_string()]),
+            ),
             start: ready,
             uptime,
             wall_ahead,
@@ -587,7 +598,7 @@ impl SplitMix {
     fn lmcache_key(&mut self) -> String {
         let hash: Vec<u64> = (0..4).map(|_| self.next()).collect();
         format!(
-            "sim-model@00000000@0@{:016x}{:016x}{:016x}{:016x}",
+            "{SIM_MODEL}@00000000@0@{:016x}{:016x}{:016x}{:016x}",
             hash[0], hash[1], hash[2], hash[3]
         )
     }

@@ -188,7 +188,7 @@ impl Sim<'_> {
         match work {
             EvictWork::Idle => None,
             EvictWork::Listing(found, Cursor::Done) => {
-                self.members[slot].node.evictor.listed_at(now, Some(found));
+                self.members[slot].node.listed_at(now, Some(found));
                 None
             }
             EvictWork::Listing(mut found, cursor) => {
@@ -215,7 +215,7 @@ impl Sim<'_> {
                     Some(EvictWork::Reading(wanted, read))
                 }
                 None => {
-                    self.members[slot].node.evictor.reports_read(now, &read);
+                    self.members[slot].node.reports_read(now, &read);
                     None
                 }
             },
