@@ -1155,3 +1155,57 @@ fn a_dry_run_shows_the_gateways_key_variables_redacted() {
         "{plan:#}"
     );
 }
+
+/// A number too large for its type, as a variable, an extra argument or a
+/// flag, is refused as too large with the largest value accepted; the
+/// error quotes at most the first 80 characters of a value.
+#[test]
+fn values_too_large_are_named_so_with_the_largest_accepted() {
+    let vars = [
+        (
+            "EREBINE_AGENT_LMCACHE_CHUNK_SIZE",
+            "4294967296",
+            "4294967295",
+        ),
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4294967296", "4294967295"),
+        (
+            "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB",
+            "99999999999",
+            "17179869183",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            "--chunk-size 99999999999",
+            "4294967295",
+        ),
+    ];
+    for (var, val, largest) in vars {
+        let mut case = Case::new();
+        case.set(var, val);
+        let out = case.run(&["launch", "--dry-run"]);
+        assert_fails(&out, 2, &[var, "too large", largest]);
+    }
+    let case = Case::new();
+    for args in [
+        &["size", "--l1-gb", "99999999999"][..],
+        &["size", "--disk-size-gb", "1e30"],
+        &["launch", "--dry-run", "--lmcache-disk-size-gb", "1e30"],
+        &["housekeep", "--dry-run", "--capacity-gb", "99999999999"],
+    ] {
+        assert_fails(
+            &case.run(args),
+            2,
+            &[args[args.len() - 2], "too large", "17179869183"],
+        );
+    }
+    let mut case = Case::new();
+    let config = format!("{{\"a\":\"{}\"", "x".repeat(100_000));
+    case.set("EREBINE_AGENT_LMCACHE_EXTRA_CONFIG", config.as_str());
+    let out = case.run(&["launch", "--dry-run"]);
+    assert_fails(
+        &out,
+        2,
+        &["EREBINE_AGENT_LMCACHE_EXTRA_CONFIG", "(100007 bytes)"],
+    );
+    assert!(stderr(&out).len() < 1000, "{}", stderr(&out));
+}

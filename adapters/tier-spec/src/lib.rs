@@ -87,6 +87,40 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// The most characters of an input value an error message quotes
+/// ([`shown_value`]).
+pub const SHOWN_VALUE_CHARS: usize = 80;
+
+/// An input value as an error message quotes it: in double quotes, its
+/// control characters escaped (`\n`, `\t`, `\u{1b}`: a value never splits or
+/// colours a log line), and past [`SHOWN_VALUE_CHARS`] characters cut, with
+/// `…` and its whole length in bytes after it (`"{\"a\":…" (102400
+/// bytes)`), so that a long value never fills a log line. Every error that
+/// quotes an operator's value quotes it so (`docs/operations.md`, "Log
+/// lines").
+pub fn shown_value(value: &str) -> String {
+    let head: String = value.chars().take(SHOWN_VALUE_CHARS).collect();
+    let quoted = format!("{head:?}");
+    match head.len() < value.len() {
+        true => format!("{}…\" ({} bytes)", &quoted[..quoted.len() - 1], value.len()),
+        false => quoted,
+    }
+}
+
+/// A path as an error message shows it: as written when it is short and
+/// holds no control character, double quote or backslash, else as
+/// [`shown_value`] quotes it.
+pub fn shown_path(path: &str) -> String {
+    let plain = path.chars().count() <= SHOWN_VALUE_CHARS
+        && !path
+            .chars()
+            .any(|c| c.is_control() || c == '"' || c == '\\');
+    match plain {
+        true => path.to_string(),
+        false => shown_value(path),
+    }
+}
+
 /// An endpoint or URL without its `user:password@` or query string (both
 /// may carry credentials, e.g. a presigned `X-Amz-Signature`), each replaced
 /// by `<redacted>`.
@@ -593,6 +627,29 @@ mod tests {
             args,
             "values without a tier are kept"
         );
+    }
+
+    #[test]
+    fn a_shown_value_is_escaped_and_cut_with_its_length() {
+        assert_eq!(shown_value("abc"), r#""abc""#);
+        for (raw, escaped) in [("a\nb", r"a\nb"), ("a\rb", r"a\rb"), ("a\tb", r"a\tb")] {
+            assert_eq!(shown_value(raw), format!("\"{escaped}\""));
+        }
+        for control in ["\u{1b}[31m", "\u{7f}", "\u{0}"] {
+            let shown = shown_value(control);
+            assert!(!shown.chars().any(char::is_control), "{shown}");
+        }
+        let long = format!("{{\"a\":\"{}\"}}", "x".repeat(100_000));
+        let shown = shown_value(&long);
+        assert!(
+            shown.ends_with(&format!("…\" ({} bytes)", long.len())),
+            "{shown}"
+        );
+        assert!(shown.chars().count() < SHOWN_VALUE_CHARS + 40, "{shown}");
+        assert_eq!(shown_path("/data/kv"), "/data/kv");
+        assert_eq!(shown_path("/data/k\nv"), r#""/data/k\nv""#);
+        let exact = "y".repeat(SHOWN_VALUE_CHARS);
+        assert_eq!(shown_value(&exact), format!("{exact:?}"));
     }
 
     #[test]

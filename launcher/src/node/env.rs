@@ -16,8 +16,8 @@ use lmcache_tier_spec::Cascade;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-pub(crate) use crate::config_error::parse_gib;
-pub use crate::config_error::ConfigError;
+pub(crate) use crate::config_error::{parse_gib, parse_whole};
+pub use crate::config_error::{ConfigError, MAX_GIB};
 use crate::extra_args::ExtraArgs;
 
 /// Which KV cache backend the node runs: `native`, `lmcache` or `none`.
@@ -444,14 +444,7 @@ fn lookup_hash_log(
 }
 
 fn parse_positive_u64(variable: &str, value: &str, what: &str) -> Result<u64, ConfigError> {
-    match value.trim().parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(ConfigError::Invalid {
-            variable: variable.to_string(),
-            value: value.to_string(),
-            expected: format!("write a whole number of at least 1: {what}"),
-        }),
-    }
+    parse_whole(variable, value, 1, u64::MAX, what)
 }
 
 fn expand_home(path: &str, vars: &Vars) -> PathBuf {
@@ -569,14 +562,7 @@ pub fn lmcache_level(variable: &str, value: &str) -> Result<String, ConfigError>
 }
 
 fn parse_positive(variable: &str, value: &str, what: &str) -> Result<u32, ConfigError> {
-    match value.trim().parse::<u32>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(ConfigError::Invalid {
-            variable: variable.to_string(),
-            value: value.to_string(),
-            expected: format!("write a whole number of at least 1: {what}"),
-        }),
-    }
+    parse_whole(variable, value, 1, u32::MAX, what)
 }
 
 /// Where a metrics endpoint listens, from
@@ -718,6 +704,85 @@ mod tests {
             assert!(err.contains(var), "{var}={val}: {err}");
             assert!(err.contains("write"), "{var}={val}: {err}");
         }
+    }
+
+    /// Whatever the variable, an error quotes at most the first 80
+    /// characters of its value, escaped, with the value's length.
+    #[test]
+    fn errors_quote_a_value_cut_and_escaped() {
+        let long_json = format!("{{\"a\":\"{}\"", "x".repeat(100_000));
+        let long_word = format!("--chunk-size 1{}", "0".repeat(5_000));
+        let cases = [
+            (LMCACHE_EXTRA_CONFIG, long_json.as_str()),
+            (KV_OFFLOAD_SIZE_GB, &long_json[..50_000]),
+            (LMCACHE_EXTRA_ARGS, long_word.as_str()),
+            (LMCACHE_LOG_LEVEL, "info\u{1b}[31m\nFAKE LINE"),
+            (KV_CACHE_BACKEND, "lmcache\r\u{7f}"),
+        ];
+        for (var, val) in cases {
+            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.len() < 700, "{var}: {} bytes: {err}", err.len());
+            assert!(!err.chars().any(char::is_control), "{var}: {err:?}");
+            if val.len() > 80 {
+                assert!(
+                    err.contains("…\" (") && err.contains(" bytes)"),
+                    "{var}: {err}"
+                );
+            }
+        }
+    }
+
+    /// A number too large for its type is refused as too large, naming
+    /// the largest value accepted.
+    #[test]
+    fn values_too_large_for_their_type_name_the_largest_accepted() {
+        let cases = [
+            (CHUNK_SIZE, "4294967296", "4294967295"),
+            (HOST_AGENT_COUNT, "4294967296", "4294967295"),
+            (HOST_AGENT_COUNT, "99999999999999999999999", "4294967295"),
+            (LOOKUP_HASH_LOG_MAX_FILES, "4294967296", "4294967295"),
+            (
+                LOOKUP_HASH_LOG_ROTATION_INTERVAL,
+                "18446744073709551616",
+                "18446744073709551615",
+            ),
+            (
+                LOOKUP_HASH_LOG_ROTATION_MAX_SIZE,
+                "+99999999999999999999",
+                "18446744073709551615",
+            ),
+            (KV_OFFLOAD_SIZE_GB, "99999999999", "17179869183"),
+            (DISK_SIZE_GB, "1e30", "17179869183"),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size 4294967296", "4294967295"),
+            (
+                LMCACHE_EXTRA_ARGS,
+                "--max-gpu-workers 1_0000000000",
+                "4294967295",
+            ),
+            (
+                LMCACHE_EXTRA_ARGS,
+                "--l1-size-gb 99999999999",
+                "17179869183",
+            ),
+        ];
+        for (var, val, largest) in cases {
+            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(var) && err.contains("too large"),
+                "{var}={val}: {err}"
+            );
+            assert!(err.contains(largest), "{var}={val}: {err}");
+        }
+        let fits = NodeEnv::from_vars(&vars(&[
+            (CHUNK_SIZE, "4294967295"),
+            (KV_OFFLOAD_SIZE_GB, "17179869183"),
+        ]))
+        .unwrap();
+        assert_eq!(fits.chunk_size, Some(u32::MAX));
     }
 
     #[test]

@@ -516,9 +516,8 @@ pub(crate) fn effective_chunk_size(
         value: text.to_string(),
         expected,
     };
-    let tokens: u32 = text
-        .parse()
-        .map_err(|_| invalid("write a whole number of at least 1".into()))?;
+    let variable = format!("{} (--chunk-size)", env::LMCACHE_EXTRA_ARGS);
+    let tokens = env::parse_whole(&variable, text, 1, u32::MAX, "a chunk size in tokens")?;
     if facts.hybrid_attention && !tokens.is_multiple_of(facts.block_size) {
         return Err(invalid(format!(
             "write a multiple of the hybrid-attention model's {} -token block size, e.g. {}, or drop it and let the node choose",
@@ -568,7 +567,7 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
     if facts.model.is_empty() || facts.model.contains('@') {
         return Err(PlanError::Engine {
             flag: "model",
-            value: format!("{:?}", facts.model),
+            value: lmcache_tier_spec::shown_value(&facts.model),
             expected: "give vLLM's --model as the engine gets it: not empty, without '@' (LMCache separates object name fields with it)",
         });
     }
