@@ -1209,3 +1209,62 @@ fn values_too_large_are_named_so_with_the_largest_accepted() {
     );
     assert!(stderr(&out).len() < 1000, "{}", stderr(&out));
 }
+
+/// Operator JSON that writes a key twice is refused at plan time, naming
+/// the tier's position and the key: JSON parsers keep the last one.
+#[test]
+fn json_with_a_repeated_key_is_refused_naming_the_tier_and_the_key() {
+    let tier = r#"{"type":"fs","base_path":"/tmp/t","type":"s3"}"#;
+    let cases = [
+        (
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+            tier.to_string(),
+            "L2 tier 0",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+            format!(r#"[{{"type":"fs","base_path":"/tmp/a"}},{tier}]"#),
+            "L2 tier 1",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            format!(r#"--l2-adapter {{"type":"fs","base_path":"/tmp/a"}} --l2-adapter {tier}"#),
+            "L2 tier 1",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG",
+            r#"{"lmcache.mp.timeout":30,"x":{"k":1,"k":2}}"#.to_string(),
+            "\"k\"",
+        ),
+    ];
+    for (var, val, needle) in cases {
+        let mut case = Case::new();
+        case.set(var, val.as_str());
+        for args in [
+            &["launch", "--dry-run"][..],
+            &["launch", "--dry-run", "--json"],
+        ] {
+            let key = if var.ends_with("EXTRA_CONFIG") {
+                "\"k\""
+            } else {
+                "\"type\""
+            };
+            assert_fails(
+                &case.run(args),
+                2,
+                &[var, needle, key, "written twice", "write each key once"],
+            );
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args(["server", "--l2-adapter", tier])
+        .output()
+        .unwrap();
+    assert_fails(
+        &out,
+        2,
+        &["--l2-adapter #1", "L2 tier 0", "\"type\"", "written twice"],
+    );
+}

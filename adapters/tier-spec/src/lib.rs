@@ -14,6 +14,7 @@
 //! (`lmcache-s3-gateway`).
 
 pub mod capacity;
+pub mod repeated;
 
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -165,6 +166,17 @@ pub enum SpecError {
         /// What is wrong and where (tier position).
         detail: String,
     },
+    /// A tier that writes a key twice: JSON parsers keep the last one
+    /// without a word, so the tier would not be the one written.
+    #[error("{source_name}: L2 tier {position}: {detail}: write each key once (a JSON parser, LMCache's too, would keep only the last one)")]
+    RepeatedKey {
+        /// Where the text came from.
+        source_name: String,
+        /// The tier's position in the cascade (0-based).
+        position: usize,
+        /// The key and where it is written again (line and column).
+        detail: String,
+    },
     /// An `--l2-adapter` value that is not one JSON object with a `type`.
     #[error("--l2-adapter #{number} (L2 tier {position}) {detail}: give each --l2-adapter one JSON object with a \"type\" string (one tier), e.g. {{\"type\":\"fs\",\"base_path\":\"/data/kv\",\"max_capacity_gb\":100}}; NaN, Infinity and numbers out of range such as 1e400 are not JSON")]
     L2AdapterValue {
@@ -176,6 +188,21 @@ pub enum SpecError {
         /// What is wrong, e.g. `is not valid JSON (expected value at line 1 column 9)`.
         detail: String,
     },
+}
+
+impl SpecError {
+    /// The [`SpecError::RepeatedKey`] of `text`, a tier spec or cascade
+    /// from `source_name`, when one of its objects writes a key twice
+    /// ([`repeated::repeated_key`]); `position` is the tier's when `text`
+    /// is one tier, else the array element's.
+    pub fn repeated_key(text: &str, source_name: &str, position: usize) -> Option<Self> {
+        let found = repeated::repeated_key(text)?;
+        Some(SpecError::RepeatedKey {
+            source_name: source_name.to_string(),
+            position: found.element.unwrap_or(position),
+            detail: found.detail,
+        })
+    }
 }
 
 /// One L2 adapter spec: a JSON object with at least a `type` key.
@@ -289,6 +316,9 @@ impl Cascade {
                 source_name: source_name.to_string(),
                 detail: e.to_string(),
             })?;
+        if let Some(repeated) = SpecError::repeated_key(text.trim(), source_name, 0) {
+            return Err(repeated);
+        }
         let shape = |detail: String| SpecError::Shape {
             source_name: source_name.to_string(),
             detail,
@@ -379,8 +409,12 @@ impl L2AdapterArgs {
             };
             let spec = match serde_json::from_str::<Value>(value) {
                 Ok(Value::Object(object)) => {
-                    TierSpec::from_object(object, L2_ADAPTER_FLAG, position)
-                        .map_err(|_| invalid("has no \"type\" string".into()))
+                    let source = format!("{L2_ADAPTER_FLAG} #{}", position + 1);
+                    match SpecError::repeated_key(value, &source, position) {
+                        Some(repeated) => Err(repeated),
+                        None => TierSpec::from_object(object, L2_ADAPTER_FLAG, position)
+                            .map_err(|_| invalid("has no \"type\" string".into())),
+                    }
                 }
                 Ok(other) => Err(invalid(format!(
                     "is {}, not a JSON object",

@@ -385,7 +385,13 @@ fn parse_json_object(variable: &str, value: &str) -> Result<Map<String, Value>, 
         expected,
     };
     match serde_json::from_str::<Value>(value) {
-        Ok(Value::Object(object)) => Ok(object),
+        Ok(Value::Object(object)) => match lmcache_tier_spec::repeated::repeated_key(value) {
+            Some(found) => Err(invalid(format!(
+                "{}: write each key once (a JSON parser keeps only the last one)",
+                found.detail
+            ))),
+            None => Ok(object),
+        },
         Ok(_) => Err(invalid(
             "write one JSON object, e.g. {\"lmcache.mp.timeout\":30}".to_string(),
         )),

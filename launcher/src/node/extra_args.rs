@@ -188,6 +188,9 @@ fn parse_tier(value: &str, position: usize) -> Result<TierSpec, ConfigError> {
             source_name: source.clone(),
             detail: e.to_string(),
         })?;
+    if let Some(repeated) = lmcache_tier_spec::SpecError::repeated_key(value, &source, position) {
+        return Err(repeated.into());
+    }
     match parsed {
         Value::Object(object) => Ok(TierSpec::from_object(object, &source, position)?),
         _ => Err(lmcache_tier_spec::SpecError::Shape {
