@@ -1268,3 +1268,77 @@ fn json_with_a_repeated_key_is_refused_naming_the_tier_and_the_key() {
         &["--l2-adapter #1", "L2 tier 0", "\"type\"", "written twice"],
     );
 }
+
+/// Every directory the plan takes is judged at plan time, dry runs
+/// included: a regular file, a symlink to one or a path under one is
+/// refused (exit 2) naming the variable (and the tier), and so is a path
+/// holding a control character; a directory still to be made is accepted.
+#[test]
+fn paths_the_plan_takes_are_judged_at_plan_time() {
+    let case = Case::new();
+    let file = case.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let link = case.path().join("link");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let bad = [file.clone(), link, file.join("under")];
+    let tier = |path: &str| serde_json::json!({"type": "fs", "base_path": path}).to_string();
+    for path in &bad {
+        let text = path.to_str().unwrap();
+        let settings = [
+            ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", tier(text)),
+            (
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+                format!("--l2-adapter {}", tier(text)),
+            ),
+            (
+                "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR",
+                text.to_string(),
+            ),
+            ("EREBINE_AGENT_LMCACHE_DISK_PATH", text.to_string()),
+        ];
+        for (var, val) in settings {
+            let mut case = Case::new();
+            case.set(var, val.as_str()).own_ports();
+            for args in [&["launch", "--dry-run"][..], &["launch"]] {
+                assert_fails(&case.run(args), 2, &[var, "not a directory"]);
+            }
+        }
+    }
+    for control in ["\n", "\r", "\t", "\u{1b}[31m", "\u{7f}"] {
+        let path = format!("{}/a{control}b", case.path().display());
+        let settings = [
+            ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", tier(&path)),
+            ("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR", path.clone()),
+            ("EREBINE_AGENT_LMCACHE_DISK_PATH", path.clone()),
+        ];
+        for (var, val) in settings {
+            let mut case = Case::new();
+            case.set(var, val.as_str());
+            for args in [
+                &["launch", "--dry-run"][..],
+                &["launch"],
+                &["size"],
+                &["housekeep", "--dry-run"],
+            ] {
+                if args[0] != "launch" && !var.ends_with("DISK_PATH") {
+                    continue;
+                }
+                let out = case.run(args);
+                assert_fails(&out, 2, &[var, "control characters"]);
+                assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+            }
+        }
+    }
+    let missing = case.path().join("not/yet");
+    let mut fine = Case::new();
+    fine.set(
+        "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+        tier(missing.to_str().unwrap()).as_str(),
+    )
+    .set(
+        "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR",
+        missing.to_str().unwrap(),
+    );
+    let out = fine.run(&["launch", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

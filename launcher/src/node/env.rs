@@ -292,6 +292,7 @@ impl NodeEnv {
             lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
             disk_path,
         };
+        env.check_control_characters()?;
         if let Some((variable, tiers)) = env.custom_tiers() {
             crate::extensions::check_extension_keys(tiers, &get)
                 .map_err(|problem| ConfigError::Tier { variable, problem })?;
@@ -326,6 +327,35 @@ impl NodeEnv {
         let (variable, tiers) = custom;
         crate::extensions::check_extensions(tiers, &get)
             .map_err(|problem| ConfigError::Tier { variable, problem })
+    }
+
+    /// Refuses every path the plan takes that holds a control character
+    /// (`docs/configuration.md`, "Variables"): the disk path, the
+    /// lookup-hash log directory and the `base_path` of each tier of a
+    /// custom cascade. A newline, carriage return, tab, escape or delete
+    /// in a path would split or colour the log's lines.
+    ///
+    /// Errors: [`ConfigError::Invalid`] naming the variable (and the tier).
+    fn check_control_characters(&self) -> Result<(), ConfigError> {
+        let mut paths = vec![(DISK_PATH.to_string(), self.disk_path.to_string_lossy())];
+        if let Some(log) = &self.lookup_hash_log {
+            paths.push((LOOKUP_HASH_LOG_DIR.to_string(), log.dir.to_string_lossy()));
+        }
+        if let Some((variable, tiers)) = self.custom_tiers() {
+            let base_paths = tiers.tiers().iter().enumerate();
+            paths.extend(base_paths.filter_map(|(position, tier)| {
+                let named = format!("{variable} (L2 tier {position} base_path)");
+                tier.base_path().map(|path| (named, path.into()))
+            }));
+        }
+        match paths.into_iter().find(|(_, path)| path.chars().any(char::is_control)) {
+            Some((variable, path)) => Err(ConfigError::Invalid {
+                variable,
+                value: path.into_owned(),
+                expected: "give a path without control characters: a newline, carriage return, tab, escape or delete in a path would split or colour the log's lines".to_string(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The custom cascade and the variable it came from, if any.
