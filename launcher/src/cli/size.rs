@@ -95,7 +95,7 @@ impl SizeReport {
         let l1 = launch_plan::server_l1(node, budget)?;
         let disk = launch_plan::size_disk_tier(node, &host, l1.value)?;
         Ok(SizeReport {
-            warnings: disk.warnings(l1.value),
+            warnings: disk.warnings(l1.value, node.host_agent_count),
             path: disk.path,
             volume_bytes: disk.volume.total_bytes,
             free_bytes: disk.volume.free_bytes,

@@ -380,7 +380,7 @@ pub fn plan_launch(
         warnings: Vec::new(),
     };
     if let Some(disk) = &decisions.disk {
-        decisions.warnings = disk.warnings(decisions.l1_size.value);
+        decisions.warnings = disk.warnings(decisions.l1_size.value, node.host_agent_count);
     }
     decisions.warnings.extend(l1_warnings);
     decisions
