@@ -652,7 +652,8 @@ impl EngineArgs {
 /// What `housekeep` cleans, as a launch plans the node from the same
 /// variables and engine flags (with the `lmcache` backend, whatever the
 /// node's): the tier directory, the launch identity and the capacity, each
-/// from its source, the command line's flags winning. Without a built-in
+/// from its source, the command line's flags winning; the warnings a
+/// launch would give about the node's sizes are logged. Without a built-in
 /// disk tier a launch cleans nothing, and so `None`, unless the directory
 /// was given (`path_given`): then there is no capacity to trim to.
 fn node_housekeeping(
@@ -670,6 +671,9 @@ fn node_housekeeping(
             other => other,
         },
     )?;
+    for warning in &tier.warnings {
+        tracing::warn!("{warning}");
+    }
     Ok(Some(tier).filter(|t| path_given || t.capacity.is_some()))
 }
 
