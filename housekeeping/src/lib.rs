@@ -40,7 +40,9 @@ pub use codec::{KvRank, ObjectKey, ObjectName};
 pub use execute::{dry_run_report, execute, Report};
 pub use identity::{read_manifest, write_manifest, LaunchIdentity, Manifest, ManifestRead};
 pub use lock::{LockError, TierLock};
-pub use plan::{plan, GuardBound, IdentityChange, IdentityPurge, Plan, Reason, TierPolicy};
+pub use plan::{
+    plan, GuardBound, IdentityChange, IdentityPurge, Plan, PurgeCause, Reason, TierPolicy,
+};
 pub use scan::{scan, Inventory, InventoryTotals, ScanError};
 pub use tier_dir::{Access, TierDir, TierDirError};
 

@@ -40,7 +40,7 @@
 //! mtime; with `strictatime` the order is exact. On a `noatime` volume atime
 //! says nothing, so mtime alone is used. Ties are broken by directory order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::Serialize;
@@ -167,9 +167,11 @@ pub struct IdentityChange {
 }
 
 /// A purge by identity that takes more than half of the tier's object bytes
-/// (the rule in the module docs). `Display` gives what goes and why:
-/// `100% of the tier (8 of 8 objects, 64.0 MiB), because ...: model
-/// "/models/Qwen3-8B" -> "Qwen3-8B". ...`.
+/// (the rule in the module docs). `Display` gives what goes and why, each
+/// cause with its own count: `100% of the tier (7 of 7 objects, 7.0 MiB),
+/// because the launch identity differs from what the tier holds: 4 objects
+/// (4.0 MiB) of another model (model "other" -> "this"); 3 objects (3.0
+/// MiB) with no usable identity manifest ... . ...`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IdentityPurge {
     /// The objects deleted by identity (other model, other world size,
@@ -180,6 +182,55 @@ pub struct IdentityPurge {
     /// The fields that differ. Empty when only the manifest is missing or
     /// unusable: then nothing records what the objects were written for.
     pub changes: Vec<IdentityChange>,
+    /// The purged objects by cause, in rule order, each with its own
+    /// count, bytes and the fields that differ for it.
+    pub causes: Vec<PurgeCause>,
+}
+
+/// The objects of an [`IdentityPurge`] deleted for one cause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PurgeCause {
+    /// The cause (flattened: `"reason": "other_model"`, ...).
+    #[serde(flatten)]
+    pub reason: Reason,
+    /// The objects deleted for it.
+    pub count: u64,
+    /// Their allocated bytes.
+    pub bytes: u64,
+    /// The fields that differ for these objects (none for
+    /// [`Reason::NoManifest`]).
+    pub changes: Vec<IdentityChange>,
+}
+
+impl fmt::Display for PurgeCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.reason {
+            Reason::OtherModel => "of another model",
+            Reason::OtherWorldSize => "of another world size (TP x PP)",
+            Reason::ManifestMismatch { .. } => {
+                "under an identity manifest that records another identity"
+            }
+            _ => "with no usable identity manifest, so nothing records what they were written for",
+        };
+        let noun = if self.count == 1 { "object" } else { "objects" };
+        write!(f, "{} {noun} ({}) {what}", self.count, mib(self.bytes))?;
+        for (i, change) in self.changes.iter().enumerate() {
+            let sep = if i == 0 { " (" } else { ", " };
+            write!(
+                f,
+                "{sep}{} {:?} -> {:?}",
+                change.field, change.stored, change.current
+            )?;
+        }
+        if !self.changes.is_empty() {
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 impl fmt::Display for IdentityPurge {
@@ -190,21 +241,14 @@ impl fmt::Display for IdentityPurge {
         };
         write!(
             f,
-            "{percent:.0}% of the tier ({} of {} objects, {:.1} MiB), because the launch identity differs from what the tier holds",
+            "{percent:.0}% of the tier ({} of {} objects, {}), because the launch identity differs from what the tier holds",
             self.purged.count,
             self.objects.count,
-            self.purged.bytes as f64 / (1u64 << 20) as f64
+            mib(self.purged.bytes)
         )?;
-        if self.changes.is_empty() {
-            f.write_str(": the identity manifest is missing or unusable")?;
-        }
-        for (i, change) in self.changes.iter().enumerate() {
-            let sep = if i == 0 { ": " } else { ", " };
-            write!(
-                f,
-                "{sep}{} {:?} -> {:?}",
-                change.field, change.stored, change.current
-            )?;
+        for (i, cause) in self.causes.iter().enumerate() {
+            let sep = if i == 0 { ": " } else { "; " };
+            write!(f, "{sep}{cause}")?;
         }
         f.write_str(". If the engine did not change, give the launch the engine's own flags (vLLM's --model, not --served-model-name): docs/configuration.md, \"The launch identity\"")
     }
@@ -350,8 +394,8 @@ pub fn plan(
 
 /// The [`IdentityPurge`] of `deletions` (objects only), if it takes more
 /// than half of the tier's object bytes. The stored model and world size
-/// are those of the purged objects holding the most bytes; the manifest's
-/// fields follow.
+/// are those of the objects of another model or world size holding the
+/// most bytes; the manifest's fields follow.
 fn identity_purge(
     inventory: &Inventory,
     identity: &LaunchIdentity,
@@ -359,6 +403,7 @@ fn identity_purge(
     deletions: &[Deletion],
 ) -> Option<IdentityPurge> {
     let mut purged = CountBytes::default();
+    let mut by_cause: BTreeMap<Reason, CountBytes> = BTreeMap::new();
     let mut by_writer: HashMap<(ModelId, u8), u64> = HashMap::new();
     for deletion in deletions.iter().filter(|d| d.reason != Reason::Trim) {
         let Target::Object(i) = deletion.target else {
@@ -366,9 +411,15 @@ fn identity_purge(
         };
         let object = &inventory.objects()[i as usize];
         purged.add(object.stats.allocated_bytes);
-        *by_writer
-            .entry((object.key.model, object.key.kv_rank.world_size()))
-            .or_default() += object.stats.allocated_bytes;
+        by_cause
+            .entry(deletion.reason)
+            .or_default()
+            .add(object.stats.allocated_bytes);
+        if matches!(deletion.reason, Reason::OtherModel | Reason::OtherWorldSize) {
+            *by_writer
+                .entry((object.key.model, object.key.kv_rank.world_size()))
+                .or_default() += object.stats.allocated_bytes;
+        }
     }
     let objects = inventory.totals().objects;
     let most = match objects.bytes {
@@ -378,6 +429,43 @@ fn identity_purge(
     if !most {
         return None;
     }
+    let writer = writer_changes(inventory, identity, by_writer);
+    let recorded = manifest_changes(manifest, identity);
+    let causes = by_cause
+        .into_iter()
+        .map(|(reason, cb)| PurgeCause {
+            reason,
+            count: cb.count,
+            bytes: cb.bytes,
+            changes: match reason {
+                Reason::OtherModel => field_changes(&writer, &["model"]),
+                Reason::OtherWorldSize => field_changes(&writer, &["kv_world_size"]),
+                Reason::ManifestMismatch { .. } => recorded.clone(),
+                _ => Vec::new(),
+            },
+        })
+        .collect();
+    let mut changes = writer;
+    for change in recorded {
+        if !changes.iter().any(|c| c.field == change.field) {
+            changes.push(change);
+        }
+    }
+    Some(IdentityPurge {
+        purged,
+        objects,
+        changes,
+        causes,
+    })
+}
+
+/// The model and world size of the writer holding the most bytes among
+/// `by_writer`, against this launch's.
+fn writer_changes(
+    inventory: &Inventory,
+    identity: &LaunchIdentity,
+    by_writer: HashMap<(ModelId, u8), u64>,
+) -> Vec<IdentityChange> {
     let mut changes = Vec::new();
     let writer = by_writer
         .into_iter()
@@ -399,22 +487,32 @@ fn identity_purge(
             });
         }
     }
-    if let ManifestRead::Found(found) = manifest {
-        for (field, stored, current) in found.identity.differences(identity) {
-            if !changes.iter().any(|c| c.field == field.as_str()) {
-                changes.push(IdentityChange {
-                    field: field.as_str(),
-                    stored,
-                    current,
-                });
-            }
-        }
-    }
-    Some(IdentityPurge {
-        purged,
-        objects,
-        changes,
-    })
+    changes
+}
+
+/// The fields the manifest records otherwise than this launch.
+fn manifest_changes(manifest: &ManifestRead, identity: &LaunchIdentity) -> Vec<IdentityChange> {
+    let ManifestRead::Found(found) = manifest else {
+        return Vec::new();
+    };
+    found
+        .identity
+        .differences(identity)
+        .map(|(field, stored, current)| IdentityChange {
+            field: field.as_str(),
+            stored,
+            current,
+        })
+        .collect()
+}
+
+/// The changes of `changes` whose field is one of `fields`.
+fn field_changes(changes: &[IdentityChange], fields: &[&str]) -> Vec<IdentityChange> {
+    changes
+        .iter()
+        .filter(|c| fields.contains(&c.field))
+        .cloned()
+        .collect()
 }
 
 fn last_use(object: &ObjectEntry, order: TrimOrder) -> i64 {
@@ -647,6 +745,38 @@ mod tests {
         assert!(
             line.starts_with("100% of the tier (4 of 4 objects, 7.0 MiB)")
                 && line.contains(r#"model "/models/model" -> "org/model""#),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn each_cause_of_a_purge_has_its_own_count() {
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        for n in 0..3 {
+            inv.add_object(&object("org/model", 4, n), stats(1, 10, 10));
+        }
+        for n in 3..7 {
+            inv.add_object(&object("org/other", 4, n), stats(1, 10, 10));
+        }
+        let plan = plan(
+            &inv,
+            &identity(),
+            &ManifestRead::Missing,
+            TierPolicy::default(),
+        );
+        let purge = plan.identity_purge.expect("7 of 7 MiB purged");
+        let causes: Vec<_> = purge
+            .causes
+            .iter()
+            .map(|c| (c.reason, c.count, c.changes.len()))
+            .collect();
+        assert_eq!(
+            causes,
+            [(Reason::OtherModel, 4, 1), (Reason::NoManifest, 3, 0)]
+        );
+        let line = purge.to_string();
+        assert!(
+            line.contains(r#": 4 objects (4.0 MiB) of another model (model "org/other" -> "org/model"); 3 objects (3.0 MiB) with no usable identity manifest"#),
             "{line}"
         );
     }

@@ -689,3 +689,55 @@ fn several_nodes_on_one_host_share_its_volume_as_they_share_its_memory() {
     ]);
     assert_eq!(explicit.value, 20 * GIB);
 }
+
+#[test]
+fn explicit_disk_sizes_are_judged_against_this_nodes_share_of_the_volume() {
+    // 56 GiB free: each of 4 nodes has a 14 GiB share of it.
+    let mut small = host();
+    let disk = small.disk.as_mut().unwrap();
+    disk.volume.total_bytes = 100 * GIB;
+    disk.volume.free_bytes = 56 * GIB;
+    let warnings = |nodes: &str, size: &str| {
+        let vars = [
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "4"),
+            ("EREBINE_AGENT_HOST_AGENT_COUNT", nodes),
+            ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", size),
+        ];
+        let Planned::Server(plan) = plan(&facts(1), &node(&vars).vars, &small).unwrap() else {
+            panic!("a server is planned");
+        };
+        plan.decisions.warnings
+    };
+    for (nodes, size) in [("4", "20"), ("4", "15"), ("2", "30"), ("8", "7.5")] {
+        let shared: Vec<String> = warnings(nodes, size)
+            .into_iter()
+            .filter(|w| w.contains("share of the room"))
+            .collect();
+        assert_eq!(shared.len(), 1, "{nodes} x {size}: {shared:#?}");
+        assert!(
+            shared[0].starts_with(&format!("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB={size} gives"))
+                && shared[0].contains(&format!("EREBINE_AGENT_HOST_AGENT_COUNT={nodes}"))
+                && shared[0].contains("56.00 GiB free"),
+            "{}",
+            shared[0]
+        );
+    }
+    for (nodes, size) in [("4", "14"), ("1", "50"), ("4", "10")] {
+        let all = warnings(nodes, size);
+        assert!(
+            all.iter().all(|w| !w.contains("share of the room")),
+            "{nodes} x {size}: {all:#?}"
+        );
+    }
+    // Above the whole volume's free space, the volume's own warning says it.
+    let all = warnings("4", "60");
+    assert!(
+        all.iter()
+            .any(|w| w.contains("more than the 56.00 GiB free")),
+        "{all:#?}"
+    );
+    assert!(
+        all.iter().all(|w| !w.contains("share of the room")),
+        "{all:#?}"
+    );
+}

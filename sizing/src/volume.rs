@@ -248,58 +248,7 @@ fn fmt_pib(bytes: u64) -> String {
     format!("{:.2} PiB", bytes as f64 / (1u64 << 50) as f64)
 }
 
-/// The smallest headroom left for the engine beside L1 and a memory-backed
-/// tier: 8 GiB.
-pub const MEMORY_HEADROOM_MIN_BYTES: u64 = 8 * GIB;
-
-/// How much of the node's memory L1 and a memory-backed tier may use
-/// together, in bytes.
-///
-/// The engine process (vLLM: Python, the CUDA context, the tokenizer, its
-/// own CPU buffers), the LMCache server's own process and the kernel need
-/// memory beside the cache. The headroom kept for them is max(25% of the
-/// share, 8 GiB): the same quarter the L1 default takes, and at least what
-/// one engine process with a loaded model uses on a small host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct MemoryBudget {
-    /// This node's share of memory: the host's RAM or cgroup limit divided
-    /// by the nodes sharing the host.
-    pub share_bytes: u64,
-    /// What stays for the engine: max(25% of the share, 8 GiB).
-    pub headroom_bytes: u64,
-}
-
-impl MemoryBudget {
-    /// The budget of a node whose share of memory is `share_bytes`.
-    pub fn new(share_bytes: u64) -> Self {
-        MemoryBudget {
-            share_bytes,
-            headroom_bytes: (share_bytes / 4).max(MEMORY_HEADROOM_MIN_BYTES),
-        }
-    }
-
-    /// What L1 and the tier may use together: the share less the headroom.
-    pub fn cache_bytes(&self) -> u64 {
-        self.share_bytes.saturating_sub(self.headroom_bytes)
-    }
-
-    /// What a memory-backed tier beside an L1 of `l1_bytes` may use.
-    pub fn tier_bytes(&self, l1_bytes: u64) -> u64 {
-        self.cache_bytes().saturating_sub(l1_bytes)
-    }
-
-    /// The numbers in words: `"this node's memory share 23.50 GiB less
-    /// 8.00 GiB headroom for the engine (max(25%, 8 GiB)) = 15.50 GiB for L1
-    /// and the tier"`.
-    pub fn describe(&self) -> String {
-        format!(
-            "this node's memory share {} less {} headroom for the engine (max(25%, 8 GiB)) = {} for L1 and the tier",
-            fmt_gib(self.share_bytes),
-            fmt_gib(self.headroom_bytes),
-            fmt_gib(self.cache_bytes())
-        )
-    }
-}
+pub use crate::rules::{MemoryBudget, MEMORY_HEADROOM_MIN_BYTES};
 
 /// A disk tier that cannot be sized from what was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

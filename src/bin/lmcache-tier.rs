@@ -324,18 +324,36 @@ fn seconds() -> clap::builder::RangedU64ValueParser {
     clap::value_parser!(u64).range(..=MAX_SECONDS)
 }
 
-/// A GiB flag's value that is not a non-negative number (clap exits 2).
+/// A GiB flag's value that is not a non-negative number, or too large
+/// (clap exits 2).
 #[derive(Debug, thiserror::Error)]
-#[error("{0:?} is not a size in GiB: give a non-negative number such as 16 or 0.5")]
-struct NotGib(
-    /// The value as given.
-    String,
-);
+enum NotGib {
+    /// Not a non-negative number.
+    #[error("{} is not a size in GiB: give a non-negative number such as 16 or 0.5", lmcache_tier_spec::shown_value(.0))]
+    NotASize(
+        /// The value as given.
+        String,
+    ),
+    /// Its bytes pass 64 bits.
+    #[error("{} is too large: give a size in GiB from 0 to {}", lmcache_tier_spec::shown_value(.0), env::MAX_GIB)]
+    TooLarge(
+        /// The value as given.
+        String,
+    ),
+}
 
 fn non_negative_gib(s: &str) -> Result<f64, NotGib> {
     match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(NotGib(s.to_string())),
+        Ok(v) if v.is_finite() && gib_to_bytes(v).is_some() => Ok(v),
+        Ok(v)
+            if v > 0.0
+                && !v.is_nan()
+                && s.trim()
+                    .starts_with(|c: char| c.is_ascii_digit() || c == '.') =>
+        {
+            Err(NotGib::TooLarge(s.to_string()))
+        }
+        _ => Err(NotGib::NotASize(s.to_string())),
     }
 }
 
@@ -634,7 +652,8 @@ impl EngineArgs {
 /// What `housekeep` cleans, as a launch plans the node from the same
 /// variables and engine flags (with the `lmcache` backend, whatever the
 /// node's): the tier directory, the launch identity and the capacity, each
-/// from its source, the command line's flags winning. Without a built-in
+/// from its source, the command line's flags winning; the warnings a
+/// launch would give about the node's sizes are logged. Without a built-in
 /// disk tier a launch cleans nothing, and so `None`, unless the directory
 /// was given (`path_given`): then there is no capacity to trim to.
 fn node_housekeeping(
@@ -652,6 +671,9 @@ fn node_housekeeping(
             other => other,
         },
     )?;
+    for warning in &tier.warnings {
+        tracing::warn!("{warning}");
+    }
     Ok(Some(tier).filter(|t| path_given || t.capacity.is_some()))
 }
 

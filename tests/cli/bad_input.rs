@@ -1155,3 +1155,190 @@ fn a_dry_run_shows_the_gateways_key_variables_redacted() {
         "{plan:#}"
     );
 }
+
+/// A number too large for its type, as a variable, an extra argument or a
+/// flag, is refused as too large with the largest value accepted; the
+/// error quotes at most the first 80 characters of a value.
+#[test]
+fn values_too_large_are_named_so_with_the_largest_accepted() {
+    let vars = [
+        (
+            "EREBINE_AGENT_LMCACHE_CHUNK_SIZE",
+            "4294967296",
+            "4294967295",
+        ),
+        ("EREBINE_AGENT_HOST_AGENT_COUNT", "4294967296", "4294967295"),
+        (
+            "EREBINE_AGENT_KV_OFFLOAD_SIZE_GB",
+            "99999999999",
+            "17179869183",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            "--chunk-size 99999999999",
+            "4294967295",
+        ),
+    ];
+    for (var, val, largest) in vars {
+        let mut case = Case::new();
+        case.set(var, val);
+        let out = case.run(&["launch", "--dry-run"]);
+        assert_fails(&out, 2, &[var, "too large", largest]);
+    }
+    let case = Case::new();
+    for args in [
+        &["size", "--l1-gb", "99999999999"][..],
+        &["size", "--disk-size-gb", "1e30"],
+        &["launch", "--dry-run", "--lmcache-disk-size-gb", "1e30"],
+        &["housekeep", "--dry-run", "--capacity-gb", "99999999999"],
+    ] {
+        assert_fails(
+            &case.run(args),
+            2,
+            &[args[args.len() - 2], "too large", "17179869183"],
+        );
+    }
+    let mut case = Case::new();
+    let config = format!("{{\"a\":\"{}\"", "x".repeat(100_000));
+    case.set("EREBINE_AGENT_LMCACHE_EXTRA_CONFIG", config.as_str());
+    let out = case.run(&["launch", "--dry-run"]);
+    assert_fails(
+        &out,
+        2,
+        &["EREBINE_AGENT_LMCACHE_EXTRA_CONFIG", "(100007 bytes)"],
+    );
+    assert!(stderr(&out).len() < 1000, "{}", stderr(&out));
+}
+
+/// Operator JSON that writes a key twice is refused at plan time, naming
+/// the tier's position and the key: JSON parsers keep the last one.
+#[test]
+fn json_with_a_repeated_key_is_refused_naming_the_tier_and_the_key() {
+    let tier = r#"{"type":"fs","base_path":"/tmp/t","type":"s3"}"#;
+    let cases = [
+        (
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+            tier.to_string(),
+            "L2 tier 0",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+            format!(r#"[{{"type":"fs","base_path":"/tmp/a"}},{tier}]"#),
+            "L2 tier 1",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            format!(r#"--l2-adapter {{"type":"fs","base_path":"/tmp/a"}} --l2-adapter {tier}"#),
+            "L2 tier 1",
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG",
+            r#"{"lmcache.mp.timeout":30,"x":{"k":1,"k":2}}"#.to_string(),
+            "\"k\"",
+        ),
+    ];
+    for (var, val, needle) in cases {
+        let mut case = Case::new();
+        case.set(var, val.as_str());
+        for args in [
+            &["launch", "--dry-run"][..],
+            &["launch", "--dry-run", "--json"],
+        ] {
+            let key = if var.ends_with("EXTRA_CONFIG") {
+                "\"k\""
+            } else {
+                "\"type\""
+            };
+            assert_fails(
+                &case.run(args),
+                2,
+                &[var, needle, key, "written twice", "write each key once"],
+            );
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args(["server", "--l2-adapter", tier])
+        .output()
+        .unwrap();
+    assert_fails(
+        &out,
+        2,
+        &["--l2-adapter #1", "L2 tier 0", "\"type\"", "written twice"],
+    );
+}
+
+/// Every directory the plan takes is judged at plan time, dry runs
+/// included: a regular file, a symlink to one or a path under one is
+/// refused (exit 2) naming the variable (and the tier), and so is a path
+/// holding a control character; a directory still to be made is accepted.
+#[test]
+fn paths_the_plan_takes_are_judged_at_plan_time() {
+    let case = Case::new();
+    let file = case.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let link = case.path().join("link");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let bad = [file.clone(), link, file.join("under")];
+    let tier = |path: &str| serde_json::json!({"type": "fs", "base_path": path}).to_string();
+    for path in &bad {
+        let text = path.to_str().unwrap();
+        let settings = [
+            ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", tier(text)),
+            (
+                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+                format!("--l2-adapter {}", tier(text)),
+            ),
+            (
+                "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR",
+                text.to_string(),
+            ),
+            ("EREBINE_AGENT_LMCACHE_DISK_PATH", text.to_string()),
+        ];
+        for (var, val) in settings {
+            let mut case = Case::new();
+            case.set(var, val.as_str()).own_ports();
+            for args in [&["launch", "--dry-run"][..], &["launch"]] {
+                assert_fails(&case.run(args), 2, &[var, "not a directory"]);
+            }
+        }
+    }
+    for control in ["\n", "\r", "\t", "\u{1b}[31m", "\u{7f}"] {
+        let path = format!("{}/a{control}b", case.path().display());
+        let settings = [
+            ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", tier(&path)),
+            ("EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR", path.clone()),
+            ("EREBINE_AGENT_LMCACHE_DISK_PATH", path.clone()),
+        ];
+        for (var, val) in settings {
+            let mut case = Case::new();
+            case.set(var, val.as_str());
+            for args in [
+                &["launch", "--dry-run"][..],
+                &["launch"],
+                &["size"],
+                &["housekeep", "--dry-run"],
+            ] {
+                if args[0] != "launch" && !var.ends_with("DISK_PATH") {
+                    continue;
+                }
+                let out = case.run(args);
+                assert_fails(&out, 2, &[var, "control characters"]);
+                assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+            }
+        }
+    }
+    let missing = case.path().join("not/yet");
+    let mut fine = Case::new();
+    fine.set(
+        "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+        tier(missing.to_str().unwrap()).as_str(),
+    )
+    .set(
+        "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR",
+        missing.to_str().unwrap(),
+    );
+    let out = fine.run(&["launch", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

@@ -193,3 +193,52 @@ fn housekeep_dry_run_plans_a_read_only_tier() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not writable"));
     assert!(object.exists());
 }
+
+/// A purge of several causes counts each apart, in the WARN line and in
+/// the JSON: objects of another model are not blamed for the ones that
+/// go because the tier has no identity manifest.
+#[test]
+fn housekeep_counts_each_cause_of_a_purge_apart() {
+    let home = tempfile::tempdir().unwrap();
+    let tier = home.path().join("tier");
+    std::fs::create_dir_all(&tier).unwrap();
+    for (model, n) in [("test-model", 3), ("other-model", 4)] {
+        for i in 0..n {
+            let name = format!("{model}@0x01000100@0@{:064x}.data", i + 1);
+            std::fs::write(tier.join(name), b"kv").unwrap();
+        }
+    }
+    let args = ["housekeep", "--model", "test-model", "--path"];
+    let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home.path())
+        .env("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1")
+        .args(args)
+        .arg(&tier)
+        .args(["--dry-run", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let causes = &json["report"]["identity_purge"]["causes"];
+    let counts: Vec<(&str, u64)> = causes
+        .as_array()
+        .unwrap_or_else(|| panic!("{json:#}"))
+        .iter()
+        .map(|c| (c["reason"].as_str().unwrap(), c["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(counts, [("other_model", 4), ("no_manifest", 3)], "{json:#}");
+    assert_eq!(json["report"]["identity_purge"]["purged"]["count"], 7);
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("a launch would purge"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        warning.contains(
+            r#"4 objects (0.0 MiB) of another model (model "other-model" -> "test-model")"#
+        ) && warning.contains("3 objects (0.0 MiB) with no usable identity manifest"),
+        "{warning}"
+    );
+}

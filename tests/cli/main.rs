@@ -10,3 +10,4 @@ mod cli_housekeep;
 mod cli_pipes;
 mod inspect_cli;
 mod inspect_watch_cli;
+mod one_verdict;

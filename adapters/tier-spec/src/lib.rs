@@ -14,6 +14,7 @@
 //! (`lmcache-s3-gateway`).
 
 pub mod capacity;
+pub mod repeated;
 
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -87,6 +88,40 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// The most characters of an input value an error message quotes
+/// ([`shown_value`]).
+pub const SHOWN_VALUE_CHARS: usize = 80;
+
+/// An input value as an error message quotes it: in double quotes, its
+/// control characters escaped (`\n`, `\t`, `\u{1b}`: a value never splits or
+/// colours a log line), and past [`SHOWN_VALUE_CHARS`] characters cut, with
+/// `…` and its whole length in bytes after it (`"{\"a\":…" (102400
+/// bytes)`), so that a long value never fills a log line. Every error that
+/// quotes an operator's value quotes it so (`docs/operations.md`, "Log
+/// lines").
+pub fn shown_value(value: &str) -> String {
+    let head: String = value.chars().take(SHOWN_VALUE_CHARS).collect();
+    let quoted = format!("{head:?}");
+    match head.len() < value.len() {
+        true => format!("{}…\" ({} bytes)", &quoted[..quoted.len() - 1], value.len()),
+        false => quoted,
+    }
+}
+
+/// A path as an error message shows it: as written when it is short and
+/// holds no control character, double quote or backslash, else as
+/// [`shown_value`] quotes it.
+pub fn shown_path(path: &str) -> String {
+    let plain = path.chars().count() <= SHOWN_VALUE_CHARS
+        && !path
+            .chars()
+            .any(|c| c.is_control() || c == '"' || c == '\\');
+    match plain {
+        true => path.to_string(),
+        false => shown_value(path),
+    }
+}
+
 /// An endpoint or URL without its `user:password@` or query string (both
 /// may carry credentials, e.g. a presigned `X-Amz-Signature`), each replaced
 /// by `<redacted>`.
@@ -131,6 +166,17 @@ pub enum SpecError {
         /// What is wrong and where (tier position).
         detail: String,
     },
+    /// A tier that writes a key twice: JSON parsers keep the last one
+    /// without a word, so the tier would not be the one written.
+    #[error("{source_name}: L2 tier {position}: {detail}: write each key once (a JSON parser, LMCache's too, would keep only the last one)")]
+    RepeatedKey {
+        /// Where the text came from.
+        source_name: String,
+        /// The tier's position in the cascade (0-based).
+        position: usize,
+        /// The key and where it is written again (line and column).
+        detail: String,
+    },
     /// An `--l2-adapter` value that is not one JSON object with a `type`.
     #[error("--l2-adapter #{number} (L2 tier {position}) {detail}: give each --l2-adapter one JSON object with a \"type\" string (one tier), e.g. {{\"type\":\"fs\",\"base_path\":\"/data/kv\",\"max_capacity_gb\":100}}; NaN, Infinity and numbers out of range such as 1e400 are not JSON")]
     L2AdapterValue {
@@ -142,6 +188,21 @@ pub enum SpecError {
         /// What is wrong, e.g. `is not valid JSON (expected value at line 1 column 9)`.
         detail: String,
     },
+}
+
+impl SpecError {
+    /// The [`SpecError::RepeatedKey`] of `text`, a tier spec or cascade
+    /// from `source_name`, when one of its objects writes a key twice
+    /// ([`repeated::repeated_key`]); `position` is the tier's when `text`
+    /// is one tier, else the array element's.
+    pub fn repeated_key(text: &str, source_name: &str, position: usize) -> Option<Self> {
+        let found = repeated::repeated_key(text)?;
+        Some(SpecError::RepeatedKey {
+            source_name: source_name.to_string(),
+            position: found.element.unwrap_or(position),
+            detail: found.detail,
+        })
+    }
 }
 
 /// One L2 adapter spec: a JSON object with at least a `type` key.
@@ -255,6 +316,9 @@ impl Cascade {
                 source_name: source_name.to_string(),
                 detail: e.to_string(),
             })?;
+        if let Some(repeated) = SpecError::repeated_key(text.trim(), source_name, 0) {
+            return Err(repeated);
+        }
         let shape = |detail: String| SpecError::Shape {
             source_name: source_name.to_string(),
             detail,
@@ -345,8 +409,12 @@ impl L2AdapterArgs {
             };
             let spec = match serde_json::from_str::<Value>(value) {
                 Ok(Value::Object(object)) => {
-                    TierSpec::from_object(object, L2_ADAPTER_FLAG, position)
-                        .map_err(|_| invalid("has no \"type\" string".into()))
+                    let source = format!("{L2_ADAPTER_FLAG} #{}", position + 1);
+                    match SpecError::repeated_key(value, &source, position) {
+                        Some(repeated) => Err(repeated),
+                        None => TierSpec::from_object(object, L2_ADAPTER_FLAG, position)
+                            .map_err(|_| invalid("has no \"type\" string".into())),
+                    }
                 }
                 Ok(other) => Err(invalid(format!(
                     "is {}, not a JSON object",
@@ -593,6 +661,29 @@ mod tests {
             args,
             "values without a tier are kept"
         );
+    }
+
+    #[test]
+    fn a_shown_value_is_escaped_and_cut_with_its_length() {
+        assert_eq!(shown_value("abc"), r#""abc""#);
+        for (raw, escaped) in [("a\nb", r"a\nb"), ("a\rb", r"a\rb"), ("a\tb", r"a\tb")] {
+            assert_eq!(shown_value(raw), format!("\"{escaped}\""));
+        }
+        for control in ["\u{1b}[31m", "\u{7f}", "\u{0}"] {
+            let shown = shown_value(control);
+            assert!(!shown.chars().any(char::is_control), "{shown}");
+        }
+        let long = format!("{{\"a\":\"{}\"}}", "x".repeat(100_000));
+        let shown = shown_value(&long);
+        assert!(
+            shown.ends_with(&format!("…\" ({} bytes)", long.len())),
+            "{shown}"
+        );
+        assert!(shown.chars().count() < SHOWN_VALUE_CHARS + 40, "{shown}");
+        assert_eq!(shown_path("/data/kv"), "/data/kv");
+        assert_eq!(shown_path("/data/k\nv"), r#""/data/k\nv""#);
+        let exact = "y".repeat(SHOWN_VALUE_CHARS);
+        assert_eq!(shown_value(&exact), format!("{exact:?}"));
     }
 
     #[test]

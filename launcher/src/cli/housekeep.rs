@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use lmcache_capacity_guard::capacity::guard_spec;
 use lmcache_housekeeping::{GuardBound, LaunchIdentity};
-use lmcache_sizing::rules;
 use serde::Serialize;
 
 use crate::env::{NodeEnv, Vars};
@@ -37,6 +36,9 @@ pub struct NodeTier {
     /// The built-in tier's capacity guard, as [`crate::housekeep::DiskHousekeeping::guard`]
     /// (`None` without a capacity).
     pub guard: Option<GuardBound>,
+    /// What a launch on the same variables would warn of about its sizes
+    /// ([`launch_plan::Sizes::warnings`]).
+    pub warnings: Vec<String>,
 }
 
 /// The [`NodeTier`] of the node `vars` describe (its backend taken as
@@ -56,10 +58,8 @@ pub fn node_tier(
         Some(tokens) => lmcache_sizing::Decision::new(tokens, "flag", "--chunk-size"),
         None => launch_plan::effective_chunk_size(engine, &node)?.1,
     };
-    let capacity = match node.builtin_tier() {
-        true => Some(node_capacity(&node)?).filter(|c| c.value > 0),
-        false => None,
-    };
+    let sizes = judge_node(&node)?;
+    let capacity = sizes.disk.map(|disk| disk.capacity).filter(|c| c.value > 0);
     // The built-in tier as the launch writes it: its guard's bound.
     let guard = capacity.as_ref().and_then(|c| {
         let spec = lmcache_tier_spec::fs_native_tier(&node.disk_path, 1, false, c.value);
@@ -71,22 +71,21 @@ pub fn node_tier(
         chunk_size_source: chunk.reason,
         capacity,
         guard,
+        warnings: sizes.warnings,
     })
 }
 
-/// The built-in tier's capacity as a launch sizes it, from the volume
-/// measured read-only.
-fn node_capacity(node: &NodeEnv) -> Result<lmcache_sizing::Decision<u64>, PlanError> {
+/// The node's sizes as a launch judges them ([`launch_plan::judge_sizes`]),
+/// its built-in tier's volume measured read-only.
+fn judge_node(node: &NodeEnv) -> Result<launch_plan::Sizes, PlanError> {
     let host = Facts::host()?;
+    let disk = match node.builtin_tier() {
+        true => Some(measure_disk_to_housekeep(&node.disk_path)?),
+        false => None,
+    };
     let host = HostFacts {
-        disk: Some(measure_disk_to_housekeep(&node.disk_path)?),
+        disk,
         ..HostFacts::from(&host)
     };
-    let budget = rules::l1_budget(
-        node.kv_offload_bytes,
-        host.memory.value,
-        node.host_agent_count,
-    );
-    let l1 = launch_plan::server_l1(node, budget)?.value;
-    Ok(launch_plan::size_disk_tier(node, &host, l1)?.capacity)
+    launch_plan::judge_sizes(node, &host, launch_plan::Tiers::AsPlanned)
 }

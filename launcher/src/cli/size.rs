@@ -5,7 +5,6 @@ use std::fmt;
 use std::path::PathBuf;
 
 use lmcache_sizing::fmt_gib;
-use lmcache_sizing::rules;
 use lmcache_sizing::volume::VolumeKind;
 use serde::Serialize;
 
@@ -69,14 +68,16 @@ pub struct SizeReport {
     pub odirect_rule: &'static str,
     /// Why, in words.
     pub odirect_reason: String,
-    /// What a launch would warn of (`DiskTier::warnings`).
+    /// What a launch would warn of ([`launch_plan::Sizes::warnings`]).
     pub warnings: Vec<String>,
 }
 
 impl SizeReport {
     /// Measures the host and the volume of `node`'s cache directory
-    /// read-only (a spinner on a terminal while it scans), and sizes its
-    /// tier as a launch would: the L1 first, then the disk tier beside it.
+    /// read-only (a spinner on a terminal while it scans), and judges its
+    /// sizes as a launch would ([`launch_plan::judge_sizes`], with the
+    /// built-in tier): the L1 first, then the disk tier beside it, with the
+    /// same refusals and warnings.
     ///
     /// Errors: the host's memory, an unusable cache directory or volume, or
     /// a size the rules refuse ([`PlanError`]).
@@ -87,15 +88,10 @@ impl SizeReport {
         let filesystem = measured.filesystem.clone();
         facts.disk = Some(measured);
         let host = HostFacts::from(&facts);
-        let budget = rules::l1_budget(
-            node.kv_offload_bytes,
-            host.memory.value,
-            node.host_agent_count,
-        );
-        let l1 = launch_plan::server_l1(node, budget)?;
-        let disk = launch_plan::size_disk_tier(node, &host, l1.value)?;
+        let sizes = launch_plan::judge_sizes(node, &host, launch_plan::Tiers::BuiltIn)?;
+        let (l1, disk) = (sizes.l1_size, sizes.disk.ok_or(PlanError::NotMeasured)?);
         Ok(SizeReport {
-            warnings: disk.warnings(l1.value),
+            warnings: sizes.warnings,
             path: disk.path,
             volume_bytes: disk.volume.total_bytes,
             free_bytes: disk.volume.free_bytes,

@@ -29,7 +29,7 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
 /// A `--watch` value that is not a refresh interval (clap exits 2 and names
 /// the flag).
 #[derive(Debug, thiserror::Error)]
-#[error("{0:?} is not a refresh interval: give seconds from 0.1 to 86400, such as 2 or 0.5")]
+#[error("{} is not a refresh interval: give seconds from 0.1 to 86400, such as 2 or 0.5", lmcache_tier_spec::shown_value(.0))]
 pub struct NotAnInterval(
     /// The value as given.
     pub String,

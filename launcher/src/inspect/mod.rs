@@ -36,7 +36,7 @@ use crate::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InspectError {
     /// The URL to poll is not one ([`check_url`]).
-    #[error("--url {url:?} is not an http:// URL of a /status endpoint: give e.g. http://127.0.0.1:8090/status")]
+    #[error("--url {} is not an http:// URL of a /status endpoint: give e.g. http://127.0.0.1:8090/status", lmcache_tier_spec::shown_value(url))]
     BadUrl {
         /// The URL as given.
         url: String,

@@ -16,8 +16,8 @@ use lmcache_tier_spec::Cascade;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-pub(crate) use crate::config_error::parse_gib;
-pub use crate::config_error::ConfigError;
+pub(crate) use crate::config_error::{parse_gib, parse_whole};
+pub use crate::config_error::{ConfigError, MAX_GIB};
 use crate::extra_args::ExtraArgs;
 
 /// Which KV cache backend the node runs: `native`, `lmcache` or `none`.
@@ -292,6 +292,7 @@ impl NodeEnv {
             lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
             disk_path,
         };
+        env.check_control_characters()?;
         if let Some((variable, tiers)) = env.custom_tiers() {
             crate::extensions::check_extension_keys(tiers, &get)
                 .map_err(|problem| ConfigError::Tier { variable, problem })?;
@@ -326,6 +327,35 @@ impl NodeEnv {
         let (variable, tiers) = custom;
         crate::extensions::check_extensions(tiers, &get)
             .map_err(|problem| ConfigError::Tier { variable, problem })
+    }
+
+    /// Refuses every path the plan takes that holds a control character
+    /// (`docs/configuration.md`, "Variables"): the disk path, the
+    /// lookup-hash log directory and the `base_path` of each tier of a
+    /// custom cascade. A newline, carriage return, tab, escape or delete
+    /// in a path would split or colour the log's lines.
+    ///
+    /// Errors: [`ConfigError::Invalid`] naming the variable (and the tier).
+    fn check_control_characters(&self) -> Result<(), ConfigError> {
+        let mut paths = vec![(DISK_PATH.to_string(), self.disk_path.to_string_lossy())];
+        if let Some(log) = &self.lookup_hash_log {
+            paths.push((LOOKUP_HASH_LOG_DIR.to_string(), log.dir.to_string_lossy()));
+        }
+        if let Some((variable, tiers)) = self.custom_tiers() {
+            let base_paths = tiers.tiers().iter().enumerate();
+            paths.extend(base_paths.filter_map(|(position, tier)| {
+                let named = format!("{variable} (L2 tier {position} base_path)");
+                tier.base_path().map(|path| (named, path.into()))
+            }));
+        }
+        match paths.into_iter().find(|(_, path)| path.chars().any(char::is_control)) {
+            Some((variable, path)) => Err(ConfigError::Invalid {
+                variable,
+                value: path.into_owned(),
+                expected: "give a path without control characters: a newline, carriage return, tab, escape or delete in a path would split or colour the log's lines".to_string(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The custom cascade and the variable it came from, if any.
@@ -385,7 +415,13 @@ fn parse_json_object(variable: &str, value: &str) -> Result<Map<String, Value>, 
         expected,
     };
     match serde_json::from_str::<Value>(value) {
-        Ok(Value::Object(object)) => Ok(object),
+        Ok(Value::Object(object)) => match lmcache_tier_spec::repeated::repeated_key(value) {
+            Some(found) => Err(invalid(format!(
+                "{}: write each key once (a JSON parser keeps only the last one)",
+                found.detail
+            ))),
+            None => Ok(object),
+        },
         Ok(_) => Err(invalid(
             "write one JSON object, e.g. {\"lmcache.mp.timeout\":30}".to_string(),
         )),
@@ -444,14 +480,7 @@ fn lookup_hash_log(
 }
 
 fn parse_positive_u64(variable: &str, value: &str, what: &str) -> Result<u64, ConfigError> {
-    match value.trim().parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(ConfigError::Invalid {
-            variable: variable.to_string(),
-            value: value.to_string(),
-            expected: format!("write a whole number of at least 1: {what}"),
-        }),
-    }
+    parse_whole(variable, value, 1, u64::MAX, what)
 }
 
 fn expand_home(path: &str, vars: &Vars) -> PathBuf {
@@ -569,14 +598,7 @@ pub fn lmcache_level(variable: &str, value: &str) -> Result<String, ConfigError>
 }
 
 fn parse_positive(variable: &str, value: &str, what: &str) -> Result<u32, ConfigError> {
-    match value.trim().parse::<u32>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(ConfigError::Invalid {
-            variable: variable.to_string(),
-            value: value.to_string(),
-            expected: format!("write a whole number of at least 1: {what}"),
-        }),
-    }
+    parse_whole(variable, value, 1, u32::MAX, what)
 }
 
 /// Where a metrics endpoint listens, from
@@ -718,6 +740,85 @@ mod tests {
             assert!(err.contains(var), "{var}={val}: {err}");
             assert!(err.contains("write"), "{var}={val}: {err}");
         }
+    }
+
+    /// Whatever the variable, an error quotes at most the first 80
+    /// characters of its value, escaped, with the value's length.
+    #[test]
+    fn errors_quote_a_value_cut_and_escaped() {
+        let long_json = format!("{{\"a\":\"{}\"", "x".repeat(100_000));
+        let long_word = format!("--chunk-size 1{}", "0".repeat(5_000));
+        let cases = [
+            (LMCACHE_EXTRA_CONFIG, long_json.as_str()),
+            (KV_OFFLOAD_SIZE_GB, &long_json[..50_000]),
+            (LMCACHE_EXTRA_ARGS, long_word.as_str()),
+            (LMCACHE_LOG_LEVEL, "info\u{1b}[31m\nFAKE LINE"),
+            (KV_CACHE_BACKEND, "lmcache\r\u{7f}"),
+        ];
+        for (var, val) in cases {
+            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.len() < 700, "{var}: {} bytes: {err}", err.len());
+            assert!(!err.chars().any(char::is_control), "{var}: {err:?}");
+            if val.len() > 80 {
+                assert!(
+                    err.contains("…\" (") && err.contains(" bytes)"),
+                    "{var}: {err}"
+                );
+            }
+        }
+    }
+
+    /// A number too large for its type is refused as too large, naming
+    /// the largest value accepted.
+    #[test]
+    fn values_too_large_for_their_type_name_the_largest_accepted() {
+        let cases = [
+            (CHUNK_SIZE, "4294967296", "4294967295"),
+            (HOST_AGENT_COUNT, "4294967296", "4294967295"),
+            (HOST_AGENT_COUNT, "99999999999999999999999", "4294967295"),
+            (LOOKUP_HASH_LOG_MAX_FILES, "4294967296", "4294967295"),
+            (
+                LOOKUP_HASH_LOG_ROTATION_INTERVAL,
+                "18446744073709551616",
+                "18446744073709551615",
+            ),
+            (
+                LOOKUP_HASH_LOG_ROTATION_MAX_SIZE,
+                "+99999999999999999999",
+                "18446744073709551615",
+            ),
+            (KV_OFFLOAD_SIZE_GB, "99999999999", "17179869183"),
+            (DISK_SIZE_GB, "1e30", "17179869183"),
+            (LMCACHE_EXTRA_ARGS, "--chunk-size 4294967296", "4294967295"),
+            (
+                LMCACHE_EXTRA_ARGS,
+                "--max-gpu-workers 1_0000000000",
+                "4294967295",
+            ),
+            (
+                LMCACHE_EXTRA_ARGS,
+                "--l1-size-gb 99999999999",
+                "17179869183",
+            ),
+        ];
+        for (var, val, largest) in cases {
+            let err = NodeEnv::from_vars(&vars(&[(var, val)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(var) && err.contains("too large"),
+                "{var}={val}: {err}"
+            );
+            assert!(err.contains(largest), "{var}={val}: {err}");
+        }
+        let fits = NodeEnv::from_vars(&vars(&[
+            (CHUNK_SIZE, "4294967295"),
+            (KV_OFFLOAD_SIZE_GB, "17179869183"),
+        ]))
+        .unwrap();
+        assert_eq!(fits.chunk_size, Some(u32::MAX));
     }
 
     #[test]

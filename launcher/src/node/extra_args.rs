@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use lmcache_tier_spec::{Cascade, TierSpec};
 use serde_json::Value;
 
-use crate::config_error::{parse_gib, ConfigError};
+use crate::config_error::{parse_gib, parse_whole, ConfigError};
 use crate::server_flags::{python_number, server_flags};
 
 /// The variable this module reads.
@@ -163,10 +163,13 @@ fn check_read_value(flag: &'static str, value: &str) -> Result<(), ConfigError> 
             Ok(p) if p > 0 => Ok(()),
             _ => Err(bad("write a TCP port from 1 to 65535")),
         },
-        "--chunk-size" | "--max-gpu-workers" => match value.parse::<u32>() {
-            Ok(n) if n > 0 => Ok(()),
-            _ => Err(bad("write a whole number of at least 1")),
-        },
+        "--chunk-size" | "--max-gpu-workers" => {
+            let what = match flag {
+                "--chunk-size" => "a chunk size in tokens, e.g. 256",
+                _ => "the number of GPU workers",
+            };
+            parse_whole(&format!("{VARIABLE} ({flag})"), value, 1, u32::MAX, what).map(drop)
+        }
         "--l1-size-gb" => match parse_gib(&format!("{VARIABLE} ({flag})"), value)? {
             0 => Err(bad(
                 "a size above 0 bytes (this one is 0, or rounds to 0): LMCache stages every chunk in L1 on its way to the L2 tiers and cannot run without one; for a write-buffer-only L1 set EREBINE_AGENT_KV_OFFLOAD_SIZE_GB=0 and drop the flag (the node then gives L1 1 GiB)",
@@ -185,6 +188,9 @@ fn parse_tier(value: &str, position: usize) -> Result<TierSpec, ConfigError> {
             source_name: source.clone(),
             detail: e.to_string(),
         })?;
+    if let Some(repeated) = lmcache_tier_spec::SpecError::repeated_key(value, &source, position) {
+        return Err(repeated.into());
+    }
     match parsed {
         Value::Object(object) => Ok(TierSpec::from_object(object, &source, position)?),
         _ => Err(lmcache_tier_spec::SpecError::Shape {

@@ -25,6 +25,7 @@
 
 use std::sync::OnceLock;
 
+use lmcache_tier_spec::shown_value;
 use serde::Deserialize;
 
 /// How many values a flag takes (argparse's `nargs`).
@@ -122,10 +123,13 @@ pub enum ArgError {
     #[error("a JSON value holds whitespace, so it was split into words: write each --l2-adapter JSON without spaces")]
     JsonFragment,
     /// A word that is neither a flag nor a flag's value, or an unknown flag.
-    #[error("{0:?} is not a flag of `lmcache server` (LMCache {1}) nor a flag's value")]
+    #[error("{} is not a flag of `lmcache server` (LMCache {}) nor a flag's value", shown_value(.0), .1)]
     Unrecognized(String, String),
     /// A prefix of several flags.
-    #[error("{written:?} abbreviates several flags ({candidates}): write one in full")]
+    #[error(
+        "{} abbreviates several flags ({candidates}): write one in full",
+        shown_value(written)
+    )]
     Ambiguous {
         /// The argument.
         written: String,
@@ -147,7 +151,7 @@ pub enum ArgError {
         flag: String,
     },
     /// A value of the wrong type or outside the choices.
-    #[error("{flag} {value:?} is not valid: {expected}")]
+    #[error("{flag} {} is not valid: {expected}", shown_value(value))]
     BadValue {
         /// The flag.
         flag: String,

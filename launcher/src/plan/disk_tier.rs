@@ -35,10 +35,11 @@ pub struct DiskTier {
 
 impl DiskTier {
     /// What an operator should know about this tier beside an L1 of
-    /// `l1_bytes`: a memory-backed volume, a tier smaller than L1, an
-    /// explicit size above the volume's free space, a filesystem type the
-    /// rules do not know.
-    pub fn warnings(&self, l1_bytes: u64) -> Vec<String> {
+    /// `l1_bytes` on a host of `host_agent_count` nodes: a memory-backed
+    /// volume, a tier smaller than L1, an explicit size above the volume's
+    /// free space or above this node's share of it, a
+    /// filesystem type the rules do not know (`docs/sizing.md`).
+    pub fn warnings(&self, l1_bytes: u64, host_agent_count: u32) -> Vec<String> {
         let mut warnings = Vec::new();
         let capacity = self.capacity.value;
         if self.volume_kind.value == VolumeKind::Memory && capacity > 0 {
@@ -72,12 +73,40 @@ impl DiskTier {
                 fmt_gib(self.volume.free_bytes),
                 fmt_gib(self.reclaimable_bytes)
             ));
+        } else if measured && !sizeless {
+            warnings.extend(share_warning(self, host_agent_count));
         }
         if self.volume_kind.rule == "unrecognised-type" {
             warnings.push(self.volume_kind.reason.clone());
         }
         warnings
     }
+}
+
+/// A warning for an explicit size on a local volume above this node's share
+/// of its room, F / N + R with N = `host_agent_count` (`docs/sizing.md`,
+/// "Several nodes on one host"): nodes on one host are taken to share its
+/// volume, as the L1 rule takes them to share its memory, and nodes that
+/// each take as much would fill it.
+fn share_warning(tier: &DiskTier, host_agent_count: u32) -> Option<String> {
+    let nodes = u64::from(host_agent_count.max(1));
+    let capacity = tier.capacity.value;
+    let share = (tier.volume.free_bytes / nodes).saturating_add(tier.reclaimable_bytes);
+    let explicit = tier.capacity.rule.starts_with("explicit");
+    let local = tier.volume_kind.value != VolumeKind::Memory;
+    (explicit && local && nodes > 1 && capacity > share).then(|| {
+        format!(
+            "{}={} gives the disk tier {}, above this node's {} share of the room on its volume ({} free / {nodes} nodes, with {} of cache already there; {}={nodes}): nodes that each take as much fill the volume for everything on it; set it to at most {}",
+            env::DISK_SIZE_GB,
+            capacity as f64 / lmcache_sizing::GIB as f64,
+            fmt_gib(capacity),
+            fmt_gib(share),
+            fmt_gib(tier.volume.free_bytes),
+            fmt_gib(tier.reclaimable_bytes),
+            env::HOST_AGENT_COUNT,
+            fmt_gib(share)
+        )
+    })
 }
 
 /// A volume kind as the launch log and `size` name it.

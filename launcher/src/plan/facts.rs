@@ -145,6 +145,7 @@ impl Facts {
         }
         check_engine(engine)?;
         effective_chunk_size(engine, &node)?;
+        check_plan_dirs(&node)?;
         let listeners = ports::listeners(&node);
         ports::check_distinct(&listeners)?;
         let executable = server_executable(&node, vars)?;
@@ -261,6 +262,58 @@ pub(crate) fn server_executable(node: &NodeEnv, vars: &Vars) -> Result<PathBuf, 
         vars,
         &own,
     )?)
+}
+
+/// Refuses the directories the plan names beside the cache directory
+/// (which [`measure_disk`] checks) where the server could never make or
+/// use one: the lookup-hash log directory and the `base_path` of each
+/// `fs` or `fs_native` tier of a custom cascade, when it, or the nearest
+/// existing path above it, is not a directory (a regular file, a symlink
+/// to one). A directory that does not exist yet is accepted: the launch or
+/// LMCache creates it (`docs/configuration.md`, "Variables").
+///
+/// Errors: [`PlanError::DiskPath`] naming the variable, the tier and the
+/// path in the way.
+fn check_plan_dirs(node: &NodeEnv) -> Result<(), PlanError> {
+    if let Some(dir) = node.lookup_hash_log_dir() {
+        check_dir(env::LOOKUP_HASH_LOG_DIR, "", dir)?;
+    }
+    let variable = match node.extra_args.l2_adapters() {
+        Some(_) => env::LMCACHE_EXTRA_ARGS,
+        None => env::L2_ADAPTER,
+    };
+    let Some(cascade) = node.custom_cascade() else {
+        return Ok(());
+    };
+    for (position, tier) in cascade.tiers().iter().enumerate() {
+        let Some(base_path) = tier.base_path().filter(|_| tier.is_disk_tier()) else {
+            continue;
+        };
+        let what = format!("L2 tier {position} ({}) base_path: ", tier.adapter_type());
+        check_dir(variable, &what, Path::new(base_path))?;
+    }
+    Ok(())
+}
+
+/// Refuses `path` when it, or the nearest existing path above it, is not
+/// a directory; `what` leads the problem (the tier and key).
+fn check_dir(variable: &'static str, what: &str, path: &Path) -> Result<(), PlanError> {
+    for existing in path.ancestors() {
+        match fs::metadata(existing) {
+            Ok(meta) if meta.is_dir() => return Ok(()),
+            Ok(_) => return Err(dir_error(
+                variable,
+                path,
+                format!(
+                    "{what}{} exists and is not a directory, so no directory can be made there",
+                    existing.display()
+                ),
+                "Point it at a directory, or at a path below one (a missing directory is created)",
+            )),
+            Err(_) => continue,
+        }
+    }
+    Ok(())
 }
 
 /// The built-in tier's volume as `node` asks for it: a tier the operator
@@ -475,6 +528,7 @@ fn prepare_disk_path(path: &Path, access: DiskAccess) -> Result<PathBuf, PlanErr
             "Give an absolute path",
         ));
     }
+    check_dir(env::DISK_PATH, "", path)?;
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => Ok(path.to_path_buf()),
         Ok(meta) if meta.file_type().is_symlink() && path.is_dir() => Ok(path.to_path_buf()),

@@ -15,6 +15,7 @@ use lmcache_housekeeping::{scan, HousekeepingError, LaunchIdentity, Mode, Scanne
 use lmcache_sizing::rules::{self, OdirectProbe, VolumeStats};
 use lmcache_sizing::volume::{Filesystem, SizingError};
 use lmcache_sizing::Decision;
+use lmcache_tier_spec::shown_path;
 use serde::{Deserialize, Serialize};
 
 use crate::env;
@@ -165,7 +166,7 @@ pub enum PlanError {
     #[error(transparent)]
     Boto3(#[from] crate::server_python::Boto3Error),
     /// The cache directory (or the lookup-hash log directory) cannot be used.
-    #[error("{variable}={path}: {problem}. {fix}")]
+    #[error("{variable}={}: {problem}. {fix}", shown_path(path))]
     DiskPath {
         /// The variable or flag that named the path.
         variable: &'static str,
@@ -185,7 +186,7 @@ pub enum PlanError {
     /// The cache directory's volume cannot hold the tier as asked: its
     /// figures cannot size it (FUSE, network, implausible) and no size was
     /// given, or an explicit size on memory passes the node's budget.
-    #[error("{variable}={path}: {source}")]
+    #[error("{variable}={}: {source}", shown_path(path))]
     Sizing {
         /// The variable that named the directory.
         variable: &'static str,

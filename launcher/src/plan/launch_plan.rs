@@ -12,7 +12,7 @@ use std::time::Duration;
 use lmcache_capacity_guard::capacity::guard_spec;
 use lmcache_sizing::rules::{self, OdirectProbe};
 use lmcache_sizing::{fmt_gib, Decision};
-use lmcache_tier_spec::{fs_native_tier, Cascade, TierSpec};
+use lmcache_tier_spec::{Cascade, TierSpec};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -28,18 +28,7 @@ use super::command_line::{node_flags, server_args, server_env, NodeValues};
 pub(crate) use super::disk_tier::kind_name;
 pub use super::disk_tier::{check_volume, size_disk_tier, DiskTier};
 pub use super::l1::server_l1;
-use super::l1::{extra_l1_bytes, judge_l1, small_l1_warning, with_extra_l1, write_buffer_l1};
-
-/// How the server's L1 is run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum L1Mode {
-    /// L1 is a cache: LRU eviction, chunks stay after they reach L2.
-    Cache,
-    /// The operator set L1 to 0: L1 only stages chunks on their way to L2
-    /// (`--eviction-policy noop --l2-store-policy skip_l1`).
-    WriteBuffer,
-}
+pub use super::verdict::{judge_sizes, L1Mode, Sizes, Tiers};
 
 /// Every decision of a launch, each with its reason.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -326,37 +315,19 @@ pub fn plan_launch(
     ports::check_distinct(&listeners)?;
     let extra = &node.extra_args;
     let (node_chunk, chunk_size) = effective_chunk_size(facts, node)?;
-    let l1_budget = rules::l1_budget(
-        node.kv_offload_bytes,
-        host.memory.value,
-        node.host_agent_count,
-    );
-    let server_l1 = server_l1(node, l1_budget.clone())?.value;
-    let (cascade, disk, cascade_source) = choose_cascade(node, host, server_l1)?;
-    let cascade = super::extensions::with_bound_models(cascade, &facts.model);
-    check_writable(node, host, disk.as_ref())?;
-    let extra_l1 = extra_l1_bytes(node)?;
-    let (l1_size, l1_mode) = match (l1_budget.value, cascade.tiers().is_empty()) {
-        (0, true) if extra_l1.unwrap_or(0) == 0 => {
-            return Err(PlanError::NothingToCache {
-                reason: format!("the L1 budget is 0 and {}", cascade_source.reason),
-            })
-        }
-        (0, false) => (write_buffer_l1(), L1Mode::WriteBuffer),
-        _ => (l1_budget.clone(), L1Mode::Cache),
-    };
+    let sizes = judge_sizes(node, host, Tiers::AsPlanned)?;
+    check_writable(node, host, sizes.disk.as_ref())?;
+    let cascade = super::extensions::with_bound_models(sizes.cascade, &facts.model);
     let own = NodeValues {
         chunk_size: node_chunk,
-        l1_bytes: l1_size.value,
-        l1_mode,
+        l1_bytes: sizes.own_l1.value,
+        l1_mode: sizes.l1_mode,
         tiers: match (&node.l2_adapter, extra.l2_adapters()) {
             (_, None) => cascade.redacted().to_string(),
             (Some(custom), Some(_)) => custom.redacted().to_string(),
             (None, Some(_)) => "the built-in fs_native tier (not sized)".to_string(),
         },
     };
-    let l1_size = with_extra_l1(node, l1_size)?;
-    let l1_warnings = judge_l1(node, &l1_size, &host.memory)?;
     let lookup_hash_log = node
         .lookup_hash_log
         .clone()
@@ -370,20 +341,16 @@ pub fn plan_launch(
             node: None,
             ..host.clone()
         },
-        l1_budget,
-        l1_size,
-        l1_mode,
+        l1_budget: sizes.l1_budget,
+        l1_size: sizes.l1_size,
+        l1_mode: sizes.l1_mode,
         chunk_size,
-        disk,
-        cascade_source,
+        disk: sizes.disk,
+        cascade_source: sizes.cascade_source,
         lookup_hash_log,
         replaced_by_extra_args: Vec::new(),
-        warnings: Vec::new(),
+        warnings: sizes.warnings,
     };
-    if let Some(disk) = &decisions.disk {
-        decisions.warnings = disk.warnings(decisions.l1_size.value);
-    }
-    decisions.warnings.extend(l1_warnings);
     decisions
         .warnings
         .extend(unbounded_tier_warnings(&cascade, &decisions.cascade_source));
@@ -393,9 +360,6 @@ pub fn plan_launch(
     decisions
         .warnings
         .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));
-    decisions
-        .warnings
-        .extend(small_l1_warning(decisions.l1_size.value));
     decisions
         .warnings
         .extend(host.gpu.as_ref().and_then(crate::gpu::warning));
@@ -419,53 +383,6 @@ pub fn plan_launch(
         decisions,
         housekeeping,
     })
-}
-
-/// The node's L2 cascade, the built-in disk tier when it is the node's, and
-/// where the cascade came from: the `--l2-adapter`s of
-/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else `EREBINE_AGENT_LMCACHE_L2_ADAPTER`,
-/// else the built-in `fs_native` tier sized beside an L1 of `l1_bytes`
-/// (none when its capacity is 0).
-fn choose_cascade(
-    node: &NodeEnv,
-    host: &HostFacts,
-    l1_bytes: u64,
-) -> Result<(Cascade, Option<DiskTier>, Decision<()>), PlanError> {
-    if let Some(tiers) = node.extra_args.l2_adapters() {
-        return Ok((
-            tiers.clone(),
-            None,
-            Decision::new(
-                (),
-                "extra-args",
-                "EREBINE_AGENT_LMCACHE_EXTRA_ARGS --l2-adapter replaces the node's tiers (not added to them); disk sizing does not apply",
-            ),
-        ));
-    }
-    if let Some(custom) = &node.l2_adapter {
-        return Ok((
-            custom.clone(),
-            None,
-            Decision::new(
-                (),
-                "custom",
-                "EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces the built-in tier; disk sizing does not apply",
-            ),
-        ));
-    }
-    let disk = size_disk_tier(node, host, l1_bytes)?;
-    if disk.capacity.value == 0 {
-        let source = Decision::new((), "l1-only", "no disk tier: L1 only");
-        return Ok((Cascade::default(), Some(disk), source));
-    }
-    let cascade = Cascade(vec![fs_native_tier(
-        &disk.path,
-        disk.io_workers.value,
-        disk.use_odirect.value,
-        disk.capacity.value,
-    )]);
-    let source = Decision::new((), "built-in", "built-in fs_native disk tier");
-    Ok((cascade, Some(disk), source))
 }
 
 /// The housekeeping of the built-in disk tier before the server starts,
@@ -517,9 +434,8 @@ pub(crate) fn effective_chunk_size(
         value: text.to_string(),
         expected,
     };
-    let tokens: u32 = text
-        .parse()
-        .map_err(|_| invalid("write a whole number of at least 1".into()))?;
+    let variable = format!("{} (--chunk-size)", env::LMCACHE_EXTRA_ARGS);
+    let tokens = env::parse_whole(&variable, text, 1, u32::MAX, "a chunk size in tokens")?;
     if facts.hybrid_attention && !tokens.is_multiple_of(facts.block_size) {
         return Err(invalid(format!(
             "write a multiple of the hybrid-attention model's {} -token block size, e.g. {}, or drop it and let the node choose",
@@ -569,7 +485,7 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
     if facts.model.is_empty() || facts.model.contains('@') {
         return Err(PlanError::Engine {
             flag: "model",
-            value: format!("{:?}", facts.model),
+            value: lmcache_tier_spec::shown_value(&facts.model),
             expected: "give vLLM's --model as the engine gets it: not empty, without '@' (LMCache separates object name fields with it)",
         });
     }

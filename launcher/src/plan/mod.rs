@@ -17,3 +17,4 @@ mod l1;
 pub mod launch_plan;
 pub mod locate;
 pub mod server_python;
+pub mod verdict;

@@ -1,0 +1,130 @@
+//! One judgement of a node's sizes: `size`, `launch --dry-run`, `launch`
+//! and `housekeep` refuse and warn alike for the same inputs
+//! (`docs/sizing.md`, "L1 judged against memory"). Each row of the table
+//! is run through every command; the exit statuses, the refusal and the
+//! WARN lines are compared. The real launch runs a stand-in `lmcache` that
+//! exits at once (exit 5 once planned): its verdicts come before it.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+/// What one command said: its exit status, its ERROR lines and its WARN
+/// lines, without timestamps and targets.
+#[derive(Debug, PartialEq)]
+struct Said {
+    status: Option<i32>,
+    errors: Vec<String>,
+    warnings: BTreeSet<String>,
+}
+
+/// The message of a log line at `level`, if it is one.
+fn message(line: &str, level: &str) -> Option<String> {
+    let (_, rest) = line.split_once(&format!(" {level} "))?;
+    Some(rest.split_once(": ")?.1.to_string())
+}
+
+fn run(home: &std::path::Path, vars: &[(&str, &str)], args: &[&str]) -> Said {
+    let free = || {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home)
+        .env("VIRTUAL_ENV", home.join("venv"))
+        .env("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache")
+        .env("EREBINE_AGENT_LMCACHE_METRICS_PORT", "0")
+        .env("EREBINE_AGENT_LMCACHE_MP_PORT", free().to_string())
+        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", free().to_string())
+        .envs(vars.iter().copied())
+        .args(args)
+        .args(
+            ["--ready-timeout", "20"]
+                .iter()
+                .filter(|_| args == ["launch"]),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    Said {
+        status: out.status.code(),
+        errors: stderr.lines().filter_map(|l| message(l, "ERROR")).collect(),
+        warnings: stderr.lines().filter_map(|l| message(l, "WARN")).collect(),
+    }
+}
+
+/// A home with the node's cache directory (housekeeping cleans only one
+/// that exists), a stand-in stock `lmcache` (it exits 1 at once) and a
+/// `python3` beside it.
+fn home() -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    fs::create_dir_all(home.path().join(".cache/erebine/lmcache")).unwrap();
+    let bin = home.path().join("venv/bin");
+    fs::create_dir_all(&bin).unwrap();
+    for (name, script) in [
+        ("lmcache", "#!/bin/sh\nexit 1\n"),
+        ("python3", "#!/bin/sh\nexit 0\n"),
+    ] {
+        fs::write(bin.join(name), script).unwrap();
+        fs::set_permissions(bin.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    home
+}
+
+#[test]
+fn every_command_gives_the_same_verdicts_for_the_same_inputs() {
+    // Rows that hold on any host with more than 1 GiB of memory.
+    let rows: [&[(&str, &str)]; 8] = [
+        &[("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "4294967295")],
+        &[(
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+            "--l1-size-gb 4294967295",
+        )],
+        &[
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1"),
+            ("EREBINE_AGENT_HOST_AGENT_COUNT", "100000"),
+        ],
+        &[("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "0.5")],
+        &[
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "0"),
+            ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0"),
+        ],
+        &[
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1"),
+            ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2"),
+            ("EREBINE_AGENT_HOST_AGENT_COUNT", "100000"),
+        ],
+        &[("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1")],
+        &[
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1"),
+            ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "0.5"),
+        ],
+    ];
+    for vars in rows {
+        let home = home();
+        let size = run(home.path(), vars, &["size"]);
+        let dry_run = run(home.path(), vars, &["launch", "--dry-run"]);
+        let housekeep = run(home.path(), vars, &["housekeep", "--dry-run"]);
+        assert_eq!(dry_run, size, "{vars:?}: launch --dry-run against size");
+        assert_eq!(housekeep, size, "{vars:?}: housekeep against size");
+        let launch = run(home.path(), vars, &["launch"]);
+        match size.status {
+            Some(0) => {
+                assert_eq!(launch.status, Some(5), "{vars:?}: {launch:?}");
+                assert!(
+                    launch.warnings.is_superset(&size.warnings),
+                    "{vars:?}: {launch:?}"
+                );
+            }
+            _ => assert_eq!(launch, size, "{vars:?}: launch against size"),
+        }
+    }
+}
