@@ -704,13 +704,12 @@ mod tests {
             ),
         ];
         for (keys, key) in cases {
-            let spec = tier(&format!(
-                r#"{{"type":"s3",{keys},"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#
-            ));
             let spec = if key == "aws_secret_access_key" {
                 tier(&format!(r#"{{"type":"s3",{keys}}}"#))
             } else {
-                spec
+                tier(&format!(
+                    r#"{{"type":"s3",{keys},"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#
+                ))
             };
             let e = BucketTier::from_spec(&spec, 2, &no_env).unwrap_err();
             assert_eq!(e.key, key, "{keys}: {e}");
