@@ -45,9 +45,17 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// report every second, and a lease left by a stopped round is taken over
 /// after 3 s (`docs/s3-gateway.md`, "A fleet on one bucket"). A store
 /// without conditional writes (Swift) has no lease and no reports: every
-/// node lists and evicts on its own there.
-fn bucket_bound() -> serde_json::Value {
-    serde_json::json!({"lease_seconds": 3, "report_seconds": 1, "read_reports_seconds": 1})
+/// node lists and evicts on its own there, counting only the models its
+/// block names besides its own, so there the block names both models of
+/// the test (`docs/s3-gateway.md`, "Nodes of other models under one
+/// prefix").
+fn bucket_bound(every_node: bool) -> serde_json::Value {
+    let mut block =
+        serde_json::json!({"lease_seconds": 3, "report_seconds": 1, "read_reports_seconds": 1});
+    if every_node {
+        block["models"] = serde_json::json!(["test-model", OTHER_MODEL]);
+    }
+    block
 }
 /// The tier's `max_capacity_gb`: 53.7 MB, 12.8 objects.
 const CAPACITY_GB: f64 = 0.05;
@@ -76,6 +84,9 @@ const OTHER_MODEL: &str = "other-model";
 /// loopback, and the server behind it (kept running while this lives).
 struct Store {
     access: StoreAccess,
+    /// Whether the store lacks conditional writes, so that every node
+    /// evicts on its own (`Mode::EveryNode`).
+    every_node: bool,
     _server: Box<dyn std::any::Any>,
 }
 
@@ -90,6 +101,7 @@ impl Store {
                 key_id: KEY_ID.into(),
                 secret: SECRET.into(),
             },
+            every_node: false,
             _server: Box::new(server),
         }
     }
@@ -106,6 +118,7 @@ impl Store {
                 key_id: KV.access_key_id(),
                 secret: KV.key.into(),
             },
+            every_node: true,
             _server: Box::new(server),
         }
     }
@@ -123,7 +136,7 @@ impl Store {
             "disable_tls": true, "aws_access_key_id": self.access.key_id,
             "aws_secret_access_key": self.access.secret, "max_capacity_gb": CAPACITY_GB,
             "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2},
-            "bucket_bound": bucket_bound()}])
+            "bucket_bound": bucket_bound(self.every_node)}])
     }
 }
 
