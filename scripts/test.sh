@@ -52,6 +52,18 @@ fi
 cargo test --workspace --exclude lmcache-tier
 cargo test -p lmcache-tier --bins --test cli
 cargo test -p lmcache-tier --test e2e --no-run
+# The image's tests (tests/e2e/image.rs) run podman on the image built from
+# the binaries just built (the first build takes about 6 minutes and 7 GB;
+# later ones reuse every layer but the binaries'). Where podman cannot be
+# installed (no root, no apt), they skip and say so.
+if EREBINE_TEST_PODMAN="$("$root/scripts/setup-podman.sh")"; then
+  export EREBINE_TEST_PODMAN
+  EREBINE_TEST_IMAGE="$(CONTAINERS_CONF="$EREBINE_TEST_PODMAN/containers.conf" \
+    EREBINE_IMAGE_BIN_DIR="${CARGO_TARGET_DIR:-$root/target}/debug" "$root/scripts/build-image.sh")"
+  export EREBINE_TEST_IMAGE
+else
+  echo "test.sh: podman could not be set up: the image's tests skip" >&2
+fi
 e2e_tests="$(cargo test -q -p lmcache-tier --test e2e -- --list --format terse 2>/dev/null |
   sed -n 's/: test$//p')"
 for module in $(printf '%s\n' "$e2e_tests" | sed 's/::.*//' | sort -u); do

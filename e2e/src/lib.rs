@@ -22,6 +22,7 @@ use nix::sys::signal::{killpg, Signal};
 pub mod bucket;
 pub mod fault_proxy;
 pub mod hostile_store;
+pub mod podman;
 pub mod seaweedfs;
 pub mod swift;
 use nix::unistd::Pid;

@@ -61,7 +61,7 @@
 //!     disk: Some(DiskFacts {
 //!         measured_at: "/var/lib/inference/.cache/erebine/lmcache".into(),
 //!         volume: VolumeStats { total_bytes: 1024 * GIB, free_bytes: 900 * GIB, block_size: 4096 },
-//!         filesystem: Filesystem { fs_type: "xfs".into(), read_only: false, source: None },
+//!         filesystem: Filesystem { fs_type: "xfs".into(), read_only: false, source: None, own_volume: false },
 //!         reclaimable_bytes: 0,
 //!         odirect: OdirectProbe::Succeeded,
 //!         tier: Default::default(),

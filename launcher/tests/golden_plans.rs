@@ -39,8 +39,16 @@ fn facts(tp: u32) -> EngineFacts {
     }
 }
 
-/// A 256 GiB, 32-core host with a 2 TiB cache volume that takes O_DIRECT.
+/// A 256 GiB, 32-core host with a 2 TiB ext4 cache volume, shared with
+/// other data, that takes O_DIRECT.
 fn host() -> HostFacts {
+    host_on("ext4", false)
+}
+
+/// [`host`] with its cache volume of type `fs_type`, a volume of its own
+/// (the cache directory is the mount point of the whole filesystem) when
+/// `own_volume`.
+fn host_on(fs_type: &str, own_volume: bool) -> HostFacts {
     HostFacts {
         memory: Decision::new(256 * GIB, "given", "golden host: 256 GiB"),
         physical_cores: 32,
@@ -53,9 +61,10 @@ fn host() -> HostFacts {
                 block_size: 4096,
             },
             filesystem: Filesystem {
-                fs_type: "ext4".into(),
+                fs_type: fs_type.into(),
                 read_only: false,
                 source: None,
+                own_volume,
             },
             reclaimable_bytes: 0,
             odirect: OdirectProbe::Succeeded,
@@ -112,7 +121,11 @@ fn node(pairs: &[(&str, &str)]) -> Node {
 }
 
 fn plan_of(node: &Node, facts: &EngineFacts) -> LaunchPlan {
-    match plan(facts, &node.vars, &host()).unwrap() {
+    plan_on(node, facts, &host())
+}
+
+fn plan_on(node: &Node, facts: &EngineFacts, host: &HostFacts) -> LaunchPlan {
+    match plan(facts, &node.vars, host).unwrap() {
         Planned::Server(plan) => *plan,
         Planned::NothingToLaunch(n) => panic!("nothing to launch: {}", n.reason),
     }
@@ -225,6 +238,36 @@ fn disk_only_runs_l1_as_a_write_buffer() {
         400 * GIB
     );
     assert_golden("disk_only", &node, &plan);
+}
+
+/// Where the docs put the cache directory in the image: a disk of its own
+/// mounted there takes 75% of the disk (1,536 GiB of 2 TiB, where the
+/// shared volume gives 8 x the 32 GiB L1); the container's writable layer
+/// (overlay) is sized from the volume under it, with a warning that the
+/// objects go with the container.
+#[test]
+fn a_disk_of_its_own_and_a_containers_writable_layer() {
+    let node = node(&[]);
+    let shared = plan_of(&node, &facts(1));
+    let own = plan_on(&node, &facts(1), &host_on("xfs", true));
+    let overlay = plan_on(&node, &facts(1), &host_on("overlay", false));
+    let capacity = |plan: &LaunchPlan| plan.decisions.disk.as_ref().unwrap().capacity.clone();
+    assert_eq!(capacity(&shared).value, 256 * GIB);
+    assert_eq!(
+        (capacity(&own).value, capacity(&own).rule),
+        (1536 * GIB, "derived-75pct-own-volume")
+    );
+    assert_eq!(capacity(&overlay).value, 256 * GIB);
+    let lost = "its objects are lost with the container";
+    assert!(
+        overlay.decisions.warnings.iter().any(|w| w.contains(lost)),
+        "{:?}",
+        overlay.decisions.warnings
+    );
+    assert!(!own.decisions.warnings.iter().any(|w| w.contains(lost)));
+    assert!(!shared.decisions.warnings.iter().any(|w| w.contains(lost)));
+    assert_golden("own_volume", &node, &own);
+    assert_golden("overlay", &node, &overlay);
 }
 
 #[test]

@@ -51,7 +51,26 @@ pub fn filesystem(path: &Path) -> io::Result<Filesystem> {
         fs_type,
         read_only: flags.contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
         source,
+        own_volume: whole_filesystem_at(path, dev),
     })
+}
+
+/// Whether `path` is the mount point of a whole filesystem on device `dev`:
+/// the last `/proc/self/mountinfo` entry mounted there has the root `/`
+/// (a bind mount of a directory has that directory as its root).
+fn whole_filesystem_at(path: &Path, dev: u64) -> bool {
+    let Ok(path) = path.canonicalize() else {
+        return false;
+    };
+    let wanted = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let Ok(table) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    table
+        .lines()
+        .map(|line| line.split(' ').collect::<Vec<_>>())
+        .rfind(|fields| fields.len() > 4 && Path::new(&unescape_octal(fields[4])) == path)
+        .is_some_and(|fields| fields[2] == wanted && fields[3] == "/")
 }
 
 /// The filesystem type and mount source of the last `/proc/self/mountinfo`
@@ -259,6 +278,43 @@ mod tests {
         );
         assert!(!here.read_only);
         assert_eq!(filesystem(Path::new("/proc")).unwrap().fs_type, "proc");
+    }
+
+    /// A tmpfs mounted on a directory is a volume of its own there, not
+    /// below it; a bind mount of one of its directories is not (needs
+    /// root to mount; skipped otherwise).
+    #[test]
+    fn a_mount_point_of_a_whole_filesystem_is_a_volume_of_its_own() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(!filesystem(t.path()).unwrap().own_volume);
+        let (disk, bind) = (t.path().join("disk"), t.path().join("bind"));
+        fs::create_dir_all(&disk).unwrap();
+        fs::create_dir_all(&bind).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(&disk)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs (needs root)");
+            return;
+        }
+        fs::create_dir_all(disk.join("sub")).unwrap();
+        let bound = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(disk.join("sub"))
+            .arg(&bind)
+            .status()
+            .unwrap();
+        let own = filesystem(&disk).unwrap().own_volume;
+        let below = filesystem(&disk.join("sub")).unwrap().own_volume;
+        let of_bind = filesystem(&bind).unwrap().own_volume;
+        let _ = std::process::Command::new("umount").arg(&bind).status();
+        let _ = std::process::Command::new("umount").arg(&disk).status();
+        assert!(bound.success());
+        assert!(own, "the mount point of a tmpfs");
+        assert!(!below, "a directory below the mount point");
+        assert!(!of_bind, "a bind mount of a directory");
     }
 
     #[test]

@@ -306,10 +306,32 @@ pub fn at_least_minimum(capacity: Decision<u64>) -> Decision<u64> {
     )
 }
 
+/// Capacity of a disk tier whose directory is a volume of its own (the
+/// mount point of a whole filesystem), in bytes: the derived rule of
+/// [`disk_capacity`] without its spill bound, min(75% of V, room), since
+/// nothing else the node writes competes for that volume (`docs/sizing.md`,
+/// "A volume of its own"). The reserve and the nearly-full rule stay: the
+/// tier is still one writer among the filesystem's own needs.
+pub fn own_volume_capacity(volume: &VolumeStats, reclaimable: u64) -> Decision<u64> {
+    let available = volume.free_bytes.saturating_add(reclaimable);
+    let (value, rule, reason) = derived_capacity_with(volume, available, None);
+    at_least_minimum(Decision::new(value, rule, reason))
+}
+
 fn derived_capacity(
     volume: &VolumeStats,
     available: u64,
     l1_bytes: u64,
+) -> (u64, &'static str, String) {
+    derived_capacity_with(volume, available, Some(l1_bytes))
+}
+
+/// The derived rule; `l1_bytes` `None` for a volume of its own, which has
+/// no spill bound.
+fn derived_capacity_with(
+    volume: &VolumeStats,
+    available: u64,
+    l1_bytes: Option<u64>,
 ) -> (u64, &'static str, String) {
     let v = u128::from(volume.total_bytes);
     let ceiling = (v * 3 / 4) as u64;
@@ -347,18 +369,24 @@ fn derived_capacity(
             ),
         );
     }
-    let spill = l1_bytes.saturating_mul(8).max(eighth);
-    let spill_rule = if l1_bytes.saturating_mul(8) >= eighth {
-        ("derived-8x-l1", format!("8 x L1 ({})", fmt_gib(l1_bytes)))
-    } else {
-        ("derived-12.5pct-volume", "12.5% of the volume".to_string())
+    let (spill, spill_rule) = match l1_bytes {
+        // A volume of its own: no spill bound.
+        None => (u64::MAX, ("", String::new())),
+        Some(l1) if l1.saturating_mul(8) >= eighth => (
+            l1.saturating_mul(8),
+            ("derived-8x-l1", format!("8 x L1 ({})", fmt_gib(l1))),
+        ),
+        Some(_) => (
+            eighth,
+            ("derived-12.5pct-volume", "12.5% of the volume".to_string()),
+        ),
+    };
+    let full = match l1_bytes {
+        None => ("derived-75pct-own-volume", "75% of a volume of its own"),
+        Some(_) => ("derived-75pct-volume", "75% of the volume"),
     };
     let (value, rule, why) = if ceiling <= spill && ceiling <= room {
-        (
-            ceiling,
-            "derived-75pct-volume",
-            "75% of the volume".to_string(),
-        )
+        (ceiling, full.0, full.1.to_string())
     } else if spill <= room {
         (spill, spill_rule.0, spill_rule.1)
     } else {
@@ -621,6 +649,33 @@ mod tests {
             4 * GIB
         );
         assert_eq!(free_space_line(10 * GIB, 5 * GIB, 0, 10 * GIB), 0);
+    }
+
+    /// A disk of its own: no 8 x L1 bound, so an empty 100 GiB disk gives
+    /// 75 GiB where a shared one beside a 1 GiB L1 gives 12.5 GiB; the
+    /// reserve and the nearly-full rule still hold there.
+    #[test]
+    fn a_volume_of_its_own_takes_75pct_within_its_room() {
+        let empty = vol(100 * GIB, 99 * GIB);
+        let own = own_volume_capacity(&empty, 0);
+        assert_eq!(
+            (own.value, own.rule),
+            (75 * GIB, "derived-75pct-own-volume")
+        );
+        assert!(
+            own.reason.contains("75% of a volume of its own"),
+            "{}",
+            own.reason
+        );
+        let shared = disk_capacity(&empty, 0, GIB, None);
+        assert_eq!(shared.rule, "derived-12.5pct-volume");
+        let half_full = vol(100 * GIB, 50 * GIB);
+        let d = own_volume_capacity(&half_full, 20 * GIB);
+        assert_eq!((d.value, d.rule), (60 * GIB, "derived-room"));
+        let full = own_volume_capacity(&vol(100 * GIB, 5 * GIB), 0);
+        assert_eq!((full.value, full.rule), (2 * GIB, "derived-nearly-full"));
+        let small = own_volume_capacity(&vol(GIB, GIB), 0);
+        assert_eq!((small.value, small.rule), (0, "below-1gib"));
     }
 
     /// Worked example 2: a volume 99% full, nothing cached.

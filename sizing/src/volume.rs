@@ -13,7 +13,9 @@
 
 use serde::Serialize;
 
-use crate::rules::{at_least_minimum, disk_capacity, round_down_mib, VolumeStats};
+use crate::rules::{
+    at_least_minimum, disk_capacity, own_volume_capacity, round_down_mib, VolumeStats,
+};
 use crate::{fmt_gib, Decision, GIB};
 
 /// The filesystem that holds a path.
@@ -30,6 +32,14 @@ pub struct Filesystem {
     /// from the statfs magic number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// Whether the path is itself the mount point of a whole filesystem
+    /// (its `/proc/self/mountinfo` entry has the root `/`): the volume holds
+    /// what is under the path and nothing the node writes elsewhere, a disk
+    /// of its own. A bind mount of a directory (a container's named volume,
+    /// a subdirectory of a shared disk) is not, nor is a path below a mount
+    /// point.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_volume: bool,
 }
 
 /// Filesystem types whose pages are memory: a tier there is RAM.
@@ -138,7 +148,8 @@ pub enum VolumeKind {
 /// type or device (`memory-backed`), then FUSE
 /// (`fuse`) and network or shared types (`network`), then figures that
 /// cannot be true (`implausible-statistics`: no size, more free than size,
-/// or 1 PiB and above), then the known local types (`local`) and any other
+/// or 1 PiB and above), then an overlay (`overlay`: local, its upper
+/// layer's figures), the known local types (`local`) and any other
 /// type with plausible figures (`unrecognised-type`, trusted, with a
 /// warning in its reason).
 pub fn volume_kind(filesystem: &Filesystem, volume: &VolumeStats) -> Decision<VolumeKind> {
@@ -180,6 +191,13 @@ pub fn volume_kind(filesystem: &Filesystem, volume: &VolumeStats) -> Decision<Vo
             VolumeKind::Untrusted,
             "implausible-statistics",
             format!("{fs} reports figures that cannot be true: {why}"),
+        );
+    }
+    if fs == "overlay" {
+        return Decision::new(
+            VolumeKind::Local,
+            "overlay",
+            "overlay is a union of layers, such as a container's writable layer: its figures are those of the filesystem under its upper layer",
         );
     }
     if LOCAL_TYPES.contains(&fs) {
@@ -295,13 +313,17 @@ pub struct TierSizing<'a> {
     pub l1_bytes: u64,
     /// `EREBINE_AGENT_LMCACHE_DISK_SIZE_GB` in bytes, when set.
     pub explicit: Option<u64>,
+    /// Whether the directory is a volume of its own
+    /// ([`Filesystem::own_volume`]).
+    pub own_volume: bool,
     /// What L1 and a memory-backed tier may use together.
     pub memory: MemoryBudget,
 }
 
 /// The disk tier's capacity in bytes (0: no disk tier), by the kind of its
 /// volume:
-/// - local: [`disk_capacity`] from the figures;
+/// - local: [`disk_capacity`] from the figures, or, for a volume of its
+///   own without an explicit size, [`own_volume_capacity`];
 /// - untrusted: the explicit size as given (`explicit-unmeasured`), never
 ///   the figures; none given is [`SizingError::Unmeasurable`];
 /// - memory-backed: the figures' capacity, lowered so that L1 plus the tier
@@ -313,6 +335,9 @@ pub struct TierSizing<'a> {
 /// kept, and its reason warns ([`below_l1_warning`]).
 pub fn tier_capacity(tier: &TierSizing) -> Result<Decision<u64>, SizingError> {
     let capacity = match tier.kind.value {
+        VolumeKind::Local if tier.own_volume && tier.explicit.is_none() => {
+            own_volume_capacity(tier.volume, tier.reclaimable_bytes)
+        }
         VolumeKind::Local => disk_capacity(
             tier.volume,
             tier.reclaimable_bytes,
@@ -429,6 +454,7 @@ mod tests {
             fs_type: fs_type.to_string(),
             read_only: false,
             source: source.map(str::to_string),
+            own_volume: false,
         }
     }
 
@@ -449,7 +475,7 @@ mod tests {
             ("ext4", None, VolumeKind::Local, "local"),
             ("xfs", None, VolumeKind::Local, "local"),
             ("btrfs", None, VolumeKind::Local, "local"),
-            ("overlay", None, VolumeKind::Local, "local"),
+            ("overlay", None, VolumeKind::Local, "overlay"),
             ("ext2/ext3/ext4", None, VolumeKind::Local, "local"),
             ("tmpfs", None, VolumeKind::Memory, "memory-backed"),
             ("ramfs", None, VolumeKind::Memory, "memory-backed"),
@@ -545,6 +571,7 @@ mod tests {
             reclaimable_bytes: 0,
             l1_bytes: l1,
             explicit,
+            own_volume: false,
             memory: MemoryBudget::new(share),
         })
     }

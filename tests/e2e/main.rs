@@ -14,6 +14,7 @@ mod gateway_faults;
 mod gpu_extensions;
 mod housekeeping;
 mod identity;
+mod image;
 mod inspect_watch;
 mod kill_loop;
 mod launch;

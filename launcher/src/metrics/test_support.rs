@@ -53,6 +53,7 @@ pub(super) fn a_plan() -> LaunchPlan {
                 fs_type: "xfs".into(),
                 read_only: false,
                 source: None,
+                own_volume: false,
             },
             reclaimable_bytes: 0,
             odirect: OdirectProbe::Succeeded,

@@ -38,7 +38,8 @@ impl DiskTier {
     /// `l1_bytes` on a host of `host_agent_count` nodes: a memory-backed
     /// volume, a tier smaller than L1, an explicit size above the volume's
     /// free space or above this node's share of it, a
-    /// filesystem type the rules do not know (`docs/sizing.md`).
+    /// filesystem type the rules do not know, an overlay (a container's
+    /// writable layer) (`docs/sizing.md`).
     pub fn warnings(&self, l1_bytes: u64, host_agent_count: u32) -> Vec<String> {
         let mut warnings = Vec::new();
         let capacity = self.capacity.value;
@@ -78,6 +79,15 @@ impl DiskTier {
         }
         if self.volume_kind.rule == "unrecognised-type" {
             warnings.push(self.volume_kind.reason.clone());
+        }
+        if self.volume_kind.rule == "overlay" && capacity > 0 {
+            warnings.push(format!(
+                "the {} disk tier in {} is on an overlay filesystem, such as a container's writable layer: its objects are lost with the container, and it competes with everything else written there ({} volume under the layer). Mount a volume at {}, best a disk of its own (then the tier may take 75% of it)",
+                fmt_gib(capacity),
+                self.path.display(),
+                fmt_gib(self.volume.total_bytes),
+                self.path.display(),
+            ));
         }
         warnings
     }
@@ -197,6 +207,7 @@ fn tier_capacity(
         reclaimable_bytes,
         l1_bytes,
         explicit: node.disk_size_bytes,
+        own_volume: filesystem.own_volume,
         memory: MemoryBudget::new(share),
     })
     .map_err(|source| PlanError::Sizing {

@@ -404,9 +404,14 @@ fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<Dis
     }
     let odirect = probe::probe_odirect(&measured_at);
     if let (OdirectProbe::NotWritable(why), Tier::Enabled) = (&odirect, purpose) {
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        let note = match why.contains("Permission denied") {
+            true => ownership_note(&measured_at, &denied),
+            false => String::new(),
+        };
         return Err(disk_error(
             path,
-            format!("cannot create a file in {}: {why}", measured_at.display()),
+            format!("cannot create a file in {}: {why}{note}", measured_at.display()),
             "Make the directory writable by this user, or point the variable at a writable directory",
         ));
     }
@@ -437,13 +442,16 @@ fn volume_facts(path: &Path, measured_at: &Path) -> Result<(VolumeStats, Filesys
             "Check that the path is on a mounted filesystem",
         )
     })?;
-    let filesystem = probe::filesystem(measured_at).map_err(|e| {
+    let mut filesystem = probe::filesystem(measured_at).map_err(|e| {
         disk_error(
             path,
             format!("cannot read the filesystem type: {e}"),
             "Check that the path is on a mounted filesystem",
         )
     })?;
+    // A directory still to be made is measured at an existing parent: the
+    // parent's mount says nothing of the directory's own.
+    filesystem.own_volume &= measured_at == path;
     Ok((volume, filesystem))
 }
 
@@ -503,7 +511,7 @@ fn create_private_dir(path: &Path, variable: &'static str) -> Result<(), PlanErr
             dir_error(
                 variable,
                 path,
-                format!("cannot create it: {e}"),
+                format!("cannot create it: {e}{}", ownership_note(path, &e)),
                 "Create it yourself or point the variable at a writable place",
             )
         })?;
@@ -546,9 +554,39 @@ fn prepare_disk_path(path: &Path, access: DiskAccess) -> Result<PathBuf, PlanErr
         },
         Err(e) => Err(disk_error(
             path,
-            format!("cannot read it: {e}"),
+            format!("cannot read it: {e}{}", ownership_note(path, &e)),
             "Check its permissions",
         )),
+    }
+}
+
+/// For a refused permission: the owner and mode of the nearest directory at
+/// or above `path` this process can stat (the one refusing it), and the
+/// uid and gid this process runs as, which a container's `--user` or a
+/// volume made by another user makes differ (`docs/image.md`); empty for
+/// any other error.
+fn ownership_note(path: &Path, error: &io::Error) -> String {
+    use std::os::unix::fs::MetadataExt;
+    if error.kind() != io::ErrorKind::PermissionDenied {
+        return String::new();
+    }
+    let me = format!(
+        "this process runs as uid {} gid {}",
+        nix::unistd::getuid(),
+        nix::unistd::getgid()
+    );
+    match path
+        .ancestors()
+        .find_map(|dir| fs::metadata(dir).ok().map(|meta| (dir, meta)))
+    {
+        Some((dir, meta)) => format!(
+            " ({} is owned by uid {} gid {} with mode {:04o}; {me})",
+            dir.display(),
+            meta.uid(),
+            meta.gid(),
+            meta.mode() & 0o7777
+        ),
+        None => format!(" ({me})"),
     }
 }
 
@@ -574,6 +612,30 @@ fn nearest_existing_ancestor(path: &Path) -> Result<PathBuf, PlanError> {
 mod tests {
     use super::*;
     use crate::env::text_vars;
+
+    /// A refused permission names the nearest directory's owner and mode
+    /// and this process's uid; other errors add nothing.
+    #[test]
+    fn a_refused_permission_names_owner_mode_and_uid() {
+        let t = tempfile::tempdir().unwrap();
+        fs::set_permissions(t.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let below = t.path().join("a/b");
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        let note = ownership_note(&below, &denied);
+        let uid = nix::unistd::getuid();
+        assert!(
+            note.contains(&format!(
+                "{} is owned by uid {uid} gid {} with mode 0700; this process runs as uid {uid}",
+                t.path().display(),
+                nix::unistd::getgid()
+            )),
+            "{note}"
+        );
+        assert_eq!(
+            ownership_note(&below, &io::Error::from(io::ErrorKind::NotFound)),
+            ""
+        );
+    }
 
     fn engine() -> EngineFacts {
         EngineFacts {

@@ -55,7 +55,8 @@ pub struct Decisions {
     pub replaced_by_extra_args: Vec<Replaced>,
     /// What an operator should know about this plan, one sentence each
     /// with the numbers: a memory-backed disk tier, a disk tier smaller
-    /// than L1, a filesystem type the rules do not know. A launch logs each
+    /// than L1, a filesystem type the rules do not know, a tier on an
+    /// overlay (a container's writable layer). A launch logs each
     /// as a warning.
     pub warnings: Vec<String>,
 }

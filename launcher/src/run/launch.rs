@@ -708,6 +708,13 @@ impl<'a> Restarts<'a> {
 }
 
 /// Why a server ended, from its last output lines:
+/// - LMCache 0.5.6 warns `No compute backend loaded; CLI-only mode (...).
+///   Reason: <why>` when its kernels do not load, and then takes the path
+///   of the lightweight command below: `<why>` is the cause, e.g.
+///   `LMCache loaded no compute backend: cannot cache function ...: no
+///   locator available for file ...` where numba cannot write its cache
+///   beside LMCache's files (a read-only or another user's environment),
+///   which names `NUMBA_CACHE_DIR` as the way out;
 /// - LMCache 0.5.6 catches a failed import of its server's modules, warns
 ///   `lmcache-cli (lightweight) detected (<why>)`, and then refuses every
 ///   server flag: the import is the cause, e.g. `cannot import what the
@@ -720,6 +727,33 @@ impl<'a> Restarts<'a> {
 ///   `ModuleNotFoundError: No module named 'openai'`, which LMCache 0.5.4
 ///   prints when `openai` is missing.
 pub(crate) fn python_failure(tail: &[String]) -> Option<String> {
+    no_compute_backend(tail).or_else(|| import_or_exception(tail))
+}
+
+/// The reason of LMCache's `No compute backend loaded` warning, if any.
+fn no_compute_backend(tail: &[String]) -> Option<String> {
+    const NO_BACKEND: &str = "No compute backend loaded";
+    const REASON: &str = "Reason: ";
+    let line = tail.iter().rev().find(|line| line.contains(NO_BACKEND))?;
+    let why = &line[line.find(REASON)? + REASON.len()..];
+    // The logger's colour codes and its ` (file.py:N:module)` suffix.
+    let why = why.split('\x1b').next().unwrap_or(why);
+    let why = match why.rfind(" (") {
+        Some(at) if why.trim_end().ends_with(')') => &why[..at],
+        _ => why,
+    };
+    let advice = match why.contains("no locator available") {
+        true => " (numba cannot write its cache beside LMCache's files: set NUMBA_CACHE_DIR to a directory the server's user can write)",
+        false => "",
+    };
+    Some(format!(
+        "LMCache loaded no compute backend: {}{advice}",
+        why.trim()
+    ))
+}
+
+/// A failed import of the server's modules, else a traceback's last line.
+fn import_or_exception(tail: &[String]) -> Option<String> {
     const LIGHTWEIGHT: &str = "lmcache-cli (lightweight) detected (";
     const ADVICE: &str = "); install the full lmcache package";
     let import = tail.iter().rev().find_map(|line| {
@@ -1003,6 +1037,25 @@ mod tests {
         assert_eq!(
             python_failure(&tail).as_deref(),
             Some("cannot import what the server needs: No module named 'msgspec'")
+        );
+        let tail = lines(concat!(
+            "\x1b[33;20m[2026-12-05 23:47:56,676] LMCache WARNING:\x1b[0m No compute backend ",
+            "loaded; CLI-only mode (torch/numba not installed). Reason: cannot cache function ",
+            "'_encode_single_channel': no locator available for file '/opt/lmcache/k.py' ",
+            "\x1b[3m(__init__.py:30:lmcache)\x1b[0m\n",
+            "[2026-12-05 23:47:56,700] LMCache WARNING: lmcache-cli (lightweight) detected ",
+            "(cannot import name 'device_ops' from 'lmcache'); install the full lmcache package",
+        ));
+        assert_eq!(
+            python_failure(&tail).as_deref(),
+            Some("LMCache loaded no compute backend: cannot cache function '_encode_single_channel': no locator available for file '/opt/lmcache/k.py' (numba cannot write its cache beside LMCache's files: set NUMBA_CACHE_DIR to a directory the server's user can write)")
+        );
+        let tail = lines(
+            "LMCache WARNING: No compute backend loaded; CLI-only mode (torch/numba not installed). Reason: No module named 'torch' (__init__.py:30:lmcache)",
+        );
+        assert_eq!(
+            python_failure(&tail).as_deref(),
+            Some("LMCache loaded no compute backend: No module named 'torch'")
         );
         let tail = lines(concat!(
             "The 'lmcache server' command requires the full lmcache installation with CUDA extensions.\n",
