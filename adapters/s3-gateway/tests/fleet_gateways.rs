@@ -243,6 +243,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The slots as they are now, the lock released: a guard kept while the
+/// runtime runs (a temporary of the statement that calls `block_on`) would
+/// block the writer tasks that lock the slots on the runtime's workers, and
+/// with them the I/O that `block_on` waits for.
+fn snapshot(slots: &Slots) -> Vec<Slot> {
+    lock(slots).clone()
+}
+
 /// A gateway's process: killed (SIGKILL) and reaped when dropped.
 struct GatewayProcess {
     child: Child,
@@ -582,7 +590,7 @@ fn wait_for_slot(
     found: impl Fn(&[Option<BoundState>]) -> Option<usize>,
 ) -> (usize, BoundState) {
     loop {
-        let now = lock(slots).clone();
+        let now = snapshot(slots);
         let states = runtime.block_on(states(&now));
         if let Some(i) = found(&states) {
             return (i, states[i].clone().expect("a state"));
@@ -692,7 +700,7 @@ fn run_fleet(store: &str, access: &StoreAccess, atomic: bool, dir: &Path) {
     );
     // Its figures as late as they can be read: they die with it.
     let last = runtime
-        .block_on(states(&lock(&slots).clone()))
+        .block_on(states(&snapshot(&slots)))
         .swap_remove(evictor)
         .expect("the evictor's state before its kill");
     // No `eviction` block: the gateway evicts from 0.8 of the capacity
@@ -775,7 +783,7 @@ fn run_fleet(store: &str, access: &StoreAccess, atomic: bool, dir: &Path) {
     lock(&slots)[frozen].status = Status::Running;
     // Every running gateway's state at once, the resumed one's its first
     // answer: one more sample of who says it evicts.
-    let on_resume = evictors(&runtime.block_on(states(&lock(&slots).clone())));
+    let on_resume = evictors(&runtime.block_on(states(&snapshot(&slots))));
     let (_, resumed) = wait_for_slot(
         &runtime,
         &slots,
@@ -811,7 +819,7 @@ fn run_fleet(store: &str, access: &StoreAccess, atomic: bool, dir: &Path) {
     let evicted_by = |states: &[Option<BoundState>]| -> u64 {
         states.iter().flatten().map(|s| s.evicted_objects).sum()
     };
-    let before = evicted_by(&runtime.block_on(states(&lock(&slots).clone())));
+    let before = evicted_by(&runtime.block_on(states(&snapshot(&slots))));
     wait_for_slot(
         &runtime,
         &slots,
@@ -831,7 +839,7 @@ fn run_fleet(store: &str, access: &StoreAccess, atomic: bool, dir: &Path) {
     }
     stop_sampling.store(true, Ordering::Relaxed);
     let samples = sampling.join().expect("the sampler panicked");
-    let mut finals = runtime.block_on(states(&lock(&slots).clone()));
+    let mut finals = runtime.block_on(states(&snapshot(&slots)));
     let run = started.elapsed();
     finals[evictor] = Some(last);
 
