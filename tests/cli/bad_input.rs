@@ -494,6 +494,8 @@ fn dry_run_plans_both_listeners_on_loopback_and_sizes_the_tier() {
         "1",
         "--eviction-policy",
         "LRU",
+        "--l2-prefetch-policy",
+        "retain",
         "--max-gpu-workers",
         "8",
         "--l2-adapter",

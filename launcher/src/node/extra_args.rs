@@ -33,6 +33,7 @@ pub const NODE_FLAGS: &[&str] = &[
     "--l1-size-gb",
     "--eviction-policy",
     "--l2-store-policy",
+    "--l2-prefetch-policy",
     "--max-gpu-workers",
     "--lookup-hash-log-dir",
     "--lookup-hash-log-rotation-interval",

@@ -71,7 +71,15 @@ pub(super) fn node_flags(
         ("--l1-size-gb", gib_arg(own.l1_bytes)),
     ];
     match own.l1_mode {
-        L1Mode::Cache => flags.push(("--eviction-policy", "LRU".into())),
+        // LMCache 0.5.6's default prefetch policy loads an L2 hit into L1
+        // as a temporary object, freed once the engine has it, so every
+        // request pays the disk again; `retain` keeps it in L1 under its
+        // LRU (`docs/configuration.md`, "The server command line"). Not
+        // with the write buffer, whose `noop` eviction would never free it.
+        L1Mode::Cache => flags.extend([
+            ("--eviction-policy", "LRU".into()),
+            ("--l2-prefetch-policy", "retain".into()),
+        ]),
         L1Mode::WriteBuffer => flags.extend([
             ("--eviction-policy", "noop".into()),
             ("--l2-store-policy", "skip_l1".into()),
