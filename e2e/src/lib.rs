@@ -495,6 +495,47 @@ impl Default for BenchOptions<'_> {
     }
 }
 
+/// The arguments of `lmcache bench server --mode cpu --transfer-mode
+/// lmcache_driven` for sequences `start..end` of 1024 tokens against the
+/// server on the given loopback ports, with `options`' interval and shape
+/// (its model is the caller's: an environment variable).
+pub fn bench_args(
+    mp_port: u16,
+    http_port: u16,
+    start: u32,
+    end: u32,
+    options: &BenchOptions<'_>,
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "bench",
+        "server",
+        "--mode",
+        "cpu",
+        "--transfer-mode",
+        "lmcache_driven",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend([
+        "--rpc-url".into(),
+        format!("tcp://127.0.0.1:{mp_port}"),
+        "--url".into(),
+        format!("http://127.0.0.1:{http_port}"),
+        "--start".into(),
+        start.to_string(),
+        "--end".into(),
+        end.to_string(),
+        "--interval".into(),
+        options.interval.into(),
+        "--num-tokens".into(),
+        "1024".into(),
+    ]);
+    if let Some(shape) = options.kvcache_shape_spec {
+        args.extend(["--kvcache-shape-spec".into(), shape.into()]);
+    }
+    args
+}
+
 /// [`bench_command`] with `options`; `dir` holds the wrapper environment
 /// of [`BenchOptions::model`].
 pub fn bench_command_with(
@@ -510,23 +551,9 @@ pub fn bench_command_with(
         None => lmcache_venv(),
     };
     let mut cmd = Command::new(venv.join("bin/lmcache"));
-    cmd.args([
-        "bench",
-        "server",
-        "--mode",
-        "cpu",
-        "--transfer-mode",
-        "lmcache_driven",
-    ])
-    .args(["--rpc-url", &format!("tcp://127.0.0.1:{mp_port}")])
-    .args(["--url", &format!("http://127.0.0.1:{http_port}")])
-    .args(["--start", &start.to_string(), "--end", &end.to_string()])
-    .args(["--interval", options.interval, "--num-tokens", "1024"])
-    .env("LMCACHE_TRACK_USAGE", "false")
-    .env("LMCACHE_DISABLE_BANNER", "1");
-    if let Some(shape) = options.kvcache_shape_spec {
-        cmd.args(["--kvcache-shape-spec", shape]);
-    }
+    cmd.args(bench_args(mp_port, http_port, start, end, options))
+        .env("LMCACHE_TRACK_USAGE", "false")
+        .env("LMCACHE_DISABLE_BANNER", "1");
     if let Some(model) = options.model {
         cmd.env("BENCH_MODEL", model);
     }
@@ -575,7 +602,7 @@ pub fn run_bench_with(
 }
 
 /// What the bench prints when its registration with the server timed out.
-const REGISTER_TIMED_OUT: &str = "REGISTER_KV_CACHE failed";
+pub const REGISTER_TIMED_OUT: &str = "REGISTER_KV_CACHE failed";
 
 fn run_bench_once(
     dir: &Path,

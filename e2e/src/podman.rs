@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::{free_port, get_json, BenchRun};
+use crate::{bench_args, free_port, get_json, BenchOptions, BenchRun, REGISTER_TIMED_OUT};
 
 /// Why the image's tests cannot run here, naming what to run; `None` when
 /// they can.
@@ -272,42 +272,26 @@ impl<'a> Container<'a> {
     /// to twice, when its fixed 10 s registration timed out on a loaded
     /// machine, as on the host.
     pub fn bench(&self, start: u32, end: u32) -> BenchRun {
-        let rpc = format!("tcp://127.0.0.1:{}", self.ports.mp);
-        let url = format!("http://127.0.0.1:{}", self.ports.http);
-        let (start, end) = (start.to_string(), end.to_string());
-        let args = [
+        let options = BenchOptions {
+            interval: "0.1",
+            kvcache_shape_spec: Some("(2,1024,16,8,128):float16:1"),
+            model: None,
+        };
+        let bench = bench_args(self.ports.mp, self.ports.http, start, end, &options);
+        let mut args = vec![
             "exec",
             "-e",
             "LMCACHE_DISABLE_BANNER=1",
             &self.name,
             "lmcache",
-            "bench",
-            "server",
-            "--mode",
-            "cpu",
-            "--transfer-mode",
-            "lmcache_driven",
-            "--rpc-url",
-            &rpc,
-            "--url",
-            &url,
-            "--start",
-            &start,
-            "--end",
-            &end,
-            "--interval",
-            "0.1",
-            "--num-tokens",
-            "1024",
-            "--kvcache-shape-spec",
-            "(2,1024,16,8,128):float16:1",
         ];
+        args.extend(bench.iter().map(String::as_str));
         let mut tries = 1;
         loop {
             let out = self.podman.run(&args);
             let output = String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr);
-            let timed_out = output.contains("REGISTER_KV_CACHE failed");
+            let timed_out = output.contains(REGISTER_TIMED_OUT);
             if out.status.success() || !timed_out || tries == 3 {
                 return BenchRun {
                     status: out.status,

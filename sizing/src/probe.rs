@@ -38,7 +38,9 @@ pub fn filesystem(path: &Path) -> io::Result<Filesystem> {
         .map_err(io::Error::from)?
         .flags();
     let dev = fs::metadata(path)?.dev();
-    let (fs_type, source) = match mount_entry(dev) {
+    let device = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let table = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let (fs_type, source) = match mount_entry(&table, &device) {
         Some(entry) => entry,
         None => {
             let magic = nix::sys::statfs::statfs(path)
@@ -51,37 +53,33 @@ pub fn filesystem(path: &Path) -> io::Result<Filesystem> {
         fs_type,
         read_only: flags.contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
         source,
-        own_volume: whole_filesystem_at(path, dev),
+        own_volume: whole_filesystem_at(&table, path, &device),
     })
 }
 
-/// Whether `path` is the mount point of a whole filesystem on device `dev`:
-/// the last `/proc/self/mountinfo` entry mounted there has the root `/`
-/// (a bind mount of a directory has that directory as its root).
-fn whole_filesystem_at(path: &Path, dev: u64) -> bool {
+/// Whether `path` is the mount point of a whole filesystem on `device`
+/// (`major:minor`): the last entry of the mountinfo `table` mounted there
+/// has the root `/` (a bind mount of a directory has that directory as its
+/// root).
+fn whole_filesystem_at(table: &str, path: &Path, device: &str) -> bool {
     let Ok(path) = path.canonicalize() else {
-        return false;
-    };
-    let wanted = format!("{}:{}", libc::major(dev), libc::minor(dev));
-    let Ok(table) = fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
     table
         .lines()
         .map(|line| line.split(' ').collect::<Vec<_>>())
         .rfind(|fields| fields.len() > 4 && Path::new(&unescape_octal(fields[4])) == path)
-        .is_some_and(|fields| fields[2] == wanted && fields[3] == "/")
+        .is_some_and(|fields| fields[2] == device && fields[3] == "/")
 }
 
-/// The filesystem type and mount source of the last `/proc/self/mountinfo`
-/// entry for device `dev` (fields: id, parent, major:minor, root, mount
-/// point, options, optional fields, `-`, type, source, super options).
-fn mount_entry(dev: u64) -> Option<(String, Option<String>)> {
-    let wanted = format!("{}:{}", libc::major(dev), libc::minor(dev));
-    let table = fs::read_to_string("/proc/self/mountinfo").ok()?;
+/// The filesystem type and mount source of the last entry of the mountinfo
+/// `table` for `device` (`major:minor`; fields: id, parent, major:minor,
+/// root, mount point, options, optional fields, `-`, type, source, super
+/// options).
+fn mount_entry(table: &str, device: &str) -> Option<(String, Option<String>)> {
     table
         .lines()
-        .filter(|line| line.split(' ').nth(2) == Some(wanted.as_str()))
+        .filter(|line| line.split(' ').nth(2) == Some(device))
         .filter_map(|line| {
             let mut tail = line.split(" - ").nth(1)?.split(' ');
             let fs_type = tail.next()?.to_string();
