@@ -37,7 +37,7 @@ use super::spec::{BucketSpecError, BucketTier};
 use super::state::Stats;
 use super::store::{PutAnswer, Store, StoreError};
 use crate::fleet::evictor::EvictStep;
-use crate::fleet::lease::{Election, ElectionFigures, LeaseAnswer, LeaseBody, LeaseStep};
+use crate::fleet::lease::{Election, LeaseAnswer, LeaseBody, LeaseStep};
 use crate::fleet::models::Models;
 use crate::fleet::node::{LeaseChange, Node, DELETES_IN_FLIGHT};
 use crate::fleet::report::ReportBody;
@@ -204,39 +204,7 @@ impl Bound {
         stats: Arc<Stats>,
     ) -> Arc<Bound> {
         let core = Node::new(node.clone(), spec, mode, Duration::ZERO, models);
-        let figures = BoundState {
-            spec,
-            mode,
-            node,
-            evictor: false,
-            lease_holder: String::new(),
-            lease_holder_since_unix: 0,
-            lease: ElectionFigures::default(),
-            lease_unchanged_millis: None,
-            reports_sent: 0,
-            report_failures: 0,
-            reports_read: 0,
-            reporters: 0,
-            fleet_write_bytes_per_s: 0,
-            usage_bytes: 0,
-            objects: 0,
-            listings: 0,
-            listing_pages: 0,
-            listing_failures: 0,
-            last_listing_millis: 0,
-            last_listing_unix: 0,
-            others_added_objects: 0,
-            others_added_bytes: 0,
-            evicted_objects: 0,
-            evicted_bytes: 0,
-            eviction_failures: 0,
-            upload_listings: 0,
-            uploads_aborted: 0,
-            upload_abort_failures: 0,
-            models: Vec::new(),
-            listing_skipped: 0,
-            oversized_objects: 0,
-        };
+        let figures = BoundState::new(spec, mode, node);
         let bound = Arc::new(Bound {
             spec,
             store,
@@ -363,6 +331,7 @@ impl Bound {
         let now = self.now();
         let (
             evictor,
+            evictor_until,
             keeps_view,
             usage,
             objects,
@@ -377,10 +346,17 @@ impl Bound {
             let mut core = self.core();
             let keeps_view = core.holds(now);
             let evictor = keeps_view && core.evictor.listed();
+            let evictor_until = core
+                .election
+                .as_ref()
+                .and_then(Election::holds_until)
+                .filter(|_| evictor)
+                .map(|until| self.origin + until);
             let rate = core.evictor.fleet_rate(now);
             let holder = core.election.as_ref().and_then(|e| e.holder().cloned());
             (
                 evictor,
+                evictor_until,
                 keeps_view,
                 core.evictor.known_bytes(),
                 core.evictor.view().objects() as u64,
@@ -422,7 +398,7 @@ impl Bound {
             }
             f.clone()
         };
-        self.stats.set_bound(state);
+        self.stats.set_bound(state, evictor_until);
         self.wake.notify_one();
     }
 

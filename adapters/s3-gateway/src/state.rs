@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::Method;
 use serde::{Deserialize, Serialize};
@@ -284,7 +284,10 @@ pub(crate) struct Stats {
     peer_refused: AtomicU64,
     /// [`ClientUploadFailures`]: stalled, broke off.
     client_faults: [AtomicU64; 2],
-    bucket_bound: Mutex<Option<crate::fleet::figures::BoundState>>,
+    /// The bound's figures as last published, and until when (if at all)
+    /// their `evictor` stays true: a holder's right to delete lapses with
+    /// time, also while its tasks do not run (a stopped process).
+    bucket_bound: Mutex<Option<(crate::fleet::figures::BoundState, Option<Instant>)>>,
     upstream_denied: AtomicU64,
     last_upstream_denied: Mutex<Option<UpstreamError>>,
     /// [`Stats::upstream_denied`]'s count at its last warning, and when
@@ -346,11 +349,28 @@ impl Stats {
         }
     }
 
-    /// Records the bucket bound's figures as of now.
-    pub(crate) fn set_bound(&self, figures: crate::fleet::figures::BoundState) {
+    /// Records the bucket bound's figures as of now; their `evictor`
+    /// reads false from `evictor_until` on (the lease's hold lapsing
+    /// before the bound's task wakes to publish it).
+    pub(crate) fn set_bound(
+        &self,
+        figures: crate::fleet::figures::BoundState,
+        evictor_until: Option<Instant>,
+    ) {
         if let Ok(mut slot) = self.bucket_bound.lock() {
-            *slot = Some(figures);
+            *slot = Some((figures, evictor_until));
         }
+    }
+
+    /// The bucket bound's figures as they stand now.
+    fn bound_now(&self) -> Option<crate::fleet::figures::BoundState> {
+        let slot = self.bucket_bound.lock().ok()?;
+        let (figures, until) = slot.as_ref()?;
+        let mut figures = figures.clone();
+        if until.is_some_and(|until| Instant::now() >= until) {
+            figures.evictor = false;
+        }
+        Some(figures)
     }
 
     /// The same counters, reporting `source` (where the start-up check got
@@ -548,7 +568,7 @@ impl Stats {
                 let [stalled, broke_off] = self.client_faults.each_ref().map(count);
                 ClientUploadFailures { stalled, broke_off }
             },
-            bucket_bound: self.bucket_bound.lock().ok().and_then(|b| b.clone()),
+            bucket_bound: self.bound_now(),
             upstream_denied: count(&self.upstream_denied),
             last_upstream_denied: self
                 .last_upstream_denied
@@ -607,6 +627,28 @@ mod tests {
                 session_token: Some("REAL-TOKEN".into()),
             }),
         }
+    }
+
+    #[test]
+    fn a_published_evictor_lapses_at_its_deadline_without_a_new_publication() {
+        use crate::fleet::figures::BoundState;
+        use crate::fleet::rule::{BoundRole, BoundSpec};
+        use crate::fleet::Mode;
+        let stats = Stats::new(&tier());
+        let mut figures = BoundState::new(
+            BoundSpec::new(1 << 30, 0.8, 0.2, BoundRole::Evictor),
+            Mode::Lease,
+            "node".into(),
+        );
+        figures.evictor = true;
+        let evictor = |stats: &Stats| stats.snapshot().bucket_bound.map(|b| b.evictor);
+        let later = Instant::now() + Duration::from_secs(3600);
+        stats.set_bound(figures.clone(), Some(later));
+        assert_eq!(evictor(&stats), Some(true), "before its deadline");
+        stats.set_bound(figures.clone(), Some(Instant::now()));
+        assert_eq!(evictor(&stats), Some(false), "from its deadline on");
+        stats.set_bound(figures, None);
+        assert_eq!(evictor(&stats), Some(true), "without a lease, no deadline");
     }
 
     #[test]

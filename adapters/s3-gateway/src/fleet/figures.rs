@@ -90,3 +90,43 @@ pub struct BoundState {
     #[serde(default)]
     pub oversized_objects: u64,
 }
+
+impl BoundState {
+    /// The figures of node `node` before its first listing or lease
+    /// reading: all counts zero, not the evictor.
+    pub fn new(spec: BoundSpec, mode: Mode, node: String) -> Self {
+        BoundState {
+            spec,
+            mode,
+            node,
+            evictor: false,
+            lease_holder: String::new(),
+            lease_holder_since_unix: 0,
+            lease: ElectionFigures::default(),
+            lease_unchanged_millis: None,
+            reports_sent: 0,
+            report_failures: 0,
+            reports_read: 0,
+            reporters: 0,
+            fleet_write_bytes_per_s: 0,
+            usage_bytes: 0,
+            objects: 0,
+            listings: 0,
+            listing_pages: 0,
+            listing_failures: 0,
+            last_listing_millis: 0,
+            last_listing_unix: 0,
+            others_added_objects: 0,
+            others_added_bytes: 0,
+            evicted_objects: 0,
+            evicted_bytes: 0,
+            eviction_failures: 0,
+            upload_listings: 0,
+            uploads_aborted: 0,
+            upload_abort_failures: 0,
+            models: Vec::new(),
+            listing_skipped: 0,
+            oversized_objects: 0,
+        }
+    }
+}

@@ -161,6 +161,16 @@ impl Election {
         matches!(self.role, Role::Holder { renewed_at, .. } if now < renewed_at + self.timing.hold())
     }
 
+    /// Until when (on the same clock as `now`) this node may delete if
+    /// no renewal lands before: the last renewal the store took plus
+    /// [`Timing::hold`]; `None` unless it holds the lease.
+    pub fn holds_until(&self) -> Option<Duration> {
+        match self.role {
+            Role::Holder { renewed_at, .. } => Some(renewed_at + self.timing.hold()),
+            Role::Follower { .. } => None,
+        }
+    }
+
     /// Whether this node holds the lease (it may have stopped deleting
     /// while its renewals fail: [`Election::holds`]).
     pub fn is_holder(&self) -> bool {
