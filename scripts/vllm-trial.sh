@@ -16,47 +16,66 @@
 #     0.5.6 whose cuda_ops loads), else scripts/gpu-trial.sh --install-only
 #     from .gpu-trial/; the binaries from .gpu-trial/bin, else the ones
 #     gpu-trial.sh left in /tmp/gpu-trial/bin;
-#  3. the model: scripts/vllm-trial/config.json (a small Qwen2: 8 layers,
-#     2 KV heads of 128, 8 KiB of KV a token) with seeded random weights
-#     written on the node (engine.py says why not vLLM's dummy weights);
-#  4. engine "cold", LMCache off (no kv_transfer_config): the long prompt
-#     twice, then the prompt with its first chunk changed (how far the
-#     logprobs move when the context differs);
+#  3. the model of --shape: `small` is scripts/vllm-trial/config.json (a
+#     Qwen2 of 8 layers, 2 KV heads of 128: 8 KiB of KV a token), `7b` is
+#     config-7b.json (Qwen2-7B's shape: 28 layers, 4 KV heads of 128,
+#     57,344 bytes of KV a token, 7.6G parameters), with seeded random
+#     weights drawn on the node's GPU (engine.py says why not vLLM's dummy
+#     weights), kept in /tmp/vllm-trial-kit/model-<shape> for the next run;
+#  4. engine "cold", LMCache off (no kv_transfer_config): each prompt
+#     twice, then the first prompt with its first 1024 tokens changed (how
+#     far the logprobs move when the context differs); --no-cold skips it;
 #  5. `lmcache-tier launch --model <the model's directory>`, the --model
-#     vLLM gets; engine "lmcache": the prompt twice (the first computes and
+#     vLLM gets; engine "lmcache": each prompt twice (the first computes and
 #     stores it, the second loads it from L1); the objects reach the disk;
 #  6. SIGTERM, then a new launch over the kept disk tier and a new engine
-#     "disk": the prompt once; SIGTERM.
+#     "disk": each prompt --disk-runs times (the first loads it from the
+#     disk tier; the next, with the plan's L2 prefetch policy `retain`,
+#     from L1); SIGTERM;
+#  7. with --read-probe, the volume's read limit: O_DIRECT reads of 4 MiB
+#     over the tier's objects at 1, 4, 16 and 64 parallel streams, beside
+#     the rates the server logged while it loaded them.
 # Every engine: token-id prompts, enforce_eager, vLLM's own prefix cache
 # off, greedy sampling with logprobs, VLLM_USE_FLASHINFER_SAMPLER=0,
 # HF_HUB_OFFLINE=1, and a short warm-up request before its runs.
-# It passes when, after the restart, the prompt is served with at least its
+# It passes when, after the restart, each prompt is served with at least its
 # whole chunks cached (num_cached_tokens) and the server's log counts them
-# in L2 ("N/N retained keys (0 L1, N L2)"), and every run of the prompt
-# gives the same tokens with logprobs within --logprob-tolerance of the
-# first cold run, the cold runs among themselves too; the changed context
+# in L2 ("N/N retained keys (0 L1, N L2)"), and every run of a prompt
+# gives the same tokens with logprobs within --logprob-tolerance of its
+# first cold run (its first LMCache run with --no-cold), the cold runs
+# among themselves too; the changed context
 # must change the first token's top 5 or move its logprobs by more than 10
 # times the tolerance, or the comparison could not tell a wrong cache from
 # a right one. trial.log and summary.json
-# (time to first token cold, from L1 and from the disk tier, ready times,
-# the counts, the differences) go to $OUT (or /tmp/vllm-trial-out), every
-# log to details.tar.gz beside them. It works in /tmp/vllm-trial (removed
-# first; it refuses while a process still runs from there), needs ports
-# 6555 and 8090 free and stops only the processes it started, by their ids.
-# Exit status: 0 passed, 1 a check failed, 2 bad arguments, 3 the kit is
-# not all here yet (the missing parts are named).
+# (per prompt: time to first token cold, from L1 and from the disk tier;
+# ready times, the counts, the differences, the read probe) go to $OUT (or
+# /tmp/vllm-trial-out), every log to details.tar.gz beside them. It works
+# in /tmp/vllm-trial (removed first; it refuses while a process still runs
+# from there), needs the two ports free and stops only the processes it
+# started, by their ids. Exit status: 0 passed, 1 a check failed, 2 bad
+# arguments, 3 the kit is not all here yet (the missing parts are named).
 #
-# --stash                 only step 1's stash: keep the parts in this copy
-# --vllm-installed        use the vLLM that python3 imports; no kit needed
-# --prompt-tokens N       the long prompt (default 8200: 8 chunks of 1024
-#                         and a few tokens)
-# --logprob-tolerance X   largest logprob difference allowed, in nats
-#                         (default 0.001)
-# --dummy-check           also run the prompt and the changed one on vLLM's
-#                         dummy weights, LMCache off, to show what the
-#                         context moves there
+# --stash                     only step 1's stash: keep the parts in this copy
+# --install-only              steps 1 and 2 (the kits installed), then stop
+# --vllm-installed            use the vLLM that python3 imports; no kit needed
+# --shape small|7b            the model's shape (default small)
+# --prompt-tokens N[,N...]    the long prompts (default 8200: 8 chunks of
+#                             1024 and a few tokens)
+# --max-num-batched-tokens N  the engine's and the launch's (default 2048)
+# --chunk N                   the server's chunk size in tokens
+#                             (EREBINE_AGENT_LMCACHE_CHUNK_SIZE; default:
+#                             the plan's, half of the batched tokens)
+# --disk-runs N               runs of each prompt after the restart (default 2)
+# --no-cold                   no engine with LMCache off
+# --read-probe                measure the volume's read limit (step 7)
+# --mp-port N, --http-port N  the server's ports (default 6555 and 8090)
+# --logprob-tolerance X       largest logprob difference allowed, in nats
+#                             (default 0.001)
+# --dummy-check               also run the prompt and the changed one on
+#                             vLLM's dummy weights, LMCache off, to show
+#                             what the context moves there
 #
-# Usage: scripts/vllm-trial.sh [--stash] [--vllm-installed] [--prompt-tokens N] [--logprob-tolerance X] [--dummy-check]
+# Usage: scripts/vllm-trial.sh [--stash | --install-only] [--vllm-installed] [--shape small|7b] [--prompt-tokens N[,N...]] [--max-num-batched-tokens N] [--chunk N] [--disk-runs N] [--no-cold] [--read-probe] [--mp-port N] [--http-port N] [--logprob-tolerance X] [--dummy-check]
 set -euo pipefail
 
 usage() { sed -n '/^# The vLLM trial/,/^# Usage/s/^# \{0,1\}//p' "$0"; }
@@ -66,15 +85,33 @@ value() {
 }
 
 STASH_ONLY=false
+INSTALL_ONLY=false
 VLLM_INSTALLED=false
+SHAPE=small
 PROMPT_TOKENS=8200
+BATCHED=2048
+CHUNK_SIZE=
+DISK_RUNS=2
+COLD=true
+READ_PROBE=false
+MP_PORT=6555
+HTTP_PORT=8090
 TOLERANCE=0.001
 DUMMY_CHECK=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --stash) STASH_ONLY=true; shift ;;
+    --install-only) INSTALL_ONLY=true; shift ;;
     --vllm-installed) VLLM_INSTALLED=true; shift ;;
+    --shape) SHAPE=$(value "$@"); shift 2 ;;
     --prompt-tokens) PROMPT_TOKENS=$(value "$@"); shift 2 ;;
+    --max-num-batched-tokens) BATCHED=$(value "$@"); shift 2 ;;
+    --chunk) CHUNK_SIZE=$(value "$@"); shift 2 ;;
+    --disk-runs) DISK_RUNS=$(value "$@"); shift 2 ;;
+    --no-cold) COLD=false; shift ;;
+    --read-probe) READ_PROBE=true; shift ;;
+    --mp-port) MP_PORT=$(value "$@"); shift 2 ;;
+    --http-port) HTTP_PORT=$(value "$@"); shift 2 ;;
     --logprob-tolerance) TOLERANCE=$(value "$@"); shift 2 ;;
     --dummy-check) DUMMY_CHECK=true; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -82,8 +119,27 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$PROMPT_TOKENS" in
-  '' | *[!0-9]*) echo "vllm-trial: --prompt-tokens takes a whole number, not $PROMPT_TOKENS" >&2; exit 2 ;;
+  '' | ,* | *, | *,,* | *[!0-9,]*) echo "vllm-trial: --prompt-tokens takes whole numbers separated by commas, not $PROMPT_TOKENS" >&2; exit 2 ;;
 esac
+whole_number() {
+  case "$2" in
+    '' | *[!0-9]* | 0) echo "vllm-trial: $1 takes a whole number of at least 1, not $2" >&2; exit 2 ;;
+  esac
+}
+whole_number --max-num-batched-tokens "$BATCHED"
+whole_number --disk-runs "$DISK_RUNS"
+whole_number --mp-port "$MP_PORT"
+whole_number --http-port "$HTTP_PORT"
+[ -z "$CHUNK_SIZE" ] || whole_number --chunk "$CHUNK_SIZE"
+case "$SHAPE" in
+  small) CONFIG=config.json; MEMORY_SHARE=0.35 ;;
+  7b) CONFIG=config-7b.json; MEMORY_SHARE=0.6 ;;
+  *) echo "vllm-trial: --shape takes small or 7b, not $SHAPE" >&2; exit 2 ;;
+esac
+if $STASH_ONLY && $INSTALL_ONLY; then
+  echo "vllm-trial: --stash and --install-only do not go together" >&2
+  exit 2
+fi
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$TOLERANCE" 2>/dev/null ||
   { echo "vllm-trial: --logprob-tolerance takes a positive number, not $TOLERANCE" >&2; exit 2; }
 
@@ -94,9 +150,10 @@ STAGE=/tmp/vllm-trial-kit
 OUTPUT=${OUT:-/tmp/vllm-trial-out}
 WORK=/tmp/vllm-trial
 RESULTS=$WORK/results
-MODEL=$WORK/model
-MP_PORT=6555
-HTTP_PORT=8090
+MODEL=$STAGE/model-$SHAPE
+LONGEST=$(echo "$PROMPT_TOKENS" | tr ',' '\n' | sort -n | tail -1)
+MAX_MODEL_LEN=$(((LONGEST + 64 + 1023) / 1024 * 1024))
+[ "$MAX_MODEL_LEN" -ge 16384 ] || MAX_MODEL_LEN=16384
 PY=$(command -v python3)
 
 say() { echo "vllm-trial: $*"; }
@@ -156,7 +213,7 @@ if [ -n "$left" ]; then
   exit 1
 fi
 rm -rf "$WORK"
-mkdir -p "$OUTPUT" "$RESULTS" "$WORK/bin" "$WORK/home" "$MODEL"
+mkdir -p "$OUTPUT" "$RESULTS" "$WORK/bin" "$WORK/home"
 exec > >(tee "$OUTPUT/trial.log") 2>&1
 SECONDS=0
 
@@ -260,18 +317,32 @@ for bin in lmcache-tier erebine-lmcache; do
   chmod +x "$WORK/bin/$bin"
 done
 "$WORK/bin/lmcache-tier" --version
+if $INSTALL_ONLY; then
+  step "installed: vLLM and LMCache are ready for a trial"
+  keep_details
+  exit 0
+fi
 
-step "the model in $MODEL"
-cp "$ROOT/scripts/vllm-trial/config.json" "$MODEL/config.json"
-"${ENGINE_ENV[@]}" "$PY" "$ROOT/scripts/vllm-trial/engine.py" --make-weights "$MODEL" ||
-  fail "writing the weights failed"
+step "the model ($SHAPE) in $MODEL"
+if [ -f "$MODEL/model.safetensors" ] && cmp -s "$ROOT/scripts/vllm-trial/$CONFIG" "$MODEL/config.json"; then
+  echo "its weights are there from an earlier run"
+else
+  rm -rf "$MODEL"
+  mkdir -p "$MODEL/new"
+  cp "$ROOT/scripts/vllm-trial/$CONFIG" "$MODEL/new/config.json"
+  "${ENGINE_ENV[@]}" "$PY" "$ROOT/scripts/vllm-trial/engine.py" --make-weights "$MODEL/new" ||
+    fail "writing the weights failed"
+  mv "$MODEL/new/model.safetensors" "$MODEL/model.safetensors"
+  mv "$MODEL/new/config.json" "$MODEL/config.json"
+  rmdir "$MODEL/new"
+fi
 
 export VIRTUAL_ENV=$PREFIX HOME=$WORK/home
 export EREBINE_AGENT_KV_CACHE_BACKEND=lmcache
 export EREBINE_AGENT_LMCACHE_DISK_PATH=$WORK/cache
 export EREBINE_AGENT_LMCACHE_MP_PORT=$MP_PORT EREBINE_AGENT_LMCACHE_HTTP_PORT=$HTTP_PORT
 export LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
-BATCHED=2048
+if [ -n "$CHUNK_SIZE" ]; then export EREBINE_AGENT_LMCACHE_CHUNK_SIZE=$CHUNK_SIZE; fi
 LAUNCH=("$WORK/bin/lmcache-tier" launch --model "$MODEL" --tensor-parallel-size 1
   --max-num-batched-tokens "$BATCHED")
 
@@ -281,13 +352,15 @@ step "plan"
 json "$RESULTS/plan.json" 'json.dumps(d["connector_config"])' > "$RESULTS/kv.json"
 echo "connector config: $(cat "$RESULTS/kv.json")"
 CHUNK=$(json "$RESULTS/plan.json" 'd["argv"][d["argv"].index("--chunk-size") + 1]')
-CHUNKS=$((PROMPT_TOKENS / CHUNK))
-WHOLE=$((CHUNKS * CHUNK))
-[ "$CHUNKS" -gt 0 ] || fail "a prompt of $PROMPT_TOKENS tokens holds no whole chunk of $CHUNK"
-echo "chunk size $CHUNK: the prompt of $PROMPT_TOKENS tokens holds $CHUNKS whole chunks ($WHOLE tokens)"
+CHUNKS=0
+for tokens in ${PROMPT_TOKENS//,/ }; do
+  [ $((tokens / CHUNK)) -gt 0 ] || fail "a prompt of $tokens tokens holds no whole chunk of $CHUNK"
+  CHUNKS=$((CHUNKS + tokens / CHUNK))
+  echo "chunk size $CHUNK: the prompt of $tokens tokens holds $((tokens / CHUNK)) whole chunks ($((tokens / CHUNK * CHUNK)) tokens)"
+done
 for port in "$MP_PORT" "$HTTP_PORT"; do
   ! "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null ||
-    fail "port $port is taken: another server runs on this node; the trial needs 6555 and 8090"
+    fail "port $port is taken: another server runs on this node; pick others with --mp-port and --http-port"
 done
 
 wait_ready() {
@@ -326,15 +399,18 @@ engine() {
   shift
   timeout -k 10 420 "${ENGINE_ENV[@]}" "$PY" "$ROOT/scripts/vllm-trial/engine.py" --phase "$phase" \
     --model "$MODEL" --out "$RESULTS/runs.jsonl" --prompt-tokens "$PROMPT_TOKENS" \
-    --max-num-batched-tokens "$BATCHED" "$@" > "$RESULTS/engine-$phase.log" 2>&1 || status=$?
+    --max-num-batched-tokens "$BATCHED" --max-model-len "$MAX_MODEL_LEN" \
+    --gpu-memory-utilization "$MEMORY_SHARE" "$@" > "$RESULTS/engine-$phase.log" 2>&1 || status=$?
   grep -E "^(ENGINE|RUN) " "$RESULTS/engine-$phase.log" || true
   grep -m3 -iE "backend|KV cache memory|kv_connector" "$RESULTS/engine-$phase.log" | cut -c1-200 || true
   [ "$status" = 0 ] || fail "engine $phase exited $status: $(tail -30 "$RESULTS/engine-$phase.log")"
 }
 data_objects() { find "$WORK/cache" -maxdepth 1 -name '*.data' 2>/dev/null | wc -l; }
 
-step "engine cold: LMCache off, the prompt twice, then a changed context"
-engine cold --runs 2 --context-check
+if $COLD; then
+  step "engine cold: LMCache off, each prompt twice, then a changed context"
+  engine cold --runs 2 --context-check
+fi
 if $DUMMY_CHECK; then
   step "engine dummy: vLLM's dummy weights, LMCache off, the prompt and the changed context"
   engine dummy --runs 1 --context-check --weights dummy
@@ -342,7 +418,11 @@ fi
 
 step "launch, then engine lmcache: the prompt twice"
 start_launch launch-1.log
-engine lmcache --runs 2 --kv-config "$RESULTS/kv.json"
+if $COLD; then
+  engine lmcache --runs 2 --kv-config "$RESULTS/kv.json"
+else
+  engine lmcache --runs 2 --kv-config "$RESULTS/kv.json" --context-check
+fi
 for _ in $(seq 60); do
   [ "$(data_objects)" -ge "$CHUNKS" ] && [ -z "$(find "$WORK/cache" -maxdepth 1 -name '*.tmp')" ] && break
   sleep 0.5
@@ -352,15 +432,22 @@ echo "on disk: $(data_objects) objects, $(du -sh "$WORK/cache" | cut -f1)"
 grep -E "engine workers|WARN" "$RESULTS/launch-1.log" | cut -c1-300 || true
 stop_launch
 
-step "launch again over the kept disk tier, then a new engine: the prompt once"
+step "launch again over the kept disk tier, then a new engine: each prompt $DISK_RUNS times"
 start_launch launch-2.log
 grep -m2 "housekeeping" "$RESULTS/launch-2.log" | cut -c1-300 || true
 [ "$(data_objects)" -ge "$CHUNKS" ] || fail "after the restart $(data_objects) objects are left on disk ($CHUNKS stored)"
-engine disk --runs 1 --kv-config "$RESULTS/kv.json"
+engine disk --runs "$DISK_RUNS" --kv-config "$RESULTS/kv.json"
 sleep 1
 grep -E "retained keys" "$RESULTS/launch-2.log" | cut -c1-300 || true
+grep -iE "prefetch" "$RESULTS/launch-2.log" | cut -c1-300 | tail -20 || true
 grep -E "engine workers|WARN" "$RESULTS/launch-2.log" | cut -c1-300 || true
 stop_launch
+if $READ_PROBE; then
+  step "the volume's read limit: O_DIRECT reads of 4 MiB over the tier's objects"
+  "$PY" "$ROOT/scripts/vllm-trial/read_probe.py" "$WORK/cache" > "$RESULTS/read-probe.json" ||
+    fail "the read probe failed"
+  cat "$RESULTS/read-probe.json"
+fi
 
 step "compare"
 sed -i 's/\x1b\[[0-9;]*m//g' "$RESULTS"/launch-*.log
@@ -368,14 +455,15 @@ for n in 1 2; do
   grep -o 'LMCache server ready in [0-9.]*s' "$RESULTS/launch-$n.log" | head -1 | grep -o '[0-9.]*' > "$RESULTS/ready-$n" || true
 done
 verdict=0
-"$PY" - "$RESULTS" "$OUTPUT/summary.json" "$TOLERANCE" "$WHOLE" "$CHUNKS" "$SECONDS" <<'PY' || verdict=$?
-import json, re, sys
-results, summary_path, tol, whole, chunks, secs = sys.argv[1:]
-tol, whole, chunks = float(tol), int(whole), int(chunks)
+"$PY" - "$RESULTS" "$OUTPUT/summary.json" "$TOLERANCE" "$CHUNK" "$CHUNKS" "$SECONDS" "$SHAPE" "$BATCHED" <<'PY' || verdict=$?
+import json, os, re, sys
+results, summary_path, tol, chunk, chunks, secs, shape, batched = sys.argv[1:]
+tol, chunk, chunks = float(tol), int(chunk), int(chunks)
 runs = [json.loads(line) for line in open(f"{results}/runs.jsonl")]
-by = {(r["phase"], str(r["run"])): r for r in runs}
-cold0, cold1 = by[("cold", "0")], by[("cold", "1")]
-lm0, lm1, disk = by[("lmcache", "0")], by[("lmcache", "1")], by[("disk", "0")]
+by = {(r["phase"], str(r["run"]), r["prompt_tokens"]): r for r in runs}
+lengths = sorted({r["prompt_tokens"] for r in runs if r["run"] not in ("warmup", "context")})
+disk_runs = sorted({r["run"] for r in runs if r["phase"] == "disk" and r["run"] not in ("warmup", "context")})
+cold = any(r["phase"] == "cold" for r in runs)
 
 def diff(a, b):
     """Largest |logprob a - b| over each position's top-k tokens, and
@@ -393,67 +481,76 @@ def first_position_effect(a, b):
     return max((abs(pa[t] - pb[t]) for t in common), default=None), set(pa) != set(pb)
 
 problems = []
-prompt_runs = [cold0, cold1, lm0, lm1, disk]
-tokens = {tuple(r["output_token_ids"]) for r in prompt_runs}
-if len(tokens) != 1:
-    problems.append("the runs of the prompt gave different tokens: "
-                    + "; ".join(f'{r["phase"]}/{r["run"]} {r["output_token_ids"]}' for r in prompt_runs))
-spread = {f'{r["phase"]}/{r["run"]}': diff(cold0, r) for r in prompt_runs[1:]}
-cold_spread = max(spread["cold/1"][0], spread["lmcache/0"][0])
-for name, (worst, same) in spread.items():
-    if not same:
-        problems.append(f"{name}: its top-k tokens differ from cold/0's")
-if cold_spread > tol:
-    problems.append(f"the cold runs differ by {cold_spread:.3g} among themselves, over the tolerance {tol:g}")
-if spread["lmcache/1"][0] > tol:
-    problems.append(f"from L1 the logprobs differ from the cold run's by {spread['lmcache/1'][0]:.3g} (tolerance {tol:g})")
-if spread["disk/0"][0] > tol:
-    problems.append(f"after the restart the logprobs differ from the cold run's by {spread['disk/0'][0]:.3g} (tolerance {tol:g})")
-context = by.get(("cold", "context"))
-effect, moved = first_position_effect(cold0, context)
+prompts = {}
+reference_phase = "cold" if cold else "lmcache"
+for n in lengths:
+    whole = n // chunk * chunk
+    ref = by[(reference_phase, "0", n)]
+    mine = [r for r in runs if r["prompt_tokens"] == n and r["run"] not in ("warmup", "context")]
+    name = lambda r: f'{r["phase"]}/{r["run"]}'
+    if len({tuple(r["output_token_ids"]) for r in mine}) != 1:
+        problems.append(f"prompt {n}: the runs gave different tokens: "
+                        + "; ".join(f'{name(r)} {r["output_token_ids"]}' for r in mine))
+    spread = {name(r): diff(ref, r) for r in mine if r is not ref}
+    for key, (worst, same) in spread.items():
+        if not same:
+            problems.append(f"prompt {n}: {key}: its top-k tokens differ from {reference_phase}/0's")
+        if worst > tol:
+            problems.append(f"prompt {n}: {key}: the logprobs differ from {reference_phase}/0's by {worst:.3g} (tolerance {tol:g})")
+    disk = [by[("disk", str(k), n)] for k in disk_runs]
+    if disk[0]["num_cached_tokens"] < whole:
+        problems.append(f"prompt {n}: after the restart num_cached_tokens is {disk[0]['num_cached_tokens']}, not {whole}")
+    lm1 = by[("lmcache", "1", n)]
+    if lm1["num_cached_tokens"] < whole:
+        problems.append(f"prompt {n}: the second run (L1) had num_cached_tokens {lm1['num_cached_tokens']}, not {whole}")
+    ttft = lambda phase, run: (by.get((phase, str(run), n)) or {}).get("ttft_s")
+    prompts[str(n)] = {
+        "whole_chunk_tokens": whole,
+        "ttft_s": {"lmcache_off": [ttft("cold", 0), ttft("cold", 1)] if cold else None,
+                   "first_run": ttft("lmcache", 0), "l1": ttft("lmcache", 1),
+                   "disk_after_restart": [r["ttft_s"] for r in disk]},
+        "num_cached_tokens": {name(r): r["num_cached_tokens"] for r in mine},
+        "generate_s": {name(r): r["generate_s"] for r in mine},
+        "logprob_max_diff_to_reference": {k: v[0] for k, v in spread.items()},
+    }
+context = by.get((reference_phase, "context", lengths[0]))
+effect, moved = first_position_effect(by[(reference_phase, "0", lengths[0])], context)
 if not moved and (effect is None or effect <= 10 * tol):
     problems.append(f"a changed context moves the logprobs by {effect} only: the comparison cannot tell (tolerance {tol:g})")
-if disk["num_cached_tokens"] < whole:
-    problems.append(f"after the restart num_cached_tokens is {disk['num_cached_tokens']}, not {whole}")
-if lm1["num_cached_tokens"] < whole:
-    problems.append(f"the second run (L1) had num_cached_tokens {lm1['num_cached_tokens']}, not {whole}")
 retained = re.compile(r"(\d+)/(\d+) retained keys \((\d+) L1, (\d+) L2\)")
 found = [tuple(map(int, m.groups())) for m in retained.finditer(open(f"{results}/launch-2.log").read())]
-l2 = max((m[3] for m in found), default=0)
+l2 = sum(m[3] for m in found)
 if l2 < chunks:
-    elsewhere = retained.findall(open(f"{results}/engine-disk.log").read())
     problems.append(f"the server's log after the restart counts {l2} keys from L2, not {chunks}"
-                    + ("" if found else " (no 'retained keys' line in the launch's log")
-                    + (f"; the engine's log has {len(elsewhere)})" if elsewhere and not found else ")" if not found else ""))
-dummy = by.get(("dummy", "0")), by.get(("dummy", "context"))
+                    + ("" if found else " (no 'retained keys' line in the launch's log)"))
 
-def ready(n):
+def ready(k):
     try:
-        return float(open(f"{results}/ready-{n}").read().strip())
+        return float(open(f"{results}/ready-{k}").read().strip())
     except (OSError, ValueError):
         return None
 
 summary = {
     "passed": not problems,
     "problems": problems,
-    "prompt_tokens": disk["prompt_tokens"],
-    "weights": cold0["weights"],
-    "ttft_s": {"cold_lmcache_off": [cold0["ttft_s"], cold1["ttft_s"]],
-               "cold_lmcache_first_run": lm0["ttft_s"], "l1_same_engine": lm1["ttft_s"],
-               "disk_after_restart_new_engine": disk["ttft_s"]},
-    "generate_s": {f'{r["phase"]}/{r["run"]}': r["generate_s"] for r in prompt_runs},
-    "num_cached_tokens": {f'{r["phase"]}/{r["run"]}': r["num_cached_tokens"] for r in prompt_runs},
+    "shape": shape,
+    "max_num_batched_tokens": int(batched),
+    "chunk_size": chunk,
+    "weights": runs[0]["weights"],
+    "reference": f"{reference_phase}/0",
+    "prompts": prompts,
     "server_retained_keys_after_restart": [{"hit": m[0], "asked": m[1], "l1": m[2], "l2": m[3]} for m in found],
-    "engine_ready_s": {"cold": cold0["engine_ready_s"], "lmcache": lm0["engine_ready_s"],
-                       "disk": disk["engine_ready_s"]},
+    "engine_ready_s": {p: next((r["engine_ready_s"] for r in runs if r["phase"] == p), None)
+                       for p in ("cold", "lmcache", "disk")},
     "launch_ready_s": {"first": ready(1), "restart": ready(2)},
     "logprob_tolerance": tol,
-    "logprob_max_diff_to_cold0": {k: v[0] for k, v in spread.items()},
-    "cold_spread": cold_spread,
     "changed_context_first_token": {"max_diff": effect, "top_k_changed": moved},
-    "output_token_ids": cold0["output_token_ids"],
     "trial_seconds": int(secs),
 }
+probe = f"{results}/read-probe.json"
+if os.path.exists(probe):
+    summary["read_probe"] = json.load(open(probe))
+dummy = by.get(("dummy", "0", lengths[0])), by.get(("dummy", "context", lengths[0]))
 if dummy[0] and dummy[1]:
     e, m = first_position_effect(*dummy)
     summary["dummy_weights_changed_context"] = {"max_diff": e, "top_k_changed": m,

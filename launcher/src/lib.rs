@@ -48,7 +48,7 @@
 //!     data_parallel_size: 1,
 //!     kv_cache_dtype: "auto".into(),
 //!     block_size: 16,
-//!     max_num_batched_tokens: 2048,
+//!     max_num_batched_tokens: Some(2048),
 //!     hybrid_attention: false,
 //!     ..EngineFacts::default()
 //! };
@@ -67,6 +67,7 @@
 //!         tier: Default::default(),
 //!     }),
 //!     gpu: None,
+//!     engine_gpu: None,
 //!     odirect_tiers: Vec::new(),
 //!     node: None,
 //! };
@@ -177,7 +178,7 @@ impl Planned {
 ///     data_parallel_size: 1,
 ///     kv_cache_dtype: "auto".into(),
 ///     block_size: 16,
-///     max_num_batched_tokens: 2048,
+///     max_num_batched_tokens: Some(2048),
 ///     hybrid_attention: false,
 ///     ..EngineFacts::default()
 /// };

@@ -15,6 +15,7 @@ use lmcache_launcher::{
     plan, DiskAccess, DiskFacts, EngineFacts, Facts, HostFacts, LaunchPlan, PlanError, Planned,
     Vars,
 };
+use lmcache_sizing::engine::{EngineGpu, GpuModel};
 use lmcache_sizing::rules::{OdirectProbe, VolumeStats};
 use lmcache_sizing::volume::Filesystem;
 use lmcache_sizing::{Decision, GIB};
@@ -33,7 +34,7 @@ fn facts(tp: u32) -> EngineFacts {
         data_parallel_size: 1,
         kv_cache_dtype: "auto".into(),
         block_size: 16,
-        max_num_batched_tokens: 2048,
+        max_num_batched_tokens: Some(2048),
         hybrid_attention: false,
         ..EngineFacts::default()
     }
@@ -71,6 +72,7 @@ fn host_on(fs_type: &str, own_volume: bool) -> HostFacts {
             tier: Default::default(),
         }),
         gpu: None,
+        engine_gpu: None,
         odirect_tiers: Vec::new(),
         node: None,
     }
@@ -216,6 +218,61 @@ fn l1_only() {
     assert_eq!(value_of(&plan.args, "--l1-size-gb"), ["32"]);
     assert!(plan.housekeeping.is_none());
     assert_golden("l1_only", &node, &plan);
+}
+
+#[test]
+fn an_h200_without_the_engines_batched_tokens_plans_vllms_default_for_it() {
+    let node = node(&[]);
+    let engine = EngineFacts {
+        max_num_batched_tokens: None,
+        ..facts(1)
+    };
+    let h200 = |vllm: Option<&str>| HostFacts {
+        engine_gpu: Some(EngineGpu {
+            model: GpuModel::Read {
+                name: "NVIDIA H200".into(),
+                memory_bytes: 143_771 << 20,
+            },
+            vllm_version: vllm.map(Into::into),
+        }),
+        ..host()
+    };
+    let plan = plan_on(&node, &engine, &h200(Some("0.26.0")));
+    assert_golden("h200_vllm_default_batched_tokens", &node, &plan);
+    assert_eq!(value_of(&plan.args, "--chunk-size"), ["4096"]);
+    assert!(
+        plan.decisions.warnings.is_empty(),
+        "{:?}",
+        plan.decisions.warnings
+    );
+    // A GPU the launch could not read: vLLM's smallest default, warned.
+    let unread = HostFacts {
+        engine_gpu: Some(EngineGpu {
+            model: GpuModel::Unread {
+                why: "nvidia-smi is not on PATH".into(),
+            },
+            vllm_version: None,
+        }),
+        ..host()
+    };
+    let plan = plan_on(&node, &engine, &unread);
+    assert_eq!(value_of(&plan.args, "--chunk-size"), ["1024"]);
+    assert!(
+        plan.decisions
+            .warnings
+            .iter()
+            .any(|w| w.contains("nvidia-smi is not on PATH")
+                && w.contains("--max-num-batched-tokens")),
+        "{:?}",
+        plan.decisions.warnings
+    );
+    // The engine's value wins.
+    let given = EngineFacts {
+        max_num_batched_tokens: Some(2048),
+        ..facts(1)
+    };
+    let plan = plan_on(&node, &given, &h200(None));
+    assert_eq!(value_of(&plan.args, "--chunk-size"), ["1024"]);
 }
 
 #[test]

@@ -1,16 +1,19 @@
-"""One vLLM engine for scripts/vllm-trial.sh: loads the small model in DIR
-(scripts/vllm-trial/config.json), sends the same long token-id prompt RUNS
+"""One vLLM engine for scripts/vllm-trial.sh: loads the model in DIR (a
+config.json of scripts/vllm-trial/), sends each long token-id prompt RUNS
 times, one request at a time, and appends one JSON line per request to OUT:
 time to first token, num_cached_tokens, the output token ids and their
 top-k logprobs.
 
     python3 engine.py --phase NAME --runs N --model DIR --out FILE
         [--kv-config FILE] [--weights random|dummy] [--context-check]
-        [--prompt-tokens N] [--max-tokens N] [--logprobs K]
+        [--prompt-tokens N[,N...]] [--max-tokens N] [--logprobs K]
+        [--max-model-len N] [--gpu-memory-utilization X]
     python3 engine.py --make-weights DIR
 
-Without --kv-config the engine runs with no KV connector (LMCache off). The
-prompt is drawn from a fixed seed, so every engine sends the same tokens.
+Without --kv-config the engine runs with no KV connector (LMCache off). Each
+prompt is drawn from a fixed seed of its own (the first prompt's seed, then
+one more for each next prompt), so every engine sends the same tokens and
+no prompt is a prefix of another. A run sends every prompt in turn.
 --weights random loads DIR/model.safetensors, which --make-weights writes:
 seeded normal weights (std 0.02, norms 1), the same bytes on every run.
 vLLM's own dummy weights (--weights dummy: uniform in +-1e-3, the norms
@@ -41,7 +44,7 @@ def arguments():
     p.add_argument("--kv-config")
     p.add_argument("--weights", choices=("random", "dummy"), default="random")
     p.add_argument("--context-check", action="store_true")
-    p.add_argument("--prompt-tokens", type=int, default=8200)
+    p.add_argument("--prompt-tokens", type=lambda text: [int(n) for n in text.split(",")], default=[8200])
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--logprobs", type=int, default=5)
     p.add_argument("--warmup-tokens", type=int, default=1000)
@@ -60,7 +63,8 @@ def prompt_tokens(n, vocab, seed=20261201):
 
 
 def make_weights(model_dir):
-    """Writes DIR/model.safetensors for the Qwen2 config in DIR/config.json."""
+    """Writes DIR/model.safetensors for the Qwen2 config in DIR/config.json,
+    drawn on the GPU where there is one (a 7B shape draws 7.6G numbers)."""
     import torch
     from safetensors.torch import save_file
 
@@ -88,17 +92,18 @@ def make_weights(model_dir):
             f"{layer}.mlp.up_proj.weight": (inter, hidden),
             f"{layer}.mlp.down_proj.weight": (hidden, inter),
         })
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     tensors = {}
     for n, (name, shape) in enumerate(sorted(shapes.items())):
         if name.endswith("norm.weight"):
             t = torch.ones(shape)
         else:
-            g = torch.Generator().manual_seed(1000 + n)
-            t = torch.randn(shape, generator=g) * 0.02
-        tensors[name] = t.to(torch.bfloat16).contiguous()
+            g = torch.Generator(device=device).manual_seed(1000 + n)
+            t = torch.randn(shape, generator=g, device=device) * 0.02
+        tensors[name] = t.to(torch.bfloat16).cpu().contiguous()
     save_file(tensors, f"{model_dir}/model.safetensors", metadata={"format": "pt"})
     count = sum(t.numel() for t in tensors.values())
-    print(f"WEIGHTS {len(tensors)} tensors, {count / 1e6:.1f}M parameters in {model_dir}/model.safetensors")
+    print(f"WEIGHTS {len(tensors)} tensors, {count / 1e6:.1f}M parameters drawn on {device} in {model_dir}/model.safetensors")
 
 
 def record_of(args, kv, ready_s, run, prompt, result, wall_s):
@@ -158,7 +163,7 @@ def main():
     ready_s = time.monotonic() - started
     print(f"ENGINE {args.phase} ready in {ready_s:.1f}s", flush=True)
 
-    prompt = prompt_tokens(args.prompt_tokens, vocab)
+    prompts = [prompt_tokens(n, vocab, seed=20261201 + i) for i, n in enumerate(args.prompt_tokens)]
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=0.0,
@@ -166,9 +171,9 @@ def main():
         detokenize=False,
         ignore_eos=True,
     )
-    # The same prompt with its first 1024 tokens drawn from another seed.
-    changed = prompt_tokens(1024, vocab, seed=7) + prompt[1024:]
-    requests = [(run, prompt) for run in range(args.runs)]
+    # The first prompt with its first 1024 tokens drawn from another seed.
+    changed = prompt_tokens(1024, vocab, seed=7) + prompts[0][1024:]
+    requests = [(run, prompt) for run in range(args.runs) for prompt in prompts]
     if args.warmup_tokens > 0:
         requests.insert(0, ("warmup", prompt_tokens(args.warmup_tokens, vocab, seed=11)))
     if args.context_check:

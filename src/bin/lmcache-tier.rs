@@ -236,9 +236,12 @@ struct EngineArgs {
     /// KV cache block size of the engine, in tokens.
     #[arg(long, default_value_t = 16)]
     block_size: u32,
-    /// Max batched tokens per engine step; the chunk size defaults to half of it.
-    #[arg(long, default_value_t = 2048)]
-    max_num_batched_tokens: u32,
+    /// Max batched tokens per engine step; the chunk size defaults to half of
+    /// it. Default: vLLM's own for `vllm serve` on this node's first GPU
+    /// (2048, 8192 from 70 GiB, 16384 from 160 GiB with vLLM 0.28 or later;
+    /// docs/configuration.md). Give the engine's value when it sets one.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_num_batched_tokens: Option<u32>,
     /// The model is hybrid-attention: the chunk size is raised to a multiple
     /// of --block-size.
     #[arg(long)]

@@ -185,7 +185,7 @@ fn tier_of_model_path(cache: &Path) -> usize {
     std::fs::create_dir_all(cache).unwrap();
     let identity = EngineFacts {
         model: "/models/tiny".into(),
-        max_num_batched_tokens: 512,
+        max_num_batched_tokens: Some(512),
         ..EngineFacts::default()
     }
     .launch_identity(256);

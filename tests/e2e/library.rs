@@ -50,7 +50,7 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
         data_parallel_size: 1,
         kv_cache_dtype: "auto".into(),
         block_size: 16,
-        max_num_batched_tokens: 512,
+        max_num_batched_tokens: Some(512),
         hybrid_attention: false,
         ..EngineFacts::default()
     };
@@ -150,7 +150,7 @@ async fn the_endpoint_answers_while_the_launch_housekeeps() {
         data_parallel_size: 1,
         kv_cache_dtype: "auto".into(),
         block_size: 16,
-        max_num_batched_tokens: 512,
+        max_num_batched_tokens: Some(512),
         hybrid_attention: false,
         ..EngineFacts::default()
     };

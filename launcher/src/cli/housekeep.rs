@@ -56,7 +56,14 @@ pub fn node_tier(
     launch_plan::check_engine(engine)?;
     let chunk = match chunk_size {
         Some(tokens) => lmcache_sizing::Decision::new(tokens, "flag", "--chunk-size"),
-        None => launch_plan::effective_chunk_size(engine, &node)?.1,
+        None => {
+            let gpu = match engine.max_num_batched_tokens {
+                Some(_) => None,
+                None => crate::gpu::engine_gpu(vars),
+            };
+            let batched = launch_plan::engine_batched_tokens(engine, gpu.as_ref());
+            launch_plan::effective_chunk_size(engine, &node, &batched)?.1
+        }
     };
     let sizes = judge_node(&node)?;
     let capacity = sizes.disk.map(|disk| disk.capacity).filter(|c| c.value > 0);

@@ -34,7 +34,7 @@ pub(super) fn a_plan() -> LaunchPlan {
         data_parallel_size: 1,
         kv_cache_dtype: "auto".into(),
         block_size: 16,
-        max_num_batched_tokens: 2048,
+        max_num_batched_tokens: Some(2048),
         hybrid_attention: false,
         ..EngineFacts::default()
     };
@@ -60,6 +60,7 @@ pub(super) fn a_plan() -> LaunchPlan {
             tier: Default::default(),
         }),
         gpu: None,
+        engine_gpu: None,
         odirect_tiers: Vec::new(),
         node: None,
     };

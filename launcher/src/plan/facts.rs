@@ -61,6 +61,11 @@ pub struct Facts {
     /// node without one, or when the stock `lmcache` cannot be found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuFacts>,
+    /// What the engine's batched-token default is read from
+    /// ([`gpu::engine_gpu`]); `None` on a node without a GPU, or when the
+    /// engine's value is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_gpu: Option<lmcache_sizing::engine::EngineGpu>,
     /// The O_DIRECT test write in each `fs` or `fs_native` tier of a custom
     /// cascade whose spec sets `"use_odirect": true`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -144,7 +149,11 @@ impl Facts {
             return Ok(facts);
         }
         check_engine(engine)?;
-        effective_chunk_size(engine, &node)?;
+        effective_chunk_size(
+            engine,
+            &node,
+            &launch_plan::engine_batched_tokens(engine, None),
+        )?;
         check_plan_dirs(&node)?;
         let listeners = ports::listeners(&node);
         ports::check_distinct(&listeners)?;
@@ -163,6 +172,9 @@ impl Facts {
             .as_ref()
             .ok()
             .and_then(|stock| gpu::measure(stock, vars));
+        if engine.max_num_batched_tokens.is_none() {
+            facts.engine_gpu = gpu::engine_gpu(vars);
+        }
         facts.executable = Some(executable);
         facts.stock_lmcache = Some(stock);
         if access == DiskAccess::Create {
@@ -208,6 +220,7 @@ impl Facts {
             executable: None,
             disk: None,
             gpu: None,
+            engine_gpu: None,
             odirect_tiers: Vec::new(),
             node: None,
             stock_lmcache: None,
@@ -225,6 +238,7 @@ impl From<&Facts> for HostFacts {
             executable: facts.executable.clone(),
             disk: facts.disk.clone(),
             gpu: facts.gpu.clone(),
+            engine_gpu: facts.engine_gpu.clone(),
             odirect_tiers: facts.odirect_tiers.clone(),
             node: facts.node.clone(),
         }
@@ -645,7 +659,7 @@ mod tests {
             data_parallel_size: 1,
             kv_cache_dtype: "auto".into(),
             block_size: 16,
-            max_num_batched_tokens: 2048,
+            max_num_batched_tokens: Some(2048),
             hybrid_attention: false,
             ..EngineFacts::default()
         }

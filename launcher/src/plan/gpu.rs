@@ -19,6 +19,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use lmcache_sizing::engine::{EngineGpu, GpuModel};
+
+use crate::locate;
 use crate::server_python::{self, RunError};
 use crate::Vars;
 
@@ -126,6 +129,82 @@ pub fn measure(stock: &Path, vars: &Vars) -> Option<GpuFacts> {
     (devices > 0).then(|| GpuFacts {
         devices,
         extensions: check_extensions(stock, vars, CHECK_TIMEOUT),
+    })
+}
+
+/// How long [`engine_gpu`] waits for `nvidia-smi`.
+pub const SMI_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What the engine's batched-token default is read from on a node whose
+/// environment is `vars` ([`lmcache_sizing::engine`]): the first GPU the
+/// engine sees, as `nvidia-smi` names it (vLLM reads the same through NVML),
+/// and the version of the vLLM on `PATH`. `None` without a visible GPU.
+pub fn engine_gpu(vars: &Vars) -> Option<EngineGpu> {
+    (visible_gpus(vars) > 0).then(|| EngineGpu {
+        model: gpu_model(vars),
+        vllm_version: locate::which("vllm", vars)
+            .and_then(|vllm| locate::package_version(&vllm, "vllm")),
+    })
+}
+
+/// The first GPU the engine sees (`CUDA_VISIBLE_DEVICES`'s first entry, else
+/// GPU 0) by `nvidia-smi --query-gpu=name,memory.total`.
+fn gpu_model(vars: &Vars) -> GpuModel {
+    let Some(smi) = locate::which("nvidia-smi", vars) else {
+        return GpuModel::Unread {
+            why: "nvidia-smi is not on PATH".into(),
+        };
+    };
+    let first = vars
+        .get(OsStr::new("CUDA_VISIBLE_DEVICES"))
+        .and_then(|v| {
+            v.to_str()
+                .map(|v| v.split(',').next().unwrap_or("").trim().to_string())
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "0".into());
+    let mut command = std::process::Command::new(&smi);
+    command
+        .args([
+            "--query-gpu=name,memory.total",
+            "--format=csv,noheader,nounits",
+            "-i",
+        ])
+        .arg(&first)
+        .env_clear()
+        .envs(vars.iter());
+    let why = match server_python::run_bounded(command, SMI_TIMEOUT) {
+        Ok(ran) if ran.status.success() => match read_smi(&ran.stdout) {
+            Some(model) => return model,
+            None => format!("nvidia-smi printed {:?}", capped(&ran.stdout)),
+        },
+        Ok(ran) => format!(
+            "nvidia-smi -i {first} exited with {}: {}",
+            ran.status,
+            capped(&ran.stderr)
+        ),
+        Err(RunError::NotRun(e)) => format!("nvidia-smi cannot run: {e}"),
+        Err(RunError::TimedOut) => format!(
+            "nvidia-smi gave no answer within {} s",
+            SMI_TIMEOUT.as_secs()
+        ),
+    };
+    GpuModel::Unread { why }
+}
+
+fn capped(text: &str) -> String {
+    lmcache_tier_spec::shown_value(text.trim())
+}
+
+/// `NVIDIA H200, 143771` (the name, then MiB) as a [`GpuModel::Read`].
+fn read_smi(stdout: &str) -> Option<GpuModel> {
+    let line = stdout.lines().find(|l| !l.trim().is_empty())?;
+    let (name, mib) = line.rsplit_once(',')?;
+    let mib: u64 = mib.trim().parse().ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| GpuModel::Read {
+        name: name.to_string(),
+        memory_bytes: mib.saturating_mul(1 << 20),
     })
 }
 
@@ -291,6 +370,33 @@ mod tests {
                 && !text.contains("torch baseline"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn nvidia_smis_answer_is_read_as_name_and_mib() {
+        assert_eq!(
+            read_smi("NVIDIA H200, 143771\n"),
+            Some(GpuModel::Read {
+                name: "NVIDIA H200".into(),
+                memory_bytes: 143_771 << 20
+            })
+        );
+        assert_eq!(
+            read_smi("\nNVIDIA A100-SXM4-80GB, 81920\nNVIDIA A100-SXM4-80GB, 81920\n"),
+            Some(GpuModel::Read {
+                name: "NVIDIA A100-SXM4-80GB".into(),
+                memory_bytes: 81_920 << 20
+            })
+        );
+        for odd in [
+            "",
+            "NVIDIA H200",
+            "NVIDIA H200, [N/A]",
+            ", 1024",
+            "No devices were found",
+        ] {
+            assert_eq!(read_smi(odd), None, "{odd:?}");
+        }
     }
 
     #[test]

@@ -52,8 +52,10 @@ pub struct EngineFacts {
     pub kv_cache_dtype: String,
     /// KV cache block size in tokens.
     pub block_size: u32,
-    /// The engine's max batched tokens per step.
-    pub max_num_batched_tokens: u32,
+    /// The engine's max batched tokens per step (`--max-num-batched-tokens`);
+    /// `None`: not given, vLLM's own default on the node's GPU
+    /// ([`lmcache_sizing::engine::max_num_batched_tokens`]).
+    pub max_num_batched_tokens: Option<u32>,
     /// Whether the model is hybrid-attention (attention layers mixed with
     /// state-space or linear-attention layers). Its chunk size must then be
     /// a multiple of `block_size` (`docs/sizing.md`, "Chunk size").
@@ -77,7 +79,7 @@ impl Default for EngineFacts {
             cp_kv_cache_interleave_size: 1,
             kv_cache_dtype: "auto".into(),
             block_size: 16,
-            max_num_batched_tokens: 2048,
+            max_num_batched_tokens: None,
             hybrid_attention: false,
             mla: false,
         }
@@ -137,6 +139,11 @@ pub struct HostFacts {
     /// extensions load there; `None` on a node without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<crate::gpu::GpuFacts>,
+    /// The GPU and the vLLM the engine's batched-token default is read
+    /// from ([`crate::gpu::engine_gpu`]); `None` on a node without a GPU,
+    /// or when the engine's `--max-num-batched-tokens` is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_gpu: Option<lmcache_sizing::engine::EngineGpu>,
     /// The O_DIRECT test write in each custom `fs`/`fs_native` tier that
     /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]

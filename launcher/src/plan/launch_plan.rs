@@ -41,6 +41,9 @@ pub struct Decisions {
     pub l1_size: Decision<u64>,
     /// How L1 is run.
     pub l1_mode: L1Mode,
+    /// The engine's max batched tokens per step, given or vLLM's default
+    /// on the node's GPU ([`lmcache_sizing::engine`]).
+    pub max_num_batched_tokens: Decision<u32>,
     /// Chunk size in tokens.
     pub chunk_size: Decision<u32>,
     /// The built-in disk tier; `None` when the operator's
@@ -315,8 +318,12 @@ pub fn plan_launch(
     let listeners = ports::listeners(node);
     ports::check_distinct(&listeners)?;
     let extra = &node.extra_args;
-    let (node_chunk, chunk_size) = effective_chunk_size(facts, node)?;
-    let sizes = judge_sizes(node, host, Tiers::AsPlanned)?;
+    let batched = engine_batched_tokens(facts, host.engine_gpu.as_ref());
+    let (node_chunk, chunk_size) = effective_chunk_size(facts, node, &batched)?;
+    let mut sizes = judge_sizes(node, host, Tiers::AsPlanned)?;
+    sizes
+        .warnings
+        .extend(lmcache_sizing::engine::warning(&batched));
     check_writable(node, host, sizes.disk.as_ref())?;
     let cascade = super::extensions::with_bound_models(sizes.cascade, &facts.model);
     let own = NodeValues {
@@ -345,6 +352,7 @@ pub fn plan_launch(
         l1_budget: sizes.l1_budget,
         l1_size: sizes.l1_size,
         l1_mode: sizes.l1_mode,
+        max_num_batched_tokens: batched,
         chunk_size,
         disk: sizes.disk,
         cascade_source: sizes.cascade_source,
@@ -416,17 +424,31 @@ fn disk_housekeeping(
     })
 }
 
-/// The chunk size rule, then an `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`
-/// `--chunk-size`, which must respect a hybrid-attention model's block size
-/// (the node does not rewrite a passed-through value).
+/// The engine's max batched tokens: its flag, else vLLM's default for the
+/// GPU `gpu` ([`lmcache_sizing::engine::max_num_batched_tokens`]).
+pub(crate) fn engine_batched_tokens(
+    facts: &EngineFacts,
+    gpu: Option<&lmcache_sizing::engine::EngineGpu>,
+) -> Decision<u32> {
+    lmcache_sizing::engine::max_num_batched_tokens(facts.max_num_batched_tokens, gpu)
+}
+
+/// The chunk size rule on the engine's `batched` tokens, then an
+/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` `--chunk-size`, which must respect a
+/// hybrid-attention model's block size (the node does not rewrite a
+/// passed-through value).
 ///
 /// Returns the node's own value and the effective decision.
 pub(crate) fn effective_chunk_size(
     facts: &EngineFacts,
     node: &NodeEnv,
+    batched: &Decision<u32>,
 ) -> Result<(u32, Decision<u32>), PlanError> {
     let hybrid = facts.hybrid_attention.then_some(facts.block_size);
-    let rule = rules::chunk_size(node.chunk_size, facts.max_num_batched_tokens, hybrid);
+    let mut rule = rules::chunk_size(node.chunk_size, batched.value, hybrid);
+    if node.chunk_size.is_none() && batched.rule != "explicit" {
+        rule.reason = format!("{} ({})", rule.reason, batched.reason);
+    }
     let Some(text) = node.extra_args.value("--chunk-size") else {
         return Ok((rule.value, rule));
     };
@@ -472,7 +494,10 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
             facts.cp_kv_cache_interleave_size,
         ),
         ("block-size", facts.block_size),
-        ("max-num-batched-tokens", facts.max_num_batched_tokens),
+        (
+            "max-num-batched-tokens",
+            facts.max_num_batched_tokens.unwrap_or(1),
+        ),
     ];
     for (flag, value) in positive {
         if value == 0 {

@@ -207,20 +207,30 @@ impl LmcacheInstall {
 }
 
 /// The version of LMCache installed for the stock `lmcache` command at
-/// `stock`, from the `Version:` line of `lmcache-<version>.dist-info/METADATA`
-/// in the `site-packages` of the Python its `#!` line names (else of the
-/// environment `<stock>/../..`). Reads files only: no Python is started.
+/// `stock` ([`package_version`]).
 pub fn lmcache_version(stock: &Path) -> Option<String> {
+    package_version(stock, "lmcache")
+}
+
+/// The version of the Python package `package` (e.g. `vllm`) installed for
+/// the command at `command`, from the `Version:` line of
+/// `<package>-<version>.dist-info/METADATA` in the `site-packages` of the
+/// Python its `#!` line names (else of the environment `<command>/../..`).
+/// Reads files only: no Python is started.
+pub fn package_version(command: &Path, package: &str) -> Option<String> {
     let prefixes = [
-        interpreter(stock).and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
-        stock.parent().and_then(Path::parent).map(Path::to_path_buf),
+        interpreter(command).and_then(|python| Some(python.parent()?.parent()?.to_path_buf())),
+        command
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf),
     ];
     prefixes.into_iter().flatten().find_map(|prefix| {
         std::fs::read_dir(prefix.join("lib"))
             .ok()?
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
-            .find_map(|python| dist_info_version(&python.path().join("site-packages")))
+            .find_map(|python| dist_info_version(&python.path().join("site-packages"), package))
     })
 }
 
@@ -240,13 +250,14 @@ fn interpreter(path: &Path) -> Option<PathBuf> {
     shebang(path)?.into_iter().next()
 }
 
-fn dist_info_version(site_packages: &Path) -> Option<String> {
+fn dist_info_version(site_packages: &Path, package: &str) -> Option<String> {
+    let prefix = format!("{package}-");
     std::fs::read_dir(site_packages)
         .ok()?
         .flatten()
         .filter(|e| {
             let name = e.file_name().to_string_lossy().to_lowercase();
-            name.starts_with("lmcache-") && name.ends_with(".dist-info")
+            name.starts_with(&prefix) && name.ends_with(".dist-info")
         })
         .find_map(|e| {
             let metadata = read_small_file(&e.path().join("METADATA"))?;
