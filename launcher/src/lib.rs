@@ -64,6 +64,7 @@
 //!         filesystem: Filesystem { fs_type: "xfs".into(), read_only: false, source: None, own_volume: false },
 //!         reclaimable_bytes: 0,
 //!         odirect: OdirectProbe::Succeeded,
+//!         read_probe: None,
 //!         tier: Default::default(),
 //!     }),
 //!     gpu: None,

@@ -69,6 +69,7 @@ fn host_on(fs_type: &str, own_volume: bool) -> HostFacts {
             },
             reclaimable_bytes: 0,
             odirect: OdirectProbe::Succeeded,
+            read_probe: None,
             tier: Default::default(),
         }),
         gpu: None,
@@ -273,6 +274,40 @@ fn an_h200_without_the_engines_batched_tokens_plans_vllms_default_for_it() {
     };
     let plan = plan_on(&node, &given, &h200(None));
     assert_eq!(value_of(&plan.args, "--chunk-size"), ["1024"]);
+}
+
+#[test]
+fn the_launch_line_says_how_many_tokens_a_second_the_disk_tier_loads() {
+    let stated = node(&[
+        ("EREBINE_AGENT_LMCACHE_KV_BYTES_PER_TOKEN", "57344"),
+        ("EREBINE_AGENT_LMCACHE_DISK_READ_GBPS", "2"),
+    ]);
+    let plan = plan_of(&stated, &facts(1));
+    let line = plan.log_line();
+    assert!(
+        line.contains(
+            "disk_load=34877 tokens/s (2.00 GB/s read (stated) over 57344 bytes of KV a token)"
+        ),
+        "{line}"
+    );
+    // No KV size, or a probe not run (a dry run): no figure, and no guess.
+    for pairs in [
+        [
+            ("EREBINE_AGENT_LMCACHE_DISK_READ_GBPS", "2"),
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "32"),
+        ],
+        [
+            ("EREBINE_AGENT_LMCACHE_DISK_READ_GBPS", "probe"),
+            ("EREBINE_AGENT_LMCACHE_KV_BYTES_PER_TOKEN", "57344"),
+        ],
+    ] {
+        let plan = plan_of(&node(&pairs), &facts(1));
+        assert!(
+            !plan.log_line().contains("disk_load"),
+            "{}",
+            plan.log_line()
+        );
+    }
 }
 
 #[test]

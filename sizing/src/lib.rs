@@ -13,6 +13,7 @@
 //! Source of the rules: `docs/sizing.md` and `docs/configuration.md`.
 
 pub mod cgroup;
+pub mod disk_load;
 pub mod engine;
 pub mod mountinfo;
 pub mod probe;

@@ -188,14 +188,15 @@ fn refused(e: &std::io::Error, why: String) -> OdirectProbe {
     }
 }
 
-/// A zeroed buffer aligned to its own length (a power of two).
-struct AlignedBuf {
+/// A zeroed buffer aligned to its own length (a power of two), as
+/// O_DIRECT needs.
+pub(crate) struct AlignedBuf {
     ptr: *mut u8,
     layout: Layout,
 }
 
 impl AlignedBuf {
-    fn new(len: usize) -> Self {
+    pub(crate) fn new(len: usize) -> Self {
         let layout = Layout::from_size_align(len, len).expect("power-of-two length");
         // SAFETY: layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
@@ -205,9 +206,15 @@ impl AlignedBuf {
         AlignedBuf { ptr, layout }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is a live allocation of layout.size() zeroed bytes.
         unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size()) }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is a live allocation of layout.size() bytes, borrowed
+        // mutably through self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
     }
 }
 

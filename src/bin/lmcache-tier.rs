@@ -12,7 +12,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::tier_dir::replace_control_file;
 use lmcache_housekeeping::{housekeep, HousekeepingError, Mode, TierPolicy};
 use lmcache_launcher::cli::size::SizeReport;
-use lmcache_launcher::env::{self, ConfigError, NodeEnv, Vars};
+use lmcache_launcher::env::{self, ConfigError, DiskRead, NodeEnv, Vars};
 use lmcache_launcher::exit::{exit_status_help, ExitStatus, HasExitStatus, LMCACHE_TIER_STATUSES};
 use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
@@ -257,6 +257,8 @@ struct EngineArgs {
 struct LaunchArgs {
     #[command(flatten)]
     engine: EngineArgs,
+    #[command(flatten)]
+    disk_load: DiskLoadArgs,
     /// Disk tier capacity in GiB (overrides EREBINE_AGENT_LMCACHE_DISK_SIZE_GB; 0 disables the tier).
     #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
     lmcache_disk_size_gb: Option<f64>,
@@ -298,6 +300,42 @@ struct LaunchArgs {
     server_arg: Vec<String>,
 }
 
+/// What the plan turns into the disk tier's tokens a second
+/// (docs/sizing.md, "What the disk tier delivers").
+#[derive(Args)]
+struct DiskLoadArgs {
+    /// Bytes of KV a token of the model: 2 x layers x KV heads x head size
+    /// x bytes of the KV dtype, e.g. 57344 for Qwen2-7B in bf16 (overrides
+    /// EREBINE_AGENT_LMCACHE_KV_BYTES_PER_TOKEN).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    kv_bytes_per_token: Option<u64>,
+    /// The cache volume's read rate in GB/s, or `probe` to measure it with a
+    /// test file of at most 512 MiB in the cache directory, about 5 s
+    /// (overrides EREBINE_AGENT_LMCACHE_DISK_READ_GBPS; a dry run does not
+    /// probe).
+    #[arg(long, value_name = "GBPS|probe", value_parser = disk_read)]
+    disk_read_gbps: Option<DiskRead>,
+}
+
+impl DiskLoadArgs {
+    /// Puts the flags given into `vars`, over the variables.
+    fn apply(&self, vars: &mut Vars) {
+        if let Some(bytes) = self.kv_bytes_per_token {
+            vars.insert(env::KV_BYTES_PER_TOKEN.into(), bytes.to_string().into());
+        }
+        let rate = match self.disk_read_gbps {
+            Some(DiskRead::Stated(bytes_per_s)) => (bytes_per_s as f64 / 1e9).to_string(),
+            Some(DiskRead::Probe) => "probe".to_string(),
+            None => return,
+        };
+        vars.insert(env::DISK_READ_GBPS.into(), rate.into());
+    }
+}
+
+fn disk_read(s: &str) -> Result<DiskRead, ConfigError> {
+    DiskRead::parse("--disk-read-gbps", s)
+}
+
 #[derive(Args)]
 struct SizeArgs {
     /// Cache directory to size (default: EREBINE_AGENT_LMCACHE_DISK_PATH, else ~/.cache/erebine/lmcache).
@@ -309,6 +347,8 @@ struct SizeArgs {
     /// Disk tier capacity in GiB (default: EREBINE_AGENT_LMCACHE_DISK_SIZE_GB, else derived).
     #[arg(long, value_name = "GIB", value_parser = non_negative_gib, allow_negative_numbers = true)]
     disk_size_gb: Option<f64>,
+    #[command(flatten)]
+    disk_load: DiskLoadArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -691,6 +731,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
     if let Some(gib) = args.lmcache_disk_size_gb {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
+    args.disk_load.apply(&mut vars);
     if let Some(backend) = args.kv_cache_backend {
         vars.insert(env::KV_CACHE_BACKEND.into(), backend.to_string().into());
     }
@@ -862,6 +903,7 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     if let Some(gib) = args.disk_size_gb {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
+    args.disk_load.apply(&mut vars);
     let node = NodeEnv::from_vars(&vars).map_err(|e| path_flag(e, args.path.is_some()))?;
     let report = SizeReport::measure(&node)?;
     for warning in &report.warnings {

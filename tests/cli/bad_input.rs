@@ -547,6 +547,50 @@ fn size_json_has_every_documented_field() {
         assert!(!v[field].is_null(), "{field} missing in {v:#}");
     }
     assert_eq!(v["l1_bytes"], 2u64 << 30);
+    assert!(v["disk_load_tokens_per_s"].is_null(), "{v:#}");
+}
+
+#[test]
+fn size_says_what_the_disk_tier_loads_stated_or_probed_and_the_probe_leaves_nothing() {
+    let case = Case::new();
+    let dir = case.path().display().to_string();
+    let size = |extra: &[&str]| {
+        let mut args = vec!["size", "--json", "--l1-gb", "2", "--path", &dir];
+        args.extend_from_slice(extra);
+        let out = case.run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let stated = size(&["--kv-bytes-per-token", "57344", "--disk-read-gbps", "2"]);
+    assert_eq!(stated["disk_load_tokens_per_s"], 34_877, "{stated:#}");
+    assert!(
+        stated["disk_load_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("2.00 GB/s read (stated)")),
+        "{stated:#}"
+    );
+    let probed = size(&["--kv-bytes-per-token", "8192", "--disk-read-gbps", "probe"]);
+    match probed["disk_load_tokens_per_s"].as_u64() {
+        Some(tokens) => assert!(tokens > 0, "{probed:#}"),
+        None => assert!(
+            probed["warnings"].to_string().contains("the read test"),
+            "neither a figure nor the probe's failure: {probed:#}"
+        ),
+    }
+    let left: Vec<_> = std::fs::read_dir(case.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().contains("read-probe"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let out = case.run(&["size", "--path", &dir, "--disk-read-gbps", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--disk-read-gbps"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

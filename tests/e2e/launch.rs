@@ -19,7 +19,14 @@ fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port) = (free_port(), free_port());
-    let flags = ["--max-num-batched-tokens", "512"];
+    let flags = [
+        "--max-num-batched-tokens",
+        "512",
+        "--kv-bytes-per-token",
+        "8192",
+        "--disk-read-gbps",
+        "probe",
+    ];
 
     let mut dry = BINS.launch_command(dir, mp_port, http_port, &flags);
     dry.args(["--dry-run", "--json"]);
@@ -36,6 +43,10 @@ fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
     assert!(
         !dir.join("cache").exists(),
         "--dry-run created the cache directory"
+    );
+    assert!(
+        plan["decisions"]["disk"]["load"].is_null(),
+        "a dry run does not probe the volume: {plan:#}"
     );
 
     let mut launch = Proc::spawn(
@@ -78,6 +89,17 @@ fn launch_runs_the_real_server_with_a_sized_fs_native_tier_and_stores_kv() {
     let log = launch.output();
     assert!(log.contains("lmcache launch: l2_adapters="), "{log}");
     assert!(log.contains("use_odirect="), "{log}");
+    // The read test ran at start (or said why not), and left no file.
+    assert!(
+        log.contains("disk_load=") || log.contains("the read test in"),
+        "{log}"
+    );
+    let probe_files: Vec<_> = std::fs::read_dir(dir.join("cache"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("read-probe"))
+        .collect();
+    assert!(probe_files.is_empty(), "{probe_files:?}");
     assert!(log.contains("ready"), "{log}");
 
     stop_launch(&mut launch);

@@ -1,5 +1,6 @@
 //! What `lmcache-tier size` prints: the built-in disk tier of a node as a
-//! launch would size it, measured read-only (`docs/sizing.md`).
+//! launch would size it, measured read-only but for the O_DIRECT test write
+//! and the read test asked for (`docs/sizing.md`).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -9,10 +10,10 @@ use lmcache_sizing::volume::VolumeKind;
 use serde::Serialize;
 
 use crate::env::NodeEnv;
-use crate::facts::{measure_node_disk, DiskAccess, Facts};
+use crate::facts::{measure_node_disk, probe_disk_read, DiskAccess, Facts};
 use crate::inputs::{HostFacts, PlanError};
 use crate::launch_plan;
-use crate::output::with_progress;
+use crate::output::{self, with_progress};
 
 /// The sizing of a node's built-in disk tier, each figure with the rule
 /// that chose it: `--json` prints it as one object (sizes in bytes, keys in
@@ -68,13 +69,20 @@ pub struct SizeReport {
     pub odirect_rule: &'static str,
     /// Why, in words.
     pub odirect_reason: String,
+    /// Tokens a second the tier can load at the volume's read rate, when
+    /// `EREBINE_AGENT_LMCACHE_KV_BYTES_PER_TOKEN` and a read rate are given
+    /// (`docs/sizing.md`, "What the disk tier delivers").
+    pub disk_load_tokens_per_s: Option<u64>,
+    /// How, in words.
+    pub disk_load_reason: Option<String>,
     /// What a launch would warn of ([`launch_plan::Sizes::warnings`]).
     pub warnings: Vec<String>,
 }
 
 impl SizeReport {
     /// Measures the host and the volume of `node`'s cache directory
-    /// read-only (a spinner on a terminal while it scans), and judges its
+    /// read-only (a spinner on a terminal while it scans; the read test
+    /// when `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS` is `probe`), and judges its
     /// sizes as a launch would ([`launch_plan::judge_sizes`], with the
     /// built-in tier): the L1 first, then the disk tier beside it, with the
     /// same refusals and warnings.
@@ -84,7 +92,9 @@ impl SizeReport {
     pub fn measure(node: &NodeEnv) -> Result<Self, PlanError> {
         let mut facts = Facts::host()?;
         let message = format!("measuring the cache in {}", node.disk_path.display());
-        let measured = with_progress(&message, || measure_node_disk(node, DiskAccess::Inspect))?;
+        let mut measured =
+            with_progress(&message, || measure_node_disk(node, DiskAccess::Inspect))?;
+        measured.read_probe = probe_disk_read(node, facts.physical_cores, output::spinner);
         let filesystem = measured.filesystem.clone();
         facts.disk = Some(measured);
         let host = HostFacts::from(&facts);
@@ -116,11 +126,13 @@ impl SizeReport {
             use_odirect: disk.use_odirect.value,
             odirect_rule: disk.use_odirect.rule,
             odirect_reason: disk.use_odirect.reason,
+            disk_load_tokens_per_s: disk.load.as_ref().map(|l| l.value),
+            disk_load_reason: disk.load.map(|l| l.reason),
         })
     }
 
     /// The text form's rows: name, value, reason.
-    fn rows(&self) -> [(&'static str, String, String); 7] {
+    fn rows(&self) -> Vec<(&'static str, String, String)> {
         let capacity = match self.capacity_bytes {
             0 => "none".to_string(),
             bytes => fmt_gib(bytes),
@@ -133,7 +145,7 @@ impl SizeReport {
             self.fs_type,
             if self.read_only { " (read-only)" } else { "" }
         );
-        [
+        let mut rows = vec![
             (
                 "cache directory",
                 self.path.display().to_string(),
@@ -157,7 +169,12 @@ impl SizeReport {
                 if self.use_odirect { "on" } else { "off" }.to_string(),
                 self.odirect_reason.clone(),
             ),
-        ]
+        ];
+        if let (Some(tokens), Some(reason)) = (self.disk_load_tokens_per_s, &self.disk_load_reason)
+        {
+            rows.push(("disk load", format!("{tokens} tok/s"), reason.clone()));
+        }
+        rows
     }
 }
 

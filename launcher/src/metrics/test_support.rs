@@ -57,6 +57,7 @@ pub(super) fn a_plan() -> LaunchPlan {
             },
             reclaimable_bytes: 0,
             odirect: OdirectProbe::Succeeded,
+            read_probe: None,
             tier: Default::default(),
         }),
         gpu: None,

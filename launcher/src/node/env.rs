@@ -53,6 +53,14 @@ pub(crate) const AGENT_LOG_LEVEL: &str = "EREBINE_AGENT_LOG_LEVEL";
 pub(crate) const LMCACHE_EXTRA_ARGS: &str = crate::extra_args::VARIABLE;
 /// JSON object merged into the engine's connector configuration.
 pub(crate) const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG";
+/// Bytes of KV a token of the engine's model (all layers, keys and values):
+/// what the disk tier's read rate is turned into tokens a second with.
+pub const KV_BYTES_PER_TOKEN: &str = "EREBINE_AGENT_LMCACHE_KV_BYTES_PER_TOKEN";
+/// The cache volume's read rate in GB/s, or `probe` to measure it at start.
+pub const DISK_READ_GBPS: &str = "EREBINE_AGENT_LMCACHE_DISK_READ_GBPS";
+/// The fastest read rate [`DISK_READ_GBPS`] takes, GB/s: more is a typing
+/// mistake (a PCIe 6 x16 link moves about 128 GB/s).
+const MAX_READ_GBPS: f64 = 1000.0;
 /// Lookup-hash records: a boolean (under the disk path) or an absolute path.
 pub(crate) const LOOKUP_HASH_LOG_DIR: &str = "EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR";
 /// Seconds before a lookup-hash log file is rotated.
@@ -207,6 +215,41 @@ pub struct NodeEnv {
     /// `EREBINE_AGENT_LMCACHE_LOOKUP_HASH_LOG_DIR` and its rotation
     /// variables; `None` when off (the default).
     pub lookup_hash_log: Option<LookupHashLog>,
+    /// `EREBINE_AGENT_LMCACHE_KV_BYTES_PER_TOKEN`, at least 1.
+    pub kv_bytes_per_token: Option<u64>,
+    /// `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS`: the volume's read rate.
+    pub disk_read: Option<DiskRead>,
+}
+
+/// The cache volume's read rate as `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS`
+/// gives it (`docs/sizing.md`, "What the disk tier delivers").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DiskRead {
+    /// The operator's figure, bytes a second (the variable is in GB/s,
+    /// 10^9 bytes).
+    Stated(u64),
+    /// `probe`: a launch (and `size`) measure it with a test file
+    /// ([`lmcache_sizing::disk_load::probe_read`]).
+    Probe,
+}
+
+impl DiskRead {
+    /// Parses `value` of `variable`: `probe`, or GB/s above 0 up to 1000.
+    ///
+    /// Errors: [`ConfigError::Invalid`] naming the variable and the value.
+    pub fn parse(variable: &str, value: &str) -> Result<Self, ConfigError> {
+        if value.eq_ignore_ascii_case("probe") {
+            return Ok(DiskRead::Probe);
+        }
+        match value.parse::<f64>() {
+            Ok(gbps) if gbps > 0.0 && gbps <= MAX_READ_GBPS => Ok(DiskRead::Stated((gbps * 1e9) as u64)),
+            _ => Err(ConfigError::Invalid {
+                variable: variable.to_string(),
+                value: value.to_string(),
+                expected: format!("write the volume's read rate in GB/s (10^9 bytes a second) above 0 and up to {MAX_READ_GBPS}, e.g. 2.5, or `probe` to measure it at start"),
+            }),
+        }
+    }
 }
 
 impl NodeEnv {
@@ -290,6 +333,18 @@ impl NodeEnv {
                 .transpose()?
                 .unwrap_or_default(),
             lookup_hash_log: lookup_hash_log(&get, &disk_path)?,
+            kv_bytes_per_token: get(KV_BYTES_PER_TOKEN)
+                .map(|v| {
+                    parse_positive_u64(
+                        KV_BYTES_PER_TOKEN,
+                        &v,
+                        "the bytes of KV a token of the model: 2 x layers x KV heads x head size x bytes of the KV dtype, e.g. 57344 for Qwen2-7B in bf16",
+                    )
+                })
+                .transpose()?,
+            disk_read: get(DISK_READ_GBPS)
+                .map(|v| DiskRead::parse(DISK_READ_GBPS, &v))
+                .transpose()?,
             disk_path,
         };
         env.check_control_characters()?;
@@ -560,6 +615,8 @@ const TEXT_VARIABLES: &[&str] = &[
     LOOKUP_HASH_LOG_ROTATION_INTERVAL,
     LOOKUP_HASH_LOG_ROTATION_MAX_SIZE,
     LOOKUP_HASH_LOG_MAX_FILES,
+    KV_BYTES_PER_TOKEN,
+    DISK_READ_GBPS,
 ];
 
 /// Why variable `name` of [`TEXT_VARIABLES`] must be text.
@@ -692,6 +749,35 @@ mod tests {
                 .into_iter()
                 .chain(pairs.iter().copied()),
         )
+    }
+
+    #[test]
+    fn the_disk_read_rate_is_gb_per_s_or_probe_and_anything_else_is_named() {
+        for (value, read) in [
+            ("2.5", DiskRead::Stated(2_500_000_000)),
+            ("0.1", DiskRead::Stated(100_000_000)),
+            ("1000", DiskRead::Stated(1_000_000_000_000)),
+            ("probe", DiskRead::Probe),
+            ("PROBE", DiskRead::Probe),
+        ] {
+            let env = NodeEnv::from_vars(&vars(&[(DISK_READ_GBPS, value)])).unwrap();
+            assert_eq!(env.disk_read, Some(read), "{value}");
+        }
+        for value in ["0", "-1", "NaN", "inf", "1e400", "1001", "fast", "2.5GB/s"] {
+            let e = NodeEnv::from_vars(&vars(&[(DISK_READ_GBPS, value)])).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains(DISK_READ_GBPS) && text.contains("`probe`"),
+                "{value}: {text}"
+            );
+        }
+        assert_eq!(NodeEnv::from_vars(&vars(&[])).unwrap().disk_read, None);
+        let env = NodeEnv::from_vars(&vars(&[(KV_BYTES_PER_TOKEN, "57344")])).unwrap();
+        assert_eq!(env.kv_bytes_per_token, Some(57_344));
+        for value in ["0", "-5", "1.5", "lots"] {
+            let e = NodeEnv::from_vars(&vars(&[(KV_BYTES_PER_TOKEN, value)])).unwrap_err();
+            assert!(e.to_string().contains(KV_BYTES_PER_TOKEN), "{value}: {e}");
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@ use lmcache_sizing::{fmt_gib, Decision};
 use serde::Serialize;
 
 use super::l1::server_l1;
-use crate::env::{self, NodeEnv};
+use lmcache_sizing::disk_load::{tokens_per_second, ReadProbe, ReadRate};
+
+use crate::env::{self, DiskRead, NodeEnv};
 use crate::inputs::{HostFacts, PlanError};
 
 /// The node's built-in disk tier as sized for this launch.
@@ -31,6 +33,14 @@ pub struct DiskTier {
     pub io_workers: Decision<u32>,
     /// Whether the tier uses O_DIRECT.
     pub use_odirect: Decision<bool>,
+    /// Tokens a second the tier can load at the volume's read rate, when
+    /// the model's KV bytes a token and a read rate are known
+    /// ([`lmcache_sizing::disk_load::tokens_per_second`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<Decision<u64>>,
+    /// Why the read probe asked for could not measure the volume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_probe_failed: Option<String>,
 }
 
 impl DiskTier {
@@ -79,6 +89,13 @@ impl DiskTier {
         }
         if self.volume_kind.rule == "unrecognised-type" {
             warnings.push(self.volume_kind.reason.clone());
+        }
+        if let Some(why) = &self.read_probe_failed {
+            warnings.push(format!(
+                "{}=probe: the read test in {} failed ({why}), so the plan cannot say how many tokens a second the disk tier loads; state the volume's rate in GB/s instead",
+                env::DISK_READ_GBPS,
+                self.path.display()
+            ));
         }
         if self.volume_kind.rule == "overlay" && capacity > 0 {
             warnings.push(format!(
@@ -152,7 +169,13 @@ pub fn size_disk_tier(
         &disk.filesystem,
         disk.reclaimable_bytes,
     )?;
+    let probe = disk.read_probe.as_ref();
     Ok(DiskTier {
+        load: disk_load(node, probe),
+        read_probe_failed: match probe {
+            Some(ReadProbe::Failed { why }) => Some(why.clone()),
+            _ => None,
+        },
         capacity,
         io_workers: rules::io_workers(host.physical_cores),
         use_odirect: rules::use_odirect(disk.volume.block_size, &disk.odirect),
@@ -161,6 +184,18 @@ pub fn size_disk_tier(
         volume_kind,
         reclaimable_bytes: disk.reclaimable_bytes,
     })
+}
+
+/// The tokens a second the tier loads: the node's KV bytes a token over
+/// the stated read rate, or the one `probe` measured. `None` without a KV
+/// size, a rate, or (a dry run) the probe's result.
+fn disk_load(node: &NodeEnv, probe: Option<&ReadProbe>) -> Option<Decision<u64>> {
+    let rate = match (node.disk_read?, probe) {
+        (DiskRead::Stated(bytes_per_s), _) => ReadRate::Stated(bytes_per_s),
+        (DiskRead::Probe, Some(probe)) => ReadRate::Probed(probe),
+        (DiskRead::Probe, None) => return None,
+    };
+    tokens_per_second(node.kv_bytes_per_token?, rate)
 }
 
 /// The refusals of [`size_disk_tier`] for a volume with figures `volume`

@@ -17,6 +17,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use lmcache_housekeeping::{HousekeepingError, Mode};
+use lmcache_sizing::disk_load::{probe_read, ReadProbe};
 use lmcache_sizing::probe;
 use lmcache_sizing::rules::{self, MemoryFacts, OdirectProbe, VolumeStats};
 use lmcache_sizing::volume::{self, Filesystem, SizingError, VolumeKind};
@@ -190,7 +191,10 @@ impl Facts {
                 disk = Some(measure_node_disk(&node, access))
             });
             // A display that did not run the work leaves it to be done here.
-            let disk = disk.unwrap_or_else(|| measure_node_disk(&node, access))?;
+            let mut disk = disk.unwrap_or_else(|| measure_node_disk(&node, access))?;
+            if access == DiskAccess::Create {
+                disk.read_probe = probe_disk_read(&node, facts.physical_cores, progress);
+            }
             facts.disk = Some(disk);
         } else if let Some(cascade) = node.extra_args.l2_adapters().or(node.l2_adapter.as_ref()) {
             facts.odirect_tiers = probe_odirect_tiers(cascade);
@@ -346,6 +350,31 @@ pub(crate) fn measure_node_disk(
     }
 }
 
+/// The read test `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS=probe` asks for, in
+/// the node's cache directory with the tier's I/O workers as readers
+/// (`docs/sizing.md`, "What the disk tier delivers"); `None` when not asked
+/// for or when the node runs no disk tier.
+pub(crate) fn probe_disk_read(
+    node: &NodeEnv,
+    physical_cores: u32,
+    progress: ShowProgress,
+) -> Option<ReadProbe> {
+    if node.disk_read != Some(env::DiskRead::Probe) || node.disk_size_bytes == Some(0) {
+        return None;
+    }
+    let streams = rules::io_workers(physical_cores).value;
+    let message = format!(
+        "measuring how fast {} reads (a test file of at most {})",
+        node.disk_path.display(),
+        lmcache_sizing::fmt_gib(lmcache_sizing::disk_load::READ_PROBE_BYTES)
+    );
+    let mut probe = None;
+    progress(&message, &mut || {
+        probe = Some(probe_read(&node.disk_path, streams))
+    });
+    Some(probe.unwrap_or_else(|| probe_read(&node.disk_path, streams)))
+}
+
 /// What a launch refuses, found before it creates anything (the cache and
 /// lookup-hash directories, the lock file): with a cache directory still
 /// to be made, the whole plan from its nearest existing ancestor's volume
@@ -442,6 +471,7 @@ fn measure_disk_as(path: &Path, access: DiskAccess, purpose: Tier) -> Result<Dis
         filesystem,
         reclaimable_bytes,
         odirect,
+        read_probe: None,
         tier,
     })
 }

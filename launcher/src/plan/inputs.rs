@@ -266,6 +266,10 @@ pub struct DiskFacts {
     pub reclaimable_bytes: u64,
     /// What the O_DIRECT test write did.
     pub odirect: OdirectProbe,
+    /// What the read test did, when `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS`
+    /// asks for it ([`lmcache_sizing::disk_load::probe_read`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_probe: Option<lmcache_sizing::disk_load::ReadProbe>,
     /// The scan these figures came from, for housekeeping and the guard.
     #[serde(skip)]
     pub tier: MeasuredTier,

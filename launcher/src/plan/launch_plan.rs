@@ -274,6 +274,12 @@ impl LaunchPlan {
                 disk.use_odirect.value,
                 disk.use_odirect.reason,
             ));
+            if let Some(load) = &disk.load {
+                line.push_str(&format!(
+                    "; disk_load={} tokens/s ({})",
+                    load.value, load.reason
+                ));
+            }
         }
         if let Some(log) = &d.lookup_hash_log {
             line.push_str(&format!("; lookup_hash_log_dir={}", log.dir.display()));
