@@ -10,10 +10,10 @@
 #   bin/         lmcache-tier and erebine-lmcache, release, stripped, gzipped:
 #                built here (about 6 minutes on 2 cores) unless --binaries
 #                names them
-# About 40 MB in all. Run it on a machine with network access and Rust, then
-# copy the checkout, .gpu-trial included (git ignores it), to the GPU node
-# and run scripts/gpu-trial.sh there (docs/performance.md, "GPU node
-# trial").
+# About 44 MiB in all (the binaries about 14). Run it on a machine with
+# network access and Rust, then copy the checkout, .gpu-trial included (git
+# ignores it), to the GPU node and run scripts/gpu-trial.sh there
+# (docs/performance.md, "GPU node trial").
 #
 # --python-version X.Y  the GPU node's python3 (default 3.12): the wheels
 #                       are built for one Python

@@ -110,9 +110,26 @@ fn gpu_warnings(plan: &Value) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .filter(|w| w.contains("GPU"))
+        .filter(|w| w.contains("on this GPU node"))
         .map(str::to_string)
         .collect()
+}
+
+/// The plan's `max_num_batched_tokens` rule and the warnings about it.
+fn batched_tokens(plan: &Value) -> (String, Vec<String>) {
+    let rule = plan["decisions"]["max_num_batched_tokens"]["rule"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let warnings = plan["decisions"]["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|w| w.contains("max batched tokens"))
+        .map(str::to_string)
+        .collect();
+    (rule, warnings)
 }
 
 #[test]
@@ -123,6 +140,9 @@ fn without_a_gpu_nothing_is_checked_or_said() {
     let plan = json_of(dry_run(tmp.path(), &venv, &site));
     assert!(plan["facts"].get("gpu").is_none(), "{plan:#}");
     assert_eq!(gpu_warnings(&plan), Vec::<String>::new(), "{plan:#}");
+    let (rule, warnings) = batched_tokens(&plan);
+    assert_eq!(rule, "vllm-default-no-gpu", "{plan:#}");
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 #[test]
@@ -147,6 +167,14 @@ fn on_a_gpu_node_a_cuda_ops_that_does_not_load_is_named_in_the_plan_the_log_and_
     for needle in [&format!("torch {torch}"), "lmcache.cuda_ops", error] {
         assert!(warnings[0].contains(needle), "{needle}: {}", warnings[0]);
     }
+    // A GPU seen and no nvidia-smi to read it: the engine's batched tokens
+    // are vLLM's smallest default, and the plan says it guessed.
+    let (rule, batched) = batched_tokens(&plan);
+    assert_eq!(rule, "vllm-default-gpu-unread", "{plan:#}");
+    assert!(
+        batched.len() == 1 && batched[0].contains("nvidia-smi"),
+        "{batched:?}"
+    );
 
     // A real launch from that environment: warned in its log, and the
     // server still comes up (on CPU LMCache never imports cuda_ops).
