@@ -1,6 +1,7 @@
 //! End to end with the real server: launch housekeeping keeps the cache across
 //! a restart with the same launch identity (the bench's first lookups hit),
-//! purges it when the identity changes (the log says which field), and never
+//! serves a disk hit from L1 the next time (LMCache's L2 prefetch policy
+//! `retain`), purges it when the identity changes (the log says which field), and never
 //! touches a file that is not a cache object. After the restart `inspect`
 //! shows the tier's true usage, what is on disk, beside LMCache's own count,
 //! which starts again from 0.
@@ -26,6 +27,19 @@ fn inspect_json(url: &str, cache: &std::path::Path) -> serde_json::Value {
         .expect("inspect runs");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+/// The `(L1, L2)` counts of each of LMCache's `N/M retained keys (x L1,
+/// y L2)` lines in `log`.
+fn retained(log: &str) -> Vec<(u32, u32)> {
+    log.split("retained keys (")
+        .skip(1)
+        .filter_map(|rest| {
+            let (l1, rest) = rest.split_once(" L1, ")?;
+            let (l2, _) = rest.split_once(" L2)")?;
+            Some((l1.parse().ok()?, l2.parse().ok()?))
+        })
+        .collect()
 }
 
 #[test]
@@ -90,6 +104,7 @@ fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
         tier["used_bytes"].as_u64().unwrap() >= stored.len() as u64 * (32 << 20),
         "{report:#}"
     );
+    let before = launch.output().len();
     let second = run_bench(dir, mp_port, http_port, 0, 3);
     assert!(second.status.success(), "{}", second.output);
     assert_eq!(
@@ -97,6 +112,22 @@ fn restart_keeps_the_cache_and_an_identity_change_purges_it() {
         3,
         "cold lookups should hit after a restart:\n{}",
         second.output
+    );
+    let from_disk = retained(&launch.output()[before..]);
+    assert!(
+        from_disk.iter().filter(|&&(_, l2)| l2 > 0).count() >= 3,
+        "each request's first read after the restart comes from the disk tier: {from_disk:?}"
+    );
+    // 2b. A disk hit stays in L1 (the plan's --l2-prefetch-policy retain):
+    //     the same sequences again are served from L1 alone.
+    let before = launch.output().len();
+    let third = run_bench(dir, mp_port, http_port, 0, 3);
+    assert!(third.status.success(), "{}", third.output);
+    assert_eq!(third.full_cold_hits(), 3, "{}", third.output);
+    let from_l1 = retained(&launch.output()[before..]);
+    assert!(
+        !from_l1.is_empty() && from_l1.iter().all(|&(l1, l2)| l1 > 0 && l2 == 0),
+        "the repeats should come from L1 alone: {from_l1:?}"
     );
     let log = launch.output();
     assert!(log.contains("housekeeping"), "{log}");
