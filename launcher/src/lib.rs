@@ -70,6 +70,7 @@
 //!     gpu: None,
 //!     engine_gpu: None,
 //!     odirect_tiers: Vec::new(),
+//!     lmcache_version: Some("0.5.6".into()),
 //!     node: None,
 //! };
 //! let Planned::Server(launch) = plan(&facts, &vars, &host)? else {

@@ -75,6 +75,7 @@ fn host_on(fs_type: &str, own_volume: bool) -> HostFacts {
         gpu: None,
         engine_gpu: None,
         odirect_tiers: Vec::new(),
+        lmcache_version: None,
         node: None,
     }
 }
@@ -875,4 +876,61 @@ fn explicit_disk_sizes_are_judged_against_this_nodes_share_of_the_volume() {
         all.iter().all(|w| !w.contains("share of the room")),
         "{all:#?}"
     );
+}
+
+/// [`host`] with LMCache `version` installed.
+fn host_with_lmcache(version: &str) -> HostFacts {
+    HostFacts {
+        lmcache_version: Some(version.into()),
+        ..host()
+    }
+}
+
+#[test]
+fn each_lmcache_version_gets_the_command_line_it_accepts() {
+    let cascade = r#"[{"type":"fs_native","base_path":"/data/a","max_capacity_gb":100,"affinity_tag":"gpu0"}]"#;
+    let tiered = node(&[
+        ("EREBINE_AGENT_LMCACHE_L2_ADAPTER", cascade),
+        (
+            "EREBINE_AGENT_LMCACHE_API_KEY_FILE",
+            "/run/erebine/lmcache.key",
+        ),
+        ("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--l2-prefetch-max 4"),
+    ]);
+    let next = plan_on(&tiered, &facts(1), &host_with_lmcache("0.5.7rc2"));
+    assert_golden("lmcache_0_5_7rc2", &tiered, &next);
+    assert_eq!(
+        value_of(&next.args, "--api-key-file"),
+        ["/run/erebine/lmcache.key"]
+    );
+    let adapter = value_of(&next.args, "--l2-adapter");
+    assert!(!adapter[0].contains("affinity_tag"), "{adapter:?}");
+    let said = next.decisions.warnings.join("\n");
+    assert!(
+        said.contains("\"affinity_tag\" dropped: LMCache 0.5.7rc2 (a pre-release) refuses it"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ignores --l2-prefetch-max-in-flight"),
+        "{said}"
+    );
+    for (old, host) in [
+        ("0.5.6", host_with_lmcache("0.5.6")),
+        ("of unknown version", host()),
+    ] {
+        let plan = plan_on(&tiered, &facts(1), &host);
+        assert_eq!(count(&plan.args, "--api-key-file"), 0, "{old}");
+        assert!(value_of(&plan.args, "--l2-adapter")[0].contains("\"affinity_tag\":\"gpu0\""));
+        let said = plan.decisions.warnings.join("\n");
+        assert!(
+            said.contains(&format!(
+                "EREBINE_AGENT_LMCACHE_API_KEY_FILE is set, but LMCache {old} has no API key"
+            )),
+            "{said}"
+        );
+        assert!(
+            !said.contains("affinity_tag") && !said.contains("max-in-flight"),
+            "{said}"
+        );
+    }
 }

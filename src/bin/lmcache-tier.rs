@@ -18,6 +18,7 @@ use lmcache_launcher::inspect::{self, InspectError, Inspection};
 use lmcache_launcher::launch::{self, LaunchError, RestartPolicy, RunOptions};
 use lmcache_launcher::output;
 use lmcache_launcher::output::with_progress;
+use lmcache_launcher::plan::api_key;
 use lmcache_launcher::ports;
 use lmcache_launcher::process::ProcessError;
 use lmcache_launcher::status::StatusClient;
@@ -869,7 +870,13 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
         .ok();
     let lmcache = stock.as_deref().map(locate::LmcacheInstall::at);
     let gpu = stock.and_then(|stock| gpu::measure(&stock, &vars));
-    let client = StatusClient::new(url.clone());
+    let lookup = |name: &str| {
+        let value = vars.get(std::ffi::OsStr::new(name))?;
+        value.to_str().map(str::to_string)
+    };
+    let key =
+        api_key::for_client(node.api_key_file.as_deref(), &lookup).map_err(InspectError::from)?;
+    let client = StatusClient::new(url.clone()).with_api_key(key);
     let read = async || {
         let poll = client.poll().await;
         let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));

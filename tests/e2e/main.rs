@@ -20,6 +20,7 @@ mod kill_loop;
 mod launch;
 mod library;
 mod metrics;
+mod next_lmcache;
 mod oom_kill;
 mod prometheus;
 mod restart_workers;

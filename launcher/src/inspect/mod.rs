@@ -57,6 +57,9 @@ pub enum InspectError {
     /// it cannot redraw ([`live::check_terminal`]).
     #[error("--watch redraws the view in place on a terminal, and stdout is not a terminal: run lmcache-tier inspect without --watch (add --json for scripts)")]
     NotATerminal,
+    /// The server's API key cannot be read ([`crate::plan::api_key`]).
+    #[error(transparent)]
+    ApiKey(#[from] crate::plan::api_key::ApiKeyError),
 }
 
 /// Checks that `url` can be polled: an `http://` URL with a host.

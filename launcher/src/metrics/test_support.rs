@@ -63,6 +63,7 @@ pub(super) fn a_plan() -> LaunchPlan {
         gpu: None,
         engine_gpu: None,
         odirect_tiers: Vec::new(),
+        lmcache_version: None,
         node: None,
     };
     match plan(&engine, &vars, &host).unwrap() {

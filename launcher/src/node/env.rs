@@ -58,6 +58,9 @@ pub(crate) const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFI
 pub const KV_BYTES_PER_TOKEN: &str = "EREBINE_AGENT_LMCACHE_KV_BYTES_PER_TOKEN";
 /// The cache volume's read rate in GB/s, or `probe` to measure it at start.
 pub const DISK_READ_GBPS: &str = "EREBINE_AGENT_LMCACHE_DISK_READ_GBPS";
+/// A file holding the LMCache server's HTTP API key (LMCache 0.5.7 on):
+/// passed as `--api-key-file`, created (0600, a new key) when missing.
+pub const API_KEY_FILE: &str = "EREBINE_AGENT_LMCACHE_API_KEY_FILE";
 /// The fastest read rate [`DISK_READ_GBPS`] takes, GB/s: more is a typing
 /// mistake (a PCIe 6 x16 link moves about 128 GB/s).
 const MAX_READ_GBPS: f64 = 1000.0;
@@ -219,6 +222,9 @@ pub struct NodeEnv {
     pub kv_bytes_per_token: Option<u64>,
     /// `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS`: the volume's read rate.
     pub disk_read: Option<DiskRead>,
+    /// `EREBINE_AGENT_LMCACHE_API_KEY_FILE`: the server's API key file, an
+    /// absolute path (`docs/configuration.md`, "The server's API key").
+    pub api_key_file: Option<PathBuf>,
 }
 
 /// The cache volume's read rate as `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS`
@@ -345,6 +351,7 @@ impl NodeEnv {
             disk_read: get(DISK_READ_GBPS)
                 .map(|v| DiskRead::parse(DISK_READ_GBPS, &v))
                 .transpose()?,
+            api_key_file: get(API_KEY_FILE).map(|v| api_key_file(&v)).transpose()?,
             disk_path,
         };
         env.check_control_characters()?;
@@ -395,6 +402,9 @@ impl NodeEnv {
         let mut paths = vec![(DISK_PATH.to_string(), self.disk_path.to_string_lossy())];
         if let Some(log) = &self.lookup_hash_log {
             paths.push((LOOKUP_HASH_LOG_DIR.to_string(), log.dir.to_string_lossy()));
+        }
+        if let Some(file) = &self.api_key_file {
+            paths.push((API_KEY_FILE.to_string(), file.to_string_lossy()));
         }
         if let Some((variable, tiers)) = self.custom_tiers() {
             let base_paths = tiers.tiers().iter().enumerate();
@@ -532,6 +542,18 @@ fn lookup_hash_log(
         rotation_max_size_bytes,
         max_files,
     }))
+}
+
+/// `EREBINE_AGENT_LMCACHE_API_KEY_FILE`: an absolute path.
+fn api_key_file(value: &str) -> Result<PathBuf, ConfigError> {
+    match value.starts_with('/') {
+        true => Ok(PathBuf::from(value)),
+        false => Err(ConfigError::Invalid {
+            variable: API_KEY_FILE.to_string(),
+            value: value.to_string(),
+            expected: "write the absolute path of a file holding one key on one line (the launch creates it, 0600, with a new key when it is missing)".to_string(),
+        }),
+    }
 }
 
 fn parse_positive_u64(variable: &str, value: &str, what: &str) -> Result<u64, ConfigError> {
@@ -749,6 +771,17 @@ mod tests {
                 .into_iter()
                 .chain(pairs.iter().copied()),
         )
+    }
+
+    #[test]
+    fn the_api_key_file_is_an_absolute_path_of_one_line() {
+        let env = NodeEnv::from_vars(&vars(&[(API_KEY_FILE, "/run/keys/lmcache")])).unwrap();
+        assert_eq!(env.api_key_file, Some(PathBuf::from("/run/keys/lmcache")));
+        assert_eq!(NodeEnv::from_vars(&vars(&[])).unwrap().api_key_file, None);
+        for value in ["keys/lmcache", "./k", "~/k", "/run/k\nX", "/run/k\x1b[31m"] {
+            let e = NodeEnv::from_vars(&vars(&[(API_KEY_FILE, value)])).unwrap_err();
+            assert!(e.to_string().contains(API_KEY_FILE), "{value:?}: {e}");
+        }
     }
 
     #[test]

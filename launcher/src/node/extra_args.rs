@@ -110,6 +110,15 @@ impl ExtraArgs {
         &self.args
     }
 
+    /// Whether the extra arguments give `flag` (its full name, as
+    /// [`ExtraArgs::parse`] resolves abbreviations), node flag or not.
+    pub fn sets(&self, flag: &str) -> bool {
+        self.args.iter().any(|a| {
+            a.strip_prefix(flag)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
+        })
+    }
+
     /// The last value the extra arguments give a single-value node flag
     /// (one of [`NODE_FLAGS`]), if any.
     pub fn value(&self, flag: &str) -> Option<&str> {

@@ -51,6 +51,9 @@ pub(super) struct NodeValues {
     pub(super) l1_mode: L1Mode,
     /// The node's L2 tiers as they would be shown (secrets redacted).
     pub(super) tiers: String,
+    /// The server's API key file, where the LMCache version takes one
+    /// (`docs/configuration.md`, "The server's API key").
+    pub(super) api_key_file: Option<std::path::PathBuf>,
 }
 
 /// The node's own `lmcache server` flags in the documented order
@@ -86,6 +89,9 @@ pub(super) fn node_flags(
         ]),
     }
     flags.push(("--max-gpu-workers", facts.gpu_workers().to_string()));
+    if let Some(file) = &own.api_key_file {
+        flags.push((super::api_key::FLAGS[0], file.display().to_string()));
+    }
     if let Some(log) = &node.lookup_hash_log {
         flags.extend([
             ("--lookup-hash-log-dir", log.dir.display().to_string()),

@@ -71,6 +71,10 @@ pub struct Facts {
     /// cascade whose spec sets `"use_odirect": true`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub odirect_tiers: Vec<TierOdirect>,
+    /// The version of the LMCache the server runs, as its wheel states it
+    /// ([`locate::lmcache_version`]); `None` when it cannot be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lmcache_version: Option<String>,
     /// The node's variables as [`Facts::measure`] read them from the map
     /// it was given, once: the plan reads them from here
     /// ([`HostFacts::node`]). `None` for [`Facts::host`] and recorded
@@ -176,6 +180,7 @@ impl Facts {
         if engine.max_num_batched_tokens.is_none() {
             facts.engine_gpu = gpu::engine_gpu(vars);
         }
+        facts.lmcache_version = stock.as_deref().ok().and_then(locate::lmcache_version);
         facts.executable = Some(executable);
         facts.stock_lmcache = Some(stock);
         if access == DiskAccess::Create {
@@ -226,6 +231,7 @@ impl Facts {
             gpu: None,
             engine_gpu: None,
             odirect_tiers: Vec::new(),
+            lmcache_version: None,
             node: None,
             stock_lmcache: None,
         })
@@ -244,6 +250,7 @@ impl From<&Facts> for HostFacts {
             gpu: facts.gpu.clone(),
             engine_gpu: facts.engine_gpu.clone(),
             odirect_tiers: facts.odirect_tiers.clone(),
+            lmcache_version: facts.lmcache_version.clone(),
             node: facts.node.clone(),
         }
     }

@@ -148,6 +148,10 @@ pub struct HostFacts {
     /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub odirect_tiers: Vec<TierOdirect>,
+    /// The installed LMCache's version ([`crate::Facts::lmcache_version`]):
+    /// the plan renders for it ([`crate::plan::lmcache_versions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lmcache_version: Option<String>,
     /// The node's variables as [`crate::Facts::measure`] read them, from
     /// the same map [`crate::plan()`] is given; `None` has the plan read
     /// that map itself ([`env::NodeEnv::from_vars`]).

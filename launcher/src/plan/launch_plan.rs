@@ -23,11 +23,13 @@ use crate::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
 use crate::ports::{self, Listener};
 use crate::server_flags::server_flags;
 
+use super::api_key::{self, ApiKeySource};
 pub use super::command_line::connector_config;
 use super::command_line::{node_flags, server_args, server_env, NodeValues};
 pub(crate) use super::disk_tier::kind_name;
 pub use super::disk_tier::{check_volume, size_disk_tier, DiskTier};
 pub use super::l1::server_l1;
+use super::lmcache_versions::{self, LmcacheRelease, Rendering};
 pub use super::verdict::{judge_sizes, L1Mode, Sizes, Tiers};
 
 /// Every decision of a launch, each with its reason.
@@ -118,6 +120,10 @@ pub struct LaunchPlan {
     /// The housekeeping of the node's disk tier that runs before the server
     /// starts; `None` without a built-in disk tier.
     pub housekeeping: Option<DiskHousekeeping>,
+    /// The API key file the server gets (`EREBINE_AGENT_LMCACHE_API_KEY_FILE`,
+    /// where its LMCache version takes one): the launch creates it, 0600
+    /// with a new key, when it is missing ([`api_key::ensure_file`]).
+    pub api_key_file: Option<PathBuf>,
 }
 
 impl LaunchPlan {
@@ -133,6 +139,19 @@ impl LaunchPlan {
     /// The `/status` URL of the planned server.
     pub fn status_url(&self) -> String {
         format!("http://127.0.0.1:{}/status", self.http_port)
+    }
+
+    /// Where a key the server accepts is found, for the requests of ours to
+    /// its HTTP port ([`api_key::source`]: its `--api-key-file`, else its
+    /// environment, read by `lookup`); `None` when it has no key, or its
+    /// LMCache version has no API keys.
+    pub fn api_key_source(&self, lookup: &dyn Fn(&str) -> Option<String>) -> Option<ApiKeySource> {
+        let release = self.decisions.host.lmcache_version.as_deref();
+        let release = release.and_then(LmcacheRelease::parse);
+        lmcache_versions::rendering(release.as_ref())
+            .api_key_file
+            .then(|| api_key::source(&self.args, lookup))
+            .flatten()
     }
 
     /// The server's `--worker-reap-timeout-seconds` as its arguments set it
@@ -331,8 +350,21 @@ pub fn plan_launch(
         .warnings
         .extend(lmcache_sizing::engine::warning(&batched));
     check_writable(node, host, sizes.disk.as_ref())?;
+    let release = host
+        .lmcache_version
+        .as_deref()
+        .and_then(LmcacheRelease::parse);
+    let render = lmcache_versions::rendering(release.as_ref());
     let cascade = super::extensions::with_bound_models(sizes.cascade, &facts.model);
+    let (cascade, version_warnings) =
+        lmcache_versions::cascade_for(cascade, render, release.as_ref());
+    sizes.warnings.extend(version_warnings);
+    sizes
+        .warnings
+        .extend(version_flag_warnings(node, render, release.as_ref()));
+    let api_key_file = node.api_key_file.clone().filter(|_| render.api_key_file);
     let own = NodeValues {
+        api_key_file: api_key_file.clone(),
         chunk_size: node_chunk,
         l1_bytes: sizes.own_l1.value,
         l1_mode: sizes.l1_mode,
@@ -395,6 +427,7 @@ pub fn plan_launch(
         listeners,
         metrics: ports::metrics_listener(node),
         connector_config: connector_config(mp_port, &node.extra_config),
+        api_key_file,
         decisions,
         housekeeping,
     })
@@ -573,6 +606,32 @@ fn check_writable(
 /// is full (public LMCache reports of a 4,000 GB tier at 14 TB). The node
 /// does not rewrite what the operator wrote; the built-in tier always has
 /// a capacity.
+/// What the node asks of the server that the LMCache `release` renders
+/// differently: an API key file on a version without API keys, a
+/// `--l2-prefetch-max-in-flight` in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` that
+/// the version ignores (`docs/configuration.md`, "LMCache versions").
+fn version_flag_warnings(
+    node: &NodeEnv,
+    render: Rendering,
+    release: Option<&LmcacheRelease>,
+) -> Vec<String> {
+    let version = release.map_or_else(|| "of unknown version".to_string(), |r| r.to_string());
+    let mut warnings = Vec::new();
+    if node.api_key_file.is_some() && !render.api_key_file {
+        warnings.push(format!(
+            "{} is set, but LMCache {version} has no API key (--api-key-file comes with 0.5.7): not passed; the server's HTTP port answers every local process",
+            crate::env::API_KEY_FILE
+        ));
+    }
+    let ignored = lmcache_versions::PREFETCH_MAX_IN_FLIGHT;
+    if render.ignores_prefetch_max_in_flight && node.extra_args.sets(ignored) {
+        warnings.push(format!(
+            "EREBINE_AGENT_LMCACHE_EXTRA_ARGS: LMCache {version} ignores {ignored}; give --l2-prefetch-inflight-watermark (a fraction of L1, default 0.5) instead"
+        ));
+    }
+    warnings
+}
+
 fn unbounded_tier_warnings(cascade: &Cascade, source: &Decision<()>) -> Vec<String> {
     if source.rule == "built-in" {
         return Vec::new();

@@ -5,6 +5,7 @@
 //! keys this project adds to LMCache's tier specs). `docs/design.md`, "One
 //! launch".
 
+pub mod api_key;
 pub mod bucket_warnings;
 mod command_line;
 mod disk_tier;
@@ -15,6 +16,7 @@ pub mod housekeep;
 pub mod inputs;
 mod l1;
 pub mod launch_plan;
+pub mod lmcache_versions;
 pub mod locate;
 pub mod server_python;
 pub mod verdict;

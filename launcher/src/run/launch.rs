@@ -19,6 +19,7 @@ use crate::env;
 use crate::housekeep::Housekept;
 use crate::launch_plan::LaunchPlan;
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
+use crate::plan::api_key::{self, ApiKey, ApiKeyError};
 use crate::ports::{self, ListenError, Listener, PortSource};
 use crate::status::{Poll, StatusClient};
 use crate::supervise::{
@@ -187,6 +188,10 @@ pub enum LaunchError {
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
+    /// The server's API key file cannot be made or read; the server was
+    /// not started.
+    #[error("{0}; the server was not started")]
+    ApiKey(#[from] ApiKeyError),
     /// Waiting on the server failed.
     #[error("lost track of the LMCache server: {0}")]
     Io(#[from] std::io::Error),
@@ -359,6 +364,8 @@ struct Prepared {
     /// The owner every guard of the launch is started with, here and
     /// under `erebine-lmcache` ([`GUARD_OWNER`]).
     guard_owner: String,
+    /// The key our requests to the server's HTTP port carry, when it has one.
+    api_key: Option<ApiKey>,
 }
 
 /// The server's listeners: the plan's, less the metrics endpoint, which
@@ -412,6 +419,7 @@ async fn prepare(
             .and_then(|v| v.to_str())
             .map(str::to_string),
     };
+    let api_key = server_api_key(plan, &lookup)?;
     let (tiers, gateways) = lmcache_s3_gateway::Gateways::start(&plan.cascade, &lookup).await?;
     let args = plan.server_args(&tiers);
     metrics.watch_gateways(gateways.view());
@@ -424,6 +432,7 @@ async fn prepare(
             _lock: None,
             guard: None,
             guard_owner,
+            api_key,
         });
     };
     let started = Instant::now();
@@ -451,7 +460,34 @@ async fn prepare(
         _lock: lock,
         guard: guard.map(|g| (hk.path.clone(), g)),
         guard_owner,
+        api_key,
     })
+}
+
+/// The key the server will accept, read before it starts: the plan's key
+/// file, created when missing ([`api_key::ensure_file`]), else what the
+/// server's `--api-key-file` or environment (`lookup`) gives it.
+///
+/// Errors: a key file that cannot be created or read, or is not one key
+/// on one line (LMCache would refuse it at start).
+fn server_api_key(
+    plan: &LaunchPlan,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<ApiKey>, ApiKeyError> {
+    if let Some(file) = &plan.api_key_file {
+        if api_key::ensure_file(file)? {
+            tracing::info!(
+                "created the LMCache API key file {} (mode 0600, a new key)",
+                file.display()
+            );
+        }
+    }
+    let Some(source) = plan.api_key_source(lookup) else {
+        return Ok(None);
+    };
+    let key = source.read(lookup)?;
+    tracing::info!("requests to the server's HTTP port carry its API key, from {source}");
+    Ok(Some(key))
 }
 
 /// The capacity guard of the plan's disk tier at `path`, started from the
@@ -528,7 +564,8 @@ async fn start_once(
     let mut server = spawn(plan, prepared, options.stop_grace)?;
     tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
     let started = Instant::now();
-    let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout);
+    let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout)
+        .with_api_key(prepared.api_key.clone());
     let mut watcher = match start {
         1 => Watcher::new(options.watch.clone()),
         _ => Watcher::restarted(options.watch.clone(), carried, plan.rejoin_grace()),

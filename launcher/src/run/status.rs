@@ -17,6 +17,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use lmcache_s3_gateway::{capped_body, BodyError};
 use lmcache_tier_spec::error_chain;
 
+use crate::plan::api_key::ApiKey;
+
 /// The largest `/status` body read: LMCache 0.5.6's is about 5 KiB idle,
 /// and grows with workers and tiers, never near this.
 pub const STATUS_MAX_BYTES: usize = 16 << 20;
@@ -523,6 +525,7 @@ impl Poll {
         match self {
             Poll::Up(_) => "HTTP 200".to_string(),
             Poll::Malformed(e) => format!("HTTP 200 with an unusable body ({e})"),
+            Poll::NotReady(401) => "HTTP 401: the server wants an API key that this request did not carry (docs/configuration.md, \"The server's API key\")".to_string(),
             Poll::NotReady(code) => format!("HTTP {code}"),
             Poll::NoAnswer(e) => format!("no answer ({e})"),
         }
@@ -534,6 +537,7 @@ impl Poll {
 pub struct StatusClient {
     http: reqwest::Client,
     url: String,
+    api_key: Option<ApiKey>,
 }
 
 impl StatusClient {
@@ -557,6 +561,24 @@ impl StatusClient {
         StatusClient {
             http,
             url: url.into(),
+            api_key: None,
+        }
+    }
+
+    /// This client with each request carrying `key` as
+    /// `Authorization: Bearer` (a server with an API key answers 401
+    /// without it: [`crate::plan::api_key`]).
+    pub fn with_api_key(mut self, key: Option<ApiKey>) -> Self {
+        self.api_key = key;
+        self
+    }
+
+    /// A GET of `url`, with the key when there is one.
+    fn get(&self, url: impl reqwest::IntoUrl) -> reqwest::RequestBuilder {
+        let request = self.http.get(url);
+        match &self.api_key {
+            Some(key) => request.header(reqwest::header::AUTHORIZATION, key.bearer()),
+            None => request,
         }
     }
 
@@ -568,7 +590,7 @@ impl StatusClient {
     /// One GET of `/status`, and of the reaper's route when the body says
     /// reaping is enabled ([`WorkerLiveness::reaper`]).
     pub async fn poll(&self) -> Poll {
-        match self.http.get(&self.url).send().await {
+        match self.get(&self.url).send().await {
             Ok(resp) if resp.status().as_u16() == 200 => match read_answer(resp).await {
                 Ok(mut status) => {
                     if let Some(liveness) = status.worker_liveness.as_mut() {
@@ -591,7 +613,7 @@ impl StatusClient {
     async fn reaper(&self) -> Option<ReaperRun> {
         let route = format!("periodic-threads/{REAPER_THREAD}");
         let url = reqwest::Url::parse(&self.url).ok()?.join(&route).ok()?;
-        let resp = self.http.get(url).send().await.ok()?;
+        let resp = self.get(url).send().await.ok()?;
         if resp.status().as_u16() != 200 {
             return None;
         }
