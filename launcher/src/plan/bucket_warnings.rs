@@ -1,9 +1,77 @@
-//! The plan's warning for an `s3` tier that bypasses the gateway: one with
-//! `max_capacity_gb` but no `s3_bucket` is bounded only per server process
-//! (`docs/s3-gateway.md`, "The bucket bound").
+//! The bounds LMCache keeps itself, and what the plan says of them: an `s3`
+//! tier that bypasses the gateway (`max_capacity_gb` but no `s3_bucket`) is
+//! bounded only per server process (`docs/s3-gateway.md`, "The bucket
+//! bound"); a tier that LMCache bounds gets the `eviction` block without
+//! which it deletes nothing; a bucket tier not marked `"shared": true` is
+//! warned about (`docs/configuration.md`, "Bounds and shared tiers").
 
-use lmcache_tier_spec::{redact_endpoint, Cascade};
+use lmcache_tier_spec::capacity::{
+    DEFAULT_EVICTION_RATIO, DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, MAX_CAPACITY_GB,
+    TRIGGER_WATERMARK,
+};
+use lmcache_tier_spec::{redact_endpoint, Cascade, TierSpec};
 use serde_json::Value;
+
+/// Whether `tier` has a `max_capacity_gb` above 0.
+fn bounded(tier: &TierSpec) -> bool {
+    tier.as_object()
+        .get(MAX_CAPACITY_GB)
+        .and_then(Value::as_f64)
+        .is_some_and(|gb| gb > 0.0)
+}
+
+/// `cascade` with LMCache's default `eviction` block (`LRU`, watermark 0.8,
+/// ratio 0.2) added to each tier that LMCache alone bounds and that has
+/// `max_capacity_gb` above 0 but no block, with a warning for each: LMCache
+/// 0.5.4 to 0.5.7rc2 wires an adapter into its L2 eviction only when the
+/// spec has an `eviction` block (`StorageManager._should_enable_l2_eviction`
+/// returns false without one), so the capacity alone deletes nothing (public
+/// LMCache report 4725). `fs` and `fs_native` tiers are left as they are
+/// (their capacity guard bounds them, block or not), and so are `s3` tiers
+/// with `s3_bucket` (the gateway's bucket bound does).
+pub(crate) fn with_eviction_blocks(cascade: Cascade) -> (Cascade, Vec<String>) {
+    let mut warnings = Vec::new();
+    let tiers = cascade
+        .0
+        .into_iter()
+        .enumerate()
+        .map(|(position, tier)| {
+            let ours = tier.is_disk_tier() || lmcache_s3_gateway::needs_gateway(&tier);
+            if ours || !bounded(&tier) || tier.as_object().contains_key(EVICTION) {
+                return tier;
+            }
+            warnings.push(format!(
+                "L2 tier {position} ({}) has max_capacity_gb but no \"eviction\" block, without which LMCache deletes nothing from it: the plan adds LMCache's default, {{\"eviction_policy\":\"LRU\",\"trigger_watermark\":{DEFAULT_TRIGGER_WATERMARK},\"eviction_ratio\":{DEFAULT_EVICTION_RATIO}}}; write your own block to choose",
+                tier.adapter_type()
+            ));
+            let block = serde_json::json!({
+                "eviction_policy": "LRU",
+                TRIGGER_WATERMARK: DEFAULT_TRIGGER_WATERMARK,
+                EVICTION_RATIO: DEFAULT_EVICTION_RATIO,
+            });
+            tier.rewritten(&[], [(EVICTION, block)])
+        })
+        .collect();
+    (Cascade(tiers), warnings)
+}
+
+/// A warning for each `s3` tier with `s3_bucket` that is not marked
+/// `"shared": true`: the bucket bound exists because several nodes write
+/// one bucket, and LMCache reads `shared` as "other nodes write this tier
+/// too" (its backend identity; from 0.5.7 the residency of what it reads:
+/// remote, not local).
+pub(crate) fn unshared_bucket_warnings(cascade: &Cascade) -> Vec<String> {
+    cascade
+        .tiers()
+        .iter()
+        .enumerate()
+        .filter(|(_, tier)| lmcache_s3_gateway::needs_gateway(tier))
+        .filter(|(_, tier)| tier.as_object().get("shared").and_then(Value::as_bool) != Some(true))
+        .map(|(position, _)| format!(
+            "L2 tier {position} (s3 with s3_bucket) is not marked \"shared\": true: a bucket is the tier several nodes write, and LMCache then treats its objects as any node's; add \"shared\": true (docs/configuration.md, \"Bounds and shared tiers\")"
+        ))
+        .collect()
+}
 
 /// A warning for each `s3` tier with `max_capacity_gb` above 0 and no
 /// `s3_bucket`: LMCache 0.5.6's S3 adapter counts from 0 at each start and
@@ -17,12 +85,7 @@ pub(crate) fn per_process_bound_warnings(cascade: &Cascade) -> Vec<String> {
         .enumerate()
         .filter(|(_, tier)| tier.adapter_type() == "s3")
         .filter(|(_, tier)| !lmcache_s3_gateway::needs_gateway(tier))
-        .filter(|(_, tier)| {
-            tier.as_object()
-                .get("max_capacity_gb")
-                .and_then(Value::as_f64)
-                .is_some_and(|gb| gb > 0.0)
-        })
+        .filter(|(_, tier)| bounded(tier))
         .map(|(position, tier)| {
             let endpoint = tier
                 .as_object()
@@ -39,6 +102,53 @@ pub(crate) fn per_process_bound_warnings(cascade: &Cascade) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tier_lmcache_bounds_gets_the_eviction_block_and_ours_are_left_alone() {
+        let cascade = Cascade::parse(
+            r#"[{"type":"s3","s3_endpoint":"a.example.net","max_capacity_gb":50},
+                {"type":"s3","s3_endpoint":"b.example.net","max_capacity_gb":50,"eviction":{"eviction_policy":"LRU","trigger_watermark":0.9}},
+                {"type":"s3","s3_endpoint":"c.example.net"},
+                {"type":"s3","s3_endpoint":"s3.example.net","s3_bucket":"kv","max_capacity_gb":50},
+                {"type":"fs","base_path":"/d","max_capacity_gb":5},
+                {"type":"fs_native","base_path":"/e","max_capacity_gb":5},
+                {"type":"mock","max_capacity_gb":1}]"#,
+            "t",
+        )
+        .unwrap();
+        let (rendered, warned) = with_eviction_blocks(cascade.clone());
+        let added: Vec<usize> = (0..7)
+            .filter(|&i| rendered.tiers()[i] != cascade.tiers()[i])
+            .collect();
+        assert_eq!(added, [0, 6], "{warned:#?}");
+        assert_eq!(warned.len(), 2);
+        assert!(warned[0].starts_with("L2 tier 0 (s3) has max_capacity_gb but no \"eviction\""));
+        let block = &rendered.tiers()[0].as_object()[EVICTION];
+        assert_eq!(block["eviction_policy"], "LRU");
+        assert_eq!(block[TRIGGER_WATERMARK], 0.8);
+        assert_eq!(block[EVICTION_RATIO], 0.2);
+        assert_eq!(
+            rendered.tiers()[0].as_object()["s3_endpoint"],
+            "a.example.net"
+        );
+    }
+
+    #[test]
+    fn a_bucket_tier_not_marked_shared_is_warned_about() {
+        let cascade = Cascade::parse(
+            r#"[{"type":"s3","s3_endpoint":"s3.example.net","s3_bucket":"kv"},
+                {"type":"s3","s3_endpoint":"s3.example.net","s3_bucket":"kv2","shared":false},
+                {"type":"s3","s3_endpoint":"s3.example.net","s3_bucket":"kv3","shared":true},
+                {"type":"s3","s3_endpoint":"s3.example.net"},
+                {"type":"fs","base_path":"/d"}]"#,
+            "t",
+        )
+        .unwrap();
+        let warned = unshared_bucket_warnings(&cascade);
+        assert_eq!(warned.len(), 2, "{warned:#?}");
+        assert!(warned[0].starts_with("L2 tier 0 (s3 with s3_bucket) is not marked"));
+        assert!(warned[1].starts_with("L2 tier 1 "));
+    }
 
     #[test]
     fn only_a_bounded_s3_tier_without_s3_bucket_is_warned_about() {

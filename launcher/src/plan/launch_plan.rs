@@ -359,6 +359,11 @@ pub fn plan_launch(
     let (cascade, version_warnings) =
         lmcache_versions::cascade_for(cascade, render, release.as_ref());
     sizes.warnings.extend(version_warnings);
+    let (cascade, eviction_warnings) = crate::bucket_warnings::with_eviction_blocks(cascade);
+    sizes.warnings.extend(eviction_warnings);
+    sizes
+        .warnings
+        .extend(crate::bucket_warnings::unshared_bucket_warnings(&cascade));
     sizes
         .warnings
         .extend(version_flag_warnings(node, render, release.as_ref()));
