@@ -934,3 +934,42 @@ fn each_lmcache_version_gets_the_command_line_it_accepts() {
         );
     }
 }
+
+#[test]
+fn extra_args_are_read_with_the_flags_of_the_installed_version() {
+    let next_only = node(&[(
+        "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+        "--l2-prefetch-inflight-watermark 0.25 --enable-token-trace",
+    )]);
+    let next = plan_on(&next_only, &facts(1), &host_with_lmcache("0.5.7rc2"));
+    assert_eq!(
+        value_of(&next.args, "--l2-prefetch-inflight-watermark"),
+        ["0.25"]
+    );
+    for host in [host_with_lmcache("0.5.6"), host()] {
+        let e = plan(&facts(1), &next_only.vars, &host)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--l2-prefetch-inflight-watermark")
+                && e.contains("(LMCache 0.5.6)")
+                && e.contains("EREBINE_AGENT_LMCACHE_EXTRA_ARGS"),
+            "{e}"
+        );
+    }
+    // A flag 0.5.7 removed is refused there (its argparse reads it as an
+    // ambiguous abbreviation), and kept where it exists.
+    let old_only = node(&[(
+        "EREBINE_AGENT_LMCACHE_EXTRA_ARGS",
+        "--enable transfer_query",
+    )]);
+    let e = plan(&facts(1), &old_only.vars, &host_with_lmcache("0.5.7"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"--enable\" abbreviates several flags") && e.contains("--enable-token-trace"),
+        "{e}"
+    );
+    let kept = plan_on(&old_only, &facts(1), &host_with_lmcache("0.5.6"));
+    assert_eq!(value_of(&kept.args, "--enable"), ["transfer_query"]);
+}

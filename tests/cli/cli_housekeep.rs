@@ -77,9 +77,16 @@ fn housekeep_cleans_the_tier_launch_plans_under_the_same_identity() {
             housekeep["report"]["path"], planned["path"],
             "{vars:?} {flags:?}"
         );
-        assert_eq!(
-            housekeep["report"]["capacity_bytes"], planned["capacity_bytes"],
-            "{vars:?} {flags:?}"
+        // A derived capacity follows the volume's free space, which the
+        // writes of the tests beside this one move between the two runs:
+        // the two must agree within 1% (a different rule is off by far more).
+        let (ours, theirs) = (
+            housekeep["report"]["capacity_bytes"].as_f64().unwrap(),
+            planned["capacity_bytes"].as_f64().unwrap(),
+        );
+        assert!(
+            (ours - theirs).abs() <= theirs / 100.0,
+            "{vars:?} {flags:?}: housekeep {ours}, launch {theirs}"
         );
     }
     // A node whose plan has no built-in disk tier has nothing a launch

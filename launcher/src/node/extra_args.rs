@@ -17,7 +17,7 @@ use lmcache_tier_spec::{Cascade, TierSpec};
 use serde_json::Value;
 
 use crate::config_error::{parse_gib, parse_whole, ConfigError};
-use crate::server_flags::{python_number, server_flags};
+use crate::server_flags::{next_server_flags, python_number, server_flags};
 
 /// The variable this module reads.
 pub(crate) const VARIABLE: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
@@ -72,7 +72,14 @@ impl ExtraArgs {
         let tokens: Vec<&str> = text.split_whitespace().collect();
         let mut out = ExtraArgs::default();
         let mut tiers = Vec::new();
-        for occurrence in server_flags().read(&tokens)? {
+        // Read as 0.5.6 reads it, else as 0.5.7 does: the plan, which knows
+        // the installed version, reads them again with its table
+        // (`docs/configuration.md`, "LMCache versions").
+        let occurrences = match server_flags().read(&tokens) {
+            Ok(occurrences) => occurrences,
+            Err(e) => next_server_flags().read(&tokens).map_err(|_| e)?,
+        };
+        for occurrence in occurrences {
             let flag = occurrence.flag.as_str();
             let node_flag = NODE_FLAGS.iter().find(|f| **f == flag);
             for value in &occurrence.values {

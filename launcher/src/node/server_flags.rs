@@ -2,9 +2,10 @@
 //! follows Python's `argparse` as that command uses it, so that a command
 //! line the server would reject is refused before anything starts.
 //!
-//! The table (`lmcache-server-flags.json`) is generated from the installed
-//! LMCache by `scripts/lmcache-server-flags.py`: each flag's names, how many
-//! values it takes, their type and choices. The reading follows argparse
+//! The tables (`lmcache-server-flags.json` of 0.5.6, the tested version,
+//! and `lmcache-server-flags-0.5.7rc2.json` of the next) are generated from
+//! an installed LMCache by `scripts/lmcache-server-flags.py`: each flag's
+//! names, how many values it takes, their type and choices. The reading follows argparse
 //! (Python 3.11, `allow_abbrev=True`, prefix `-`):
 //!
 //! - a token is an option when it starts with `-`, is not `-` alone, and does
@@ -97,6 +98,17 @@ pub fn server_flags() -> &'static ServerFlags {
     static TABLE: OnceLock<ServerFlags> = OnceLock::new();
     TABLE.get_or_init(|| {
         serde_json::from_str(include_str!("lmcache-server-flags.json"))
+            .unwrap_or_else(|e| unreachable!("the built-in flag table does not parse: {e}"))
+    })
+}
+
+/// The table of the next LMCache, 0.5.7rc2, a pre-release
+/// (`lmcache-server-flags-0.5.7rc2.json`): the plan reads the extra
+/// arguments with it when the server runs 0.5.7 or later.
+pub fn next_server_flags() -> &'static ServerFlags {
+    static TABLE: OnceLock<ServerFlags> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        serde_json::from_str(include_str!("lmcache-server-flags-0.5.7rc2.json"))
             .unwrap_or_else(|e| unreachable!("the built-in flag table does not parse: {e}"))
     })
 }

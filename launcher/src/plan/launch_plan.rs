@@ -355,6 +355,7 @@ pub fn plan_launch(
         .as_deref()
         .and_then(LmcacheRelease::parse);
     let render = lmcache_versions::rendering(release.as_ref());
+    check_extra_args_for(extra, render)?;
     let cascade = super::extensions::with_bound_models(sizes.cascade, &facts.model);
     let (cascade, version_warnings) =
         lmcache_versions::cascade_for(cascade, render, release.as_ref());
@@ -611,6 +612,23 @@ fn check_writable(
 /// is full (public LMCache reports of a 4,000 GB tier at 14 TB). The node
 /// does not rewrite what the operator wrote; the built-in tier always has
 /// a capacity.
+/// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` read again with the flag table of
+/// the installed LMCache (`render`): the node's variables were read before
+/// the version was known, with 0.5.6's table, else 0.5.7rc2's.
+///
+/// Errors: what that version's server would refuse at start.
+fn check_extra_args_for(extra: &extra_args::ExtraArgs, render: Rendering) -> Result<(), PlanError> {
+    let table = match render.next_flags {
+        true => crate::server_flags::next_server_flags(),
+        false => server_flags(),
+    };
+    let args: Vec<&str> = extra.args().iter().map(String::as_str).collect();
+    table
+        .read(&args)
+        .map(drop)
+        .map_err(|e| PlanError::Config(ConfigError::ExtraArgs(e)))
+}
+
 /// What the node asks of the server that the LMCache `release` renders
 /// differently: an API key file on a version without API keys, a
 /// `--l2-prefetch-max-in-flight` in `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` that

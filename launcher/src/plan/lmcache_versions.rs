@@ -84,6 +84,9 @@ pub struct Rendering {
     pub refuses_affinity_tag: bool,
     /// `--l2-prefetch-max-in-flight` is accepted but ignored (0.5.7 on).
     pub ignores_prefetch_max_in_flight: bool,
+    /// The server's flags are 0.5.7rc2's
+    /// ([`crate::server_flags::next_server_flags`]), not 0.5.6's.
+    pub next_flags: bool,
 }
 
 /// The rendering for `release`; an unreadable version gets that of the
@@ -95,6 +98,7 @@ pub fn rendering(release: Option<&LmcacheRelease>) -> Rendering {
         api_key_file: next,
         refuses_affinity_tag: next,
         ignores_prefetch_max_in_flight: next,
+        next_flags: next,
     }
 }
 
