@@ -377,6 +377,19 @@ pub fn prometheus_binary() -> PathBuf {
     server
 }
 
+/// Calls `done` every 250 ms until it returns true or `limit` has passed;
+/// returns its last answer (it is asked once more at the limit).
+pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    done()
+}
+
 /// Polls `url` until it answers 200 with JSON, or panics after `limit` with
 /// `proc`'s output (the process is checked for an early exit each round).
 pub fn wait_for_status(url: &str, proc: &mut Proc, limit: Duration) -> serde_json::Value {

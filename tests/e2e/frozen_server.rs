@@ -9,24 +9,12 @@ use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
     binaries, free_port, get_json, get_text, listeners_of, processes_mentioning, stop_launch,
-    wait_for_status, Binaries, Proc,
+    wait_for_status, wait_until, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 const BINS: Binaries = binaries!();
-
-/// Waits up to `limit` for `done`, checking every 250 ms.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    done()
-}
 
 /// Whether `pid` is gone or a zombie (it ended).
 fn ended(pid: i32) -> bool {

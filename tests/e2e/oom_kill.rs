@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use lmcache_launcher::oom::oom_kill_count;
 use lmcache_tier_e2e::{
     binaries, free_port, get_text, listeners_of, lmcache_venv, stop_launch, wait_for_status,
-    Binaries, MemoryCgroup, Proc,
+    wait_until, Binaries, MemoryCgroup, Proc,
 };
 
 const BINS: Binaries = binaries!();
@@ -27,18 +27,6 @@ const BINS: Binaries = binaries!();
 /// The kernel's count of OOM kills in `cgroup`.
 fn oom_kills(cgroup: &MemoryCgroup) -> u64 {
     oom_kill_count(&cgroup.read("memory.oom_control")).expect("an oom_kill line (Linux 4.13+)")
-}
-
-/// Waits up to `limit` for `done`, checking every 250 ms.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    done()
 }
 
 #[test]

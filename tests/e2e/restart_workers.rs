@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lmcache_tier_e2e::{
     bench_command, binaries, children_of, free_port, get_json, get_text, listeners_of, stop_launch,
-    wait_for_status, Binaries, Proc,
+    wait_for_status, wait_until, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -30,18 +30,6 @@ const REAP_FLAGS: [&str; 4] = [
 ];
 
 const LOST_LINE: &str = "engine workers lost: 1 -> 0: they did not register with the restarted server within the reap grace";
-
-/// Waits up to `limit` for `done`, checking every 250 ms.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    done()
-}
 
 /// The time stamp that starts a log line of the launch (RFC 3339, UTC).
 fn stamp(line: &str) -> SystemTime {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
     bench_command, binaries, free_port, get_json, lmcache_venv, processes_mentioning, run_bench,
-    stop_launch, wait_for_status, Binaries, Proc,
+    stop_launch, wait_for_status, wait_until, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -36,18 +36,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn tracked(url: &str) -> Option<u64> {
     get_json(url)?["worker_liveness"]["tracked_instances"].as_u64()
-}
-
-/// Waits up to `limit` for `done`, checking every 250 ms.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    done()
 }
 
 /// `lmcache-tier inspect --url <url>` for the node whose disk tier is `cache`.
