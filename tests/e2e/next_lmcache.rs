@@ -4,7 +4,8 @@
 //! the plan renders its command line for it, and the server's API key
 //! (`EREBINE_AGENT_LMCACHE_API_KEY_FILE`) is created 0600, passed by file,
 //! carried by the launch's `/status` polls and `inspect`, and found in no
-//! command line, environment or log; a client without it gets 401.
+//! command line, environment or log; a client without it gets 401; a key
+//! changed in the file is the one a restarted server and the launch use.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -151,6 +152,33 @@ fn the_api_key_is_made_passed_by_file_and_carried_by_every_request_of_ours() {
 
     // The key itself is in no command line, environment or log line.
     assert_eq!(processes_holding(&key), Vec::<String>::new());
+
+    // A key changed in the file is the one a restarted server takes, and
+    // the launch's polls after the restart carry it.
+    let rotated = "0123456789abcdef0123456789abcdef";
+    std::fs::write(&key_file, format!("{rotated}\n")).unwrap();
+    let server = format!("bin/lmcache server --host 127.0.0.1 --port {mp_port} ");
+    let servers = lmcache_tier_e2e::processes_mentioning(&server);
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(servers[0].0),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let restarted = lmcache_tier_e2e::wait_until(Duration::from_secs(120), || {
+        launch.output().matches("LMCache server ready").count() >= 2
+    });
+    assert!(restarted, "{}", launch.output());
+    assert_eq!(status_code(&url, Some(rotated)), Some(200));
+    assert_eq!(
+        status_code(&url, Some(&key)),
+        Some(401),
+        "the old key is gone"
+    );
+    assert!(inspect(&venv, dir, http_port, Some(&key_file))
+        .status
+        .success());
     stop_launch(&mut launch);
-    assert!(!launch.output().contains(&key));
+    let log = launch.output();
+    assert!(!log.contains(&key) && !log.contains(rotated));
 }

@@ -75,9 +75,14 @@ pub enum ApiKeyError {
         /// What failed and what to do.
         detail: String,
     },
-    /// The variable holds no key.
-    #[error("{0} is empty: LMCache would ignore it; set it to the key or unset it")]
-    EmptyVariable(&'static str),
+    /// The variable holds no usable key.
+    #[error("the server's {name} {detail}")]
+    Variable {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong and what to do.
+        detail: String,
+    },
 }
 
 /// The first key source of a server started with `args` in an environment
@@ -106,7 +111,9 @@ pub fn source(args: &[String], lookup: &dyn Fn(&str) -> Option<String>) -> Optio
 /// The key a client of the node's server sends (`inspect`): the node's
 /// `EREBINE_AGENT_LMCACHE_API_KEY_FILE` (`node_file`), else LMCache's own
 /// variables in the client's environment (`lookup`), as the server would
-/// read them; `None` when none is set. The file is only read, never made.
+/// read them; `None` when none is set, or the node's file does not exist
+/// (the launch makes it only for an LMCache version that takes a key). The
+/// file is only read, never made.
 ///
 /// Errors: as [`ApiKeySource::read`].
 pub fn for_client(
@@ -114,6 +121,9 @@ pub fn for_client(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<ApiKey>, ApiKeyError> {
     let source = match node_file {
+        // The launch makes it only for an LMCache that takes a key: a node
+        // whose server has none has no file either.
+        Some(file) if std::fs::symlink_metadata(file).is_err() => return Ok(None),
         Some(file) => Some(ApiKeySource::File(file.to_path_buf())),
         None => source(&[], lookup),
     };
@@ -129,34 +139,74 @@ impl ApiKeySource {
     pub fn read(&self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<ApiKey, ApiKeyError> {
         match self {
             ApiKeySource::File(path) => read_file(path),
-            ApiKeySource::Variable(name) => lookup(name)
-                .filter(|v| !v.is_empty())
-                .map(ApiKey)
-                .ok_or(ApiKeyError::EmptyVariable(name)),
+            ApiKeySource::Variable(name) => {
+                let value = lookup(name).unwrap_or_default();
+                check_key(value.as_bytes()).map_err(|detail| ApiKeyError::Variable { name, detail })
+            }
         }
     }
 }
+
+/// The most bytes a key file may hold: a key is a few dozen characters.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
 
 fn read_file(path: &Path) -> Result<ApiKey, ApiKeyError> {
     let problem = |detail: String| ApiKeyError::File {
         path: path.to_path_buf(),
         detail,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        problem(format!(
-            "cannot be read ({e}); give this user read access, or name another file"
-        ))
-    })?;
-    let key = text.trim();
-    match key.lines().count() {
-        0 => Err(problem(
-            "is empty; write one key on one line, or remove the file to have the launch create one"
-                .into(),
+    // Non-blocking, so that a FIFO or a device cannot hold the launch in
+    // its open; only a regular file is read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            problem(format!(
+                "cannot be read ({e}); give this user read access, or name another file"
+            ))
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| problem(format!("cannot be read ({e})")))?;
+    if !meta.is_file() {
+        return Err(problem(
+            "is not a regular file; name a file that holds one key on one line".into(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_KEY_FILE_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| problem(format!("cannot be read ({e})")))?;
+    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(problem(format!(
+            "holds more than {MAX_KEY_FILE_BYTES} bytes; a key is one short line"
+        )));
+    }
+    check_key(bytes.trim_ascii()).map_err(problem)
+}
+
+/// The key in `bytes` (surrounding whitespace already trimmed): one word of
+/// printable ASCII, which an `Authorization` header carries as it is and
+/// LMCache reads as one line. Errors say where, never what, the key is.
+fn check_key(bytes: &[u8]) -> Result<ApiKey, String> {
+    if bytes.is_empty() {
+        return Err("is empty; write one key on one line".into());
+    }
+    let lines = 1 + bytes.iter().filter(|&&b| b == b'\n').count();
+    if lines > 1 {
+        return Err(format!(
+            "holds {lines} lines; LMCache takes one key on one line"
+        ));
+    }
+    match bytes.iter().position(|b| !b.is_ascii_graphic()) {
+        Some(at) => Err(format!(
+            "holds a byte other than printable ASCII (0x{:02x}, at byte {at}): a space, a control character (LMCache also ends a line at \\r, \\v and \\f) or a non-ASCII letter cannot pass in an Authorization header as LMCache compares it; write the key in printable ASCII",
+            bytes[at]
         )),
-        1 => Ok(ApiKey(key.to_string())),
-        n => Err(problem(format!(
-            "holds {n} lines; LMCache takes one key on one line"
-        ))),
+        None => Ok(ApiKey(String::from_utf8_lossy(bytes).into_owned())),
     }
 }
 
@@ -243,7 +293,7 @@ mod tests {
         assert_eq!(found.read(&value).unwrap().bearer(), "Bearer v");
         assert!(matches!(
             found.read(&|_| Some(String::new())),
-            Err(ApiKeyError::EmptyVariable(_))
+            Err(ApiKeyError::Variable { .. })
         ));
     }
 
@@ -266,10 +316,16 @@ mod tests {
     #[test]
     fn key_files_of_every_bad_shape_are_named_without_their_contents() {
         let dir = tempfile::tempdir().unwrap();
+        let huge = "k".repeat(5000);
         for (name, text, says) in [
             ("empty", "", "is empty"),
             ("blank", " \n\n", "is empty"),
             ("two", "secret-one\nsecret-two\n", "holds 2 lines"),
+            ("cr", "secret\rtwo\n", "0x0d, at byte 6"),
+            ("formfeed", "secret\x0ctwo", "0x0c"),
+            ("space", "secret two", "0x20"),
+            ("accent", "secr\u{e9}t", "0xc3"),
+            ("huge", huge.as_str(), "more than 4096 bytes"),
         ] {
             let path = dir.path().join(name);
             std::fs::write(&path, text).unwrap();
@@ -277,6 +333,24 @@ mod tests {
             assert!(e.contains(says) && e.contains(name), "{e}");
             assert!(!e.contains("secret"), "{e}");
         }
+        let latin1 = dir.path().join("latin1");
+        std::fs::write(&latin1, b"secr\xe9t\n").unwrap();
+        let e = ensure_file(&latin1).unwrap_err().to_string();
+        assert!(e.contains("printable ASCII") && !e.contains("secr"), "{e}");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = ensure_file(&fifo).unwrap_err().to_string();
+        assert!(
+            e.contains("is not a regular file"),
+            "a FIFO is refused, not waited on: {e}"
+        );
+        let e = ensure_file(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("is not a regular file") || e.contains("cannot be read"),
+            "{e}"
+        );
+        let missing = dir.path().join("made-only-for-0.5.7");
+        assert_eq!(for_client(Some(&missing), &|_| None).unwrap(), None);
         let padded = dir.path().join("padded");
         std::fs::write(&padded, "  key \n").unwrap();
         let key = ApiKeySource::File(padded).read(&|_| None).unwrap();

@@ -22,7 +22,8 @@ fn bounded(tier: &TierSpec) -> bool {
 
 /// `cascade` with LMCache's default `eviction` block (`LRU`, watermark 0.8,
 /// ratio 0.2) added to each tier that LMCache alone bounds and that has
-/// `max_capacity_gb` above 0 but no block, with a warning for each: LMCache
+/// `max_capacity_gb` above 0 but no block (or `"eviction": null`, which
+/// LMCache reads as none), with a warning for each: LMCache
 /// 0.5.4 to 0.5.7rc2 wires an adapter into its L2 eviction only when the
 /// spec has an `eviction` block (`StorageManager._should_enable_l2_eviction`
 /// returns false without one), so the capacity alone deletes nothing (public
@@ -37,7 +38,8 @@ pub(crate) fn with_eviction_blocks(cascade: Cascade) -> (Cascade, Vec<String>) {
         .enumerate()
         .map(|(position, tier)| {
             let ours = tier.is_disk_tier() || lmcache_s3_gateway::needs_gateway(&tier);
-            if ours || !bounded(&tier) || tier.as_object().contains_key(EVICTION) {
+            let has_block = tier.as_object().get(EVICTION).is_some_and(|v| !v.is_null());
+            if ours || !bounded(&tier) || has_block {
                 return tier;
             }
             warnings.push(format!(
@@ -112,16 +114,21 @@ mod tests {
                 {"type":"s3","s3_endpoint":"s3.example.net","s3_bucket":"kv","max_capacity_gb":50},
                 {"type":"fs","base_path":"/d","max_capacity_gb":5},
                 {"type":"fs_native","base_path":"/e","max_capacity_gb":5},
-                {"type":"mock","max_capacity_gb":1}]"#,
+                {"type":"mock","max_capacity_gb":1},
+                {"type":"mock","max_capacity_gb":1,"eviction":null}]"#,
             "t",
         )
         .unwrap();
         let (rendered, warned) = with_eviction_blocks(cascade.clone());
-        let added: Vec<usize> = (0..7)
+        let added: Vec<usize> = (0..8)
             .filter(|&i| rendered.tiers()[i] != cascade.tiers()[i])
             .collect();
-        assert_eq!(added, [0, 6], "{warned:#?}");
-        assert_eq!(warned.len(), 2);
+        assert_eq!(added, [0, 6, 7], "{warned:#?}");
+        assert_eq!(warned.len(), 3);
+        assert_eq!(
+            rendered.tiers()[7].as_object()[EVICTION]["eviction_policy"],
+            "LRU"
+        );
         assert!(warned[0].starts_with("L2 tier 0 (s3) has max_capacity_gb but no \"eviction\""));
         let block = &rendered.tiers()[0].as_object()[EVICTION];
         assert_eq!(block["eviction_policy"], "LRU");

@@ -364,8 +364,6 @@ struct Prepared {
     /// The owner every guard of the launch is started with, here and
     /// under `erebine-lmcache` ([`GUARD_OWNER`]).
     guard_owner: String,
-    /// The key our requests to the server's HTTP port carry, when it has one.
-    api_key: Option<ApiKey>,
 }
 
 /// The server's listeners: the plan's, less the metrics endpoint, which
@@ -411,15 +409,9 @@ async fn prepare(
     }
     // Path-style gateways for `s3_bucket` tiers, held until the launch
     // returns; the server gets specs with per-launch keys only.
-    let lookup = |k: &str| match plan.base_env.is_empty() {
-        true => std::env::var(k).ok(),
-        false => plan
-            .base_env
-            .get(std::ffi::OsStr::new(k))
-            .and_then(|v| v.to_str())
-            .map(str::to_string),
-    };
-    let api_key = server_api_key(plan, &lookup)?;
+    let lookup = server_lookup(plan);
+    ensure_api_key_file(plan)?;
+    server_api_key(plan, &lookup)?;
     let (tiers, gateways) = lmcache_s3_gateway::Gateways::start(&plan.cascade, &lookup).await?;
     let args = plan.server_args(&tiers);
     metrics.watch_gateways(gateways.view());
@@ -432,7 +424,6 @@ async fn prepare(
             _lock: None,
             guard: None,
             guard_owner,
-            api_key,
         });
     };
     let started = Instant::now();
@@ -460,20 +451,27 @@ async fn prepare(
         _lock: lock,
         guard: guard.map(|g| (hk.path.clone(), g)),
         guard_owner,
-        api_key,
     })
 }
 
-/// The key the server will accept, read before it starts: the plan's key
-/// file, created when missing ([`api_key::ensure_file`]), else what the
-/// server's `--api-key-file` or environment (`lookup`) gives it.
+/// The server's environment, by name: the plan's (the node's variables),
+/// else this process's.
+fn server_lookup(plan: &LaunchPlan) -> impl Fn(&str) -> Option<String> + '_ {
+    move |k: &str| match plan.base_env.is_empty() {
+        true => std::env::var(k).ok(),
+        false => plan
+            .base_env
+            .get(std::ffi::OsStr::new(k))
+            .and_then(|v| v.to_str())
+            .map(str::to_string),
+    }
+}
+
+/// Makes the plan's key file where it is missing ([`api_key::ensure_file`]).
 ///
 /// Errors: a key file that cannot be created or read, or is not one key
 /// on one line (LMCache would refuse it at start).
-fn server_api_key(
-    plan: &LaunchPlan,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<ApiKey>, ApiKeyError> {
+fn ensure_api_key_file(plan: &LaunchPlan) -> Result<(), ApiKeyError> {
     if let Some(file) = &plan.api_key_file {
         if api_key::ensure_file(file)? {
             tracing::info!(
@@ -482,11 +480,24 @@ fn server_api_key(
             );
         }
     }
+    Ok(())
+}
+
+/// The key the server accepts, read as it starts (it reads its key files
+/// at each start, so a key changed in the file is the one a restarted
+/// server takes): the server's `--api-key-file`, else its environment
+/// (`lookup`); `None` when it has no key.
+///
+/// Errors: a key that cannot be read or is not one key on one line.
+fn server_api_key(
+    plan: &LaunchPlan,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<ApiKey>, ApiKeyError> {
     let Some(source) = plan.api_key_source(lookup) else {
         return Ok(None);
     };
     let key = source.read(lookup)?;
-    tracing::info!("requests to the server's HTTP port carry its API key, from {source}");
+    tracing::debug!("requests to the server's HTTP port carry its API key, from {source}");
     Ok(Some(key))
 }
 
@@ -561,11 +572,13 @@ async fn start_once(
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+    // Read before the server starts, as the server reads it.
+    let api_key = server_api_key(plan, &server_lookup(plan))?;
     let mut server = spawn(plan, prepared, options.stop_grace)?;
     tracing::info!(pid = server.pid(), start, executable = %plan.executable.display(), "LMCache server started; waiting for {}", plan.status_url());
     let started = Instant::now();
     let client = StatusClient::with_timeout(plan.status_url(), options.watch.request_timeout)
-        .with_api_key(prepared.api_key.clone());
+        .with_api_key(api_key);
     let mut watcher = match start {
         1 => Watcher::new(options.watch.clone()),
         _ => Watcher::restarted(options.watch.clone(), carried, plan.rejoin_grace()),

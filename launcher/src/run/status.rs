@@ -525,7 +525,7 @@ impl Poll {
         match self {
             Poll::Up(_) => "HTTP 200".to_string(),
             Poll::Malformed(e) => format!("HTTP 200 with an unusable body ({e})"),
-            Poll::NotReady(401) => "HTTP 401: the server wants an API key that this request did not carry (docs/configuration.md, \"The server's API key\")".to_string(),
+            Poll::NotReady(401) => "HTTP 401: the server wants an API key, and this request carried none or not one it accepts (docs/configuration.md, \"The server's API key\")".to_string(),
             Poll::NotReady(code) => format!("HTTP {code}"),
             Poll::NoAnswer(e) => format!("no answer ({e})"),
         }
