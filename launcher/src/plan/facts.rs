@@ -208,12 +208,15 @@ impl Facts {
         Ok(facts)
     }
 
-    /// The stock `lmcache` the server will run, described with its version
-    /// ([`locate::LmcacheInstall`]); `None` when it was not looked for or
-    /// not found.
+    /// The stock `lmcache` the server will run, described with the version
+    /// [`Facts::measure`] read ([`locate::LmcacheInstall`]); `None` when it
+    /// was not looked for or not found.
     pub(crate) fn lmcache_install(&self) -> Option<locate::LmcacheInstall> {
         let stock = self.stock_lmcache.as_ref()?.as_ref().ok()?;
-        Some(locate::LmcacheInstall::at(stock))
+        Some(locate::LmcacheInstall::with_version(
+            stock,
+            self.lmcache_version.clone(),
+        ))
     }
 }
 

@@ -177,7 +177,12 @@ impl LmcacheInstall {
     /// Reads the version of the LMCache that the stock command at `stock`
     /// runs ([`lmcache_version`]).
     pub fn at(stock: &Path) -> Self {
-        let version = lmcache_version(stock);
+        Self::with_version(stock, lmcache_version(stock))
+    }
+
+    /// The stock `lmcache` at `stock` whose version was read already
+    /// ([`crate::Facts::lmcache_version`]).
+    pub fn with_version(stock: &Path, version: Option<String>) -> Self {
         let tested = version
             .as_deref()
             .is_some_and(|v| TESTED_LMCACHE_VERSIONS.contains(&v));
