@@ -584,6 +584,28 @@ fn size_says_what_the_disk_tier_loads_stated_or_probed_and_the_probe_leaves_noth
         .filter(|n| n.to_string_lossy().contains("read-probe"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // A cache directory not made yet is probed in its nearest existing
+    // directory, as its volume is measured there, and is not created.
+    let missing = case.path().join("not/yet");
+    let out = case.run(&[
+        "size",
+        "--json",
+        "--l1-gb",
+        "2",
+        "--path",
+        &missing.display().to_string(),
+        "--kv-bytes-per-token",
+        "8192",
+        "--disk-read-gbps",
+        "probe",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let probed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !probed["warnings"].to_string().contains("statvfs"),
+        "{probed:#}"
+    );
+    assert!(!case.path().join("not").exists());
     let out = case.run(&["size", "--path", &dir, "--disk-read-gbps", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

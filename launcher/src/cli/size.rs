@@ -94,7 +94,12 @@ impl SizeReport {
         let message = format!("measuring the cache in {}", node.disk_path.display());
         let mut measured =
             with_progress(&message, || measure_node_disk(node, DiskAccess::Inspect))?;
-        measured.read_probe = probe_disk_read(node, facts.physical_cores, output::spinner);
+        measured.read_probe = probe_disk_read(
+            node,
+            &measured.measured_at,
+            facts.physical_cores,
+            output::spinner,
+        );
         let filesystem = measured.filesystem.clone();
         facts.disk = Some(measured);
         let host = HostFacts::from(&facts);

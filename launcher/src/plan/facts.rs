@@ -198,7 +198,8 @@ impl Facts {
             // A display that did not run the work leaves it to be done here.
             let mut disk = disk.unwrap_or_else(|| measure_node_disk(&node, access))?;
             if access == DiskAccess::Create {
-                disk.read_probe = probe_disk_read(&node, facts.physical_cores, progress);
+                disk.read_probe =
+                    probe_disk_read(&node, &disk.measured_at, facts.physical_cores, progress);
             }
             facts.disk = Some(disk);
         } else if let Some(cascade) = node.extra_args.l2_adapters().or(node.l2_adapter.as_ref()) {
@@ -361,11 +362,14 @@ pub(crate) fn measure_node_disk(
 }
 
 /// The read test `EREBINE_AGENT_LMCACHE_DISK_READ_GBPS=probe` asks for, in
-/// the node's cache directory with the tier's I/O workers as readers
-/// (`docs/sizing.md`, "What the disk tier delivers"); `None` when not asked
-/// for or when the node runs no disk tier.
+/// `measured_at` (the cache directory, or its nearest existing ancestor
+/// while `size` or a dry run has not created it: [`DiskFacts::measured_at`])
+/// with the tier's I/O workers as readers (`docs/sizing.md`, "What the disk
+/// tier delivers"); `None` when not asked for or when the node runs no disk
+/// tier.
 pub(crate) fn probe_disk_read(
     node: &NodeEnv,
+    measured_at: &Path,
     physical_cores: u32,
     progress: ShowProgress,
 ) -> Option<ReadProbe> {
@@ -375,14 +379,14 @@ pub(crate) fn probe_disk_read(
     let streams = rules::io_workers(physical_cores).value;
     let message = format!(
         "measuring how fast {} reads (a test file of at most {})",
-        node.disk_path.display(),
+        measured_at.display(),
         lmcache_sizing::fmt_gib(lmcache_sizing::disk_load::READ_PROBE_BYTES)
     );
     let mut probe = None;
     progress(&message, &mut || {
-        probe = Some(probe_read(&node.disk_path, streams))
+        probe = Some(probe_read(measured_at, streams))
     });
-    Some(probe.unwrap_or_else(|| probe_read(&node.disk_path, streams)))
+    Some(probe.unwrap_or_else(|| probe_read(measured_at, streams)))
 }
 
 /// What a launch refuses, found before it creates anything (the cache and
