@@ -22,7 +22,6 @@ use lmcache_launcher::guards::{check_guards, without_launch_guarded};
 use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::output;
 use lmcache_launcher::process::ProcessError;
-use lmcache_s3_gateway::needs_gateway;
 use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};
 use lmcache_tier_spec::{L2AdapterArgs, SpecError};
 
@@ -281,7 +280,7 @@ fn runs_here(first: Option<&str>, specs: &L2AdapterArgs) -> bool {
             .0
             .iter()
             .filter_map(|a| a.spec.as_ref().ok())
-            .any(needs_gateway)
+            .any(|t| t.kind().is_bucket())
 }
 
 #[cfg(test)]

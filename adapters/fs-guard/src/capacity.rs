@@ -29,7 +29,7 @@ use lmcache_tier_spec::capacity::{
     capacity_bytes, capacity_gib, eviction_fraction, CapacityRule, DEFAULT_EVICTION_RATIO,
     DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, GIB, MAX_CAPACITY_GB, TRIGGER_WATERMARK,
 };
-use lmcache_tier_spec::{Cascade, TierSpec};
+use lmcache_tier_spec::{Cascade, TierKind, TierSpec};
 
 /// Whether the guard is a tier's only evictor ([`GuardRole::Evictor`]:
 /// `fs`, or `fs_native` without an `eviction` block) or a bound behind
@@ -322,10 +322,9 @@ fn same_directory_key(path: &Path) -> PathBuf {
 /// [`CapacityError::Invalid`] and [`CapacityError::NoBasePath`], as
 /// [`guard_specs`].
 pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>, CapacityError> {
-    let adapter_type = tier.adapter_type();
-    if adapter_type != "fs" && adapter_type != "fs_native" {
+    let TierKind::Disk { native } = tier.kind() else {
         return Ok(None);
-    }
+    };
     let object = tier.as_object();
     let Some(value) = object.get(MAX_CAPACITY_GB) else {
         return Ok(None);
@@ -340,7 +339,7 @@ pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>,
     let Some(path) = tier.base_path() else {
         return Err(CapacityError::NoBasePath {
             position,
-            adapter_type: adapter_type.to_string(),
+            adapter_type: tier.adapter_type().to_string(),
         });
     };
     let eviction = eviction_block(object.get(EVICTION), &invalid)?;
@@ -358,14 +357,14 @@ pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>,
         "eviction.eviction_ratio",
         DEFAULT_EVICTION_RATIO,
     )?;
-    let role = if adapter_type == "fs_native" && eviction.is_some() {
+    let role = if native && eviction.is_some() {
         GuardRole::HardBound
     } else {
         GuardRole::Evictor
     };
     Ok(Some(GuardSpec {
         position,
-        adapter_type: adapter_type.to_string(),
+        adapter_type: tier.adapter_type().to_string(),
         base_path: PathBuf::from(path),
         capacity_bytes,
         max_capacity_gb: value.to_string(),

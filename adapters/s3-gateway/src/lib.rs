@@ -76,12 +76,6 @@ pub async fn capped_body(
     Ok(body)
 }
 
-/// Whether `spec` is served through a gateway: `type` `s3` with an
-/// `s3_bucket` key (any value: a bad one is reported by [`Gateways::start`]).
-pub fn needs_gateway(spec: &TierSpec) -> bool {
-    spec.adapter_type() == "s3" && spec.as_object().contains_key("s3_bucket")
-}
-
 /// Why the gateways could not start; no server may start then.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -537,23 +531,6 @@ mod tests {
         drop(gateways);
         let stopped = state::fetch(addr, timeout).await.unwrap_err().to_string();
         assert!(stopped.contains("onnect"), "{stopped}");
-    }
-
-    #[test]
-    fn only_s3_specs_with_s3_bucket_need_a_gateway() {
-        let spec = |json: &str| {
-            lmcache_tier_spec::Cascade::parse(json, "t")
-                .unwrap()
-                .0
-                .remove(0)
-        };
-        assert!(needs_gateway(&spec(r#"{"type":"s3","s3_bucket":"kvc"}"#)));
-        assert!(!needs_gateway(&spec(
-            r#"{"type":"s3","s3_endpoint":"kvc.h"}"#
-        )));
-        assert!(!needs_gateway(&spec(
-            r#"{"type":"fs","base_path":"/data/s3_bucket","s3_bucket":"kvc"}"#
-        )));
     }
 
     #[tokio::test(flavor = "current_thread")]

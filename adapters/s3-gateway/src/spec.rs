@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::credentials::{ChainSettings, CredentialSource};
 use super::sigv4::KeyPair;
 use crate::TierSpec;
+use lmcache_tier_spec::TierKind;
 
 /// Keys this project adds to the `s3` adapter; LMCache never sees them.
 pub const EXTENSION_KEYS: &[&str] = &["s3_bucket", "s3_key_prefix", "s3_ca_bundle", "bucket_bound"];
@@ -121,7 +122,7 @@ impl BucketTier {
             problem,
             fix: fix.to_string(),
         };
-        if !super::needs_gateway(spec) {
+        if !spec.kind().is_bucket() {
             return orphan_keys(spec, position).map(|()| None);
         }
         let string = |key: &'static str| -> Result<Option<String>, BucketSpecError> {
@@ -267,12 +268,10 @@ fn has_own_keys(spec: &TierSpec) -> bool {
 pub fn check_default_chain<'a>(
     tiers: impl IntoIterator<Item = &'a TierSpec> + Clone,
 ) -> Result<(), BucketSpecError> {
-    if !tiers.clone().into_iter().any(super::needs_gateway) {
+    if !tiers.clone().into_iter().any(|t| t.kind().is_bucket()) {
         return Ok(());
     }
-    let relies_on_chain = |spec: &TierSpec| {
-        spec.adapter_type() == "s3" && !super::needs_gateway(spec) && !has_own_keys(spec)
-    };
+    let relies_on_chain = |spec: &TierSpec| spec.kind() == TierKind::Object && !has_own_keys(spec);
     match tiers.into_iter().position(relies_on_chain) {
         None => Ok(()),
         Some(position) => Err(BucketSpecError {
@@ -305,7 +304,7 @@ pub fn check_overlapping_prefixes(tiers: &[TierSpec]) -> Result<(), BucketSpecEr
     let places: Vec<(usize, String, String, String)> = tiers
         .iter()
         .enumerate()
-        .filter(|(_, spec)| super::needs_gateway(spec))
+        .filter(|(_, spec)| spec.kind().is_bucket())
         .map(|(i, spec)| {
             let place = (text(spec, "s3_endpoint"), text(spec, "s3_bucket"));
             (i, place.0, place.1, text(spec, "s3_key_prefix"))
@@ -338,7 +337,7 @@ pub fn check_overlapping_prefixes(tiers: &[TierSpec]) -> Result<(), BucketSpecEr
 /// under `s3_key_prefix` would write at the bucket's root. Errors name the
 /// tier at `position` and the key.
 pub fn orphan_keys(spec: &TierSpec, position: usize) -> Result<(), BucketSpecError> {
-    if spec.adapter_type() != "s3" || super::needs_gateway(spec) {
+    if spec.kind() != TierKind::Object {
         return Ok(());
     }
     match EXTENSION_KEYS

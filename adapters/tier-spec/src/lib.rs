@@ -14,12 +14,14 @@
 //! (`lmcache-s3-gateway`).
 
 pub mod capacity;
+pub mod kind;
 pub mod repeated;
 
 use serde_json::{Map, Value};
 use std::path::Path;
 
 use capacity::GIB;
+pub use kind::TierKind;
 
 /// Parts of key names whose values are secrets: never logged, never printed
 /// by `inspect` or `--dry-run` (`aws_access_key_id`, `aws_secret_access_key`,
@@ -253,11 +255,17 @@ impl TierSpec {
         self.0.get("type").and_then(Value::as_str).unwrap_or("")
     }
 
+    /// What this tier is: a disk tier, a bucket through our gateway,
+    /// LMCache's own S3 client, or a kind passed through ([`TierKind`]).
+    pub fn kind(&self) -> TierKind<'_> {
+        TierKind::of(self.adapter_type(), self.0.contains_key("s3_bucket"))
+    }
+
     /// Whether this is one of LMCache 0.5.6's disk tiers: `fs` (its file
     /// L2 adapter) or `fs_native` (its native one), each with a
     /// `base_path` on a local volume.
     pub fn is_disk_tier(&self) -> bool {
-        matches!(self.adapter_type(), "fs" | "fs_native")
+        self.kind().is_disk()
     }
 
     /// The `base_path` of a filesystem tier, if any.
@@ -281,7 +289,7 @@ impl TierSpec {
             .get(capacity::MAX_CAPACITY_GB)
             .and_then(Value::as_f64)
             .is_some_and(|gb| gb > 0.0);
-        isolated || (capacity && self.adapter_type() != "fs")
+        isolated || (capacity && self.kind() != TierKind::Disk { native: false })
     }
 
     /// The spec's JSON object, keys in the operator's order.

@@ -9,7 +9,7 @@ use lmcache_tier_spec::capacity::{
     DEFAULT_EVICTION_RATIO, DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, MAX_CAPACITY_GB,
     TRIGGER_WATERMARK,
 };
-use lmcache_tier_spec::{redact_endpoint, Cascade, TierSpec};
+use lmcache_tier_spec::{redact_endpoint, Cascade, TierKind, TierSpec};
 use serde_json::Value;
 
 /// Whether `tier` has a `max_capacity_gb` above 0.
@@ -37,7 +37,7 @@ pub(crate) fn with_eviction_blocks(cascade: Cascade) -> (Cascade, Vec<String>) {
         .into_iter()
         .enumerate()
         .map(|(position, tier)| {
-            let ours = tier.is_disk_tier() || lmcache_s3_gateway::needs_gateway(&tier);
+            let ours = tier.is_disk_tier() || tier.kind().is_bucket();
             let has_block = tier.as_object().get(EVICTION).is_some_and(|v| !v.is_null());
             if ours || !bounded(&tier) || has_block {
                 return tier;
@@ -67,7 +67,7 @@ pub(crate) fn unshared_bucket_warnings(cascade: &Cascade) -> Vec<String> {
         .tiers()
         .iter()
         .enumerate()
-        .filter(|(_, tier)| lmcache_s3_gateway::needs_gateway(tier))
+        .filter(|(_, tier)| tier.kind().is_bucket())
         .filter(|(_, tier)| tier.as_object().get("shared").and_then(Value::as_bool) != Some(true))
         .map(|(position, _)| format!(
             "L2 tier {position} (s3 with s3_bucket) is not marked \"shared\": true: a bucket is the tier several nodes write, and LMCache then treats its objects as any node's; add \"shared\": true (docs/configuration.md, \"Bounds and shared tiers\")"
@@ -85,8 +85,7 @@ pub(crate) fn per_process_bound_warnings(cascade: &Cascade) -> Vec<String> {
         .tiers()
         .iter()
         .enumerate()
-        .filter(|(_, tier)| tier.adapter_type() == "s3")
-        .filter(|(_, tier)| !lmcache_s3_gateway::needs_gateway(tier))
+        .filter(|(_, tier)| tier.kind() == TierKind::Object)
         .filter(|(_, tier)| bounded(tier))
         .map(|(position, tier)| {
             let endpoint = tier

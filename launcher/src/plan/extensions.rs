@@ -77,7 +77,7 @@ pub fn check_extension_keys(
 fn check_bucket_bounds(cascade: &Cascade) -> Result<(), ExtensionError> {
     check_overlapping_prefixes(cascade.tiers())?;
     let bucket_tiers = cascade.tiers().iter().enumerate();
-    for (position, tier) in bucket_tiers.filter(|(_, t)| lmcache_s3_gateway::needs_gateway(t)) {
+    for (position, tier) in bucket_tiers.filter(|(_, t)| t.kind().is_bucket()) {
         BoundSpec::from_spec(tier, position)?;
     }
     Ok(())
@@ -95,8 +95,8 @@ pub fn with_bound_models(cascade: Cascade, model: &str) -> Cascade {
 }
 
 fn with_models(tier: TierSpec, position: usize, model: &str) -> TierSpec {
-    let bounded = lmcache_s3_gateway::needs_gateway(&tier)
-        && matches!(BoundSpec::from_spec(&tier, position), Ok(Some(_)));
+    let bounded =
+        tier.kind().is_bucket() && matches!(BoundSpec::from_spec(&tier, position), Ok(Some(_)));
     let mut block = match tier.as_object().get(BUCKET_BOUND) {
         None | Some(serde_json::Value::Null) => serde_json::Map::new(),
         Some(serde_json::Value::Object(block)) => block.clone(),

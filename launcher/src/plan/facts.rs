@@ -273,7 +273,7 @@ fn check_gateway_python(
 ) -> Result<(), PlanError> {
     let gateways = node
         .custom_cascade()
-        .is_some_and(|c| c.tiers().iter().any(lmcache_s3_gateway::needs_gateway));
+        .is_some_and(|c| c.tiers().iter().any(|t| t.kind().is_bucket()));
     if !gateways {
         return Ok(());
     }

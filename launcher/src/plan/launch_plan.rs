@@ -225,12 +225,7 @@ impl LaunchPlan {
     /// `<redacted>`.
     pub fn shown_env(&self) -> BTreeMap<String, String> {
         let mut env = self.env.clone();
-        if self
-            .cascade
-            .tiers()
-            .iter()
-            .any(lmcache_s3_gateway::needs_gateway)
-        {
+        if self.cascade.tiers().iter().any(|t| t.kind().is_bucket()) {
             for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
                 env.insert(name.to_string(), "<redacted>".to_string());
             }
