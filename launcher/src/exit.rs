@@ -15,16 +15,16 @@ use lmcache_s3_gateway::spec::BucketSpecError;
 use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
 
-use crate::config_error::ConfigError;
-use crate::drop_in::DropInError;
-use crate::inputs::PlanError;
+use crate::node::config_error::ConfigError;
+use crate::run::drop_in::DropInError;
+use crate::plan::inputs::PlanError;
 use crate::inspect::{InspectError, Inspection};
-use crate::launch::LaunchError;
-use crate::locate::NotFound;
+use crate::run::launch::LaunchError;
+use crate::plan::locate::NotFound;
 use crate::metrics::MetricsError;
-use crate::ports::ListenError;
+use crate::node::ports::ListenError;
 use crate::process::ProcessError;
-use crate::server_python::Boto3Error;
+use crate::plan::server_python::Boto3Error;
 
 /// How a run ends. Command-line errors that `clap` reports (an unknown
 /// flag, a value that does not parse) end with 2 too.
@@ -129,7 +129,7 @@ impl ExitStatus {
     }
 
     /// The status of a server that ended with `code`
-    /// ([`crate::supervise::exit_code`]); one outside 0 to 255 is a failure.
+    /// ([`crate::run::supervise::exit_code`]); one outside 0 to 255 is a failure.
     pub(crate) fn of_server(code: i32) -> Self {
         u8::try_from(code).map_or(ExitStatus::Failure, ExitStatus::Server)
     }

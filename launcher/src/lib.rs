@@ -11,12 +11,12 @@
 //! facts as the rules read them ([`HostFacts`]), and gives a [`Planned`]: either "nothing to launch" (the KV cache backend is not `lmcache`) or
 //! a [`LaunchPlan`] with the server's argv and environment, the engine's
 //! connector config, and every decision with its reason, serialisable to JSON
-//! ([`LaunchPlan::to_json`], secrets redacted). [`launch::run`] runs a plan.
-//! The agent starts a plan with [`launch::start`], which returns a
-//! [`launch::LaunchHandle`]: the liveness events and a stop.
-//! [`launch::run_with_events`] also delivers the liveness events of [`watch`]
-//! (workers lost, unhealthy, unresponsive, exited with a hint; [`oom`]
-//! tells an OOM kill from the kernel's own count); [`status`] is
+//! ([`LaunchPlan::to_json`], secrets redacted). [`run::launch::run`] runs a plan.
+//! The agent starts a plan with [`run::launch::start`], which returns a
+//! [`run::launch::LaunchHandle`]: the liveness events and a stop.
+//! [`run::launch::run_with_events`] also delivers the liveness events of [`run::watch`]
+//! (workers lost, unhealthy, unresponsive, exited with a hint; [`run::oom`]
+//! tells an OOM kill from the kernel's own count); [`run::status`] is
 //! the typed `/status` model; [`inspect`] builds what `lmcache-tier inspect`
 //! prints.
 //!
@@ -25,7 +25,7 @@
 //! `docs/operations.md`.
 //!
 //! ```
-//! use lmcache_launcher::env::text_vars;
+//! use lmcache_launcher::node::env::text_vars;
 //! use lmcache_launcher::{plan, DiskFacts, EngineFacts, HostFacts, Planned};
 //! use lmcache_sizing::volume::Filesystem;
 //! use lmcache_sizing::{rules::{OdirectProbe, VolumeStats}, Decision, GIB};
@@ -97,20 +97,16 @@ pub mod plan;
 pub mod process;
 pub mod run;
 
-// Each wing's modules by their old paths too (`lmcache_launcher::env`,
-// `lmcache_launcher::launch`, ...), which the node agent uses.
-pub use node::{config_error, env, extra_args, ports, server_flags};
-pub use plan::{
-    bucket_warnings, extensions, facts, gpu, housekeep, inputs, launch_plan, locate, server_python,
-};
-pub use run::{drop_in, guards, launch, oom, status, supervise, watch};
-
-pub use env::{ConfigError, KvCacheBackend, NodeEnv, Vars};
-
-pub use facts::{DiskAccess, Facts};
-pub use inputs::{DiskFacts, EngineFacts, HostFacts, PlanError};
-pub use launch_plan::LaunchPlan;
+// The types a node agent starts from, at the crate's root; everything
+// else by its wing's path (`lmcache_launcher::run::launch`, ...).
+pub use node::env::{ConfigError, KvCacheBackend, NodeEnv, Vars};
 pub use output::DEFAULT_LOG_FILTER;
+pub use plan::facts::{DiskAccess, Facts};
+pub use plan::inputs::{DiskFacts, EngineFacts, HostFacts, PlanError};
+pub use plan::launch_plan::LaunchPlan;
+
+use node::env;
+use plan::{facts, launch_plan};
 
 /// What a node runs beside its engine.
 #[derive(Debug, Clone)]
@@ -170,7 +166,7 @@ impl Planned {
 /// typo is found before the node is switched over.
 ///
 /// ```
-/// use lmcache_launcher::env::text_vars;
+/// use lmcache_launcher::node::env::text_vars;
 /// use lmcache_launcher::{plan, DiskAccess, EngineFacts, Facts, HostFacts, KvCacheBackend, Planned};
 ///
 /// let facts = EngineFacts {

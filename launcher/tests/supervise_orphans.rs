@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use lmcache_launcher::supervise::{become_subreaper, Output, Supervised, TREE_VARIABLE};
+use lmcache_launcher::run::supervise::{become_subreaper, Output, Supervised, TREE_VARIABLE};
 use tokio::process::Command;
 
 /// The state letter and the parent of `pid`, from `/proc/<pid>/stat`.

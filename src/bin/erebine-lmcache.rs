@@ -2,7 +2,7 @@
 //! command. `erebine-lmcache server <flags>` runs the real `lmcache server`
 //! with the same flags under supervision, with a capacity guard for every
 //! `--l2-adapter` filesystem tier that has `max_capacity_gb`
-//! ([`lmcache_launcher::guards`]); a command whose `--l2-adapter` specs name
+//! ([`lmcache_launcher::run::guards`]); a command whose `--l2-adapter` specs name
 //! an `s3_bucket` (`server`, `bench l2`) gets them rewritten to a path-style
 //! gateway that runs here for the life of the child; every other subcommand
 //! is handed to the stock `lmcache` unchanged. Every `--l2-adapter` value
@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use lmcache_capacity_guard::capacity::CapacityError;
-use lmcache_launcher::drop_in::{self, DropIn, DropInError};
-use lmcache_launcher::env::process_vars;
+use lmcache_launcher::run::drop_in::{self, DropIn, DropInError};
+use lmcache_launcher::node::env::process_vars;
 use lmcache_launcher::exit::{ExitStatus, HasExitStatus};
-use lmcache_launcher::guards::{check_guards, without_launch_guarded};
-use lmcache_launcher::locate::{find_stock_lmcache, NotFound};
+use lmcache_launcher::run::guards::{check_guards, without_launch_guarded};
+use lmcache_launcher::plan::locate::{find_stock_lmcache, NotFound};
 use lmcache_launcher::output;
 use lmcache_launcher::process::ProcessError;
 use lmcache_s3_gateway::spec::{orphan_keys, BucketSpecError};

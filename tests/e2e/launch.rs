@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lmcache_launcher::locate::lmcache_version;
+use lmcache_launcher::plan::locate::lmcache_version;
 use lmcache_tier_e2e::{
     binaries, data_objects, free_port, get_json, lmcache_venv, processes_mentioning, run_bench,
     stop_launch, wait_for_status, Binaries, Proc,

@@ -16,7 +16,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lmcache_launcher::oom::oom_kill_count;
+use lmcache_launcher::run::oom::oom_kill_count;
 use lmcache_tier_e2e::{
     binaries, free_port, get_text, listeners_of, lmcache_venv, stop_launch, wait_for_status,
     wait_until, Binaries, MemoryCgroup, Proc,

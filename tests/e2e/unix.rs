@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lmcache_launcher::supervise::{signal_name, terminating_signals};
+use lmcache_launcher::run::supervise::{signal_name, terminating_signals};
 use lmcache_tier_e2e::{
     binaries, free_port, get_json, lmcache_venv, processes_mentioning, wait_for_status, Binaries,
     Proc,

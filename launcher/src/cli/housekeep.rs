@@ -8,10 +8,10 @@ use lmcache_capacity_guard::capacity::guard_spec;
 use lmcache_housekeeping::{GuardBound, LaunchIdentity};
 use serde::Serialize;
 
-use crate::env::{NodeEnv, Vars};
-use crate::facts::{measure_disk_to_housekeep, Facts};
-use crate::inputs::{EngineFacts, HostFacts, PlanError};
-use crate::launch_plan;
+use crate::node::env::{NodeEnv, Vars};
+use crate::plan::facts::{measure_disk_to_housekeep, Facts};
+use crate::plan::inputs::{EngineFacts, HostFacts, PlanError};
+use crate::plan::launch_plan;
 
 /// What `lmcache-tier housekeep` cleans on a node, as a launch on the same
 /// variables and engine facts would (`docs/inspect.md`), each value with
@@ -33,7 +33,7 @@ pub struct NodeTier {
     /// `None` when the node's plan has no built-in disk tier (a custom
     /// cascade, or a size of 0).
     pub capacity: Option<lmcache_sizing::Decision<u64>>,
-    /// The built-in tier's capacity guard, as [`crate::housekeep::DiskHousekeeping::guard`]
+    /// The built-in tier's capacity guard, as [`crate::plan::housekeep::DiskHousekeeping::guard`]
     /// (`None` without a capacity).
     pub guard: Option<GuardBound>,
     /// What a launch on the same variables would warn of about its sizes
@@ -59,7 +59,7 @@ pub fn node_tier(
         None => {
             let gpu = match engine.max_num_batched_tokens {
                 Some(_) => None,
-                None => crate::gpu::engine_gpu(vars),
+                None => crate::plan::gpu::engine_gpu(vars),
             };
             let batched = launch_plan::engine_batched_tokens(engine, gpu.as_ref());
             launch_plan::effective_chunk_size(engine, &node, &batched)?.1

@@ -1,7 +1,7 @@
 //! `lmcache-tier launch`: the node measured once, planned, and either shown
 //! (`--dry-run`: a [`DryRun`] report, text or JSON) or handed to
-//! [`crate::launch`] to run. The binary parses its flags into the engine
-//! facts, the variables and the [`crate::launch::RunOptions`], and prints
+//! [`crate::run::launch`] to run. The binary parses its flags into the engine
+//! facts, the variables and the [`crate::run::launch::RunOptions`], and prints
 //! what this module returns.
 
 use std::fmt;
@@ -10,10 +10,10 @@ use lmcache_housekeeping::identity::NAME_MAX;
 use lmcache_housekeeping::{HousekeepingError, Mode, Report};
 use serde::{Serialize, Serializer};
 
-use crate::facts::{DiskAccess, Facts};
-use crate::inputs::{EngineFacts, HostFacts, PlanError};
-use crate::launch_plan::LaunchPlan;
-use crate::locate::LmcacheInstall;
+use crate::plan::facts::{DiskAccess, Facts};
+use crate::plan::inputs::{EngineFacts, HostFacts, PlanError};
+use crate::plan::launch_plan::LaunchPlan;
+use crate::plan::locate::LmcacheInstall;
 use crate::{Planned, Vars};
 
 /// A node's launch as planned from facts measured once

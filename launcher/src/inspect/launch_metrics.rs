@@ -328,8 +328,8 @@ pub fn describe(figures: &LaunchFigures) -> String {
 mod tests {
     use super::*;
     use crate::metrics::{Format, NodeMetrics};
-    use crate::oom::OomReading;
-    use crate::watch::{Event, LossCause};
+    use crate::run::oom::OomReading;
+    use crate::run::watch::{Event, LossCause};
     use std::os::unix::process::ExitStatusExt;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;

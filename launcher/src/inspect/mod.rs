@@ -5,7 +5,7 @@
 //! The JSON form ([`Inspection`], field names documented in
 //! `docs/inspect.md`) is stable: fields are added, never renamed or removed.
 //! Nothing secret is printed: adapter entries are read through the typed
-//! model, which keeps only named fields ([`crate::status::L2AdapterStatus`]),
+//! model, which keeps only named fields ([`crate::run::status::L2AdapterStatus`]),
 //! and endpoints lose any `user:password@` and query string. The text form
 //! ([`Inspection::to_text`]) is in `text`; `inspect --watch` redraws it
 //! with usage bars and change marks ([`live`]).
@@ -17,8 +17,8 @@ mod watch_view;
 
 use lmcache_capacity_guard::status::{read_status, GuardStatus};
 
-use crate::gpu::GpuFacts;
-use crate::locate::LmcacheInstall;
+use crate::plan::gpu::GpuFacts;
+use crate::plan::locate::LmcacheInstall;
 use lmcache_s3_gateway::state::{self as gateway_state, GatewayState};
 use lmcache_tier_spec::redact_endpoint;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -30,7 +30,7 @@ use lmcache_housekeeping::{
 };
 use serde::Serialize;
 
-use crate::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
+use crate::run::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
 
 /// Why `inspect` does not end with 0.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,11 +93,11 @@ pub struct Inspection {
     /// Each local disk tier directory, read from disk.
     pub disk: Vec<DiskRow>,
     /// The stock `lmcache` a launch on this node runs, and its version
-    /// (set by the caller: [`crate::locate::LmcacheInstall`]); `None` when
+    /// (set by the caller: [`crate::plan::locate::LmcacheInstall`]); `None` when
     /// it cannot be found.
     pub lmcache: Option<LmcacheInstall>,
     /// On a node with a GPU, whether that LMCache's compiled extensions
-    /// load ([`crate::gpu::measure`], set by the caller); `None` on a node
+    /// load ([`crate::plan::gpu::measure`], set by the caller); `None` on a node
     /// without one.
     pub gpu: Option<GpuFacts>,
     /// The launch's own figures from its metrics endpoint
@@ -566,7 +566,7 @@ fn age_seconds(unix_ms: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::tests::fixture;
+    use crate::run::status::tests::fixture;
     use lmcache_tier_e2e::answering_store;
 
     fn up(name: &str) -> Poll {

@@ -13,7 +13,7 @@ use lmcache_sizing::fmt_gib;
 
 use super::launch_metrics::{describe, LaunchMetrics};
 use super::{DiskRow, Inspection, TierRow};
-use crate::gpu::{ExtensionCheck, GpuFacts};
+use crate::plan::gpu::{ExtensionCheck, GpuFacts};
 
 impl Inspection {
     /// Aligned tables for people.
@@ -112,7 +112,7 @@ impl Inspection {
 
 /// The node's GPUs and whether LMCache's compiled extensions load there.
 fn gpu_row(gpu: &GpuFacts) -> Vec<String> {
-    let verdict = match (&gpu.extensions, crate::gpu::warning(gpu)) {
+    let verdict = match (&gpu.extensions, crate::plan::gpu::warning(gpu)) {
         (_, Some(warning)) => format!("WARNING: {warning}"),
         (ExtensionCheck::Loaded { torch, extensions }, None) => format!(
             "LMCache's compiled extensions load ({}) with torch {}",

@@ -42,7 +42,7 @@ pub use format::Format;
 pub use names::PREFIX;
 pub use server::ServerMetrics;
 
-use crate::launch_plan::LaunchPlan;
+use crate::plan::launch_plan::LaunchPlan;
 use housekeeping::HousekeepingMetrics;
 use sources::{TierSources, WatchedGuard};
 

@@ -7,7 +7,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::names;
-use crate::launch_plan::{Decisions, LaunchPlan};
+use crate::plan::launch_plan::{Decisions, LaunchPlan};
 
 /// The plan's decisions: the numbers, and one info series with the rule
 /// that chose each.

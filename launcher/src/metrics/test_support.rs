@@ -13,9 +13,9 @@ use prometheus_client::registry::Registry;
 
 use super::gateways::encode_gateways;
 use super::{Format, NodeMetrics, PREFIX};
-use crate::env::text_vars;
-use crate::inputs::{EngineFacts, HostFacts};
-use crate::launch_plan::LaunchPlan;
+use crate::node::env::text_vars;
+use crate::plan::inputs::{EngineFacts, HostFacts};
+use crate::plan::launch_plan::LaunchPlan;
 use crate::{plan, DiskFacts, Planned};
 
 /// The plan of a node with an 8 GiB L1 and the built-in tier on a

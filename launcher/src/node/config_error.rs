@@ -1,6 +1,6 @@
 //! [`ConfigError`], the error of every variable the node reads, and the
 //! parsers of values that more than one variable shares. It sits below the
-//! modules that read variables ([`crate::env`], [`crate::extra_args`]).
+//! modules that read variables ([`crate::node::env`], [`crate::node::extra_args`]).
 
 use lmcache_sizing::gib_to_bytes;
 use lmcache_tier_spec::{shown_value, SpecError};
@@ -30,11 +30,11 @@ pub enum ConfigError {
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` holds what LMCache's server
     /// parser would refuse.
     #[error("EREBINE_AGENT_LMCACHE_EXTRA_ARGS: {0}; LMCache's server would refuse it at start")]
-    ExtraArgs(#[from] crate::server_flags::ArgError),
+    ExtraArgs(#[from] crate::node::server_flags::ArgError),
     /// The adapter JSON is unusable.
     #[error(transparent)]
     Adapter(#[from] SpecError),
-    /// Two listeners of the launch on one port ([`crate::ports`]).
+    /// Two listeners of the launch on one port ([`crate::node::ports`]).
     #[error("{first} and {second} both ask for port {port} on 127.0.0.1: only one could listen there, and the server would fail at start. Give each its own port")]
     PortClash {
         /// The first setting with its value and role.
@@ -46,13 +46,13 @@ pub enum ConfigError {
     },
     /// A tier the server would refuse at start: a bad `max_capacity_gb` or
     /// `eviction` block, two guarded tiers in one directory, or unusable
-    /// `s3_bucket` settings ([`crate::extensions::check_extensions`]).
+    /// `s3_bucket` settings ([`crate::plan::extensions::check_extensions`]).
     #[error("{variable}: {problem}")]
     Tier {
         /// The variable whose cascade holds the tier.
         variable: &'static str,
         /// The problem, naming the tier, the key and what to write.
-        problem: crate::extensions::ExtensionError,
+        problem: crate::plan::extensions::ExtensionError,
     },
 }
 

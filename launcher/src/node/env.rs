@@ -16,9 +16,9 @@ use lmcache_tier_spec::Cascade;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-pub(crate) use crate::config_error::{parse_gib, parse_whole};
-pub use crate::config_error::{ConfigError, MAX_GIB};
-use crate::extra_args::ExtraArgs;
+pub(crate) use crate::node::config_error::{parse_gib, parse_whole};
+pub use crate::node::config_error::{ConfigError, MAX_GIB};
+use crate::node::extra_args::ExtraArgs;
 
 /// Which KV cache backend the node runs: `native`, `lmcache` or `none`.
 pub const KV_CACHE_BACKEND: &str = "EREBINE_AGENT_KV_CACHE_BACKEND";
@@ -50,7 +50,7 @@ pub const LMCACHE_LOG_LEVEL: &str = "EREBINE_AGENT_LMCACHE_LOG_LEVEL";
 /// The agent's own log level, the default of [`LMCACHE_LOG_LEVEL`].
 pub(crate) const AGENT_LOG_LEVEL: &str = "EREBINE_AGENT_LOG_LEVEL";
 /// Whitespace-separated flags appended to the server's command line.
-pub(crate) const LMCACHE_EXTRA_ARGS: &str = crate::extra_args::VARIABLE;
+pub(crate) const LMCACHE_EXTRA_ARGS: &str = crate::node::extra_args::VARIABLE;
 /// JSON object merged into the engine's connector configuration.
 pub(crate) const LMCACHE_EXTRA_CONFIG: &str = "EREBINE_AGENT_LMCACHE_EXTRA_CONFIG";
 /// Bytes of KV a token of the engine's model (all layers, keys and values):
@@ -262,7 +262,7 @@ impl NodeEnv {
     /// Reads every variable from `vars` (name -> value). Empty values count
     /// as unset. `HOME` locates the default cache directory. Reads nothing
     /// but `vars`: a custom cascade's keys are checked here as far as no
-    /// file is needed ([`crate::extensions::check_extension_keys`]); the
+    /// file is needed ([`crate::plan::extensions::check_extension_keys`]); the
     /// rest is [`NodeEnv::check_tiers`].
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         let text = |name: &str| -> Result<Option<String>, ConfigError> {
@@ -356,7 +356,7 @@ impl NodeEnv {
         };
         env.check_control_characters()?;
         if let Some((variable, tiers)) = env.custom_tiers() {
-            crate::extensions::check_extension_keys(tiers, &get)
+            crate::plan::extensions::check_extension_keys(tiers, &get)
                 .map_err(|problem| ConfigError::Tier { variable, problem })?;
         }
         Ok(env)
@@ -367,7 +367,7 @@ impl NodeEnv {
     /// Checks the keys this project adds to a custom cascade
     /// (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) as the server's start would
-    /// ([`crate::extensions::check_extensions`]; `vars` gives the `AWS_*`
+    /// ([`crate::plan::extensions::check_extensions`]; `vars` gives the `AWS_*`
     /// variables the server will get). It reads what the tiers name (an
     /// `s3_ca_bundle` file, the AWS files the variables point at) and
     /// resolves guarded `base_path`s, so it belongs to measuring
@@ -387,7 +387,7 @@ impl NodeEnv {
                 .map(str::to_string)
         };
         let (variable, tiers) = custom;
-        crate::extensions::check_extensions(tiers, &get)
+        crate::plan::extensions::check_extensions(tiers, &get)
             .map_err(|problem| ConfigError::Tier { variable, problem })
     }
 

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use lmcache_tier_spec::{Cascade, TierSpec};
 use serde_json::Value;
 
-use crate::config_error::{parse_gib, parse_whole, ConfigError};
-use crate::server_flags::{next_server_flags, python_number, server_flags};
+use crate::node::config_error::{parse_gib, parse_whole, ConfigError};
+use crate::node::server_flags::{next_server_flags, python_number, server_flags};
 
 /// The variable this module reads.
 pub(crate) const VARIABLE: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
@@ -58,7 +58,7 @@ pub struct ExtraArgs {
 
 impl ExtraArgs {
     /// Splits `text` on whitespace and reads it as LMCache's server parser
-    /// would ([`crate::server_flags`]): abbreviations resolved, `--flag=value`
+    /// would ([`crate::node::server_flags`]): abbreviations resolved, `--flag=value`
     /// kept together, every value typed and checked against its choices.
     ///
     /// Errors ([`ConfigError`] naming `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`):

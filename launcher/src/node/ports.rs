@@ -12,8 +12,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 
-use crate::config_error::ConfigError;
-use crate::env::{NodeEnv, HTTP_PORT, LMCACHE_EXTRA_ARGS, METRICS_PORT, MP_PORT};
+use crate::node::config_error::ConfigError;
+use crate::node::env::{NodeEnv, HTTP_PORT, LMCACHE_EXTRA_ARGS, METRICS_PORT, MP_PORT};
 
 /// Where a port's value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -221,7 +221,7 @@ fn listen_advice(source: &std::io::Error, listener: &Listener) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::text_vars;
+    use crate::node::env::text_vars;
 
     fn node(vars: &[(&str, &str)]) -> NodeEnv {
         let home = [("HOME", "/home/node")];
@@ -299,7 +299,7 @@ mod tests {
         let off = listeners(&node(&[(METRICS_PORT, "0"), (HTTP_PORT, "8091")]));
         assert_eq!(off.len(), 2);
         check_distinct(&off).unwrap();
-        let everywhere = node(&[(crate::env::METRICS_HOST, "0.0.0.0")]);
+        let everywhere = node(&[(crate::node::env::METRICS_HOST, "0.0.0.0")]);
         let metrics = metrics_listener(&everywhere).unwrap();
         assert_eq!(
             (metrics.host.to_string(), metrics.port),

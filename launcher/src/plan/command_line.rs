@@ -9,10 +9,10 @@ use lmcache_sizing::GIB;
 use lmcache_tier_spec::Cascade;
 use serde_json::{Map, Value};
 
-use crate::env::NodeEnv;
-use crate::extra_args::{self, ExtraArgs};
-use crate::inputs::EngineFacts;
-use crate::launch_plan::{L1Mode, Replaced};
+use crate::node::env::NodeEnv;
+use crate::node::extra_args::{self, ExtraArgs};
+use crate::plan::inputs::EngineFacts;
+use crate::plan::launch_plan::{L1Mode, Replaced};
 
 /// The variables the server gets on top of its environment
 /// (`docs/configuration.md`): no usage reports, unbuffered output, and

@@ -12,8 +12,8 @@ use serde::Serialize;
 use super::l1::server_l1;
 use lmcache_sizing::disk_load::{tokens_per_second, ReadProbe, ReadRate};
 
-use crate::env::{self, DiskRead, NodeEnv};
-use crate::inputs::{HostFacts, PlanError};
+use crate::node::env::{self, DiskRead, NodeEnv};
+use crate::plan::inputs::{HostFacts, PlanError};
 
 /// The node's built-in disk tier as sized for this launch.
 #[derive(Debug, Clone, PartialEq, Serialize)]

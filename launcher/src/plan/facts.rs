@@ -23,14 +23,16 @@ use lmcache_sizing::rules::{self, MemoryFacts, OdirectProbe, VolumeStats};
 use lmcache_sizing::volume::{self, Filesystem, SizingError, VolumeKind};
 use serde::{Deserialize, Serialize};
 
-use crate::env::{self, KvCacheBackend, NodeEnv};
-use crate::gpu::{self, GpuFacts};
-use crate::inputs::{
+use crate::node::env::{self, KvCacheBackend, NodeEnv};
+use crate::plan::gpu::{self, GpuFacts};
+use crate::plan::inputs::{
     DiskFacts, EngineFacts, HostFacts, MeasuredTier, PlanError, TierOdirect, TierScan,
 };
-use crate::launch_plan::{self, check_engine, effective_chunk_size};
+use crate::plan::launch_plan::{self, check_engine, effective_chunk_size};
 use crate::output::{self, ShowProgress};
-use crate::{locate, ports, server_python, Vars};
+use crate::node::ports;
+use crate::plan::{locate, server_python};
+use crate::Vars;
 
 /// Whether measuring may create the cache directory and lock the tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -669,7 +671,7 @@ fn nearest_existing_ancestor(path: &Path) -> Result<PathBuf, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::text_vars;
+    use crate::node::env::text_vars;
 
     /// A refused permission names the nearest directory's owner and mode
     /// and this process's uid; other errors add nothing.

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use lmcache_sizing::engine::{EngineGpu, GpuModel};
 
-use crate::locate;
-use crate::server_python::{self, RunError};
+use crate::plan::locate;
+use crate::plan::server_python::{self, RunError};
 use crate::Vars;
 
 /// How long [`check_extensions`] waits for the server's Python: importing

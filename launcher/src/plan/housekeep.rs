@@ -10,7 +10,7 @@ use lmcache_housekeeping::{
 };
 use serde::Serialize;
 
-use crate::inputs::{MeasuredTier, TierScan};
+use crate::plan::inputs::{MeasuredTier, TierScan};
 
 /// The housekeeping a launch runs on the node's disk tier: purge objects of
 /// other launch identities, trim oldest-first to the capacity (or, for a

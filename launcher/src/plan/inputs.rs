@@ -1,5 +1,5 @@
 //! The inputs of a plan, shared by the code that measures them
-//! ([`crate::facts`]) and the planner ([`crate::launch_plan`]): the engine
+//! ([`crate::plan::facts`]) and the planner ([`crate::plan::launch_plan`]): the engine
 //! facts, the host facts as the sizing rules read them, the measured cache
 //! volume with the one scan of its tier, and the error a plan ends with
 //! (`docs/design.md`, "One launch"). Neither side imports the other for
@@ -18,7 +18,7 @@ use lmcache_sizing::Decision;
 use lmcache_tier_spec::shown_path;
 use serde::{Deserialize, Serialize};
 
-use crate::env;
+use crate::node::env;
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
 /// [`Default`] is vLLM's defaults with the model `default-model`.
@@ -132,15 +132,15 @@ pub struct HostFacts {
     #[serde(skip)]
     pub executable: Option<PathBuf>,
     /// The cache directory's volume, when the node runs its built-in disk
-    /// tier (the figures the plan used are in [`crate::launch_plan::DiskTier`]).
+    /// tier (the figures the plan used are in [`crate::plan::launch_plan::DiskTier`]).
     #[serde(skip)]
     pub disk: Option<DiskFacts>,
     /// The GPUs the server would see and whether LMCache's compiled
     /// extensions load there; `None` on a node without one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<crate::gpu::GpuFacts>,
+    pub gpu: Option<crate::plan::gpu::GpuFacts>,
     /// The GPU and the vLLM the engine's batched-token default is read
-    /// from ([`crate::gpu::engine_gpu`]); `None` on a node without a GPU,
+    /// from ([`crate::plan::gpu::engine_gpu`]); `None` on a node without a GPU,
     /// or when the engine's `--max-num-batched-tokens` is given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_gpu: Option<lmcache_sizing::engine::EngineGpu>,
@@ -167,15 +167,15 @@ pub enum PlanError {
     Config(#[from] env::ConfigError),
     /// The executable that starts the server is missing.
     #[error(transparent)]
-    Executable(#[from] crate::locate::NotFound),
+    Executable(#[from] crate::plan::locate::NotFound),
     /// A port of the launch cannot be listened on
-    /// ([`crate::ports::check_free`], a real launch only).
+    /// ([`crate::node::ports::check_free`], a real launch only).
     #[error(transparent)]
-    Listen(#[from] crate::ports::ListenError),
+    Listen(#[from] crate::node::ports::ListenError),
     /// The server's Python cannot import boto3, which the `s3_bucket`
-    /// tiers need ([`crate::server_python`]).
+    /// tiers need ([`crate::plan::server_python`]).
     #[error(transparent)]
-    Boto3(#[from] crate::server_python::Boto3Error),
+    Boto3(#[from] crate::plan::server_python::Boto3Error),
     /// The cache directory (or the lookup-hash log directory) cannot be used.
     #[error("{variable}={}: {problem}. {fix}", shown_path(path))]
     DiskPath {

@@ -5,8 +5,8 @@
 use lmcache_sizing::rules::{self, WRITE_BUFFER_L1_BYTES};
 use lmcache_sizing::{fmt_gib, Decision, GIB};
 
-use crate::env::{self, NodeEnv};
-use crate::inputs::PlanError;
+use crate::node::env::{self, NodeEnv};
+use crate::plan::inputs::PlanError;
 
 /// The L1 the server gets: `--l1-size-gb` in
 /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`, else the `budget`, else (a budget of

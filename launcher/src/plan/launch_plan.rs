@@ -16,12 +16,12 @@ use lmcache_tier_spec::{Cascade, TierSpec};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::env::{self, ConfigError, LookupHashLog, NodeEnv};
-use crate::extra_args;
-use crate::housekeep::DiskHousekeeping;
-use crate::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
-use crate::ports::{self, Listener};
-use crate::server_flags::server_flags;
+use crate::node::env::{self, ConfigError, LookupHashLog, NodeEnv};
+use crate::node::extra_args;
+use crate::plan::housekeep::DiskHousekeeping;
+use crate::plan::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
+use crate::node::ports::{self, Listener};
+use crate::node::server_flags::server_flags;
 
 use super::api_key::{self, ApiKeySource};
 pub use super::command_line::connector_config;
@@ -96,7 +96,7 @@ pub struct LaunchPlan {
     /// from ([`crate::plan()`] sets it), with [`LaunchPlan::env`] added on
     /// top. Empty means this process's environment. Passed on byte for
     /// byte. Never printed: it may hold credentials.
-    pub base_env: crate::env::Vars,
+    pub base_env: crate::node::env::Vars,
     /// The L2 tiers the server gets, in cascade order (one per
     /// `--l2-adapter` in `args`, extra arguments included).
     pub cascade: Cascade,
@@ -176,12 +176,12 @@ impl LaunchPlan {
     /// previous start may take to register with it before they are lost
     /// (`docs/inspect.md`, "Workers a restart loses"): the server's reap
     /// timeout ([`LaunchPlan::worker_reap_timeout`]), or LMCache's default
-    /// ([`crate::watch::LMCACHE_REAP_TIMEOUT`], 120 s) when the arguments
+    /// ([`crate::run::watch::LMCACHE_REAP_TIMEOUT`], 120 s) when the arguments
     /// do not set one or set 0 (reaping off).
     pub fn rejoin_grace(&self) -> Duration {
         self.worker_reap_timeout()
             .filter(|timeout| !timeout.is_zero())
-            .unwrap_or(crate::watch::LMCACHE_REAP_TIMEOUT)
+            .unwrap_or(crate::run::watch::LMCACHE_REAP_TIMEOUT)
     }
 
     /// The arguments with every adapter spec's secrets redacted: what logs and
@@ -355,11 +355,11 @@ pub fn plan_launch(
     let (cascade, version_warnings) =
         lmcache_versions::cascade_for(cascade, render, release.as_ref());
     sizes.warnings.extend(version_warnings);
-    let (cascade, eviction_warnings) = crate::bucket_warnings::with_eviction_blocks(cascade);
+    let (cascade, eviction_warnings) = crate::plan::bucket_warnings::with_eviction_blocks(cascade);
     sizes.warnings.extend(eviction_warnings);
     sizes
         .warnings
-        .extend(crate::bucket_warnings::unshared_bucket_warnings(&cascade));
+        .extend(crate::plan::bucket_warnings::unshared_bucket_warnings(&cascade));
     sizes
         .warnings
         .extend(version_flag_warnings(node, render, release.as_ref()));
@@ -404,13 +404,13 @@ pub fn plan_launch(
         .extend(unbounded_tier_warnings(&cascade, &decisions.cascade_source));
     decisions
         .warnings
-        .extend(crate::bucket_warnings::per_process_bound_warnings(&cascade));
+        .extend(crate::plan::bucket_warnings::per_process_bound_warnings(&cascade));
     decisions
         .warnings
         .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));
     decisions
         .warnings
-        .extend(host.gpu.as_ref().and_then(crate::gpu::warning));
+        .extend(host.gpu.as_ref().and_then(crate::plan::gpu::warning));
     let housekeeping = disk_housekeeping(facts, host, &decisions, &cascade);
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
@@ -614,7 +614,7 @@ fn check_writable(
 /// Errors: what that version's server would refuse at start.
 fn check_extra_args_for(extra: &extra_args::ExtraArgs, render: Rendering) -> Result<(), PlanError> {
     let table = match render.next_flags {
-        true => crate::server_flags::next_server_flags(),
+        true => crate::node::server_flags::next_server_flags(),
         false => server_flags(),
     };
     let args: Vec<&str> = extra.args().iter().map(String::as_str).collect();
@@ -638,7 +638,7 @@ fn version_flag_warnings(
     if node.api_key_file.is_some() && !render.api_key_file {
         warnings.push(format!(
             "{} is set, but LMCache {version} has no API key (--api-key-file comes with 0.5.7): not passed; the server's HTTP port answers every local process",
-            crate::env::API_KEY_FILE
+            crate::node::env::API_KEY_FILE
         ));
     }
     let ignored = lmcache_versions::PREFETCH_MAX_IN_FLIGHT;

@@ -2,7 +2,7 @@
 //! command line and its `--l2-adapter` JSON for the version it finds
 //! (`docs/configuration.md`, "LMCache versions"). The version is a fact,
 //! read once from the installed wheel's metadata
-//! ([`crate::locate::lmcache_version`]); the rules here are pure.
+//! ([`crate::plan::locate::lmcache_version`]); the rules here are pure.
 //!
 //! The differences, from the wheels of LMCache 0.5.6 and 0.5.7rc2:
 //! - `affinity_tag` in an `--l2-adapter` JSON is refused from 0.5.7
@@ -85,7 +85,7 @@ pub struct Rendering {
     /// `--l2-prefetch-max-in-flight` is accepted but ignored (0.5.7 on).
     pub ignores_prefetch_max_in_flight: bool,
     /// The server's flags are 0.5.7rc2's
-    /// ([`crate::server_flags::next_server_flags`]), not 0.5.6's.
+    /// ([`crate::node::server_flags::next_server_flags`]), not 0.5.6's.
     pub next_flags: bool,
 }
 

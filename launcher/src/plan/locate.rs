@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::env::Vars;
+use crate::node::env::Vars;
 
 /// No executable was found; `looked` lists every place tried, in order.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The Python the LMCache server runs on, asked before anything starts:
 //! whether it can import boto3 (here), and on a GPU node whether LMCache's
-//! compiled extensions load ([`crate::gpu`]), each run bounded in time
+//! compiled extensions load ([`crate::plan::gpu`]), each run bounded in time
 //! ([`run_bounded`]).
 //!
 //! Why boto3: a tier behind an S3 gateway reaches LMCache with no key in its
@@ -17,7 +17,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use crate::env::Vars;
+use crate::node::env::Vars;
 
 /// How long the server's Python may take to import boto3 (about 0.2 s on
 /// an idle 2-core machine; a cold page cache or a busy host take longer).
@@ -71,7 +71,7 @@ pub fn python_of(stock: &Path) -> Vec<PathBuf> {
         word.file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("python"))
     };
-    crate::locate::shebang(stock)
+    crate::plan::locate::shebang(stock)
         .filter(|words| words.iter().any(is_python))
         .unwrap_or_else(|| vec![PathBuf::from("python3")])
 }
@@ -352,13 +352,13 @@ exec sleep 30
             &python,
             "#!/bin/sh\n[ \"$MARK\" = yes ] && [ -z \"$HOME$AWS_SECRET_ACCESS_KEY$AWS_PROFILE\" ]\n",
         );
-        let vars = crate::env::text_vars([
+        let vars = crate::node::env::text_vars([
             ("MARK", "yes"),
             ("AWS_SECRET_ACCESS_KEY", "REAL"),
             ("AWS_PROFILE", "kv"),
         ]);
         check_boto3(std::slice::from_ref(&python), &vars).unwrap();
-        let other = crate::env::text_vars([("MARK", "no")]);
+        let other = crate::node::env::text_vars([("MARK", "no")]);
         assert!(check_boto3(&[python], &other).is_err());
     }
 }

@@ -14,8 +14,8 @@ use super::disk_tier::{size_disk_tier, DiskTier};
 use super::l1::{
     extra_l1_bytes, judge_l1, server_l1, small_l1_warning, with_extra_l1, write_buffer_l1,
 };
-use crate::env::NodeEnv;
-use crate::inputs::{HostFacts, PlanError};
+use crate::node::env::NodeEnv;
+use crate::plan::inputs::{HostFacts, PlanError};
 
 /// How the server's L1 is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

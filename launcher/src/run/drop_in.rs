@@ -9,7 +9,7 @@
 //! (`docs/metrics.md`). The binary checks the command line and finds the
 //! stock `lmcache`; [`serve`] does the rest.
 //!
-//! Unlike [`crate::launch`], a drop-in never restarts the server and polls
+//! Unlike [`crate::run::launch`], a drop-in never restarts the server and polls
 //! no `/status`: it stands where the stock command stood, so the server's
 //! own exit status is its own (`docs/operations.md`).
 
@@ -24,16 +24,16 @@ use lmcache_s3_gateway::{GatewayError, Gateways};
 use lmcache_tier_spec::L2AdapterArgs;
 use nix::sys::signal::Signal;
 
-use crate::env::{metrics_address, ConfigError, Vars, METRICS_PORT};
+use crate::node::env::{metrics_address, ConfigError, Vars, METRICS_PORT};
 use crate::exit::{ExitStatus, HasExitStatus};
-use crate::guards::launch_guard_owner;
-use crate::guards::start_guards;
+use crate::run::guards::launch_guard_owner;
+use crate::run::guards::start_guards;
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::process::ProcessError;
-use crate::server_flags::server_flags;
-use crate::server_python::{check_boto3, python_of, Boto3Error};
-use crate::supervise::{exit_code, Output, Supervised, TerminatingSignals};
-use crate::watch::Event;
+use crate::node::server_flags::server_flags;
+use crate::plan::server_python::{check_boto3, python_of, Boto3Error};
+use crate::run::supervise::{exit_code, Output, Supervised, TerminatingSignals};
+use crate::run::watch::Event;
 
 /// One line of `erebine-lmcache`'s own on stderr, dropped if stderr is gone.
 fn say(line: &str) {
@@ -87,7 +87,7 @@ pub enum DropInError {
 /// arguments, and what was read from them.
 #[derive(Debug)]
 pub struct DropIn {
-    /// The stock `lmcache` ([`crate::locate::find_stock_lmcache`]).
+    /// The stock `lmcache` ([`crate::plan::locate::find_stock_lmcache`]).
     pub stock: PathBuf,
     /// The arguments as given.
     pub args: Vec<OsString>,
@@ -97,7 +97,7 @@ pub struct DropIn {
     /// The parsed `--l2-adapter` values.
     pub specs: L2AdapterArgs,
     /// The capacity guards to start once the server runs
-    /// ([`crate::guards::check_guards`]).
+    /// ([`crate::run::guards::check_guards`]).
     pub guards: Vec<GuardSpec>,
 }
 
@@ -136,13 +136,13 @@ pub async fn serve(server: DropIn, vars: Vars) -> Result<ExitStatus, DropInError
 }
 
 /// How long a server told to stop has before its processes are killed:
-/// the launch's `--stop-grace` ([`crate::launch::STOP_GRACE`]), else
+/// the launch's `--stop-grace` ([`crate::run::launch::STOP_GRACE`]), else
 /// [`STOP_GRACE`].
 ///
 /// # Errors
 /// A value that is not a whole number of seconds.
 fn stop_grace(vars: &Vars) -> Result<Duration, DropInError> {
-    let Some(value) = vars.get(std::ffi::OsStr::new(crate::launch::STOP_GRACE)) else {
+    let Some(value) = vars.get(std::ffi::OsStr::new(crate::run::launch::STOP_GRACE)) else {
         return Ok(STOP_GRACE);
     };
     value
@@ -151,7 +151,7 @@ fn stop_grace(vars: &Vars) -> Result<Duration, DropInError> {
         .map(Duration::from_secs)
         .ok_or_else(|| {
             DropInError::Config(ConfigError::Invalid {
-                variable: crate::launch::STOP_GRACE.to_string(),
+                variable: crate::run::launch::STOP_GRACE.to_string(),
                 value: value.to_string_lossy().into_owned(),
                 expected: "write a whole number of seconds, such as 30".to_string(),
             })
@@ -193,8 +193,8 @@ async fn start_server(
             None => command.env_remove(variable),
         };
     }
-    command.env_remove(crate::launch::GUARDED_BY_LAUNCH);
-    command.env_remove(crate::launch::GUARD_OWNER);
+    command.env_remove(crate::run::launch::GUARDED_BY_LAUNCH);
+    command.env_remove(crate::run::launch::GUARD_OWNER);
     let child =
         Supervised::spawn(command, Output::Inherit).map_err(|source| DropInError::CannotStart {
             stock: server.stock.clone(),
@@ -264,7 +264,7 @@ impl Run<'_> {
     fn told_to_stop(&self, number: i32) -> tokio::time::Instant {
         say(&format!(
             "{} received: forwarded to the server (pid {}); its processes are killed if it has not exited within {} s",
-            crate::supervise::signal_name(number),
+            crate::run::supervise::signal_name(number),
             self.child.pid(),
             self.grace.as_secs()
         ));
@@ -353,7 +353,7 @@ fn server_ports(args: &[String]) -> [(&'static str, &'static str, u16); 2] {
 }
 
 /// How long a server told to stop has before its processes are killed,
-/// without a launch's [`crate::launch::STOP_GRACE`]: the launch's own
+/// without a launch's [`crate::run::launch::STOP_GRACE`]: the launch's own
 /// default `--stop-grace`.
 const STOP_GRACE: Duration = Duration::from_secs(30);
 

@@ -52,9 +52,9 @@ pub fn start_guards(specs: Vec<GuardSpec>, owner: &str) -> Result<Vec<Guard>, Gu
 }
 
 /// The owner the launch that started this process gives its guards
-/// ([`crate::launch::GUARD_OWNER`] in `vars`), if one did.
+/// ([`crate::run::launch::GUARD_OWNER`] in `vars`), if one did.
 pub(crate) fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
-    vars.get(std::ffi::OsStr::new(crate::launch::GUARD_OWNER))
+    vars.get(std::ffi::OsStr::new(crate::run::launch::GUARD_OWNER))
         .and_then(|v| v.to_str())
         .filter(|v| !v.is_empty())
         .map(str::to_string)
@@ -62,12 +62,12 @@ pub(crate) fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
 
 /// `specs` without the tiers whose guard the launch that started this
 /// process runs itself (from the launch's scan, so that a launch reads its
-/// tier once): the directories [`crate::launch::GUARDED_BY_LAUNCH`] lists
+/// tier once): the directories [`crate::run::launch::GUARDED_BY_LAUNCH`] lists
 /// in `vars`. A value that is not a JSON array of paths guards everything
 /// here, as without the variable.
 pub fn without_launch_guarded(specs: Vec<GuardSpec>, vars: &crate::Vars) -> Vec<GuardSpec> {
     let listed = vars
-        .get(std::ffi::OsStr::new(crate::launch::GUARDED_BY_LAUNCH))
+        .get(std::ffi::OsStr::new(crate::run::launch::GUARDED_BY_LAUNCH))
         .and_then(|v| v.to_str())
         .and_then(|v| serde_json::from_str::<Vec<std::path::PathBuf>>(v).ok())
         .unwrap_or_default();
@@ -101,13 +101,13 @@ mod tests {
         ]
         .map(String::from);
         let specs = || guard_specs(&L2AdapterArgs::parse(&args).cascade()).unwrap();
-        let vars = crate::env::text_vars([(crate::launch::GUARDED_BY_LAUNCH, r#"["/b"]"#)]);
+        let vars = crate::node::env::text_vars([(crate::run::launch::GUARDED_BY_LAUNCH, r#"["/b"]"#)]);
         let left: Vec<_> = without_launch_guarded(specs(), &vars)
             .into_iter()
             .map(|s| s.base_path)
             .collect();
         assert_eq!(left, [std::path::PathBuf::from("/a")]);
-        let garbled = crate::env::text_vars([(crate::launch::GUARDED_BY_LAUNCH, "/b")]);
+        let garbled = crate::node::env::text_vars([(crate::run::launch::GUARDED_BY_LAUNCH, "/b")]);
         assert_eq!(without_launch_guarded(specs(), &garbled).len(), 2);
     }
 

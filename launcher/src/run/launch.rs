@@ -15,17 +15,17 @@ use lmcache_capacity_guard::capacity::guard_specs;
 use lmcache_capacity_guard::{Guard, GuardError, GuardOptions, PriorScan};
 use lmcache_housekeeping::Mode;
 
-use crate::env;
-use crate::housekeep::Housekept;
-use crate::launch_plan::LaunchPlan;
+use crate::node::env;
+use crate::plan::housekeep::Housekept;
+use crate::plan::launch_plan::LaunchPlan;
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::plan::api_key::{self, ApiKey, ApiKeyError};
-use crate::ports::{self, ListenError, Listener, PortSource};
-use crate::status::{Poll, StatusClient};
-use crate::supervise::{
+use crate::node::ports::{self, ListenError, Listener, PortSource};
+use crate::run::status::{Poll, StatusClient};
+use crate::run::supervise::{
     describe, listener_owned_by_tree, signal_name, Output, Supervised, TerminatingSignals,
 };
-use crate::watch::{Event, Silence, WatchConfig, Watcher};
+use crate::run::watch::{Event, Silence, WatchConfig, Watcher};
 
 /// How long a server whose tree holds no `/status` listener is given to
 /// show that it has exited rather than lost its port to another process.
@@ -123,7 +123,7 @@ impl Default for RestartPolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     /// A port the launch needs is taken, or cannot be listened on
-    /// ([`crate::ports::check_free`]).
+    /// ([`crate::node::ports::check_free`]).
     #[error(transparent)]
     Listen(#[from] ListenError),
     /// The executable could not be started.
@@ -198,7 +198,7 @@ pub enum LaunchError {
 }
 
 /// Starts the planned server, waits until `/status` answers, and runs until
-/// a terminating signal ([`crate::supervise::terminating_signals`]), then stops it; a server that exits after it was ready
+/// a terminating signal ([`crate::run::supervise::terminating_signals`]), then stops it; a server that exits after it was ready
 /// is restarted (see [`RestartPolicy`]). Every [`Event`] is logged. Returns
 /// the server's status after a requested stop.
 ///
@@ -853,7 +853,7 @@ enum Ended {
 /// What ends a launch on request.
 enum Stop {
     /// Any terminating signal to this process (the command-line tools; see
-    /// [`crate::supervise::terminating_signals`]), caught from before the
+    /// [`crate::run::supervise::terminating_signals`]), caught from before the
     /// launch.
     Signals(TerminatingSignals),
     /// [`LaunchHandle::stop`], or the handle dropped (the library).

@@ -10,12 +10,12 @@
 //! are not back within the reap grace are lost too
 //! ([`LossCause::ServerRestarted`]). How the server ended is
 //! [`Event::Exited`], its [`ExitCause`] told from the kernel's own count of
-//! OOM kills ([`crate::oom`]), never from the signal alone.
+//! OOM kills ([`crate::run::oom`]), never from the signal alone.
 //!
 //! [`Watcher`] is the state machine, fed one [`Poll`] at a time and the time
 //! since the server was ready ([`Watcher::elapsed`]), unit-tested on
 //! recorded bodies; [`spawn`] runs it on a tokio task and sends events on a
-//! channel. [`crate::launch::run_with_events`] runs it beside the server it
+//! channel. [`crate::run::launch::run_with_events`] runs it beside the server it
 //! supervises, adds [`Event::Exited`], and restarts a server that stays
 //! unresponsive ([`WatchConfig::restart_unresponsive_after`]).
 
@@ -29,8 +29,8 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::oom::OomReading;
-use crate::status::{Poll, ReaperRun, StatusClient, WorkerLiveness};
+use crate::run::oom::OomReading;
+use crate::run::status::{Poll, ReaperRun, StatusClient, WorkerLiveness};
 
 /// LMCache 0.5.6's default `--worker-reap-timeout-seconds`: how long the
 /// server keeps a worker that stopped PINGing. The reap grace of workers
@@ -52,7 +52,7 @@ pub struct WatchConfig {
     /// Time between polls until the first 200 answer. Default 0.5 s: start-up
     /// takes 20-25 s on a small host and readiness should be seen promptly.
     pub startup_interval: Duration,
-    /// Per-request timeout. Default 2 s ([`crate::status::REQUEST_TIMEOUT`]).
+    /// Per-request timeout. Default 2 s ([`crate::run::status::REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
     /// Polls in a row with a non-200 answer, an unusable body or a reported
     /// `is_healthy: false` before [`Event::Unhealthy`]. Default 3 (6 s).
@@ -77,7 +77,7 @@ impl Default for WatchConfig {
         WatchConfig {
             interval: Duration::from_secs(2),
             startup_interval: Duration::from_millis(500),
-            request_timeout: crate::status::REQUEST_TIMEOUT,
+            request_timeout: crate::run::status::REQUEST_TIMEOUT,
             unhealthy_after: 3,
             unresponsive_after: 3,
             expected_workers: None,
@@ -125,7 +125,7 @@ pub enum ExitCause {
     /// its count could not be read (`signal`).
     Signal,
     /// SIGKILL ended it and the kernel's OOM-kill count of its memory
-    /// cgroup rose while it ran (`oom_kill`; [`crate::oom`]).
+    /// cgroup rose while it ran (`oom_kill`; [`crate::run::oom`]).
     OomKill,
     /// The launch stopped it after it gave no HTTP answer for
     /// [`WatchConfig::restart_unresponsive_after`] (`unresponsive`).
@@ -230,7 +230,7 @@ pub enum Event {
 impl Event {
     /// The [`Event::Exited`] for a server that ended with `status` by
     /// itself, `oom` being what its memory cgroup's OOM-kill count says of
-    /// the run ([`crate::oom::OomBaseline::after_exit`]). SIGKILL (directly,
+    /// the run ([`crate::run::oom::OomBaseline::after_exit`]). SIGKILL (directly,
     /// or as a wrapper's 128+9) with a rise is [`ExitCause::OomKill`];
     /// without one it is [`ExitCause::Signal`], and the hint says whether
     /// the kernel recorded no OOM kill (something sent the signal) or its
@@ -720,8 +720,8 @@ pub fn spawn(client: StatusClient, config: WatchConfig) -> (mpsc::Receiver<Event
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::tests::fixture;
-    use crate::status::ServerStatus;
+    use crate::run::status::tests::fixture;
+    use crate::run::status::ServerStatus;
 
     fn up(name: &str) -> Poll {
         Poll::Up(Box::new(ServerStatus::parse(&fixture(name)).unwrap()))
