@@ -17,8 +17,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lmcache_launcher::run::status::{Poll, ServerStatus, StatusClient};
 use lmcache_launcher::run::watch::{WatchConfig, Watcher};
+use lmcache_launcher::status::{Poll, ServerStatus, StatusClient};
 use lmcache_tier_e2e::{
     binaries, free_port, run_bench, stop_launch, wait_for_status, Binaries, Proc,
 };

@@ -51,3 +51,81 @@ if problems:
     sys.exit(1)
 print(f"check-layers: {len(rows)} packages match the layer table of docs/design.md")
 '
+
+# The wings of lmcache-launcher against the wing table of docs/design.md:
+# outside unit tests, a file of a wing names (crate::<wing>, or a type the
+# crate's root re-exports from one) only the wings its row lists.
+python3 - <<'PY'
+import os, re, sys
+
+HEADER = "| wing | path | may use |"
+lines = open("docs/design.md", encoding="utf-8").read().splitlines()
+if HEADER not in lines:
+    sys.exit("docs/design.md: no wing table (a table headed " + HEADER + ")")
+rows = {}
+for line in lines[lines.index(HEADER) + 2:]:
+    if not line.startswith("|"):
+        break
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    wing = re.findall(r"`([^`]+)`", cells[0])[0]
+    path = re.findall(r"`([^`]+)`", cells[1])[0]
+    rows[wing] = (path, set(re.findall(r"`([^`]+)`", cells[2])))
+
+src = "launcher/src"
+lib = open(f"{src}/lib.rs", encoding="utf-8").read()
+# The root's re-exports: each name, the wing it comes from.
+root_names = {}
+for m in re.finditer(r"pub use (\w+)::([^;]+);", lib):
+    for name in re.findall(r"\w+", m.group(2).split("::")[-1] if "{" not in m.group(2) else m.group(2).split("{", 1)[1]):
+        root_names[name] = m.group(1)
+declared = set(re.findall(r"(?m)^pub mod (\w+);", lib))
+
+def wing_of(rel):
+    for wing, (path, _) in rows.items():
+        if rel == path or (path.endswith("/") and rel.startswith(path)):
+            return wing
+    return None
+
+def test_files():
+    """Files that are whole #[cfg(test)] modules."""
+    found = set()
+    for folder, _, files in os.walk(src):
+        for f in files:
+            text = open(os.path.join(folder, f), encoding="utf-8").read()
+            for name in re.findall(r"#\[cfg\(test\)\]\s*(?:pub(?:\(crate\))?\s+)?mod (\w+);", text):
+                base = folder if f in ("mod.rs", "lib.rs") else os.path.join(folder, f[:-3])
+                found.update({os.path.join(base, name + ".rs"), os.path.join(base, name, "mod.rs")})
+    return found
+
+problems = []
+for wing in declared | {"exit", "output", "process"}:
+    if wing not in rows:
+        problems.append(f"launcher/src/{wing}: a wing with no row in the wing table of docs/design.md")
+skip = test_files()
+for folder, _, files in os.walk(src):
+    for f in sorted(files):
+        path = os.path.join(folder, f)
+        if not f.endswith(".rs") or path == f"{src}/lib.rs" or path in skip:
+            continue
+        wing = wing_of(path)
+        if wing is None:
+            problems.append(f"{path}: in no wing of the wing table of docs/design.md")
+            continue
+        text = open(path, encoding="utf-8").read()
+        text = text.split("#[cfg(test)]", 1)[0]
+        code = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//"))
+        named = set()
+        for m in re.finditer(r"\bcrate::(\w+)", code):
+            named.add(m.group(1))
+        for m in re.finditer(r"\bcrate::\{([^}]*)\}", code):
+            named.update(re.findall(r"\w+", m.group(1)))
+        for name in sorted(named):
+            target = name if name in rows else root_names.get(name)
+            if target and target != wing and target not in rows[wing][1]:
+                problems.append(f"{path} (wing {wing}) uses crate::{name} (wing {target}), which its row does not list")
+for problem in problems:
+    print("check-layers:", problem, file=sys.stderr)
+if problems:
+    sys.exit(1)
+print(f"check-layers: {len(rows)} wings of lmcache-launcher match the wing table of docs/design.md")
+PY

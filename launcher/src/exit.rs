@@ -15,16 +15,17 @@ use lmcache_s3_gateway::spec::BucketSpecError;
 use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
 
-use crate::node::config_error::ConfigError;
-use crate::run::drop_in::DropInError;
-use crate::plan::inputs::PlanError;
 use crate::inspect::{InspectError, Inspection};
-use crate::run::launch::LaunchError;
-use crate::plan::locate::NotFound;
 use crate::metrics::MetricsError;
+use crate::node::config_error::ConfigError;
 use crate::node::ports::ListenError;
-use crate::process::ProcessError;
+use crate::plan::inputs::PlanError;
+use crate::plan::locate::NotFound;
 use crate::plan::server_python::Boto3Error;
+use crate::process::ProcessError;
+use crate::run::drop_in::args::ArgsError;
+use crate::run::drop_in::{DropInError, Ended, Failure};
+use crate::run::launch::LaunchError;
 
 /// How a run ends. Command-line errors that `clap` reports (an unknown
 /// flag, a value that does not parse) end with 2 too.
@@ -301,6 +302,42 @@ impl HasExitStatus for DropInError {
             DropInError::Config(e) => e.exit_status(),
             DropInError::Metrics(e) => e.exit_status(),
             DropInError::Process(e) => e.exit_status(),
+        }
+    }
+}
+
+/// `erebine-lmcache`'s own failures: 127 and 126 as a shell says of a
+/// command it cannot find or run.
+impl HasExitStatus for Failure {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            Failure::Args(e) => e.exit_status(),
+            Failure::StockNotFound(_) => ExitStatus::CommandNotFound,
+            Failure::CannotRun { .. } => ExitStatus::CannotRun,
+            Failure::DropIn(e) => e.exit_status(),
+            Failure::Guards(e) => e.exit_status(),
+            Failure::Process(e) => e.exit_status(),
+        }
+    }
+}
+
+impl HasExitStatus for ArgsError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            ArgsError::Abbreviated { .. } | ArgsError::NotUtf8 { .. } => ExitStatus::BadInput,
+            ArgsError::Spec(e) => e.exit_status(),
+            ArgsError::OrphanKey(e) => e.exit_status(),
+        }
+    }
+}
+
+/// A drop-in's server passes its own status on (`docs/operations.md`).
+impl From<&Ended> for ExitStatus {
+    fn from(ended: &Ended) -> Self {
+        match ended {
+            Ended::HelpWithoutStock => ExitStatus::Success,
+            Ended::Server(code) => ExitStatus::of_server(*code),
+            Ended::GuardFailed(e) => e.exit_status(),
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lmcache_launcher::run::launch::{self, RunOptions};
-use lmcache_launcher::run::watch::Event;
+use lmcache_launcher::status::events::Event;
 use lmcache_launcher::{plan, DiskAccess, EngineFacts, Facts, HostFacts, Planned, Vars};
 use lmcache_tier_e2e::{
     binaries, free_port, get_json, lmcache_venv, processes_mentioning, Binaries,

@@ -11,12 +11,12 @@
 //!
 //! Needs root and a cgroup v1 memory controller (this test's machine: v1,
 //! on a hybrid host); elsewhere it says why and returns. The cgroup v2
-//! reading is unit-tested on recorded bodies (`launcher/src/run/oom.rs`).
+//! reading is unit-tested on recorded bodies (`launcher/src/status/oom.rs`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lmcache_launcher::run::oom::oom_kill_count;
+use lmcache_launcher::status::oom::oom_kill_count;
 use lmcache_tier_e2e::{
     binaries, free_port, get_text, listeners_of, lmcache_venv, stop_launch, wait_for_status,
     wait_until, Binaries, MemoryCgroup, Proc,

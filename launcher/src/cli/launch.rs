@@ -10,11 +10,12 @@ use lmcache_housekeeping::identity::NAME_MAX;
 use lmcache_housekeeping::{HousekeepingError, Mode, Report};
 use serde::{Serialize, Serializer};
 
+use crate::node::env::Vars;
 use crate::plan::facts::{DiskAccess, Facts};
 use crate::plan::inputs::{EngineFacts, HostFacts, PlanError};
 use crate::plan::launch_plan::LaunchPlan;
 use crate::plan::locate::LmcacheInstall;
-use crate::{Planned, Vars};
+use crate::plan::Planned;
 
 /// A node's launch as planned from facts measured once
 /// ([`Facts::measure`]): what [`plan_node`] returns.
@@ -30,10 +31,10 @@ pub struct NodeLaunch {
 /// Measures the node `vars` describe for `engine` (creating and locking the
 /// cache directory with [`DiskAccess::Create`]; a spinner on a terminal
 /// while the tier is scanned), plans it
-/// ([`crate::plan()`]), and appends `server_args` to the server's command
+/// ([`crate::plan::plan()`]), and appends `server_args` to the server's command
 /// line verbatim (a test hook: no gateway or guard reads them).
 ///
-/// Errors: those of [`Facts::measure`] and [`crate::plan()`] ([`PlanError`]).
+/// Errors: those of [`Facts::measure`] and [`crate::plan::plan()`] ([`PlanError`]).
 pub fn plan_node(
     engine: &EngineFacts,
     vars: &Vars,
@@ -41,7 +42,7 @@ pub fn plan_node(
     server_args: Vec<String>,
 ) -> Result<NodeLaunch, PlanError> {
     let facts = Facts::measure_showing(engine, vars, access, crate::output::spinner)?;
-    let mut planned = crate::plan(engine, vars, &HostFacts::from(&facts))?;
+    let mut planned = crate::plan::plan(engine, vars, &HostFacts::from(&facts))?;
     if let Planned::Server(plan) = &mut planned {
         plan.args.extend(server_args);
     }

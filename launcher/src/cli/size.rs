@@ -10,10 +10,10 @@ use lmcache_sizing::volume::VolumeKind;
 use serde::Serialize;
 
 use crate::node::env::NodeEnv;
+use crate::output::{self, with_progress};
 use crate::plan::facts::{measure_node_disk, probe_disk_read, DiskAccess, Facts};
 use crate::plan::inputs::{HostFacts, PlanError};
 use crate::plan::launch_plan;
-use crate::output::{self, with_progress};
 
 /// The sizing of a node's built-in disk tier, each figure with the rule
 /// that chose it: `--json` prints it as one object (sizes in bytes, keys in

@@ -328,8 +328,8 @@ pub fn describe(figures: &LaunchFigures) -> String {
 mod tests {
     use super::*;
     use crate::metrics::{Format, NodeMetrics};
-    use crate::run::oom::OomReading;
-    use crate::run::watch::{Event, LossCause};
+    use crate::status::events::{Event, LossCause};
+    use crate::status::oom::OomReading;
     use std::os::unix::process::ExitStatusExt;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;

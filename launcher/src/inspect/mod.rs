@@ -5,7 +5,7 @@
 //! The JSON form ([`Inspection`], field names documented in
 //! `docs/inspect.md`) is stable: fields are added, never renamed or removed.
 //! Nothing secret is printed: adapter entries are read through the typed
-//! model, which keeps only named fields ([`crate::run::status::L2AdapterStatus`]),
+//! model, which keeps only named fields ([`crate::status::L2AdapterStatus`]),
 //! and endpoints lose any `user:password@` and query string. The text form
 //! ([`Inspection::to_text`]) is in `text`; `inspect --watch` redraws it
 //! with usage bars and change marks ([`live`]).
@@ -30,7 +30,7 @@ use lmcache_housekeeping::{
 };
 use serde::Serialize;
 
-use crate::run::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
+use crate::status::{Poll, ServerStatus, StoreController, WorkerLiveness};
 
 /// Why `inspect` does not end with 0.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -566,7 +566,7 @@ fn age_seconds(unix_ms: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::status::tests::fixture;
+    use crate::status::tests::fixture;
     use lmcache_tier_e2e::answering_store;
 
     fn up(name: &str) -> Poll {

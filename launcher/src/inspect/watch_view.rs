@@ -285,7 +285,7 @@ fn fit(lines: &[String], (columns, rows): (usize, usize)) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::status::{Poll, ServerStatus};
+    use crate::status::{Poll, ServerStatus};
     use std::path::PathBuf;
 
     const GIB: u64 = 1 << 30;

@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::names;
-use crate::run::watch::{Event, ExitCause, LossCause};
+use crate::status::events::{Event, ExitCause, LossCause};
 
 /// The liveness states a server is in, one series each (1 for the current).
 const LIVENESS: [&str; 5] = ["starting", "ready", "unhealthy", "unresponsive", "exited"];
@@ -234,12 +234,12 @@ impl ServerMetrics {
 mod tests {
     use super::super::test_support::sample;
     use super::super::{Format, NodeMetrics};
-    use crate::run::watch::{Event, LossCause};
+    use crate::status::events::{Event, LossCause};
     use std::time::Duration;
 
     #[test]
     fn starts_events_and_exits_are_counted_by_cause() {
-        use crate::run::oom::OomReading;
+        use crate::status::oom::OomReading;
         use std::os::unix::process::ExitStatusExt;
         use std::process::ExitStatus;
 
@@ -316,7 +316,7 @@ mod tests {
         );
         server.observe(&Event::stopped_unresponsive(
             ExitStatus::from_raw(143 << 8),
-            crate::run::watch::Silence {
+            crate::status::events::Silence {
                 silent: Duration::from_secs(130),
                 limit: Duration::from_secs(120),
             },

@@ -14,9 +14,10 @@ use prometheus_client::registry::Registry;
 use super::gateways::encode_gateways;
 use super::{Format, NodeMetrics, PREFIX};
 use crate::node::env::text_vars;
+use crate::plan::inputs::DiskFacts;
 use crate::plan::inputs::{EngineFacts, HostFacts};
 use crate::plan::launch_plan::LaunchPlan;
-use crate::{plan, DiskFacts, Planned};
+use crate::plan::{plan, Planned};
 
 /// The plan of a node with an 8 GiB L1 and the built-in tier on a
 /// 1 TiB xfs volume.

@@ -46,13 +46,13 @@ pub enum ConfigError {
     },
     /// A tier the server would refuse at start: a bad `max_capacity_gb` or
     /// `eviction` block, two guarded tiers in one directory, or unusable
-    /// `s3_bucket` settings ([`crate::plan::extensions::check_extensions`]).
+    /// `s3_bucket` settings ([`crate::node::extensions::check_extensions`]).
     #[error("{variable}: {problem}")]
     Tier {
         /// The variable whose cascade holds the tier.
         variable: &'static str,
         /// The problem, naming the tier, the key and what to write.
-        problem: crate::plan::extensions::ExtensionError,
+        problem: crate::node::extensions::ExtensionError,
     },
 }
 

@@ -262,7 +262,7 @@ impl NodeEnv {
     /// Reads every variable from `vars` (name -> value). Empty values count
     /// as unset. `HOME` locates the default cache directory. Reads nothing
     /// but `vars`: a custom cascade's keys are checked here as far as no
-    /// file is needed ([`crate::plan::extensions::check_extension_keys`]); the
+    /// file is needed ([`crate::node::extensions::check_extension_keys`]); the
     /// rest is [`NodeEnv::check_tiers`].
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         let text = |name: &str| -> Result<Option<String>, ConfigError> {
@@ -356,7 +356,7 @@ impl NodeEnv {
         };
         env.check_control_characters()?;
         if let Some((variable, tiers)) = env.custom_tiers() {
-            crate::plan::extensions::check_extension_keys(tiers, &get)
+            crate::node::extensions::check_extension_keys(tiers, &get)
                 .map_err(|problem| ConfigError::Tier { variable, problem })?;
         }
         Ok(env)
@@ -367,7 +367,7 @@ impl NodeEnv {
     /// Checks the keys this project adds to a custom cascade
     /// (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`, or `--l2-adapter` in
     /// `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`) as the server's start would
-    /// ([`crate::plan::extensions::check_extensions`]; `vars` gives the `AWS_*`
+    /// ([`crate::node::extensions::check_extensions`]; `vars` gives the `AWS_*`
     /// variables the server will get). It reads what the tiers name (an
     /// `s3_ca_bundle` file, the AWS files the variables point at) and
     /// resolves guarded `base_path`s, so it belongs to measuring
@@ -387,7 +387,7 @@ impl NodeEnv {
                 .map(str::to_string)
         };
         let (variable, tiers) = custom;
-        crate::plan::extensions::check_extensions(tiers, &get)
+        crate::node::extensions::check_extensions(tiers, &get)
             .map_err(|problem| ConfigError::Tier { variable, problem })
     }
 

@@ -24,13 +24,13 @@ use lmcache_sizing::volume::{self, Filesystem, SizingError, VolumeKind};
 use serde::{Deserialize, Serialize};
 
 use crate::node::env::{self, KvCacheBackend, NodeEnv};
+use crate::node::ports;
+use crate::output::{self, ShowProgress};
 use crate::plan::gpu::{self, GpuFacts};
 use crate::plan::inputs::{
     DiskFacts, EngineFacts, HostFacts, MeasuredTier, PlanError, TierOdirect, TierScan,
 };
 use crate::plan::launch_plan::{self, check_engine, effective_chunk_size};
-use crate::output::{self, ShowProgress};
-use crate::node::ports;
 use crate::plan::{locate, server_python};
 use crate::Vars;
 

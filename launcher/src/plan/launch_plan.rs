@@ -18,10 +18,10 @@ use serde_json::Value;
 
 use crate::node::env::{self, ConfigError, LookupHashLog, NodeEnv};
 use crate::node::extra_args;
-use crate::plan::housekeep::DiskHousekeeping;
-use crate::plan::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
 use crate::node::ports::{self, Listener};
 use crate::node::server_flags::server_flags;
+use crate::plan::housekeep::DiskHousekeeping;
+use crate::plan::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
 
 use super::api_key::{self, ApiKeySource};
 pub use super::command_line::connector_config;
@@ -31,6 +31,12 @@ pub use super::disk_tier::{check_volume, size_disk_tier, DiskTier};
 pub use super::l1::server_l1;
 use super::lmcache_versions::{self, LmcacheRelease, Rendering};
 pub use super::verdict::{judge_sizes, L1Mode, Sizes, Tiers};
+
+/// LMCache 0.5.6's default `--worker-reap-timeout-seconds`: how long the
+/// server keeps a worker that stopped PINGing. The reap grace of workers
+/// after a restart when the plan does not set the flag (or sets 0, which
+/// turns reaping off): `docs/inspect.md`, "Workers a restart loses".
+pub const LMCACHE_REAP_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Every decision of a launch, each with its reason.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -176,12 +182,12 @@ impl LaunchPlan {
     /// previous start may take to register with it before they are lost
     /// (`docs/inspect.md`, "Workers a restart loses"): the server's reap
     /// timeout ([`LaunchPlan::worker_reap_timeout`]), or LMCache's default
-    /// ([`crate::run::watch::LMCACHE_REAP_TIMEOUT`], 120 s) when the arguments
+    /// ([`LMCACHE_REAP_TIMEOUT`], 120 s) when the arguments
     /// do not set one or set 0 (reaping off).
     pub fn rejoin_grace(&self) -> Duration {
         self.worker_reap_timeout()
             .filter(|timeout| !timeout.is_zero())
-            .unwrap_or(crate::run::watch::LMCACHE_REAP_TIMEOUT)
+            .unwrap_or(LMCACHE_REAP_TIMEOUT)
     }
 
     /// The arguments with every adapter spec's secrets redacted: what logs and
@@ -351,7 +357,7 @@ pub fn plan_launch(
         .and_then(LmcacheRelease::parse);
     let render = lmcache_versions::rendering(release.as_ref());
     check_extra_args_for(extra, render)?;
-    let cascade = super::extensions::with_bound_models(sizes.cascade, &facts.model);
+    let cascade = crate::node::extensions::with_bound_models(sizes.cascade, &facts.model);
     let (cascade, version_warnings) =
         lmcache_versions::cascade_for(cascade, render, release.as_ref());
     sizes.warnings.extend(version_warnings);
@@ -359,7 +365,9 @@ pub fn plan_launch(
     sizes.warnings.extend(eviction_warnings);
     sizes
         .warnings
-        .extend(crate::plan::bucket_warnings::unshared_bucket_warnings(&cascade));
+        .extend(crate::plan::bucket_warnings::unshared_bucket_warnings(
+            &cascade,
+        ));
     sizes
         .warnings
         .extend(version_flag_warnings(node, render, release.as_ref()));
@@ -404,7 +412,9 @@ pub fn plan_launch(
         .extend(unbounded_tier_warnings(&cascade, &decisions.cascade_source));
     decisions
         .warnings
-        .extend(crate::plan::bucket_warnings::per_process_bound_warnings(&cascade));
+        .extend(crate::plan::bucket_warnings::per_process_bound_warnings(
+            &cascade,
+        ));
     decisions
         .warnings
         .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));

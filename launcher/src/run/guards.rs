@@ -101,7 +101,8 @@ mod tests {
         ]
         .map(String::from);
         let specs = || guard_specs(&L2AdapterArgs::parse(&args).cascade()).unwrap();
-        let vars = crate::node::env::text_vars([(crate::run::launch::GUARDED_BY_LAUNCH, r#"["/b"]"#)]);
+        let vars =
+            crate::node::env::text_vars([(crate::run::launch::GUARDED_BY_LAUNCH, r#"["/b"]"#)]);
         let left: Vec<_> = without_launch_guarded(specs(), &vars)
             .into_iter()
             .map(|s| s.base_path)

@@ -15,17 +15,18 @@ use lmcache_capacity_guard::capacity::guard_specs;
 use lmcache_capacity_guard::{Guard, GuardError, GuardOptions, PriorScan};
 use lmcache_housekeeping::Mode;
 
+use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::node::env;
+use crate::node::ports::{self, ListenError, Listener, PortSource};
+use crate::plan::api_key::{self, ApiKey, ApiKeyError};
 use crate::plan::housekeep::Housekept;
 use crate::plan::launch_plan::LaunchPlan;
-use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
-use crate::plan::api_key::{self, ApiKey, ApiKeyError};
-use crate::node::ports::{self, ListenError, Listener, PortSource};
-use crate::run::status::{Poll, StatusClient};
 use crate::run::supervise::{
     describe, listener_owned_by_tree, signal_name, Output, Supervised, TerminatingSignals,
 };
-use crate::run::watch::{Event, Silence, WatchConfig, Watcher};
+use crate::run::watch::{WatchConfig, Watcher};
+use crate::status::events::{Event, Silence};
+use crate::status::{Poll, StatusClient};
 
 /// How long a server whose tree holds no `/status` listener is given to
 /// show that it has exited rather than lost its port to another process.

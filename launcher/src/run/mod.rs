@@ -1,13 +1,12 @@
 //! Running a plan: the launch that starts, supervises, restarts and stops
 //! the server ([`launch`], over [`supervise`]'s process groups and
-//! signals), the capacity guards it starts ([`guards`]), its `/status`
-//! client ([`status`]) and liveness events ([`watch`], [`oom`]), and what
+//! signals), the capacity guards it starts ([`guards`]), the watcher that
+//! polls `/status` and reports liveness events ([`watch`]; the model and
+//! the events are [`crate::status`]'s), and what
 //! `erebine-lmcache` runs in the stock `lmcache`'s place ([`drop_in`]).
 
 pub mod drop_in;
 pub mod guards;
 pub mod launch;
-pub mod oom;
-pub mod status;
 pub mod supervise;
 pub mod watch;

@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::run::oom::{OomBaseline, OomReading};
+use crate::status::oom::{OomBaseline, OomReading};
 
 /// How many of the server's last output lines are kept for error messages.
 pub const TAIL_LINES: usize = 40;
@@ -130,7 +130,7 @@ impl Supervised {
 
     /// What the kernel's OOM-kill count of the child's memory cgroup says
     /// of this run: read at the spawn and again now (call it once the child
-    /// has exited; `crate::run::oom`).
+    /// has exited; `crate::status::oom`).
     pub fn oom_reading(&self) -> OomReading {
         self.oom.after_exit()
     }

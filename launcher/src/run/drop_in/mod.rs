@@ -14,34 +14,131 @@
 //! own exit status is its own (`docs/operations.md`).
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lmcache_capacity_guard::capacity::GuardSpec;
+use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
 use lmcache_capacity_guard::GuardError;
 use lmcache_s3_gateway::{GatewayError, Gateways};
 use lmcache_tier_spec::L2AdapterArgs;
 use nix::sys::signal::Signal;
 
-use crate::node::env::{metrics_address, ConfigError, Vars, METRICS_PORT};
-use crate::exit::{ExitStatus, HasExitStatus};
-use crate::run::guards::launch_guard_owner;
-use crate::run::guards::start_guards;
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
-use crate::process::ProcessError;
+use crate::node::env::{metrics_address, ConfigError, Vars, METRICS_PORT};
 use crate::node::server_flags::server_flags;
+use crate::plan::locate::{find_stock_lmcache, NotFound};
 use crate::plan::server_python::{check_boto3, python_of, Boto3Error};
+use crate::process::ProcessError;
+use crate::run::guards::{check_guards, launch_guard_owner, start_guards, without_launch_guarded};
 use crate::run::supervise::{exit_code, Output, Supervised, TerminatingSignals};
-use crate::run::watch::Event;
+use crate::status::events::Event;
 
 /// One line of `erebine-lmcache`'s own on stderr, dropped if stderr is gone.
 fn say(line: &str) {
     crate::output::stderr_line(&format!("erebine-lmcache: {line}"));
 }
 
+pub mod args;
+
+use args::{asks_for_help, check_args, runs_here, ArgsError};
+
+/// How a command that ran under `erebine-lmcache` ended; its exit status is
+/// mapped in `crate::exit`.
+#[derive(Debug)]
+pub enum Ended {
+    /// Only our own help was asked for (printed by the binary), and the
+    /// stock `lmcache` whose help would follow is not found (said): 0.
+    HelpWithoutStock,
+    /// The server exited with this code ([`crate::run::supervise::exit_code`]).
+    Server(i32),
+    /// A capacity guard could not start once the server listened: said,
+    /// and the server stopped.
+    GuardFailed(DropInError),
+}
+
+/// Why `erebine-lmcache` ends before the server it runs does, or without
+/// one; each knows its exit status (`HasExitStatus`, in `crate::exit`).
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The command line would reach LMCache unguarded ([`check_args`]).
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The stock `lmcache` is not found (127, as a shell says of a missing
+    /// command).
+    #[error(transparent)]
+    StockNotFound(NotFound),
+    /// The stock `lmcache` cannot be run in this process's place (126).
+    #[error("cannot run {}: {source}", .stock.display())]
+    CannotRun {
+        /// The stock `lmcache`.
+        stock: PathBuf,
+        /// The `exec` error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command that runs here ended before its server did ([`serve`]).
+    #[error(transparent)]
+    DropIn(#[from] DropInError),
+    /// A guarded tier's capacity is unusable.
+    #[error(transparent)]
+    Guards(#[from] CapacityError),
+    /// This process itself failed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+/// What `erebine-lmcache <args>` does, `vars` being its environment: checks
+/// the command line ([`check_args`]), finds the stock `lmcache`
+/// ([`find_stock_lmcache`]), hands it every command that does not run here
+/// (`exec`: this returns only when that fails), and serves the rest
+/// ([`serve`]) with the capacity guards a launch does not already run.
+///
+/// # Errors
+/// [`Failure`]: a refused command line, no stock `lmcache`, an `exec` that
+/// failed, an unusable guarded tier, or what kept the server from running.
+pub fn run(args: Vec<OsString>, vars: Vars) -> Result<Ended, Failure> {
+    let first = args.first().and_then(|a| a.to_str());
+    // Read as text only to find the `--l2-adapter` values; the server gets
+    // `args` byte for byte, except the specs a gateway rewrites.
+    let text_args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let specs = L2AdapterArgs::parse(&text_args);
+    check_args(&args, &text_args, &specs)?;
+    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("erebine-lmcache"));
+    let stock = match find_stock_lmcache(&vars, &own) {
+        Ok(stock) => stock,
+        // Our own help stands without LMCache: the binary printed it.
+        Err(e) if matches!(first, Some("-h" | "--help")) => {
+            say(&format!("the stock lmcache's own help cannot follow: {e}"));
+            return Ok(Ended::HelpWithoutStock);
+        }
+        Err(e) => return Err(Failure::StockNotFound(e)),
+    };
+    if !runs_here(first, &specs) || asks_for_help(&args) {
+        let source = std::process::Command::new(&stock).args(&args).exec();
+        return Err(Failure::CannotRun { stock, source });
+    }
+    let guards = without_launch_guarded(check_guards(&specs)?, &vars);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ProcessError::Runtime)?;
+    let command = DropIn {
+        stock,
+        args,
+        text_args,
+        specs,
+        guards,
+    };
+    Ok(runtime.block_on(serve(command, vars))?)
+}
+
 /// Why a drop-in command ends before the server it runs does; each error
-/// knows its exit status ([`HasExitStatus`], in `crate::exit`).
+/// knows its exit status (`HasExitStatus`, in `crate::exit`).
 #[derive(Debug, thiserror::Error)]
 pub enum DropInError {
     /// The stock `lmcache` cannot be started as the server (126).
@@ -116,7 +213,7 @@ const LISTEN_CHECK: Duration = Duration::from_millis(200);
 /// # Errors
 /// [`DropInError`]: what kept the server from running, or from being
 /// waited on.
-pub async fn serve(server: DropIn, vars: Vars) -> Result<ExitStatus, DropInError> {
+pub async fn serve(server: DropIn, vars: Vars) -> Result<Ended, DropInError> {
     let mut signals = TerminatingSignals::install().map_err(DropInError::Signals)?;
     let metrics = Arc::new(NodeMetrics::new(None));
     if let Some(owner) = launch_guard_owner(&vars) {
@@ -219,7 +316,7 @@ impl Run<'_> {
     /// the server, so that none outlives this run), and starts `guards`
     /// once it listens; returns its status, or that of a guard that could
     /// not start (said, and the server stopped).
-    async fn supervise(&mut self, guards: Vec<GuardSpec>) -> Result<ExitStatus, DropInError> {
+    async fn supervise(&mut self, guards: Vec<GuardSpec>) -> Result<Ended, DropInError> {
         let mut pending = Some(guards).filter(|g| !g.is_empty());
         let mut listening = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
@@ -276,22 +373,22 @@ impl Run<'_> {
     fn exited(
         &mut self,
         status: std::io::Result<std::process::ExitStatus>,
-    ) -> Result<ExitStatus, DropInError> {
+    ) -> Result<Ended, DropInError> {
         self.child.signal(Signal::SIGKILL);
         let status = status.map_err(ProcessError::LostServer)?;
         self.metrics
             .server()
             .observe(&Event::exited(status, &self.child.oom_reading()));
-        Ok(ExitStatus::of_server(exit_code(status)))
+        Ok(Ended::Server(exit_code(status)))
     }
 
     /// A guard could not start: said, then the server stopped.
-    async fn guard_failed(&mut self, e: GuardError) -> ExitStatus {
+    async fn guard_failed(&mut self, e: GuardError) -> Ended {
         // Said before the stop, which may take the grace.
         let failure = DropInError::GuardStart(e);
         say(&failure.to_string());
         let _ = self.child.stop(self.grace).await;
-        failure.exit_status()
+        Ended::GuardFailed(failure)
     }
 }
 

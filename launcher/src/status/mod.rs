@@ -1,5 +1,9 @@
-//! The server's HTTP `/status` endpoint: a typed model of the fields this
-//! project reads, and a client that polls it.
+//! What the server is and did, as the plan's users read it: its HTTP
+//! `/status` endpoint (a typed model of the fields this project reads, and
+//! a client that polls it), its liveness events ([`events`]) and how its
+//! exit is told from the kernel's count of OOM kills ([`oom`]). Below
+//! `run/`, which polls and reports, so that `inspect` and the metrics read
+//! the same model without the launch.
 //!
 //! LMCache 0.5.6 answers 200 with a JSON body when the engine is up and 503
 //! while it is not (recorded bodies in `fixtures/lmcache-0.5.6/status/`). The model is
@@ -8,6 +12,9 @@
 //! so a newer LMCache that adds or moves fields still parses. The store
 //! controller is read from under `storage_manager`, where LMCache 0.5.4 to
 //! 0.5.6 put it, else from the top level (`docs/inspect.md`).
+
+pub mod events;
+pub mod oom;
 
 use std::time::Duration;
 
