@@ -15,6 +15,7 @@ use lmcache_s3_gateway::spec::BucketSpecError;
 use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
 
+use crate::cli::CommandError;
 use crate::inspect::{InspectError, Inspection};
 use crate::metrics::MetricsError;
 use crate::node::config_error::ConfigError;
@@ -308,6 +309,21 @@ impl HasExitStatus for DropInError {
 
 /// `erebine-lmcache`'s own failures: 127 and 126 as a shell says of a
 /// command it cannot find or run.
+impl HasExitStatus for CommandError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            CommandError::Config(e) => e.exit_status(),
+            CommandError::Plan(e) => e.exit_status(),
+            CommandError::NotFound(e) => e.exit_status(),
+            CommandError::Launch(e) => e.exit_status(),
+            CommandError::Housekeeping(e) => e.exit_status(),
+            CommandError::Inspect(e) => e.exit_status(),
+            CommandError::Process(e) => e.exit_status(),
+            CommandError::Usage(_) => ExitStatus::BadInput,
+        }
+    }
+}
+
 impl HasExitStatus for Failure {
     fn exit_status(&self) -> ExitStatus {
         match self {

@@ -10,27 +10,21 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::tier_dir::replace_control_file;
-use lmcache_housekeeping::{housekeep, HousekeepingError, Mode, TierPolicy};
-use lmcache_launcher::cli;
+use lmcache_launcher::cli::housekeep::Housekept;
 use lmcache_launcher::cli::size::SizeReport;
+use lmcache_launcher::cli::{self, CommandError, UsageError};
 use lmcache_launcher::exit::{exit_status_help, ExitStatus, HasExitStatus, LMCACHE_TIER_STATUSES};
-use lmcache_launcher::inspect::{self, InspectError, Inspection};
+use lmcache_launcher::inspect;
 use lmcache_launcher::node::env::{self, ConfigError, DiskRead, NodeEnv, Vars};
-use lmcache_launcher::node::ports;
 use lmcache_launcher::output;
-use lmcache_launcher::output::with_progress;
-use lmcache_launcher::plan::api_key;
-use lmcache_launcher::plan::{gpu, locate};
 use lmcache_launcher::process::ProcessError;
-use lmcache_launcher::run::launch::{self, LaunchError, RestartPolicy, RunOptions};
+use lmcache_launcher::run::launch::{self, RestartPolicy, RunOptions};
 use lmcache_launcher::run::supervise::{self, TerminatingSignals};
 use lmcache_launcher::run::watch::{WatchConfig, UNRESPONSIVE_TIMEOUT};
-use lmcache_launcher::status::StatusClient;
 use lmcache_launcher::DiskAccess;
-use lmcache_launcher::{EngineFacts, PlanError};
+use lmcache_launcher::EngineFacts;
 use lmcache_launcher::{KvCacheBackend, Planned};
-use lmcache_sizing::{fmt_gib, gib_to_bytes};
-use lmcache_tier_spec::TierSpec;
+use lmcache_sizing::gib_to_bytes;
 use serde_json::json;
 
 /// The statuses each subcommand can end with, for its `--help`; the top
@@ -58,11 +52,6 @@ const INSPECT_STATUSES: [ExitStatus; 5] = [
     ExitStatus::NoAnswer,
     ExitStatus::Unhealthy,
 ];
-
-/// How long `inspect` waits for one S3 gateway's state, and for the
-/// launch's metrics (both answer from memory on loopback, so this only
-/// bounds a port that does not answer).
-const GATEWAY_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Parser)]
 #[command(
@@ -427,93 +416,6 @@ fn write_out(text: String) -> Result<(), ProcessError> {
     output::stdout_text(&text).map_err(ProcessError::Stdout)
 }
 
-/// Why a command failed; each error knows its exit status
-/// ([`HasExitStatus`]).
-#[derive(Debug, thiserror::Error)]
-enum Failure {
-    /// A variable or flag with a bad value.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The launch cannot be planned.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// The stock `lmcache` or the server's executable is missing.
-    #[error(transparent)]
-    NotFound(#[from] locate::NotFound),
-    /// The launch ended without a requested stop.
-    #[error(transparent)]
-    Launch(#[from] LaunchError),
-    /// Housekeeping failed.
-    #[error(transparent)]
-    Housekeeping(#[from] HousekeepingError),
-    /// `inspect` found no healthy server, or was given a bad URL.
-    #[error(transparent)]
-    Inspect(#[from] InspectError),
-    /// This process itself failed.
-    #[error(transparent)]
-    Process(#[from] ProcessError),
-    /// `help`, `housekeep` or `man` was asked for something it cannot do.
-    #[error(transparent)]
-    Usage(#[from] UsageError),
-}
-
-/// What `help`, `housekeep` and `man` refuse: exit 2, naming the
-/// subcommand, the reason or the directory.
-#[derive(Debug, thiserror::Error)]
-enum UsageError {
-    /// `help` named no subcommand of this program.
-    #[error("help: {name:?} is not a subcommand of {parent}: see `{parent} --help` for them")]
-    NoSuchCommand {
-        /// The name given.
-        name: String,
-        /// The command it was looked for under.
-        parent: String,
-    },
-    /// The man pages cannot be written there.
-    #[error("man --dir {}: cannot write {} there: {source}", .dir.display(), .page.as_deref().unwrap_or("the man pages"))]
-    ManDir {
-        /// The directory given.
-        dir: PathBuf,
-        /// The page that could not be written, if it got that far.
-        page: Option<String>,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl HasExitStatus for Failure {
-    fn exit_status(&self) -> ExitStatus {
-        match self {
-            Failure::Config(e) => e.exit_status(),
-            Failure::Plan(e) => e.exit_status(),
-            Failure::NotFound(e) => e.exit_status(),
-            Failure::Launch(e) => e.exit_status(),
-            Failure::Housekeeping(e) => e.exit_status(),
-            Failure::Inspect(e) => e.exit_status(),
-            Failure::Process(e) => e.exit_status(),
-            Failure::Usage(_) => ExitStatus::BadInput,
-        }
-    }
-}
-
-/// `e`, naming `--path` instead of `EREBINE_AGENT_LMCACHE_DISK_PATH` when
-/// the flag set the variable (`given`): the operator wrote the flag.
-fn path_flag(e: ConfigError, given: bool) -> ConfigError {
-    match e {
-        ConfigError::Invalid {
-            variable,
-            value,
-            expected,
-        } if given && variable == env::DISK_PATH => ConfigError::Invalid {
-            variable: "--path".to_string(),
-            value,
-            expected,
-        },
-        other => other,
-    }
-}
-
 fn main() -> ExitCode {
     lmcache_launcher::output::init_logging(std::io::stderr().is_terminal());
     let cli = match Cli::try_parse() {
@@ -593,7 +495,7 @@ fn built_command() -> clap::Command {
     command
 }
 
-fn help_cmd(args: HelpArgs) -> Result<(), Failure> {
+fn help_cmd(args: HelpArgs) -> Result<(), CommandError> {
     let mut command = built_command();
     let mut target = &mut command;
     for name in &args.command {
@@ -617,7 +519,7 @@ fn help_cmd(args: HelpArgs) -> Result<(), Failure> {
     Ok(write_out(help)?)
 }
 
-fn completions_cmd(args: CompletionsArgs) -> Result<(), Failure> {
+fn completions_cmd(args: CompletionsArgs) -> Result<(), CommandError> {
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut Cli::command(), "lmcache-tier", &mut script);
     let mut script = String::from_utf8_lossy(&script).into_owned();
@@ -631,7 +533,7 @@ fn completions_cmd(args: CompletionsArgs) -> Result<(), Failure> {
     Ok(write_out(script)?)
 }
 
-fn man_cmd(args: ManArgs) -> Result<(), Failure> {
+fn man_cmd(args: ManArgs) -> Result<(), CommandError> {
     let dir = args.dir;
     let failed = |page: Option<&str>, source| UsageError::ManDir {
         dir: dir.clone(),
@@ -694,38 +596,10 @@ impl EngineArgs {
     }
 }
 
-/// What `housekeep` cleans, as a launch plans the node from the same
-/// variables and engine flags (with the `lmcache` backend, whatever the
-/// node's): the tier directory, the launch identity and the capacity, each
-/// from its source, the command line's flags winning; the warnings a
-/// launch would give about the node's sizes are logged. Without a built-in
-/// disk tier a launch cleans nothing, and so `None`, unless the directory
-/// was given (`path_given`): then there is no capacity to trim to.
-fn node_housekeeping(
-    args: &HousekeepArgs,
-    mut vars: Vars,
-) -> Result<Option<cli::housekeep::NodeTier>, Failure> {
-    vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
-    let path_given = args.path.is_some();
-    if let Some(path) = &args.path {
-        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
-    }
-    let tier = cli::housekeep::node_tier(&args.engine.facts(), &vars, args.chunk_size).map_err(
-        |e| match e {
-            PlanError::Config(e) => PlanError::Config(path_flag(e, path_given)),
-            other => other,
-        },
-    )?;
-    for warning in &tier.warnings {
-        tracing::warn!("{warning}");
-    }
-    Ok(Some(tier).filter(|t| path_given || t.capacity.is_some()))
-}
-
-fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
+fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), CommandError> {
     // Caught before anything is planned or touched: a signal from here on
     // stops the launch cleanly (docs/operations.md, "Stopping").
-    let runtime = runtime()?;
+    let runtime = cli::runtime()?;
     let signals = match args.dry_run {
         true => None,
         false => Some(catch_signals(&runtime)?),
@@ -782,7 +656,7 @@ fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), Failure> {
 
 /// Prints `launch --dry-run`'s report ([`cli::launch::DryRun`]): JSON with
 /// `--json`, else text; a purge it would make is warned about first.
-fn show_dry_run(launch: &cli::launch::NodeLaunch, json: bool) -> Result<(), Failure> {
+fn show_dry_run(launch: &cli::launch::NodeLaunch, json: bool) -> Result<(), CommandError> {
     let report = cli::launch::DryRun::of(launch)?;
     if let Some(warning) = report.purge_warning() {
         tracing::warn!("{warning}");
@@ -829,69 +703,14 @@ fn catch_signals(runtime: &tokio::runtime::Runtime) -> Result<TerminatingSignals
     Ok(signals)
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ProcessError::Runtime)
-}
-
-fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
-    let node = NodeEnv::from_vars(&vars)?;
-    let url = args.url.unwrap_or_else(|| {
-        format!(
-            "http://127.0.0.1:{}/status",
-            ports::http_listener(&node).port
-        )
-    });
-    inspect::check_url(&url)?;
-    if args.watch.is_some() {
-        inspect::live::check_terminal()?;
-    }
-    let (disk_dirs, declares_capacity): (Vec<PathBuf>, Vec<bool>) = match node.custom_cascade() {
-        None => (vec![node.disk_path.clone()], vec![true]),
-        Some(cascade) => (
-            cascade
-                .tiers()
-                .iter()
-                .filter(|t| t.is_disk_tier())
-                .filter_map(|t| t.base_path().map(PathBuf::from))
-                .collect(),
-            cascade
-                .tiers()
-                .iter()
-                .map(TierSpec::lmcache_evicts)
-                .collect(),
-        ),
+fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), CommandError> {
+    let request = cli::inspect::InspectRequest {
+        url: args.url,
+        watch: args.watch,
     };
-    // What a launch would run, if it can be found; inspect needs no LMCache.
-    let own = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("lmcache-tier"));
-    let stock = locate::server_executable(node.lmcache_path.as_deref(), &vars, &own)
-        .and_then(|executable| locate::find_stock_lmcache(&vars, &executable))
-        .ok();
-    let lmcache = stock.as_deref().map(locate::LmcacheInstall::at);
-    let gpu = stock.and_then(|stock| gpu::measure(&stock, &vars));
-    let lookup = |name: &str| {
-        let value = vars.get(std::ffi::OsStr::new(name))?;
-        value.to_str().map(str::to_string)
+    let Some(report) = cli::inspect::inspect(request, &vars)? else {
+        return Ok(());
     };
-    let key =
-        api_key::for_client(node.api_key_file.as_deref(), &lookup).map_err(InspectError::from)?;
-    let client = StatusClient::new(url.clone()).with_api_key(key);
-    let read = async || {
-        let poll = client.poll().await;
-        let mut report = Inspection::build(&url, &poll, &disk_dirs, Some(&declares_capacity));
-        report.lmcache = lmcache.clone();
-        report.gpu = gpu.clone();
-        report.read_gateways(GATEWAY_TIMEOUT).await;
-        report.read_launch(node.metrics, GATEWAY_TIMEOUT).await;
-        report
-    };
-    let runtime = runtime()?;
-    if let Some(interval) = args.watch {
-        return Ok(runtime.block_on(inspect::live::run(interval, read))?);
-    }
-    let report = runtime.block_on(read());
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(ProcessError::Json)?;
         outln!("{text}");
@@ -901,7 +720,7 @@ fn inspect_cmd(args: InspectArgs, vars: Vars) -> Result<(), Failure> {
     Ok(report.verdict()?)
 }
 
-fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
+fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), CommandError> {
     if let Some(path) = &args.path {
         vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
     }
@@ -912,7 +731,7 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
         vars.insert(env::DISK_SIZE_GB.into(), gib.to_string().into());
     }
     args.disk_load.apply(&mut vars);
-    let node = NodeEnv::from_vars(&vars).map_err(|e| path_flag(e, args.path.is_some()))?;
+    let node = NodeEnv::from_vars(&vars).map_err(|e| cli::path_flag(e, args.path.is_some()))?;
     let report = SizeReport::measure(&node)?;
     for warning in &report.warnings {
         tracing::warn!("{warning}");
@@ -927,70 +746,22 @@ fn size_cmd(args: SizeArgs, mut vars: Vars) -> Result<(), Failure> {
     Ok(())
 }
 
-fn housekeep_cmd(args: HousekeepArgs, vars: Vars) -> Result<(), Failure> {
-    let Some(target) = node_housekeeping(&args, vars)? else {
-        let why = "the node's plan has no built-in disk tier (EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces it, or its size is 0), so a launch cleans nothing: nothing to clean. Give --path to clean a directory anyway";
-        match args.json {
-            true => outln!("{:#}", json!({ "nothing_to_clean": why })),
-            false => outln!("{why}"),
-        }
-        return Ok(());
+fn housekeep_cmd(args: HousekeepArgs, vars: Vars) -> Result<(), CommandError> {
+    let request = cli::housekeep::HousekeepRequest {
+        engine: args.engine.facts(),
+        path: args.path,
+        chunk_size: args.chunk_size,
+        capacity_gb: args.capacity_gb,
+        dry_run: args.dry_run,
     };
-    let capacity = match args.capacity_gb {
-        Some(gib) => gib_to_bytes(gib)
-            .map(|bytes| lmcache_sizing::Decision::new(bytes, "flag", "--capacity-gb")),
-        None => target.capacity.clone(),
-    };
-    // A capacity given here is trimmed to as given; the launch's own is
-    // trimmed to where its capacity guard leaves the tier.
-    let policy = TierPolicy {
-        capacity_bytes: capacity.as_ref().map(|c| c.value),
-        shared: false,
-        guard: target.guard.filter(|_| args.capacity_gb.is_none()),
-    };
-    let sources = json!({
-        "path": match args.path {
-            Some(_) => "--path".to_string(),
-            None => env::DISK_PATH.to_string(),
-        },
-        "chunk_size": target.chunk_size_source,
-        "capacity": capacity.as_ref().map(|c| c.reason.clone()),
-    });
-    tracing::info!(
-        "housekeeping {} for model {:?} (world size {}), chunk size {} ({}), capacity {}",
-        target.path.display(),
-        target.identity.lmcache_model_name(),
-        target.identity.kv_world_size(),
-        target.identity.chunk_size,
-        target.chunk_size_source,
-        match &capacity {
-            Some(c) => format!("{} ({})", fmt_gib(c.value), c.reason),
-            None => "none: no trim".to_string(),
-        }
-    );
-    let (path, identity) = (target.path, target.identity);
-    let mode = if args.dry_run {
-        Mode::DryRun
-    } else {
-        Mode::Apply
-    };
-    let done = with_progress(&format!("scanning {}", path.display()), || {
-        housekeep(&path, &identity, policy, mode)
-    })?;
-    if args.json {
-        let report = json!({
-            "identity": identity,
-            "sources": sources,
-            "scanned": done.scanned,
-            "report": done.report,
-            "manifest": done.manifest,
-        });
-        outln!("{report:#}");
-    } else {
-        outln!("{}", done.report);
-    }
-    if let Some(warning) = done.report.purge_warning() {
-        tracing::warn!("{warning}");
+    let done = cli::housekeep::housekeep(request, vars)?;
+    match (&done, args.json) {
+        (_, true) => outln!(
+            "{}",
+            serde_json::to_string_pretty(&done).map_err(ProcessError::Json)?
+        ),
+        (Housekept::NothingToClean { nothing_to_clean }, false) => outln!("{nothing_to_clean}"),
+        (Housekept::Cleaned(cleaned), false) => outln!("{}", cleaned.report),
     }
     Ok(())
 }

@@ -5,10 +5,14 @@
 use std::path::PathBuf;
 
 use lmcache_capacity_guard::capacity::guard_spec;
-use lmcache_housekeeping::{GuardBound, LaunchIdentity};
+use lmcache_housekeeping::{
+    GuardBound, InventoryTotals, LaunchIdentity, Manifest, Mode, Report, TierPolicy,
+};
 use serde::Serialize;
 
-use crate::node::env::{NodeEnv, Vars};
+use crate::cli::{path_flag, CommandError};
+use crate::node::env::{self, NodeEnv, Vars};
+use crate::output::with_progress;
 use crate::plan::facts::{measure_disk_to_housekeep, Facts};
 use crate::plan::inputs::{EngineFacts, HostFacts, PlanError};
 use crate::plan::launch_plan;
@@ -95,4 +99,140 @@ fn judge_node(node: &NodeEnv) -> Result<launch_plan::Sizes, PlanError> {
         ..HostFacts::from(&host)
     };
     launch_plan::judge_sizes(node, &host, launch_plan::Tiers::AsPlanned)
+}
+
+/// What `lmcache-tier housekeep` was asked for (its flags).
+#[derive(Debug, Clone, Default)]
+pub struct HousekeepRequest {
+    /// The engine facts the launch identity comes from.
+    pub engine: EngineFacts,
+    /// The tier directory (`--path`); default: the node's.
+    pub path: Option<PathBuf>,
+    /// The chunk size in tokens (`--chunk-size`); default: the plan's.
+    pub chunk_size: Option<u32>,
+    /// The capacity to trim to, GiB (`--capacity-gb`); default: the plan's.
+    pub capacity_gb: Option<f64>,
+    /// Plan only: delete nothing, take no lock, write no manifest.
+    pub dry_run: bool,
+}
+
+/// What `lmcache-tier housekeep` did: printed as text (the report) or as
+/// one JSON object (`docs/inspect.md`).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Housekept {
+    /// The node's plan has no built-in disk tier and no `--path` was given.
+    NothingToClean {
+        /// Why, in one sentence.
+        nothing_to_clean: &'static str,
+    },
+    /// The tier was cleaned (or, with `--dry-run`, planned).
+    Cleaned(Box<Cleaned>),
+}
+
+/// One tier housekept: its identity, where each setting came from, and
+/// what housekeeping scanned, reported and wrote.
+#[derive(Debug, Serialize)]
+pub struct Cleaned {
+    /// The launch identity of the objects kept.
+    pub identity: LaunchIdentity,
+    /// Where the directory, the chunk size and the capacity came from.
+    pub sources: Sources,
+    /// What the scan found.
+    pub scanned: InventoryTotals,
+    /// What was deleted (or would be), and why.
+    pub report: Report,
+    /// The identity manifest as it stands afterwards.
+    pub manifest: Option<Manifest>,
+}
+
+/// Where each setting of a housekeeping run came from.
+#[derive(Debug, Serialize)]
+pub struct Sources {
+    /// `--path` or `EREBINE_AGENT_LMCACHE_DISK_PATH`.
+    pub path: String,
+    /// The chunk size's rule ([`NodeTier::chunk_size_source`]).
+    pub chunk_size: String,
+    /// The capacity's reason, if there is a capacity.
+    pub capacity: Option<String>,
+}
+
+/// Why `housekeep` has nothing to clean without a built-in disk tier.
+const NOTHING_TO_CLEAN: &str = "the node's plan has no built-in disk tier (EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces it, or its size is 0), so a launch cleans nothing: nothing to clean. Give --path to clean a directory anyway";
+
+/// Housekeeps the tier of the node `vars` describe as `request` asks,
+/// logging the plan's warnings, the run's settings and, after, a purge
+/// that took much of the tier.
+///
+/// Errors: a bad variable, engine fact or directory
+/// ([`CommandError::Plan`], naming `--path` when it was given), or a failed
+/// scan, deletion or lock ([`CommandError::Housekeeping`]).
+pub fn housekeep(request: HousekeepRequest, mut vars: Vars) -> Result<Housekept, CommandError> {
+    vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
+    let path_given = request.path.is_some();
+    if let Some(path) = &request.path {
+        vars.insert(env::DISK_PATH.into(), path.clone().into_os_string());
+    }
+    let target = node_tier(&request.engine, &vars, request.chunk_size).map_err(|e| match e {
+        PlanError::Config(e) => PlanError::Config(path_flag(e, path_given)),
+        other => other,
+    })?;
+    for warning in &target.warnings {
+        tracing::warn!("{warning}");
+    }
+    if !path_given && target.capacity.is_none() {
+        return Ok(Housekept::NothingToClean {
+            nothing_to_clean: NOTHING_TO_CLEAN,
+        });
+    }
+    let capacity = match request.capacity_gb {
+        Some(gib) => lmcache_sizing::gib_to_bytes(gib)
+            .map(|bytes| lmcache_sizing::Decision::new(bytes, "flag", "--capacity-gb")),
+        None => target.capacity.clone(),
+    };
+    // A capacity given here is trimmed to as given; the launch's own is
+    // trimmed to where its capacity guard leaves the tier.
+    let policy = TierPolicy {
+        capacity_bytes: capacity.as_ref().map(|c| c.value),
+        shared: false,
+        guard: target.guard.filter(|_| request.capacity_gb.is_none()),
+    };
+    let sources = Sources {
+        path: match path_given {
+            true => "--path".to_string(),
+            false => env::DISK_PATH.to_string(),
+        },
+        chunk_size: target.chunk_size_source.clone(),
+        capacity: capacity.as_ref().map(|c| c.reason.clone()),
+    };
+    tracing::info!(
+        "housekeeping {} for model {:?} (world size {}), chunk size {} ({}), capacity {}",
+        target.path.display(),
+        target.identity.lmcache_model_name(),
+        target.identity.kv_world_size(),
+        target.identity.chunk_size,
+        target.chunk_size_source,
+        match &capacity {
+            Some(c) => format!("{} ({})", lmcache_sizing::fmt_gib(c.value), c.reason),
+            None => "none: no trim".to_string(),
+        }
+    );
+    let (path, identity) = (target.path, target.identity);
+    let mode = match request.dry_run {
+        true => Mode::DryRun,
+        false => Mode::Apply,
+    };
+    let done = with_progress(&format!("scanning {}", path.display()), || {
+        lmcache_housekeeping::housekeep(&path, &identity, policy, mode)
+    })?;
+    if let Some(warning) = done.report.purge_warning() {
+        tracing::warn!("{warning}");
+    }
+    Ok(Housekept::Cleaned(Box::new(Cleaned {
+        identity,
+        sources,
+        scanned: done.scanned,
+        report: done.report,
+        manifest: done.manifest,
+    })))
 }
