@@ -234,7 +234,7 @@ fn the_lmcache_version_is_shown_and_an_untested_one_warned_about() {
     );
     assert!(
         text.contains("LMCache 0.4.9 (")
-            && text.contains("is not a tested version (0.5.4, 0.5.5, 0.5.6)"),
+            && text.contains("is not a tested version (0.5.4, 0.5.5, 0.5.6, 0.5.7rc2)"),
         "{text}"
     );
     let out = case.run(&["inspect", "--json"]);

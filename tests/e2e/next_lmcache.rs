@@ -123,6 +123,7 @@ fn the_api_key_is_made_passed_by_file_and_carried_by_every_request_of_ours() {
 
     let log = launch.output();
     assert!(log.contains("LMCache 0.5.7rc2"), "{log}");
+    assert!(!log.contains("is not a tested version"), "{log}");
     assert!(log.contains("created the LMCache API key file"), "{log}");
     let by_file = format!("--api-key-file {}", key_file.display());
     assert!(

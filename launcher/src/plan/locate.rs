@@ -158,7 +158,7 @@ pub fn server_executable(
 
 /// The LMCache versions the end-to-end tests have passed on
 /// (`docs/configuration.md`, "LMCache versions").
-pub const TESTED_LMCACHE_VERSIONS: &[&str] = &["0.5.4", "0.5.5", "0.5.6"];
+pub const TESTED_LMCACHE_VERSIONS: &[&str] = &["0.5.4", "0.5.5", "0.5.6", "0.5.7rc2"];
 
 /// An installed LMCache: where its `lmcache` command is and which version
 /// its Python environment holds.
@@ -403,7 +403,7 @@ mod tests {
         assert!(!old.tested);
         assert!(old
             .describe()
-            .contains("is not a tested version (0.5.4, 0.5.5, 0.5.6)"));
+            .contains("is not a tested version (0.5.4, 0.5.5, 0.5.6, 0.5.7rc2)"));
         // What is not a small regular file is not read.
         fs::remove_file(dist.join("METADATA")).unwrap();
         std::os::unix::fs::symlink("/dev/zero", dist.join("METADATA")).unwrap();
