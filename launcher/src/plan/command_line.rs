@@ -7,12 +7,25 @@ use std::collections::BTreeMap;
 
 use lmcache_sizing::GIB;
 use lmcache_tier_spec::Cascade;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::node::env::NodeEnv;
 use crate::node::extra_args::{self, ExtraArgs};
 use crate::plan::inputs::EngineFacts;
-use crate::plan::launch_plan::{L1Mode, Replaced};
+use crate::plan::verdict::L1Mode;
+
+/// A node flag that `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` repeats: the node's
+/// occurrence is dropped so that the extra one is what the server gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Replaced {
+    /// The flag, e.g. `--chunk-size`.
+    pub flag: String,
+    /// What the node would have passed (adapter secrets redacted).
+    pub node: String,
+    /// What the extra arguments pass (adapter secrets redacted).
+    pub extra: String,
+}
 
 /// The variables the server gets on top of its environment
 /// (`docs/configuration.md`): no usage reports, unbuffered output, and

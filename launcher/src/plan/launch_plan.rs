@@ -24,7 +24,7 @@ use crate::plan::housekeep::DiskHousekeeping;
 use crate::plan::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
 
 use super::api_key::{self, ApiKeySource};
-pub use super::command_line::connector_config;
+pub use super::command_line::{connector_config, Replaced};
 use super::command_line::{node_flags, server_args, server_env, NodeValues};
 pub(crate) use super::disk_tier::kind_name;
 pub use super::disk_tier::{check_volume, size_disk_tier, DiskTier};
@@ -70,18 +70,6 @@ pub struct Decisions {
     /// overlay (a container's writable layer). A launch logs each
     /// as a warning.
     pub warnings: Vec<String>,
-}
-
-/// A node flag that `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` repeats: the node's
-/// occurrence is dropped so that the extra one is what the server gets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Replaced {
-    /// The flag, e.g. `--chunk-size`.
-    pub flag: String,
-    /// What the node would have passed (adapter secrets redacted).
-    pub node: String,
-    /// What the extra arguments pass (adapter secrets redacted).
-    pub extra: String,
 }
 
 /// LMCache's flag for how long a silent worker is kept
