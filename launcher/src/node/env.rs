@@ -424,7 +424,7 @@ impl NodeEnv {
     }
 
     /// The custom cascade and the variable it came from, if any.
-    fn custom_tiers(&self) -> Option<(&'static str, &Cascade)> {
+    pub(crate) fn custom_tiers(&self) -> Option<(&'static str, &Cascade)> {
         match (self.extra_args.l2_adapters(), &self.l2_adapter) {
             (Some(tiers), _) => Some((LMCACHE_EXTRA_ARGS, tiers)),
             (None, Some(tiers)) => Some((L2_ADAPTER, tiers)),

@@ -5,13 +5,15 @@
 //! `docs/s3-gateway.md`). Each check is the one its crate applies when the
 //! server starts, so `--dry-run` refuses what `erebine-lmcache server` would.
 
-use lmcache_capacity_guard::capacity::{check_guard_keys, guard_specs, CapacityError};
+use lmcache_capacity_guard::capacity::{
+    check_guard_keys, guard_spec, guard_specs, CapacityError, GuardSpec,
+};
 use lmcache_s3_gateway::bound::BoundSpec;
 use lmcache_s3_gateway::fleet::rule::{BUCKET_BOUND, MODELS};
 use lmcache_s3_gateway::spec::{
     check_default_chain, check_overlapping_prefixes, BucketSpecError, BucketTier,
 };
-use lmcache_tier_spec::{Cascade, TierSpec};
+use lmcache_tier_spec::{Cascade, TierKind, TierSpec};
 
 /// A tier the server would refuse at start because of a key we add.
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -83,6 +85,57 @@ fn check_bucket_bounds(cascade: &Cascade) -> Result<(), ExtensionError> {
     Ok(())
 }
 
+/// One tier of a cascade with what this project's keys plan for it, read
+/// once from its spec: its kind, the capacity guard's spec (an `fs` or
+/// `fs_native` tier with `max_capacity_gb`) and the bucket bound's (an
+/// `s3_bucket` tier with `max_capacity_gb`). What the launch starts and
+/// checks for a tier is read from here, never from the raw spec again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedTier {
+    /// Its position in the cascade, 0 first.
+    pub position: usize,
+    /// Its spec, as the plan passes it to the server.
+    pub spec: TierSpec,
+    /// The capacity guard's spec ([`guard_spec`]), if the guard bounds it.
+    pub guard: Option<GuardSpec>,
+    /// The bucket bound's numbers ([`BoundSpec::from_spec`]), if the
+    /// gateway bounds it.
+    pub bound: Option<BoundSpec>,
+}
+
+impl PlannedTier {
+    /// What kind of tier it is ([`TierSpec::kind`]).
+    pub fn kind(&self) -> TierKind<'_> {
+        self.spec.kind()
+    }
+}
+
+/// The tiers of `cascade`, each with its guard's and bound's specs, read
+/// once (`docs/design.md`, "Adding a tier kind"). Pure: two guarded tiers
+/// in one directory are found by [`check_extensions`], which resolves the
+/// paths.
+///
+/// # Errors
+/// What [`check_extension_keys`] refuses of the guard's and the bound's
+/// keys ([`ExtensionError`]).
+pub fn planned_tiers(cascade: &Cascade) -> Result<Vec<PlannedTier>, ExtensionError> {
+    let mut planned = Vec::with_capacity(cascade.tiers().len());
+    for (position, spec) in cascade.tiers().iter().enumerate() {
+        let guard = guard_spec(position, spec)?;
+        let bound = match spec.kind() {
+            TierKind::Bucket => BoundSpec::from_spec(spec, position)?,
+            _ => None,
+        };
+        planned.push(PlannedTier {
+            position,
+            spec: spec.clone(),
+            guard,
+            bound,
+        });
+    }
+    Ok(planned)
+}
+
 /// `cascade` with `bucket_bound.models` set to `[model]` (vLLM's `--model`,
 /// which names every LMCache object) on each `s3_bucket` tier with a bound
 /// whose block names no models: the bound counts this node's model from
@@ -115,6 +168,33 @@ mod tests {
 
     fn cascade(json: &str) -> Cascade {
         Cascade::parse(json, "t").unwrap()
+    }
+
+    #[test]
+    fn each_tier_is_planned_once_with_its_guard_and_its_bound() {
+        let planned = planned_tiers(&cascade(
+            r#"[{"type":"fs","base_path":"/a","max_capacity_gb":1},
+                {"type":"fs_native","base_path":"/b"},
+                {"type":"s3","s3_bucket":"kv","s3_key_prefix":"n/","max_capacity_gb":2},
+                {"type":"s3","s3_endpoint":"s3.example.net","max_capacity_gb":3},
+                {"type":"raw_block","device_path":"/dev/x","max_capacity_gb":4}]"#,
+        ))
+        .unwrap();
+        let positions: Vec<usize> = planned.iter().map(|t| t.position).collect();
+        assert_eq!(positions, [0, 1, 2, 3, 4]);
+        let guarded: Vec<bool> = planned.iter().map(|t| t.guard.is_some()).collect();
+        assert_eq!(guarded, [true, false, false, false, false]);
+        let bounded: Vec<bool> = planned.iter().map(|t| t.bound.is_some()).collect();
+        assert_eq!(bounded, [false, false, true, false, false]);
+        assert_eq!(planned[0].guard.as_ref().unwrap().capacity_bytes, 1 << 30);
+        assert_eq!(planned[4].kind(), TierKind::Other("raw_block"));
+        let refused = planned_tiers(&cascade(
+            r#"[{"type":"fs","base_path":"/a"},{"type":"fs","base_path":"/b","max_capacity_gb":-1}]"#,
+        ));
+        assert!(
+            matches!(refused, Err(ExtensionError::Capacity(_))),
+            "{refused:?}"
+        );
     }
 
     #[test]

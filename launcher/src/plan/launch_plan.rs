@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lmcache_capacity_guard::capacity::guard_spec;
+use crate::node::extensions::{planned_tiers, PlannedTier};
 use lmcache_sizing::rules::{self, OdirectProbe};
 use lmcache_sizing::{fmt_gib, Decision};
 use lmcache_tier_spec::{Cascade, TierSpec};
@@ -94,6 +94,10 @@ pub struct LaunchPlan {
     /// The L2 tiers the server gets, in cascade order (one per
     /// `--l2-adapter` in `args`, extra arguments included).
     pub cascade: Cascade,
+    /// [`LaunchPlan::cascade`]'s tiers with what our keys plan for each
+    /// (the capacity guard's and the bucket bound's specs), read once:
+    /// what the launch checks and starts for a tier comes from here.
+    pub tiers: Vec<PlannedTier>,
     /// The server's ZMQ port (127.0.0.1), as the server gets it.
     pub mp_port: u16,
     /// The server's HTTP port (127.0.0.1), where `/status` answers.
@@ -409,7 +413,13 @@ pub fn plan_launch(
     decisions
         .warnings
         .extend(host.gpu.as_ref().and_then(crate::plan::gpu::warning));
-    let housekeeping = disk_housekeeping(facts, host, &decisions, &cascade);
+    // Read once; the node's variables passed these checks already, and
+    // what the plan added (bound models, eviction blocks) are defaults.
+    let tiers = planned_tiers(&cascade).map_err(|problem| ConfigError::Tier {
+        variable: node.custom_tiers().map_or(env::L2_ADAPTER, |(v, _)| v),
+        problem,
+    })?;
+    let housekeeping = disk_housekeeping(facts, host, &decisions, &tiers);
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
     decisions.replaced_by_extra_args = replaced;
@@ -421,6 +431,7 @@ pub fn plan_launch(
         env: server_env(node),
         base_env: BTreeMap::new(),
         cascade,
+        tiers,
         mp_port,
         http_port,
         listeners,
@@ -434,19 +445,17 @@ pub fn plan_launch(
 
 /// The housekeeping of the built-in disk tier before the server starts,
 /// from the launch's scan in `host`, with the bound of the tier's capacity
-/// guard in `cascade`; `None` without a disk tier.
+/// guard among `tiers`; `None` without a disk tier.
 fn disk_housekeeping(
     facts: &EngineFacts,
     host: &HostFacts,
     decisions: &Decisions,
-    cascade: &Cascade,
+    tiers: &[PlannedTier],
 ) -> Option<DiskHousekeeping> {
     let disk = decisions.disk.as_ref().filter(|d| d.capacity.value > 0)?;
-    let guard = cascade
-        .tiers()
+    let guard = tiers
         .iter()
-        .enumerate()
-        .filter_map(|(position, tier)| guard_spec(position, tier).ok().flatten())
+        .filter_map(|tier| tier.guard.as_ref())
         .find(|spec| spec.base_path == disk.path)
         .map(|spec| spec.bound());
     Some(DiskHousekeeping {

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
-use lmcache_capacity_guard::capacity::guard_specs;
+use lmcache_capacity_guard::capacity::GuardSpec;
 use lmcache_capacity_guard::{Guard, GuardError, GuardOptions, PriorScan};
 use lmcache_housekeeping::Mode;
 
@@ -404,7 +404,7 @@ async fn prepare(
     // Every guarded tier's capacity against its volume, as the guards
     // under `erebine-lmcache` will check it: refused here, before anything
     // starts, with the reason (exit 2), not as a server that exits at once.
-    let guarded = guard_specs(&plan.cascade).unwrap_or_default();
+    let guarded: Vec<GuardSpec> = plan.tiers.iter().filter_map(|t| t.guard.clone()).collect();
     for spec in &guarded {
         spec.check_volume().map_err(GuardError::from)?;
     }
@@ -511,8 +511,8 @@ fn start_guard(
     housekept: Housekept,
     owner: &str,
 ) -> Result<Option<Guard>, LaunchError> {
-    let specs = guard_specs(&plan.cascade).map_err(GuardError::from)?;
-    let Some(spec) = specs.into_iter().find(|s| s.base_path == path) else {
+    let mut guards = plan.tiers.iter().filter_map(|t| t.guard.as_ref());
+    let Some(spec) = guards.find(|s| s.base_path == path).cloned() else {
         return Ok(None);
     };
     let prior = PriorScan {
