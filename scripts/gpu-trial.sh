@@ -81,19 +81,8 @@ WORK=/tmp/gpu-trial
 RESULTS=$WORK/results
 MP_PORT=6555
 HTTP_PORT=8090
-# Processes whose command line names $WORK: an earlier trial's launch still
-# running, or what this one left. Only looked at, never signalled.
-# This script's own ancestors are left out: the shell that started it may
-# name $WORK in its own command line.
-ancestors() { local p=$$; while [ "$p" -gt 1 ]; do echo "$p"; p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1); done; }
-from_work() {
-  local mine
-  mine=" $(ancestors | tr '\n' ' ') "
-  { pgrep -f -- "$WORK/" || true; } | while read -r pid; do
-    case "$mine" in *" $pid "*) continue ;; esac
-    echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)"
-  done
-}
+# from_work: the processes still running from $WORK.
+. "$ROOT/scripts/trial-processes.sh"
 left=$(from_work)
 if [ -n "$left" ]; then
   echo "gpu-trial: processes still run from $WORK; stop them before a new trial:" >&2

@@ -203,19 +203,8 @@ if $STASH_ONLY; then
   exit 0
 fi
 
-# Processes whose command line names $WORK: an earlier trial still running,
-# or what this one left. Only looked at, never signalled.
-# This script's own ancestors are left out: the shell that started it may
-# name $WORK in its own command line.
-ancestors() { local p=$$; while [ "$p" -gt 1 ]; do echo "$p"; p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1); done; }
-from_work() {
-  local mine
-  mine=" $(ancestors | tr '\n' ' ') "
-  { pgrep -f -- "$WORK/" || true; } | while read -r pid; do
-    case "$mine" in *" $pid "*) continue ;; esac
-    echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)"
-  done
-}
+# from_work: the processes still running from $WORK.
+. "$ROOT/scripts/trial-processes.sh"
 left=$(from_work)
 if [ -n "$left" ]; then
   echo "vllm-trial: processes still run from $WORK; stop them before a new trial:" >&2

@@ -390,6 +390,22 @@ pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// Waits for the server of `launch` (an `lmcache-tier launch`) to answer
+/// `url` (within 180 s), then for the launch to log that it saw it ready
+/// (`LMCache server ready in`, within 30 s): the launch supervises a
+/// server as ready (restarts it, watches it) only from that line on.
+/// Panics with the launch's output otherwise.
+pub fn wait_for_ready_launch(url: &str, launch: &mut Proc) {
+    wait_for_status(url, launch, Duration::from_secs(180));
+    assert!(
+        wait_until(Duration::from_secs(30), || launch
+            .output()
+            .contains("LMCache server ready in")),
+        "{}",
+        launch.output()
+    );
+}
+
 /// Polls `url` until it answers 200 with JSON, or panics after `limit` with
 /// `proc`'s output (the process is checked for an early exit each round).
 pub fn wait_for_status(url: &str, proc: &mut Proc, limit: Duration) -> serde_json::Value {

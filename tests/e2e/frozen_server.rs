@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
     binaries, free_port, get_json, get_text, listeners_of, processes_mentioning, stop_launch,
-    wait_for_status, wait_until, Binaries, Proc,
+    wait_for_ready_launch, wait_until, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -38,14 +38,7 @@ fn a_server_stopped_by_sigstop_is_restarted_after_the_unresponsive_timeout() {
     );
     let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
     let url = format!("http://127.0.0.1:{http_port}/status");
-    wait_for_status(&url, &mut launch, Duration::from_secs(180));
-    assert!(
-        wait_until(Duration::from_secs(30), || launch
-            .output()
-            .contains("LMCache server ready in")),
-        "{}",
-        launch.output()
-    );
+    wait_for_ready_launch(&url, &mut launch);
 
     let frozen = listeners_of(http_port);
     assert!(!frozen.is_empty(), "nothing listens on {http_port}");

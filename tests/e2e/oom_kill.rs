@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use lmcache_launcher::status::oom::oom_kill_count;
 use lmcache_tier_e2e::{
-    binaries, free_port, get_text, listeners_of, lmcache_venv, stop_launch, wait_for_status,
+    binaries, free_port, get_text, listeners_of, lmcache_venv, stop_launch, wait_for_ready_launch,
     wait_until, Binaries, MemoryCgroup, Proc,
 };
 
@@ -51,14 +51,7 @@ fn a_server_the_kernel_oom_kills_is_counted_as_an_oom_kill() {
     cgroup.enter(&mut cmd);
     let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
     let url = format!("http://127.0.0.1:{http_port}/status");
-    wait_for_status(&url, &mut launch, Duration::from_secs(180));
-    assert!(
-        wait_until(Duration::from_secs(30), || launch
-            .output()
-            .contains("LMCache server ready in")),
-        "{}",
-        launch.output()
-    );
+    wait_for_ready_launch(&url, &mut launch);
     let servers = listeners_of(http_port);
     let members = cgroup.members();
     assert!(

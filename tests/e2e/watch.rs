@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
     bench_command, binaries, free_port, get_json, lmcache_venv, processes_mentioning, run_bench,
-    stop_launch, wait_for_status, wait_until, Binaries, Proc,
+    stop_launch, wait_for_ready_launch, wait_for_status, wait_until, Binaries, Proc,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -245,15 +245,8 @@ fn launch_gives_up_after_three_fast_failures_quoting_the_servers_last_lines() {
     );
     let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
     let url = format!("http://127.0.0.1:{http_port}/status");
-    wait_for_status(&url, &mut launch, Duration::from_secs(180));
     // Only a server `launch` itself saw ready is restarted.
-    assert!(
-        wait_until(Duration::from_secs(30), || launch
-            .output()
-            .contains("LMCache server ready in")),
-        "{}",
-        launch.output()
-    );
+    wait_for_ready_launch(&url, &mut launch);
 
     std::fs::remove_dir_all(&tier).unwrap();
     std::fs::write(&tier, "not a directory").unwrap();
