@@ -13,6 +13,7 @@ use lmcache_s3_gateway::fleet::rule::{BUCKET_BOUND, MODELS};
 use lmcache_s3_gateway::spec::{
     check_default_chain, check_overlapping_prefixes, BucketSpecError, BucketTier,
 };
+use lmcache_tier_spec::capacity::EVICTION;
 use lmcache_tier_spec::{Cascade, TierKind, TierSpec};
 
 /// A tier the server would refuse at start because of a key we add.
@@ -25,6 +26,42 @@ pub enum ExtensionError {
     /// Unusable `s3_bucket` settings.
     #[error(transparent)]
     Bucket(#[from] BucketSpecError),
+    /// An `eviction` block LMCache refuses when the server starts: not an
+    /// object, or without one of [`EVICTION_POLICIES`].
+    #[error("L2 tier {position}: \"eviction\" = {block} has no eviction_policy LMCache takes, so the server would refuse the tier at start: write \"eviction_policy\": \"LRU\" (or \"ARC\", \"IsolatedLRU\", \"noop\") in the block, e.g. {{\"eviction_policy\":\"LRU\",\"trigger_watermark\":0.8,\"eviction_ratio\":0.2}}, or leave the block out")]
+    EvictionPolicy {
+        /// The tier's position in the cascade (0-based).
+        position: usize,
+        /// The block as written (at most 80 characters shown).
+        block: String,
+    },
+}
+
+/// The eviction policies LMCache takes in a tier's `eviction` block:
+/// `L2AdapterConfigBase._parse_eviction_config` in LMCache 0.5.6 (and
+/// 0.5.7rc2) refuses an `eviction` block without one of them, for every
+/// adapter type, and the server does not start.
+pub const EVICTION_POLICIES: [&str; 4] = ["LRU", "ARC", "IsolatedLRU", "noop"];
+
+/// Every `eviction` block of `cascade` that is not `null` is an object
+/// with one of [`EVICTION_POLICIES`].
+fn check_eviction_policies(cascade: &Cascade) -> Result<(), ExtensionError> {
+    for (position, tier) in cascade.tiers().iter().enumerate() {
+        let block = match tier.as_object().get(EVICTION) {
+            None | Some(serde_json::Value::Null) => continue,
+            Some(block) => block,
+        };
+        let policy = block
+            .get("eviction_policy")
+            .and_then(serde_json::Value::as_str);
+        if !policy.is_some_and(|p| EVICTION_POLICIES.contains(&p)) {
+            return Err(ExtensionError::EvictionPolicy {
+                position,
+                block: lmcache_tier_spec::shown_value(&block.to_string()),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks the keys this project adds, as far as that is possible without
@@ -33,8 +70,9 @@ pub enum ExtensionError {
 /// tiers in one directory) and, for each `s3` tier with `s3_bucket`,
 /// [`BucketTier::from_spec`] (region, bucket name, endpoint, key prefix,
 /// CA bundle readable, credential keys paired; `env` looks up the `AWS_*`
-/// variables the server will get). The volume's size and the object store
-/// are checked when the server starts.
+/// variables the server will get), and that every `eviction` block names
+/// a policy LMCache takes ([`EVICTION_POLICIES`]). The volume's size and
+/// the object store are checked when the server starts.
 ///
 /// # Errors
 /// The first problem, as the guard or the gateway words it: the tier by
@@ -47,13 +85,15 @@ pub fn check_extensions(
     for (position, tier) in cascade.tiers().iter().enumerate() {
         BucketTier::from_spec(tier, position, env)?;
     }
-    check_bucket_bounds(cascade)
+    check_bucket_bounds(cascade)?;
+    check_eviction_policies(cascade)
 }
 
 /// What [`check_extensions`] checks without reading any file: every value,
 /// the pairing of credential keys, two guarded tiers whose `base_path`s
 /// are one path written two ways, and, beside `s3_bucket` tiers, `s3`
-/// tiers that would sign with the gateways' key ([`check_default_chain`]). Not checked here: a CA bundle's contents,
+/// tiers that would sign with the gateways' key ([`check_default_chain`]),
+/// and the `eviction` blocks' policies. Not checked here: a CA bundle's contents,
 /// the AWS files the environment names, and `base_path`s that meet through
 /// a symlink.
 ///
@@ -68,7 +108,8 @@ pub fn check_extension_keys(
         BucketTier::check_keys(tier, position, env)?;
     }
     check_default_chain(cascade.tiers())?;
-    check_bucket_bounds(cascade)
+    check_bucket_bounds(cascade)?;
+    check_eviction_policies(cascade)
 }
 
 /// The bucket bound's numbers of each `s3_bucket` tier
@@ -168,6 +209,45 @@ mod tests {
 
     fn cascade(json: &str) -> Cascade {
         Cascade::parse(json, "t").unwrap()
+    }
+
+    #[test]
+    fn an_eviction_block_without_a_policy_lmcache_takes_is_refused_on_every_kind() {
+        let none = |_: &str| None;
+        for block in [
+            "{}",
+            r#"{"eviction_policy":"FIFO"}"#,
+            r#"{"eviction_policy":"lru"}"#,
+            r#"{"trigger_watermark":0.8}"#,
+            r#""LRU""#,
+            "[]",
+        ] {
+            for tier in [
+                r#"{"type":"mock""#,
+                r#"{"type":"s3","s3_endpoint":"s3.example.net""#,
+                r#"{"type":"fs_native","base_path":"/b""#,
+            ] {
+                let json = format!(r#"[{{"type":"mock"}},{tier},"eviction":{block}}}]"#);
+                let e = check_extension_keys(&cascade(&json), &none).unwrap_err();
+                assert!(
+                    matches!(e, ExtensionError::EvictionPolicy { position: 1, .. }),
+                    "{json}: {e}"
+                );
+                assert!(e.to_string().contains("L2 tier 1"), "{e}");
+            }
+        }
+        for block in [
+            "null",
+            r#"{"eviction_policy":"noop"}"#,
+            r#"{"eviction_policy":"IsolatedLRU"}"#,
+        ] {
+            let json = format!(r#"[{{"type":"mock","eviction":{block}}}]"#);
+            assert_eq!(
+                check_extension_keys(&cascade(&json), &none),
+                Ok(()),
+                "{json}"
+            );
+        }
     }
 
     #[test]
