@@ -225,6 +225,7 @@ impl HasExitStatus for PlanError {
             PlanError::Config(e) => e.exit_status(),
             PlanError::Executable(e) => e.exit_status(),
             PlanError::Boto3(e) => e.exit_status(),
+            PlanError::ApiKey(_) => ExitStatus::BadInput,
             PlanError::Listen(e) => e.exit_status(),
             PlanError::Tier(e) => e.exit_status(),
             PlanError::Memory(_) | PlanError::NotMeasured => ExitStatus::Failure,

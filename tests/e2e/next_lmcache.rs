@@ -183,3 +183,39 @@ fn the_api_key_is_made_passed_by_file_and_carried_by_every_request_of_ours() {
     let log = launch.output();
     assert!(!log.contains(&key) && !log.contains(rotated));
 }
+
+#[test]
+fn a_key_the_server_would_refuse_is_refused_before_anything_is_made() {
+    let venv = match next_venv() {
+        Ok(venv) => venv,
+        Err(why) => return say_skipped(module_path!(), &why),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let keys = dir.join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    let missing = dir.join("missing.key");
+    let cases: [(&str, &Path, &str); 2] = [
+        (
+            "EREBINE_AGENT_LMCACHE_API_KEY_FILE",
+            &keys,
+            "is not a regular file",
+        ),
+        ("LMCACHE_API_KEY_FILE", &missing, "missing.key"),
+    ];
+    for (variable, value, said) in cases {
+        for dry_run in [true, false] {
+            let extra: &[&str] = if dry_run { &["--dry-run"] } else { &[] };
+            let mut cmd = BINS.launch_command(dir, free_port(), free_port(), extra);
+            cmd.env("VIRTUAL_ENV", &venv).env(variable, value);
+            let out = cmd.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{variable} {dry_run}: {stderr}");
+            assert!(stderr.contains(said), "{variable} {dry_run}: {stderr}");
+            assert!(
+                !dir.join("cache").exists(),
+                "{variable}: the cache directory was made"
+            );
+        }
+    }
+}

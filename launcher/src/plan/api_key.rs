@@ -130,6 +130,67 @@ pub fn for_client(
     source.map(|s| s.read(lookup)).transpose()
 }
 
+/// Checks, before a launch creates anything, each key a server that takes
+/// one would read at start: the node's key file (`node_file`) where it
+/// exists, and the file or value of LMCache's own variables where
+/// `lookup` has them set (LMCache reads them beside the flag, and refuses
+/// a missing or empty one at start). A node key file that does not exist
+/// yet must have a directory, or a place for one, above it: the launch
+/// makes it. Warns when an existing key file can be read by other users.
+///
+/// Errors: the first key the server would refuse ([`ApiKeyError`]).
+pub fn check_sources(
+    node_file: Option<&Path>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ApiKeyError> {
+    if let Some(file) = node_file {
+        match std::fs::symlink_metadata(file) {
+            Ok(_) => {
+                read_file(file)?;
+                warn_if_shared(file);
+            }
+            Err(_) => check_room_for(file)?,
+        }
+    }
+    if let Some(source) = source(&[], lookup) {
+        source.read(lookup)?;
+    }
+    Ok(())
+}
+
+/// Refuses a key file to be made at `path` whose nearest existing
+/// ancestor is not a directory.
+fn check_room_for(path: &Path) -> Result<(), ApiKeyError> {
+    let above = path
+        .ancestors()
+        .skip(1)
+        .find(|a| std::fs::metadata(a).is_ok());
+    match above {
+        Some(dir) if !dir.is_dir() => Err(ApiKeyError::File {
+            path: path.to_path_buf(),
+            detail: format!(
+                "cannot be created: {} exists and is not a directory; name a file under a directory",
+                dir.display()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A WARN when other users can read the key file at `path`.
+fn warn_if_shared(path: &Path) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            "the LMCache API key file {} has mode {mode:04o}, so other users can read the key: chmod 600 it",
+            path.display()
+        );
+    }
+}
+
 impl ApiKeySource {
     /// Reads the key: a file's one line (surrounding whitespace trimmed, as
     /// LMCache trims it), or the variable's value.
@@ -295,6 +356,32 @@ mod tests {
             found.read(&|_| Some(String::new())),
             Err(ApiKeyError::Variable { .. })
         ));
+    }
+
+    #[test]
+    fn the_keys_a_server_would_read_are_checked_before_anything_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = |_: &str| None;
+        let good = dir.path().join("good");
+        std::fs::write(&good, "k3y\n").unwrap();
+        assert_eq!(check_sources(Some(&good), &none), Ok(()));
+        // Not made yet, under a directory or a place for one: the launch makes it.
+        let later = dir.path().join("keys/node.key");
+        assert_eq!(check_sources(Some(&later), &none), Ok(()));
+        assert!(!later.exists());
+        let e = check_sources(Some(dir.path()), &none).unwrap_err();
+        assert!(e.to_string().contains("is not a regular file"), "{e}");
+        let under_a_file = good.join("node.key");
+        let e = check_sources(Some(&under_a_file), &none).unwrap_err();
+        assert!(e.to_string().contains("is not a directory"), "{e}");
+        let missing = dir.path().join("missing");
+        let lookup =
+            |name: &str| (name == "LMCACHE_API_KEY_FILE").then(|| missing.display().to_string());
+        let e = check_sources(Some(&good), &lookup).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+        let lookup = |name: &str| (name == "LMCACHE_API_KEY").then(|| "two words".to_string());
+        let e = check_sources(None, &lookup).unwrap_err();
+        assert!(e.to_string().contains("LMCACHE_API_KEY"), "{e}");
     }
 
     #[test]

@@ -31,7 +31,8 @@ use crate::plan::inputs::{
     DiskFacts, EngineFacts, HostFacts, MeasuredTier, PlanError, TierOdirect, TierScan,
 };
 use crate::plan::launch_plan::{self, check_engine, effective_chunk_size};
-use crate::plan::{locate, server_python};
+use crate::plan::lmcache_versions::{self, LmcacheRelease};
+use crate::plan::{api_key, locate, server_python};
 use crate::Vars;
 
 /// Whether measuring may create the cache directory and lock the tier.
@@ -183,6 +184,7 @@ impl Facts {
             facts.engine_gpu = gpu::engine_gpu(vars);
         }
         facts.lmcache_version = stock.as_deref().ok().and_then(locate::lmcache_version);
+        check_api_keys(&node, vars, facts.lmcache_version.as_deref())?;
         facts.executable = Some(executable);
         facts.stock_lmcache = Some(stock);
         if access == DiskAccess::Create {
@@ -292,6 +294,27 @@ pub(crate) fn server_executable(node: &NodeEnv, vars: &Vars) -> Result<PathBuf, 
         node.lmcache_path.as_deref(),
         vars,
         &own,
+    )?)
+}
+
+/// For an LMCache that takes an API key (`version`), the keys its server
+/// would read at start, checked before anything is created
+/// ([`api_key::check_sources`]): the node's key file and LMCache's own
+/// variables in `vars`.
+///
+/// Errors: [`PlanError::ApiKey`], naming the file or the variable.
+fn check_api_keys(node: &NodeEnv, vars: &Vars, version: Option<&str>) -> Result<(), PlanError> {
+    let release = version.and_then(LmcacheRelease::parse);
+    if !lmcache_versions::rendering(release.as_ref()).api_key_file {
+        return Ok(());
+    }
+    let lookup = |name: &str| {
+        let value = vars.get(std::ffi::OsStr::new(name))?;
+        value.to_str().map(str::to_string)
+    };
+    Ok(api_key::check_sources(
+        node.api_key_file.as_deref(),
+        &lookup,
     )?)
 }
 

@@ -176,6 +176,10 @@ pub enum PlanError {
     /// tiers need ([`crate::plan::server_python`]).
     #[error(transparent)]
     Boto3(#[from] crate::plan::server_python::Boto3Error),
+    /// A key the server would read at start (the node's key file, or
+    /// LMCache's own `LMCACHE_API_KEY*` variables) that it would refuse.
+    #[error(transparent)]
+    ApiKey(#[from] crate::plan::api_key::ApiKeyError),
     /// The cache directory (or the lookup-hash log directory) cannot be used.
     #[error("{variable}={}: {problem}. {fix}", shown_path(path))]
     DiskPath {
