@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Checks that no two files of a crate import each other, even by a detour
-# (docs/design.md, "The crates"): in every crate's sources, outside unit
-# tests (a #[cfg(test)] module and what follows it) and comments, each path
-# `crate::...`, `super::...` or `self::...` (braced lists included) is an
-# arrow from its file to the file of the deepest module it names. Prints
-# each circle, its files in order, and exits 1 on any; 0 and one line when
-# there is none.
+# (docs/design.md, "The crates"). In every library crate's sources, outside
+# unit tests (a #[cfg(test)] module), comments and string literals, each
+# path `crate::...`, `super::...`, `self::...` or `<child module>::...`
+# (braced lists included) is an arrow from its file to the file that
+# defines what it names, followed through the `use` lines of the files it
+# passes (a name a file only imports from another crate is no arrow). A
+# module's own submodules are its parts: its arrows to them do not count,
+# theirs to it do. Prints the files of each circle and exits 1 on any; 0
+# and one line when there is none.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-cargo metadata --format-version 1 --no-deps | python3 -c '
+code=$(cat <<'PY'
 import json, os, re, sys
 
 def modules(src):
@@ -28,49 +31,99 @@ def modules(src):
             found.setdefault(parts, path)
     return found
 
+def code_of(path):
+    """The file's code outside its #[cfg(test)] module, comments and string
+    literals blanked."""
+    text = open(path, encoding="utf-8").read()
+    tests = re.search(r"#\[cfg\(test\)\]\s*(?:pub(?:\(\w+\))?\s+)?mod\s+\w+\s*\{", text)
+    text = text[: tests.start()] if tests else text
+    text = re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', text)
+    return "\n".join(re.sub(r"(^|\s)//.*$", "", line) for line in text.splitlines())
+
+def expand(path):
+    """a::{b, c::{d, e}} -> a::b, a::c::d, a::c::e"""
+    m = re.match(r"(.*?)\{(.*)\}$", path, re.S)
+    if not m:
+        return [path]
+    items, depth, cur = [], 0, ""
+    for ch in m.group(2):
+        depth += (ch == "{") - (ch == "}")
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    return [p for item in items if item.strip() for p in expand(m.group(1) + item.strip())]
+
+def segments(path):
+    path = re.sub(r"\s+as\s+\w+$", "", re.sub(r"\s", " ", path).strip())
+    return [s for s in re.sub(r"\s", "", path).split("::") if re.fullmatch(r"\w+", s)]
+
 def paths(code):
-    """Every crate::/super::/self:: path of `code`, braced lists expanded."""
-    def expand(path):
-        m = re.match(r"(.*?)\{(.*)\}$", path, re.S)
-        if not m:
-            return [path]
-        items, depth, cur = [], 0, ""
-        for ch in m.group(2):
-            depth += (ch == "{") - (ch == "}")
-            if ch == "," and depth == 0:
-                items.append(cur)
-                cur = ""
-            else:
-                cur += ch
-        items.append(cur)
-        return [p for item in items if item.strip() for p in expand(m.group(1) + item.strip())]
-    for m in re.finditer(r"\b((?:crate|super|self)(?:::(?:\w+|\{[^;]*?\}))+)", code):
+    """Every path of `code` (`a::b`, braced lists expanded)."""
+    for m in re.finditer(r"(?<![\w:])(\w+(?:::(?:\w+|\{[^;]*?\}))+)", code):
         for path in expand(m.group(1)):
-            yield [s for s in re.sub(r"\s", "", path).split("::") if re.fullmatch(r"\w+", s)]
+            yield segments(path)
 
-def target(module, segments, files):
-    """The deepest module file a path names, from `module`."""
-    if segments[0] == "crate":
-        base, rest = (), segments[1:]
-    else:
-        base, rest = module, segments
-        while rest and rest[0] in ("super", "self"):
-            base = base[:-1] if rest[0] == "super" else base
-            rest = rest[1:]
-    best = base if base in files else None
-    for name in rest:
-        base = base + (name,)
-        if base not in files:
-            break
-        best = base
-    return best
+class Crate:
+    def __init__(self, src):
+        self.files = modules(src)
+        self.code = {m: code_of(p) for m, p in self.files.items()}
 
-def circles(files):
-    arrows = {}
-    for module, path in files.items():
-        text = open(path, encoding="utf-8").read().split("#[cfg(test)]", 1)[0]
-        code = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//"))
-        arrows[module] = {t for s in paths(code) if (t := target(module, s, files)) not in (None, module)}
+    def defines(self, module, name):
+        pattern = r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?(?:(?:async|const|unsafe|extern)\s+)*(?:struct|enum|fn|trait|type|const|static|union)\s+" + re.escape(name) + r"\b|macro_rules!\s*" + re.escape(name) + r"\b"
+        return re.search(pattern, self.code[module]) is not None
+
+    def imported(self, module, name):
+        """The path `module` imports `name` by, if it does."""
+        for m in re.finditer(r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", self.code[module]):
+            for path in expand(m.group(1)):
+                alias = re.search(r"\s+as\s+(\w+)\s*$", path)
+                segs = segments(path)
+                if segs and ((alias and alias.group(1) == name) or (not alias and segs[-1] == name)):
+                    return segs
+        return None
+
+    def target(self, module, segs, depth=0):
+        """The file that defines what the path `segs` names from `module`,
+        if it is in this crate."""
+        if depth > 8 or not segs:
+            return None
+        if segs[0] == "crate":
+            base, rest = (), segs[1:]
+        elif segs[0] in ("super", "self"):
+            base, rest = module, segs
+            while rest and rest[0] in ("super", "self"):
+                base = base[:-1] if rest[0] == "super" else base
+                rest = rest[1:]
+        elif module + (segs[0],) in self.files:
+            base, rest = module, segs
+        else:
+            return None
+        while rest and base + (rest[0],) in self.files:
+            base, rest = base + (rest[0],), rest[1:]
+        if base not in self.files:
+            return None
+        if not rest or self.defines(base, rest[0]):
+            return base
+        via = self.imported(base, rest[0])
+        if via is not None:
+            return self.target(base, via, depth + 1)
+        return base
+
+    def arrows(self):
+        out = {}
+        for module in self.files:
+            # A module's own submodules are its parts: its arrows to them
+            # are not counted, theirs to it are.
+            out[module] = {t for s in paths(self.code[module])
+                           if (t := self.target(module, s)) is not None
+                           and t[: len(module)] != module}
+        return out
+
+def circles(crate):
+    arrows = crate.arrows()
     index, low, stack, on, found = {}, {}, [], set(), []
     def visit(v):
         index[v] = low[v] = len(index)
@@ -91,9 +144,9 @@ def circles(files):
                 if w == v:
                     break
             if len(part) > 1:
-                found.append(sorted(files[m] for m in part))
+                found.append(sorted(crate.files[m] for m in part))
     sys.setrecursionlimit(10000)
-    for v in files:
+    for v in crate.files:
         if v not in index:
             visit(v)
     return found
@@ -102,11 +155,13 @@ problems, crates = [], 0
 for package in json.load(sys.stdin)["packages"]:
     for src in sorted({os.path.dirname(t["src_path"]) for t in package["targets"] if "lib" in t["kind"]}):
         crates += 1
-        for part in circles(modules(os.path.relpath(src))):
+        for part in circles(Crate(os.path.relpath(src))):
             problems.append(package["name"] + ": these files import each other: " + ", ".join(part))
 for problem in problems:
     print("check-circles:", problem, file=sys.stderr)
 if problems:
     sys.exit(1)
 print(f"check-circles: no file of the {crates} library crates imports another in a circle")
-'
+PY
+)
+cargo metadata --format-version 1 --no-deps | python3 -c "$code"

@@ -10,7 +10,10 @@ ancestors() {
   local p=$$
   while [ "$p" -gt 1 ]; do
     echo "$p"
-    p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1)
+    # The parent is the second field after the command's closing ")",
+    # which may itself hold spaces and parentheses.
+    p=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $2}')
+    [ -n "$p" ] || p=1
   done
 }
 

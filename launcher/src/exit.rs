@@ -3,10 +3,12 @@
 //! and `docs/configuration.md`, "Exit status"), and the one mapping from
 //! each error a run can end with to its status ([`HasExitStatus`]).
 //!
-//! A binary's own failure enum wraps these errors and asks each for its
-//! status; it picks none itself, except for what only that binary does
-//! (`erebine-lmcache` running the stock `lmcache` in its place: 126 and
-//! 127, as a shell says of a command it cannot run or find).
+//! Each binary ends with one error type of the library
+//! ([`crate::cli::CommandError`] for `lmcache-tier`,
+//! [`crate::run::drop_in::Failure`] for `erebine-lmcache`), whose status is
+//! mapped here like every other; only `erebine-lmcache` running the stock
+//! `lmcache` in its place has statuses of its own (126 and 127, as a shell
+//! says of a command it cannot run or find).
 
 use lmcache_capacity_guard::capacity::CapacityError;
 use lmcache_capacity_guard::GuardError;
@@ -308,8 +310,8 @@ impl HasExitStatus for DropInError {
     }
 }
 
-/// `erebine-lmcache`'s own failures: 127 and 126 as a shell says of a
-/// command it cannot find or run.
+/// What a subcommand of `lmcache-tier` ends with: its error's status; a
+/// refused `help` or `man` is bad input.
 impl HasExitStatus for CommandError {
     fn exit_status(&self) -> ExitStatus {
         match self {
@@ -325,6 +327,8 @@ impl HasExitStatus for CommandError {
     }
 }
 
+/// `erebine-lmcache`'s own failures: 127 and 126 as a shell says of a
+/// command it cannot find or run.
 impl HasExitStatus for Failure {
     fn exit_status(&self) -> ExitStatus {
         match self {

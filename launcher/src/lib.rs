@@ -14,8 +14,9 @@
 //! ([`LaunchPlan::to_json`], secrets redacted). [`run::launch::run`] runs a plan.
 //! The agent starts a plan with [`run::launch::start`], which returns a
 //! [`run::launch::LaunchHandle`]: the liveness events and a stop.
-//! [`run::launch::run_with_events`] also delivers the liveness events of [`run::watch`]
-//! (workers lost, unhealthy, unresponsive, exited with a hint; [`status::oom`]
+//! [`run::launch::run_with_events`] also delivers the liveness events
+//! ([`status::events`], sent by [`run::watch`]: workers lost, unhealthy,
+//! unresponsive, exited with a hint; [`status::oom`]
 //! tells an OOM kill from the kernel's own count); [`status`] is
 //! the typed `/status` model; [`inspect`] builds what `lmcache-tier inspect`
 //! prints.

@@ -44,3 +44,13 @@ pub enum ProcessError {
         io::Error,
     ),
 }
+
+/// A current-thread tokio runtime for one command, with I/O and timers.
+///
+/// Errors: [`ProcessError::Runtime`].
+pub fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ProcessError::Runtime)
+}

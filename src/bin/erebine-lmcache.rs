@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     let status = match drop_in::run(args, process_vars()) {
         Ok(ended) => ExitStatus::from(&ended),
         Err(e) => {
-            output::stderr_line(&format!("erebine-lmcache: {e}"));
+            drop_in::say(&e.to_string());
             e.exit_status()
         }
     };

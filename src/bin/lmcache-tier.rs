@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmcache_housekeeping::tier_dir::replace_control_file;
-use lmcache_launcher::cli::housekeep::Housekept;
+use lmcache_launcher::cli::housekeep::HousekeepOutcome;
 use lmcache_launcher::cli::size::SizeReport;
 use lmcache_launcher::cli::{self, CommandError, UsageError};
 use lmcache_launcher::exit::{exit_status_help, ExitStatus, HasExitStatus, LMCACHE_TIER_STATUSES};
@@ -599,7 +599,7 @@ impl EngineArgs {
 fn launch_cmd(args: LaunchArgs, mut vars: Vars) -> Result<(), CommandError> {
     // Caught before anything is planned or touched: a signal from here on
     // stops the launch cleanly (docs/operations.md, "Stopping").
-    let runtime = cli::runtime()?;
+    let runtime = lmcache_launcher::process::runtime()?;
     let signals = match args.dry_run {
         true => None,
         false => Some(catch_signals(&runtime)?),
@@ -760,8 +760,15 @@ fn housekeep_cmd(args: HousekeepArgs, vars: Vars) -> Result<(), CommandError> {
             "{}",
             serde_json::to_string_pretty(&done).map_err(ProcessError::Json)?
         ),
-        (Housekept::NothingToClean { nothing_to_clean }, false) => outln!("{nothing_to_clean}"),
-        (Housekept::Cleaned(cleaned), false) => outln!("{}", cleaned.report),
+        (HousekeepOutcome::NothingToClean { nothing_to_clean }, false) => {
+            outln!("{nothing_to_clean}")
+        }
+        (HousekeepOutcome::Cleaned(cleaned), false) => outln!("{}", cleaned.report),
+    }
+    if let HousekeepOutcome::Cleaned(cleaned) = &done {
+        if let Some(warning) = cleaned.report.purge_warning() {
+            tracing::warn!("{warning}");
+        }
     }
     Ok(())
 }

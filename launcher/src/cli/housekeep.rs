@@ -120,7 +120,7 @@ pub struct HousekeepRequest {
 /// one JSON object (`docs/inspect.md`).
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
-pub enum Housekept {
+pub enum HousekeepOutcome {
     /// The node's plan has no built-in disk tier and no `--path` was given.
     NothingToClean {
         /// Why, in one sentence.
@@ -161,13 +161,17 @@ pub struct Sources {
 const NOTHING_TO_CLEAN: &str = "the node's plan has no built-in disk tier (EREBINE_AGENT_LMCACHE_L2_ADAPTER replaces it, or its size is 0), so a launch cleans nothing: nothing to clean. Give --path to clean a directory anyway";
 
 /// Housekeeps the tier of the node `vars` describe as `request` asks,
-/// logging the plan's warnings, the run's settings and, after, a purge
-/// that took much of the tier.
+/// logging the plan's warnings and the run's settings. A purge that took
+/// much of the tier is the caller's to log, after the report
+/// ([`Report::purge_warning`]).
 ///
 /// Errors: a bad variable, engine fact or directory
 /// ([`CommandError::Plan`], naming `--path` when it was given), or a failed
 /// scan, deletion or lock ([`CommandError::Housekeeping`]).
-pub fn housekeep(request: HousekeepRequest, mut vars: Vars) -> Result<Housekept, CommandError> {
+pub fn housekeep(
+    request: HousekeepRequest,
+    mut vars: Vars,
+) -> Result<HousekeepOutcome, CommandError> {
     vars.insert(env::KV_CACHE_BACKEND.into(), "lmcache".into());
     let path_given = request.path.is_some();
     if let Some(path) = &request.path {
@@ -181,7 +185,7 @@ pub fn housekeep(request: HousekeepRequest, mut vars: Vars) -> Result<Housekept,
         tracing::warn!("{warning}");
     }
     if !path_given && target.capacity.is_none() {
-        return Ok(Housekept::NothingToClean {
+        return Ok(HousekeepOutcome::NothingToClean {
             nothing_to_clean: NOTHING_TO_CLEAN,
         });
     }
@@ -225,10 +229,7 @@ pub fn housekeep(request: HousekeepRequest, mut vars: Vars) -> Result<Housekept,
     let done = with_progress(&format!("scanning {}", path.display()), || {
         lmcache_housekeeping::housekeep(&path, &identity, policy, mode)
     })?;
-    if let Some(warning) = done.report.purge_warning() {
-        tracing::warn!("{warning}");
-    }
-    Ok(Housekept::Cleaned(Box::new(Cleaned {
+    Ok(HousekeepOutcome::Cleaned(Box::new(Cleaned {
         identity,
         sources,
         scanned: done.scanned,

@@ -6,11 +6,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{runtime, CommandError};
+use crate::cli::CommandError;
 use crate::inspect::{self, live, InspectError, Inspection};
-use crate::node::env::{NodeEnv, Vars};
+use crate::node::env::{text_var, NodeEnv, Vars};
 use crate::node::ports;
 use crate::plan::{api_key, gpu, locate};
+use crate::process::runtime;
 use crate::status::StatusClient;
 
 /// How long `inspect` waits for one S3 gateway's state, and for the
@@ -55,10 +56,7 @@ pub fn inspect(request: InspectRequest, vars: &Vars) -> Result<Option<Inspection
         .ok();
     let lmcache = stock.as_deref().map(locate::LmcacheInstall::at);
     let gpu = stock.and_then(|stock| gpu::measure(&stock, vars));
-    let lookup = |name: &str| {
-        let value = vars.get(std::ffi::OsStr::new(name))?;
-        value.to_str().map(str::to_string)
-    };
+    let lookup = |name: &str| text_var(vars, name);
     let key =
         api_key::for_client(node.api_key_file.as_deref(), &lookup).map_err(InspectError::from)?;
     let client = StatusClient::new(url.clone()).with_api_key(key);

@@ -90,13 +90,3 @@ pub fn path_flag(e: ConfigError, given: bool) -> ConfigError {
         other => other,
     }
 }
-
-/// A current-thread tokio runtime for one command.
-///
-/// Errors: [`ProcessError::Runtime`].
-pub fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ProcessError::Runtime)
-}

@@ -104,6 +104,12 @@ pub const DEFAULT_METRICS_PORT: u16 = 8091;
 /// ([`ConfigError::NotText`]).
 pub type Vars = BTreeMap<OsString, OsString>;
 
+/// The value of `name` in `vars` as text; `None` when it is unset or not
+/// UTF-8.
+pub fn text_var(vars: &Vars, name: &str) -> Option<String> {
+    vars.get(OsStr::new(name))?.to_str().map(str::to_string)
+}
+
 /// This process's environment as [`Vars`].
 pub fn process_vars() -> Vars {
     std::env::vars_os().collect()

@@ -126,11 +126,12 @@ fn check_bucket_bounds(cascade: &Cascade) -> Result<(), ExtensionError> {
     Ok(())
 }
 
-/// One tier of a cascade with what this project's keys plan for it, read
-/// once from its spec: its kind, the capacity guard's spec (an `fs` or
-/// `fs_native` tier with `max_capacity_gb`) and the bucket bound's (an
-/// `s3_bucket` tier with `max_capacity_gb`). What the launch starts and
-/// checks for a tier is read from here, never from the raw spec again.
+/// One tier of a cascade with what the launch starts beside it, read once
+/// from its spec: its kind and the capacity guard's spec (an `fs` or
+/// `fs_native` tier with `max_capacity_gb`). The launch's volume check, its
+/// guard and its metrics read the guard from here, never from the raw spec
+/// again. (The S3 gateway reads its bucket bound from the spec it starts
+/// from, in the launch as in `erebine-lmcache`.)
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedTier {
     /// Its position in the cascade, 0 first.
@@ -139,9 +140,6 @@ pub struct PlannedTier {
     pub spec: TierSpec,
     /// The capacity guard's spec ([`guard_spec`]), if the guard bounds it.
     pub guard: Option<GuardSpec>,
-    /// The bucket bound's numbers ([`BoundSpec::from_spec`]), if the
-    /// gateway bounds it.
-    pub bound: Option<BoundSpec>,
 }
 
 impl PlannedTier {
@@ -151,27 +149,20 @@ impl PlannedTier {
     }
 }
 
-/// The tiers of `cascade`, each with its guard's and bound's specs, read
-/// once (`docs/design.md`, "Adding a tier kind"). Pure: two guarded tiers
+/// The tiers of `cascade`, each with its guard's spec, read once (`docs/design.md`, "Adding a tier kind"). Pure: two guarded tiers
 /// in one directory are found by [`check_extensions`], which resolves the
 /// paths.
 ///
 /// # Errors
-/// What [`check_extension_keys`] refuses of the guard's and the bound's
-/// keys ([`ExtensionError`]).
+/// What [`check_extension_keys`] refuses of the guard's keys
+/// ([`ExtensionError`]).
 pub fn planned_tiers(cascade: &Cascade) -> Result<Vec<PlannedTier>, ExtensionError> {
     let mut planned = Vec::with_capacity(cascade.tiers().len());
     for (position, spec) in cascade.tiers().iter().enumerate() {
-        let guard = guard_spec(position, spec)?;
-        let bound = match spec.kind() {
-            TierKind::Bucket => BoundSpec::from_spec(spec, position)?,
-            _ => None,
-        };
         planned.push(PlannedTier {
             position,
             spec: spec.clone(),
-            guard,
-            bound,
+            guard: guard_spec(position, spec)?,
         });
     }
     Ok(planned)
@@ -251,7 +242,7 @@ mod tests {
     }
 
     #[test]
-    fn each_tier_is_planned_once_with_its_guard_and_its_bound() {
+    fn each_tier_is_planned_once_with_its_guard() {
         let planned = planned_tiers(&cascade(
             r#"[{"type":"fs","base_path":"/a","max_capacity_gb":1},
                 {"type":"fs_native","base_path":"/b"},
@@ -264,8 +255,6 @@ mod tests {
         assert_eq!(positions, [0, 1, 2, 3, 4]);
         let guarded: Vec<bool> = planned.iter().map(|t| t.guard.is_some()).collect();
         assert_eq!(guarded, [true, false, false, false, false]);
-        let bounded: Vec<bool> = planned.iter().map(|t| t.bound.is_some()).collect();
-        assert_eq!(bounded, [false, false, true, false, false]);
         assert_eq!(planned[0].guard.as_ref().unwrap().capacity_bytes, 1 << 30);
         assert_eq!(planned[4].kind(), TierKind::Other("raw_block"));
         let refused = planned_tiers(&cascade(

@@ -89,15 +89,8 @@ pub enum ApiKeyError {
 /// read by `lookup`, in LMCache's order; `None` when the server has no key.
 /// `--api-key-file=PATH` and `--api-key-file PATH` are both read.
 pub fn source(args: &[String], lookup: &dyn Fn(&str) -> Option<String>) -> Option<ApiKeySource> {
-    let flag = args.iter().enumerate().find_map(|(i, arg)| {
-        FLAGS.iter().find_map(|flag| match arg.strip_prefix(flag) {
-            Some("") => args.get(i + 1).cloned(),
-            Some(value) => value.strip_prefix('=').map(str::to_string),
-            None => None,
-        })
-    });
-    if let Some(path) = flag {
-        return Some(ApiKeySource::File(PathBuf::from(path)));
+    if let Some(path) = flag_files(args).into_iter().next() {
+        return Some(ApiKeySource::File(path));
     }
     VARIABLES.iter().find_map(|&(name, file)| {
         let value = lookup(name).filter(|v| !v.is_empty())?;
@@ -106,6 +99,19 @@ pub fn source(args: &[String], lookup: &dyn Fn(&str) -> Option<String>) -> Optio
             false => ApiKeySource::Variable(name),
         })
     })
+}
+
+/// Every key file `args` names with [`FLAGS`], in order
+/// (`--api-key-file=PATH` and `--api-key-file PATH` alike).
+fn flag_files(args: &[String]) -> Vec<PathBuf> {
+    let named = args.iter().enumerate().filter_map(|(i, arg)| {
+        FLAGS.iter().find_map(|flag| match arg.strip_prefix(flag) {
+            Some("") => args.get(i + 1).cloned(),
+            Some(value) => value.strip_prefix('=').map(str::to_string),
+            None => None,
+        })
+    });
+    named.map(PathBuf::from).collect()
 }
 
 /// The key a client of the node's server sends (`inspect`): the node's
@@ -132,15 +138,18 @@ pub fn for_client(
 
 /// Checks, before a launch creates anything, each key a server that takes
 /// one would read at start: the node's key file (`node_file`) where it
-/// exists, and the file or value of LMCache's own variables where
-/// `lookup` has them set (LMCache reads them beside the flag, and refuses
-/// a missing or empty one at start). A node key file that does not exist
-/// yet must have a directory, or a place for one, above it: the launch
-/// makes it. Warns when an existing key file can be read by other users.
+/// exists, every `--api-key-file` (or its alias) in `extra_args` (the
+/// operator's extra server arguments), and the file or value of the first
+/// of LMCache's own variables that `lookup` has set, in LMCache's order
+/// (LMCache reads it beside the flag, and refuses a missing or empty one
+/// at start). A node key file that does not exist yet must have a
+/// directory, or a place for one, above it: the launch makes it. Warns
+/// when an existing key file can be read by other users.
 ///
 /// Errors: the first key the server would refuse ([`ApiKeyError`]).
 pub fn check_sources(
     node_file: Option<&Path>,
+    extra_args: &[String],
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), ApiKeyError> {
     if let Some(file) = node_file {
@@ -151,6 +160,9 @@ pub fn check_sources(
             }
             Err(_) => check_room_for(file)?,
         }
+    }
+    for file in flag_files(extra_args) {
+        read_file(&file)?;
     }
     if let Some(source) = source(&[], lookup) {
         source.read(lookup)?;
@@ -364,24 +376,29 @@ mod tests {
         let none = |_: &str| None;
         let good = dir.path().join("good");
         std::fs::write(&good, "k3y\n").unwrap();
-        assert_eq!(check_sources(Some(&good), &none), Ok(()));
+        assert_eq!(check_sources(Some(&good), &[], &none), Ok(()));
         // Not made yet, under a directory or a place for one: the launch makes it.
         let later = dir.path().join("keys/node.key");
-        assert_eq!(check_sources(Some(&later), &none), Ok(()));
+        assert_eq!(check_sources(Some(&later), &[], &none), Ok(()));
         assert!(!later.exists());
-        let e = check_sources(Some(dir.path()), &none).unwrap_err();
+        let e = check_sources(Some(dir.path()), &[], &none).unwrap_err();
         assert!(e.to_string().contains("is not a regular file"), "{e}");
         let under_a_file = good.join("node.key");
-        let e = check_sources(Some(&under_a_file), &none).unwrap_err();
+        let e = check_sources(Some(&under_a_file), &[], &none).unwrap_err();
         assert!(e.to_string().contains("is not a directory"), "{e}");
         let missing = dir.path().join("missing");
         let lookup =
             |name: &str| (name == "LMCACHE_API_KEY_FILE").then(|| missing.display().to_string());
-        let e = check_sources(Some(&good), &lookup).unwrap_err();
+        let e = check_sources(Some(&good), &[], &lookup).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
         let lookup = |name: &str| (name == "LMCACHE_API_KEY").then(|| "two words".to_string());
-        let e = check_sources(None, &lookup).unwrap_err();
+        let e = check_sources(None, &[], &lookup).unwrap_err();
         assert!(e.to_string().contains("LMCACHE_API_KEY"), "{e}");
+        // Every file the operator's extra arguments name, in both spellings.
+        let second = format!("--http-api-key-file={}", dir.path().display());
+        let extra = args(&format!("--api-key-file {} {second}", good.display()));
+        let e = check_sources(None, &extra, &none).unwrap_err();
+        assert!(e.to_string().contains("is not a regular file"), "{e}");
     }
 
     #[test]

@@ -308,12 +308,10 @@ fn check_api_keys(node: &NodeEnv, vars: &Vars, version: Option<&str>) -> Result<
     if !lmcache_versions::rendering(release.as_ref()).api_key_file {
         return Ok(());
     }
-    let lookup = |name: &str| {
-        let value = vars.get(std::ffi::OsStr::new(name))?;
-        value.to_str().map(str::to_string)
-    };
+    let lookup = |name: &str| env::text_var(vars, name);
     Ok(api_key::check_sources(
         node.api_key_file.as_deref(),
+        node.extra_args.args(),
         &lookup,
     )?)
 }

@@ -94,9 +94,9 @@ pub struct LaunchPlan {
     /// The L2 tiers the server gets, in cascade order (one per
     /// `--l2-adapter` in `args`, extra arguments included).
     pub cascade: Cascade,
-    /// [`LaunchPlan::cascade`]'s tiers with what our keys plan for each
-    /// (the capacity guard's and the bucket bound's specs), read once:
-    /// what the launch checks and starts for a tier comes from here.
+    /// [`LaunchPlan::cascade`]'s tiers with the capacity guard's spec of
+    /// each, read once: the guards the launch checks and starts come from
+    /// here.
     pub tiers: Vec<PlannedTier>,
     /// The server's ZMQ port (127.0.0.1), as the server gets it.
     pub mp_port: u16,

@@ -6,8 +6,9 @@
 //! forwarded, its process group killed once it exits, its status passed
 //! on), the capacity guards of its `fs` tiers once it listens, and, with
 //! `EREBINE_AGENT_LMCACHE_METRICS_PORT` set, a metrics endpoint
-//! (`docs/metrics.md`). The binary checks the command line and finds the
-//! stock `lmcache`; [`serve`] does the rest.
+//! (`docs/metrics.md`). [`run`] checks the command line ([`args`]), finds
+//! the stock `lmcache` and hands it what does not run here; [`serve`] does
+//! the rest. The binary prints its help and the outcome.
 //!
 //! Unlike [`crate::run::launch`], a drop-in never restarts the server and polls
 //! no `/status`: it stands where the stock command stood, so the server's
@@ -26,7 +27,7 @@ use lmcache_tier_spec::L2AdapterArgs;
 use nix::sys::signal::Signal;
 
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
-use crate::node::env::{metrics_address, ConfigError, Vars, METRICS_PORT};
+use crate::node::env::{metrics_address, text_var, ConfigError, Vars, METRICS_PORT};
 use crate::node::server_flags::server_flags;
 use crate::plan::locate::{find_stock_lmcache, NotFound};
 use crate::plan::server_python::{check_boto3, python_of, Boto3Error};
@@ -35,8 +36,9 @@ use crate::run::guards::{check_guards, launch_guard_owner, start_guards, without
 use crate::run::supervise::{exit_code, Output, Supervised, TerminatingSignals};
 use crate::status::events::Event;
 
-/// One line of `erebine-lmcache`'s own on stderr, dropped if stderr is gone.
-fn say(line: &str) {
+/// One line of `erebine-lmcache`'s own on stderr (`erebine-lmcache: <line>`),
+/// dropped if stderr is gone.
+pub fn say(line: &str) {
     crate::output::stderr_line(&format!("erebine-lmcache: {line}"));
 }
 
@@ -123,10 +125,7 @@ pub fn run(args: Vec<OsString>, vars: Vars) -> Result<Ended, Failure> {
         return Err(Failure::CannotRun { stock, source });
     }
     let guards = without_launch_guarded(check_guards(&specs)?, &vars);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ProcessError::Runtime)?;
+    let runtime = crate::process::runtime()?;
     let command = DropIn {
         stock,
         args,
@@ -264,11 +263,7 @@ async fn start_server(
     vars: &Vars,
     metrics: &NodeMetrics,
 ) -> Result<(Supervised, Gateways), DropInError> {
-    let env = |k: &str| {
-        vars.get(std::ffi::OsStr::new(k))
-            .and_then(|v| v.to_str())
-            .map(str::to_string)
-    };
+    let env = |name: &str| text_var(vars, name);
     let (tiers, gateways) = Gateways::start(&server.specs.cascade(), &env).await?;
     let rewritten = server.specs.render(&server.text_args, &tiers);
     // LMCache gets the gateways' key through boto3 (stopped with them if not).
