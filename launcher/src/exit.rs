@@ -24,7 +24,7 @@ use crate::node::config_error::ConfigError;
 use crate::node::ports::ListenError;
 use crate::plan::inputs::PlanError;
 use crate::plan::locate::NotFound;
-use crate::plan::server_python::Boto3Error;
+use crate::plan::server_python::ModuleError;
 use crate::process::ProcessError;
 use crate::run::drop_in::args::ArgsError;
 use crate::run::drop_in::{DropInError, Ended, Failure};
@@ -226,7 +226,7 @@ impl HasExitStatus for PlanError {
         match self {
             PlanError::Config(e) => e.exit_status(),
             PlanError::Executable(e) => e.exit_status(),
-            PlanError::Boto3(e) => e.exit_status(),
+            PlanError::ServerModule(e) => e.exit_status(),
             PlanError::ApiKey(_) => ExitStatus::BadInput,
             PlanError::Listen(e) => e.exit_status(),
             PlanError::Tier(e) => e.exit_status(),
@@ -259,9 +259,10 @@ impl HasExitStatus for HousekeepingError {
     }
 }
 
-/// The server's Python lacks boto3, or cannot be asked: its environment is
-/// the input at fault.
-impl HasExitStatus for Boto3Error {
+/// The server's Python lacks a module the tiers need (boto3, LMCache's
+/// Rust raw-block extension), or cannot be asked: its environment is the
+/// input at fault.
+impl HasExitStatus for ModuleError {
     fn exit_status(&self) -> ExitStatus {
         ExitStatus::BadInput
     }
@@ -301,7 +302,7 @@ impl HasExitStatus for DropInError {
             DropInError::CannotStart { .. } => ExitStatus::CannotRun,
             DropInError::Signals(_) => ExitStatus::Failure,
             DropInError::Gateway(e) => e.exit_status(),
-            DropInError::Boto3(e) => e.exit_status(),
+            DropInError::ServerModule(e) => e.exit_status(),
             DropInError::GuardStart(e) => e.exit_status(),
             DropInError::Config(e) => e.exit_status(),
             DropInError::Metrics(e) => e.exit_status(),

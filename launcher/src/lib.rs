@@ -71,6 +71,7 @@
 //!     gpu: None,
 //!     engine_gpu: None,
 //!     odirect_tiers: Vec::new(),
+//!     raw_block_devices: Vec::new(),
 //!     lmcache_version: Some("0.5.6".into()),
 //!     node: None,
 //! };

@@ -11,6 +11,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+use lmcache_launcher::plan::raw_block::{DeviceKind, TierDevice};
 use lmcache_launcher::{
     plan, DiskAccess, DiskFacts, EngineFacts, Facts, HostFacts, LaunchPlan, PlanError, Planned,
     Vars,
@@ -75,6 +76,7 @@ fn host_on(fs_type: &str, own_volume: bool) -> HostFacts {
         gpu: None,
         engine_gpu: None,
         odirect_tiers: Vec::new(),
+        raw_block_devices: Vec::new(),
         lmcache_version: None,
         node: None,
     }
@@ -972,4 +974,48 @@ fn extra_args_are_read_with_the_flags_of_the_installed_version() {
     );
     let kept = plan_on(&old_only, &facts(1), &host_with_lmcache("0.5.6"));
     assert_eq!(value_of(&kept.args, "--enable"), ["transfer_query"]);
+}
+
+#[test]
+fn a_raw_block_tier_is_passed_as_written_with_its_device_measured() {
+    let cascade = r#"[{"type":"raw_block","device_path":"/dev/nvme1n1","slot_bytes":4194304,"capacity_bytes":0},{"type":"raw_block","device_path":"/dev/nvme9n9","slot_bytes":4194304}]"#;
+    let node = node(&[("EREBINE_AGENT_LMCACHE_L2_ADAPTER", cascade)]);
+    let devices = vec![
+        TierDevice {
+            position: 0,
+            device_path: "/dev/nvme1n1".into(),
+            kind: DeviceKind::Block,
+            size_bytes: Some(3840 * GIB),
+        },
+        TierDevice {
+            position: 1,
+            device_path: "/dev/nvme9n9".into(),
+            kind: DeviceKind::Missing,
+            size_bytes: None,
+        },
+    ];
+    let host = HostFacts {
+        raw_block_devices: devices,
+        ..host()
+    };
+    let plan = plan_on(&node, &facts(1), &host);
+    assert_eq!(
+        value_of(&plan.args, "--l2-adapter")[0],
+        r#"{"type":"raw_block","device_path":"/dev/nvme1n1","slot_bytes":4194304,"capacity_bytes":0}"#
+    );
+    let warned: Vec<&String> = plan
+        .decisions
+        .warnings
+        .iter()
+        .filter(|w| w.contains("raw_block"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].starts_with(
+            "L2 tier 1 (raw_block) names device_path /dev/nvme9n9, and nothing is there"
+        ),
+        "{}",
+        warned[0]
+    );
+    assert_golden("raw_block", &node, &plan);
 }

@@ -1185,6 +1185,39 @@ fn s3_bucket_tiers_with_a_server_python_without_boto3_stop_the_plan_naming_the_f
 }
 
 #[test]
+fn raw_block_tiers_with_a_server_python_without_lmcache_s_raw_block_extension_stop_the_plan() {
+    let mut case = Case::new();
+    // A real Python without LMCache's Rust raw-block extension (LMCache's
+    // wheel does not ship it): isolated, without site-packages.
+    let python = case.path().join("venv/bin/python3");
+    fs::write(&python, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
+    let device = case.path().join("device");
+    fs::write(&device, b"").unwrap();
+    let cascade = format!(
+        r#"[{{"type":"raw_block","device_path":"{}","slot_bytes":4194304}}]"#,
+        device.display()
+    );
+    case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
+        .own_ports();
+    for args in [&["launch", "--dry-run"][..], &["launch"]] {
+        let out = case.run(args);
+        assert_fails(
+            &out,
+            2,
+            &[
+                "the raw_block tiers need lmcache_rust_raw_block_io (LMCache's Rust raw-block extension",
+                "No module named 'lmcache_rust_raw_block_io'",
+                &format!(
+                    "install it where {} imports from, or take the raw_block tier out of the cascade",
+                    python.display()
+                ),
+            ],
+        );
+        assert!(!case.path().join("stand-in-ran").exists());
+    }
+}
+
+#[test]
 fn an_s3_tier_that_would_sign_with_the_gateways_key_is_refused_naming_it() {
     let mut case = Case::new();
     let chained = r#"{"type":"s3","s3_endpoint":"b.example.net","s3_region":"r"}"#;

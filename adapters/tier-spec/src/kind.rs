@@ -5,9 +5,9 @@
 
 /// A tier's kind, read from its spec by [`crate::TierSpec::kind`].
 ///
-/// Sources: LMCache 0.5.6's L2 adapter types (`fs`, `fs_native`, `s3`, and
-/// the ones we only pass through such as `raw_block` or `mock`); `s3_bucket`
-/// is our extension (`docs/s3-gateway.md`).
+/// Sources: LMCache 0.5.6's L2 adapter types (`fs`, `fs_native`, `s3`,
+/// `raw_block`, and the ones we only pass through such as `mock`);
+/// `s3_bucket` is our extension (`docs/s3-gateway.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TierKind<'a> {
     /// One of LMCache's disk tiers, a directory (`base_path`) on a local
@@ -25,8 +25,13 @@ pub enum TierKind<'a> {
     /// `s3` without `s3_bucket`: LMCache's own S3 client, bounded by LMCache
     /// alone.
     Object,
-    /// Any other adapter type, passed to LMCache as written (`raw_block`,
-    /// `mock`, ...); the text is the spec's `type`.
+    /// `raw_block`: LMCache's tier on a whole block device
+    /// (`device_path`, [`crate::TierSpec::device_path`]), written through
+    /// its Rust raw-block extension (LMCache 0.5.6's
+    /// `RawBlockL2AdapterConfig`).
+    RawBlock,
+    /// Any other adapter type, passed to LMCache as written (`mock`,
+    /// `hf3fs`, ...); the text is the spec's `type`.
     Other(&'a str),
 }
 
@@ -39,6 +44,7 @@ impl<'a> TierKind<'a> {
             ("fs_native", _) => TierKind::Disk { native: true },
             ("s3", true) => TierKind::Bucket,
             ("s3", false) => TierKind::Object,
+            ("raw_block", _) => TierKind::RawBlock,
             (other, _) => TierKind::Other(other),
         }
     }
@@ -64,7 +70,7 @@ mod tests {
         let cascade = Cascade::parse(
             r#"[{"type":"fs","base_path":"/a"},{"type":"fs_native","base_path":"/b"},
                 {"type":"s3","s3_bucket":"kv"},{"type":"s3","s3_bucket":null},
-                {"type":"s3","s3_endpoint":"s3.example.net"},{"type":"raw_block","device":"/dev/x"},
+                {"type":"s3","s3_endpoint":"s3.example.net"},{"type":"raw_block","device_path":"/dev/x"},
                 {"type":"mock"},{"type":"FS"},{"type":""},
                 {"type":"fs","base_path":"/data/s3_bucket","s3_bucket":"kv"}]"#,
             "test",
@@ -79,7 +85,7 @@ mod tests {
                 TierKind::Bucket,
                 TierKind::Bucket,
                 TierKind::Object,
-                TierKind::Other("raw_block"),
+                TierKind::RawBlock,
                 TierKind::Other("mock"),
                 TierKind::Other("FS"),
                 TierKind::Other(""),
@@ -93,5 +99,8 @@ mod tests {
         );
         let buckets = kinds.iter().filter(|k| k.is_bucket()).count();
         assert_eq!(buckets, 2);
+        let devices: Vec<Option<&str>> = cascade.tiers().iter().map(|t| t.device_path()).collect();
+        assert_eq!(devices[5], Some("/dev/x"));
+        assert_eq!(devices.iter().flatten().count(), 1, "{devices:?}");
     }
 }

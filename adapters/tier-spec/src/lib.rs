@@ -273,6 +273,16 @@ impl TierSpec {
         self.0.get("base_path").and_then(Value::as_str)
     }
 
+    /// The block device of a `raw_block` tier (its `device_path`); `None`
+    /// for every other kind, and when the key is missing or not a string
+    /// (LMCache refuses such a tier at start).
+    pub fn device_path(&self) -> Option<&str> {
+        match self.kind() {
+            TierKind::RawBlock => self.0.get("device_path").and_then(Value::as_str),
+            _ => None,
+        }
+    }
+
     /// Whether LMCache 0.5.6 evicts this tier itself, and so lists it in
     /// `/status`'s `l2_eviction_controller`: the spec has an `eviction`
     /// block, and its policy is `IsolatedLRU` or the adapter has a capacity

@@ -150,7 +150,8 @@ pub struct TierRow {
     /// Adapter type as LMCache names it (`FSNativeL2Adapter`, ...).
     #[serde(rename = "type")]
     pub adapter_type: Option<String>,
-    /// `base_path` of a filesystem tier, or the redacted endpoint of S3.
+    /// `base_path` of a filesystem tier, the device of a `raw_block` tier,
+    /// or the redacted endpoint of S3.
     pub location: Option<String>,
     /// The tier's `is_healthy`.
     pub healthy: Option<bool>,
@@ -331,6 +332,7 @@ impl Inspection {
             .map(|t| {
                 let a = t.adapter;
                 let e = t.eviction;
+                let core = a.core.unwrap_or_default();
                 TierRow {
                     position: t.position,
                     adapter_type: a.adapter_type,
@@ -338,6 +340,7 @@ impl Inspection {
                         .base_path
                         .as_deref()
                         .or(a.endpoint.as_deref())
+                        .or(core.device_path.as_deref())
                         .map(redact_endpoint),
                     healthy: a.is_healthy,
                     workers: a.num_workers,
@@ -345,13 +348,15 @@ impl Inspection {
                     capacity_bytes: e
                         .as_ref()
                         .and_then(|e| e.total_capacity_bytes)
-                        .or(a.max_capacity_bytes),
+                        .or(a.max_capacity_bytes)
+                        .or(core.usable_capacity_bytes),
                     used_bytes: None,
                     used_source: None,
                     lmcache_used_bytes: e
                         .as_ref()
                         .and_then(|e| e.total_bytes_used)
-                        .or(a.current_size_bytes),
+                        .or(a.current_size_bytes)
+                        .or(core.used_bytes()),
                     eviction_policy: e.and_then(|e| e.eviction_policy),
                     gateway: None,
                     endpoint_down: None,
@@ -624,6 +629,44 @@ mod tests {
             assert!(json.get(key).is_some(), "{key}");
         }
         assert_eq!(json["tiers"][0]["type"], "FSNativeL2Adapter");
+    }
+
+    #[test]
+    fn a_raw_block_tier_shows_its_device_capacity_and_usage() {
+        // The recorded body with its first tier replaced by a
+        // `RawBlockL2Adapter` entry in the shape of LMCache 0.5.6's
+        // `report_status` (no real one: the server here has no Rust
+        // raw-block extension, without which the tier does not start).
+        let mut body: serde_json::Value =
+            serde_json::from_slice(&fixture("status-worker-attached.json")).unwrap();
+        body["storage_manager"]["l2_adapters"][0] = serde_json::json!({
+            "is_healthy": true, "type": "RawBlockL2Adapter", "fdp_enabled": false,
+            "core": {"is_healthy": true, "type": "RawBlockCore", "device_path": "/dev/nvme1n1",
+                     "slot_bytes": 4194304, "usable_capacity_bytes": 1073741824,
+                     "indexed_key_count": 3, "worker_error": null}
+        });
+        let status = ServerStatus::parse(body.to_string().as_bytes()).unwrap();
+        let report = Inspection::build(
+            "http://127.0.0.1:8090/status",
+            &Poll::Up(Box::new(status)),
+            &[],
+            Some(&[false, false, false]),
+        );
+        let tier = &report.tiers[0];
+        assert_eq!(tier.location.as_deref(), Some("/dev/nvme1n1"));
+        assert_eq!(tier.capacity_bytes, Some(1 << 30));
+        assert_eq!(tier.lmcache_used_bytes, Some(3 * 4194304));
+        assert_eq!(tier.used_source, Some("lmcache"));
+        // A device is never read as a disk tier's directory.
+        assert!(report
+            .disk
+            .iter()
+            .all(|d| d.path != Path::new("/dev/nvme1n1")));
+        let text = report.to_text();
+        assert!(
+            text.contains("RawBlockL2Adapter") && text.contains("/dev/nvme1n1"),
+            "{text}"
+        );
     }
 
     #[test]

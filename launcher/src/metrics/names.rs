@@ -66,6 +66,9 @@ pub(crate) const PLAN_DISK_CAPACITY: FamilyName = family!("plan_disk_capacity" "
 pub(crate) const PLAN_IO_WORKERS: FamilyName = family!("plan_io_workers" "");
 /// Whether the built-in disk tier uses O_DIRECT.
 pub(crate) const PLAN_ODIRECT: FamilyName = family!("plan_odirect" "");
+/// The size of each `raw_block` tier's device, bytes (labels `tier`,
+/// `device`).
+pub(crate) const PLAN_RAW_BLOCK_DEVICE: FamilyName = family!("plan_raw_block_device" "_bytes");
 /// The rule of each number of the plan (an info family).
 pub(crate) const PLAN: FamilyName = family!("plan" "_info");
 

@@ -2,12 +2,15 @@
 //! chose each (`docs/metrics.md`, "The plan"; the rules are
 //! `docs/sizing.md`'s).
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::names;
 use crate::plan::launch_plan::{Decisions, LaunchPlan};
+use crate::plan::raw_block::TierDevice;
 
 /// The plan's decisions: the numbers, and one info series with the rule
 /// that chose each.
@@ -44,10 +47,44 @@ pub(super) fn register_plan(registry: &mut Registry, plan: &LaunchPlan) {
             gauge(u64::from(disk.use_odirect.value)),
         );
     }
+    register_raw_block_devices(registry, &d.host.raw_block_devices);
     registry.register(
         names::PLAN.name,
         "The rule that chose each number of the plan (docs/sizing.md)",
         Info::new(rules(d)),
+    );
+}
+
+/// A `raw_block` tier's labels: its position and its device.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    tier: String,
+    device: String,
+}
+
+/// One series per `raw_block` tier: its device's size as the plan measured
+/// it (0 when it could not be read: nothing there, not a block device);
+/// no family on a node without one.
+fn register_raw_block_devices(registry: &mut Registry, devices: &[TierDevice]) {
+    if devices.is_empty() {
+        return;
+    }
+    let family = Family::<DeviceLabels, Gauge<i64>>::default();
+    for device in devices {
+        let labels = DeviceLabels {
+            tier: device.position.to_string(),
+            device: device.device_path.display().to_string(),
+        };
+        let bytes = device.size_bytes.unwrap_or(0);
+        family
+            .get_or_create(&labels)
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+    registry.register_with_unit(
+        names::PLAN_RAW_BLOCK_DEVICE.name,
+        "Size of each raw_block tier's device as the plan measured it; 0 when it could not be read",
+        Unit::Bytes,
+        family,
     );
 }
 
@@ -86,6 +123,7 @@ fn rules(d: &Decisions) -> Vec<(String, String)> {
 mod tests {
     use super::super::test_support::{a_plan, sample};
     use super::super::{Format, NodeMetrics};
+    use crate::plan::raw_block::{DeviceKind, TierDevice};
     use lmcache_sizing::GIB;
 
     #[test]
@@ -116,5 +154,32 @@ mod tests {
             assert!(info.contains(label), "{label} not in {info}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(!text.contains("raw_block"), "{text}");
+    }
+
+    #[test]
+    fn each_raw_block_tier_s_device_is_exported_with_its_size() {
+        let mut plan = a_plan();
+        plan.decisions.host.raw_block_devices = vec![
+            TierDevice {
+                position: 1,
+                device_path: "/dev/nvme1n1".into(),
+                kind: DeviceKind::Block,
+                size_bytes: Some(3 << 40),
+            },
+            TierDevice {
+                position: 2,
+                device_path: "/dev/gone".into(),
+                kind: DeviceKind::Missing,
+                size_bytes: None,
+            },
+        ];
+        let text = NodeMetrics::new(Some(&plan))
+            .render(Format::OpenMetrics)
+            .unwrap();
+        let series = r#"lmcache_tier_plan_raw_block_device_bytes{tier="1",device="/dev/nvme1n1"}"#;
+        assert_eq!(sample(&text, series), (3u64 << 40) as f64);
+        let gone = r#"lmcache_tier_plan_raw_block_device_bytes{tier="2",device="/dev/gone"}"#;
+        assert_eq!(sample(&text, gone), 0.0);
     }
 }

@@ -64,6 +64,7 @@ pub(super) fn a_plan() -> LaunchPlan {
         gpu: None,
         engine_gpu: None,
         odirect_tiers: Vec::new(),
+        raw_block_devices: Vec::new(),
         lmcache_version: None,
         node: None,
     };

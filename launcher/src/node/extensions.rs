@@ -256,7 +256,7 @@ mod tests {
         let guarded: Vec<bool> = planned.iter().map(|t| t.guard.is_some()).collect();
         assert_eq!(guarded, [true, false, false, false, false]);
         assert_eq!(planned[0].guard.as_ref().unwrap().capacity_bytes, 1 << 30);
-        assert_eq!(planned[4].kind(), TierKind::Other("raw_block"));
+        assert_eq!(planned[4].kind(), TierKind::RawBlock);
         let refused = planned_tiers(&cascade(
             r#"[{"type":"fs","base_path":"/a"},{"type":"fs","base_path":"/b","max_capacity_gb":-1}]"#,
         ));

@@ -32,7 +32,7 @@ use crate::plan::inputs::{
 };
 use crate::plan::launch_plan::{self, check_engine, effective_chunk_size};
 use crate::plan::lmcache_versions::{self, LmcacheRelease};
-use crate::plan::{api_key, locate, server_python};
+use crate::plan::{api_key, locate, raw_block, server_python};
 use crate::Vars;
 
 /// Whether measuring may create the cache directory and lock the tier.
@@ -74,6 +74,10 @@ pub struct Facts {
     /// cascade whose spec sets `"use_odirect": true`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub odirect_tiers: Vec<TierOdirect>,
+    /// The device of each `raw_block` tier of a custom cascade
+    /// ([`raw_block::measure`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raw_block_devices: Vec<raw_block::TierDevice>,
     /// The version of the LMCache the server runs, as its wheel states it
     /// ([`locate::lmcache_version`]); `None` when it cannot be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,7 +179,7 @@ impl Facts {
                 stock.clone()?;
             }
         }
-        check_gateway_python(&node, vars, &stock)?;
+        check_server_modules(&node, vars, &stock)?;
         facts.gpu = stock
             .as_ref()
             .ok()
@@ -208,6 +212,7 @@ impl Facts {
             facts.disk = Some(disk);
         } else if let Some(cascade) = node.extra_args.l2_adapters().or(node.l2_adapter.as_ref()) {
             facts.odirect_tiers = probe_odirect_tiers(cascade);
+            facts.raw_block_devices = raw_block::measure(cascade);
         }
         facts.node = Some(node);
         Ok(facts)
@@ -239,6 +244,7 @@ impl Facts {
             gpu: None,
             engine_gpu: None,
             odirect_tiers: Vec::new(),
+            raw_block_devices: Vec::new(),
             lmcache_version: None,
             node: None,
             stock_lmcache: None,
@@ -258,31 +264,43 @@ impl From<&Facts> for HostFacts {
             gpu: facts.gpu.clone(),
             engine_gpu: facts.engine_gpu.clone(),
             odirect_tiers: facts.odirect_tiers.clone(),
+            raw_block_devices: facts.raw_block_devices.clone(),
             lmcache_version: facts.lmcache_version.clone(),
             node: facts.node.clone(),
         }
     }
 }
 
-/// When the node's cascade has `s3_bucket` tiers: checks that the Python the
-/// server runs on, that of the `stock` `lmcache` ([`locate::stock_of`]),
-/// imports boto3 ([`server_python::check_boto3`]).
+/// When the node's cascade has tiers whose kind needs a module in the
+/// server's Python ([`server_python::needed_module`]: boto3 for
+/// `s3_bucket` tiers, LMCache's Rust raw-block extension for `raw_block`
+/// ones): checks that the Python of the `stock` `lmcache`
+/// ([`locate::stock_of`]) imports each ([`server_python::check_module`]).
 ///
 /// Errors: the stock `lmcache` was not found ([`PlanError::Executable`]),
-/// or its Python cannot import boto3 ([`PlanError::Boto3`]).
-fn check_gateway_python(
+/// or its Python cannot import a module ([`PlanError::ServerModule`]).
+fn check_server_modules(
     node: &NodeEnv,
     vars: &Vars,
     stock: &Result<PathBuf, locate::NotFound>,
 ) -> Result<(), PlanError> {
-    let gateways = node
-        .custom_cascade()
-        .is_some_and(|c| c.tiers().iter().any(|t| t.kind().is_bucket()));
-    if !gateways {
+    let mut needed = Vec::new();
+    let tiers = node.custom_cascade().map(|c| c.tiers()).unwrap_or_default();
+    for need in tiers
+        .iter()
+        .filter_map(|t| server_python::needed_module(t.kind()))
+    {
+        if !needed.contains(&need) {
+            needed.push(need);
+        }
+    }
+    if needed.is_empty() {
         return Ok(());
     }
-    let stock = stock.as_ref().map_err(Clone::clone)?;
-    server_python::check_boto3(&server_python::python_of(stock), vars)?;
+    let python = server_python::python_of(stock.as_ref().map_err(Clone::clone)?);
+    for need in needed {
+        server_python::check_module(&python, vars, need)?;
+    }
     Ok(())
 }
 

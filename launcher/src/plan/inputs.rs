@@ -148,6 +148,10 @@ pub struct HostFacts {
     /// sets `"use_odirect": true` ([`crate::Facts::odirect_tiers`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub odirect_tiers: Vec<TierOdirect>,
+    /// The device of each `raw_block` tier of a custom cascade
+    /// ([`crate::Facts::raw_block_devices`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub raw_block_devices: Vec<crate::plan::raw_block::TierDevice>,
     /// The installed LMCache's version ([`crate::Facts::lmcache_version`]):
     /// the plan renders for it ([`crate::plan::lmcache_versions`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,10 +176,11 @@ pub enum PlanError {
     /// ([`crate::node::ports::check_free`], a real launch only).
     #[error(transparent)]
     Listen(#[from] crate::node::ports::ListenError),
-    /// The server's Python cannot import boto3, which the `s3_bucket`
-    /// tiers need ([`crate::plan::server_python`]).
+    /// The server's Python cannot import a module the cascade's tier kinds
+    /// need ([`crate::plan::server_python`]: boto3 for `s3_bucket` tiers,
+    /// LMCache's Rust raw-block extension for `raw_block` ones).
     #[error(transparent)]
-    Boto3(#[from] crate::plan::server_python::Boto3Error),
+    ServerModule(#[from] crate::plan::server_python::ModuleError),
     /// A key the server would read at start (the node's key file, or
     /// LMCache's own `LMCACHE_API_KEY*` variables) that it would refuse.
     #[error(transparent)]

@@ -22,6 +22,7 @@ use crate::node::ports::{self, Listener};
 use crate::node::server_flags::server_flags;
 use crate::plan::housekeep::DiskHousekeeping;
 use crate::plan::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
+use crate::plan::raw_block;
 
 use super::api_key::{self, ApiKeySource};
 pub use super::command_line::{connector_config, Replaced};
@@ -410,6 +411,9 @@ pub fn plan_launch(
     decisions
         .warnings
         .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));
+    decisions
+        .warnings
+        .extend(host.raw_block_devices.iter().filter_map(raw_block::warning));
     decisions
         .warnings
         .extend(host.gpu.as_ref().and_then(crate::plan::gpu::warning));

@@ -16,6 +16,7 @@ mod l1;
 pub mod launch_plan;
 pub mod lmcache_versions;
 pub mod locate;
+pub mod raw_block;
 pub mod server_python;
 pub mod verdict;
 

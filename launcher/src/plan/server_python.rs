@@ -1,13 +1,20 @@
 //! The Python the LMCache server runs on, asked before anything starts:
-//! whether it can import boto3 (here), and on a GPU node whether LMCache's
-//! compiled extensions load ([`crate::plan::gpu`]), each run bounded in time
-//! ([`run_bounded`]).
+//! whether it can import the modules the cascade's tier kinds need (here),
+//! and on a GPU node whether LMCache's compiled extensions load
+//! ([`crate::plan::gpu`]), each run bounded in time ([`run_bounded`]).
 //!
-//! Why boto3: a tier behind an S3 gateway reaches LMCache with no key in its
-//! spec, and LMCache 0.5.6's S3 adapter then resolves its credentials
-//! through boto3's default chain, which reads the gateways' per-launch key
-//! from the server's environment (`docs/s3-gateway.md`, "The per-launch
-//! key"). Without boto3 the server would fail at start; the launch refuses
+//! The modules ([`needed_module`]):
+//! - boto3, for a tier behind an S3 gateway: it reaches LMCache with no key
+//!   in its spec, and LMCache 0.5.6's S3 adapter then resolves its
+//!   credentials through boto3's default chain, which reads the gateways'
+//!   per-launch key from the server's environment (`docs/s3-gateway.md`,
+//!   "The per-launch key");
+//! - `lmcache_rust_raw_block_io`, for a `raw_block` tier: LMCache 0.5.6's
+//!   raw-block core imports it when the adapter starts and raises "Rust
+//!   raw-block extension is not installed" without it; LMCache's wheel does
+//!   not ship it.
+//!
+//! Without the module the server would fail at start; the launch refuses
 //! instead, naming the fix.
 
 use std::io::Read;
@@ -17,37 +24,86 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use lmcache_tier_spec::TierKind;
+
 use crate::node::env::Vars;
 
-/// How long the server's Python may take to import boto3 (about 0.2 s on
+/// A Python module a tier kind needs in the server's Python, and what to
+/// say when it is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeededModule {
+    /// The module imported, e.g. `boto3`.
+    pub module: &'static str,
+    /// The tiers that need it, as a message names them: `the s3_bucket tiers`.
+    pub needed_by: &'static str,
+    /// What the module is, as a message names it.
+    pub what: &'static str,
+    /// What to do when a Python cannot import it; `{python}` stands for
+    /// that Python.
+    pub fix: &'static str,
+}
+
+/// boto3, which LMCache's S3 adapter reads the gateways' key through.
+pub static BOTO3: NeededModule = NeededModule {
+    module: "boto3",
+    needed_by: "the s3_bucket tiers",
+    what: "boto3",
+    fix: "Install it: `{python} -m pip install boto3` (scripts/setup-lmcache.sh installs it too)",
+};
+
+/// LMCache's Rust raw-block extension, which its `raw_block` adapter
+/// opens the device through (`RawBlockCore._rawdev` in LMCache 0.5.6).
+pub static RAW_BLOCK_IO: NeededModule = NeededModule {
+    module: "lmcache_rust_raw_block_io",
+    needed_by: "the raw_block tiers",
+    what: "lmcache_rust_raw_block_io (LMCache's Rust raw-block extension, which LMCache's wheel does not ship)",
+    fix: "Build it from LMCache's sources (rust_raw_block_io) and install it where {python} imports from, or take the raw_block tier out of the cascade",
+};
+
+/// The module a tier of `kind` needs in the server's Python, if any.
+pub fn needed_module(kind: TierKind<'_>) -> Option<&'static NeededModule> {
+    match kind {
+        TierKind::Bucket => Some(&BOTO3),
+        TierKind::RawBlock => Some(&RAW_BLOCK_IO),
+        TierKind::Disk { .. } | TierKind::Object | TierKind::Other(_) => None,
+    }
+}
+
+/// How long the server's Python may take to import a module (about 0.2 s on
 /// an idle 2-core machine; a cold page cache or a busy host take longer).
 pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most of each output stream of the server's Python that is kept.
 const OUTPUT_MAX_BYTES: usize = 16 << 10;
 
-/// Why the server's Python is not known to import boto3.
+/// Why the server's Python is not known to import a [`NeededModule`].
 #[derive(Debug, thiserror::Error)]
-pub enum Boto3Error {
+pub enum ModuleError {
     /// The Python ran and could not import it.
-    #[error("the s3_bucket tiers need boto3 in the LMCache server's Python, and {python} cannot import it ({detail}). Install it: `{python} -m pip install boto3` (scripts/setup-lmcache.sh installs it too)")]
+    #[error("{} need {} in the LMCache server's Python, and {python} cannot import it ({detail}). {}", .need.needed_by, .need.what, .need.fix.replace("{python}", python))]
     Missing {
+        /// The module.
+        need: &'static NeededModule,
         /// The Python.
         python: String,
         /// The last line it printed, e.g. `ModuleNotFoundError: No module named 'boto3'`.
         detail: String,
     },
     /// The Python could not be run.
-    #[error("the s3_bucket tiers need boto3 in the LMCache server's Python, and {python} cannot be run to check for it: {detail}")]
+    #[error("{} need {} in the LMCache server's Python, and {python} cannot be run to check for it: {detail}", .need.needed_by, .need.module)]
     NotRun {
+        /// The module.
+        need: &'static NeededModule,
         /// The Python.
         python: String,
         /// The OS error.
         detail: String,
     },
     /// The import did not finish in time; the Python was killed.
-    #[error("the s3_bucket tiers need boto3 in the LMCache server's Python, and {python} did not import it within {} ms", .timeout.as_millis())]
+    #[error("{} need {} in the LMCache server's Python, and {python} did not import it within {} ms", .need.needed_by, .need.module, .timeout.as_millis())]
     TimedOut {
+        /// The module.
+        need: &'static NeededModule,
         /// The Python.
         python: String,
         /// The time limit ([`IMPORT_TIMEOUT`]).
@@ -77,32 +133,43 @@ pub fn python_of(stock: &Path) -> Vec<PathBuf> {
 }
 
 /// Checks that `python` (a command and its arguments, [`python_of`]) can
-/// import boto3 in the environment `vars` (the server's; empty: this
-/// process's), within [`IMPORT_TIMEOUT`]. Like the server, it runs without
-/// the operator's AWS credential variables
+/// import the module `need` names in the environment `vars` (the server's;
+/// empty: this process's), within [`IMPORT_TIMEOUT`]. Like the server, it
+/// runs without the operator's AWS credential variables
 /// ([`lmcache_s3_gateway::server_env_removed`]).
 ///
 /// # Errors
-/// [`Boto3Error`]: the import fails, the Python cannot be run, or it takes
+/// [`ModuleError`]: the import fails, the Python cannot be run, or it takes
 /// longer than [`IMPORT_TIMEOUT`].
-pub fn check_boto3(python: &[PathBuf], vars: &Vars) -> Result<(), Boto3Error> {
-    check_within(python, vars, IMPORT_TIMEOUT)
+pub fn check_module(
+    python: &[PathBuf],
+    vars: &Vars,
+    need: &'static NeededModule,
+) -> Result<(), ModuleError> {
+    check_within(python, vars, need, IMPORT_TIMEOUT)
 }
 
-/// [`check_boto3`] with the time limit `timeout`.
-fn check_within(python: &[PathBuf], vars: &Vars, timeout: Duration) -> Result<(), Boto3Error> {
+/// [`check_module`] with the time limit `timeout`.
+fn check_within(
+    python: &[PathBuf],
+    vars: &Vars,
+    need: &'static NeededModule,
+    timeout: Duration,
+) -> Result<(), ModuleError> {
     let shown = shown(python);
     let mut command = command(python, vars);
     for name in lmcache_s3_gateway::server_env_removed() {
         command.env_remove(name);
     }
-    command.args(["-c", "import boto3"]);
+    command.args(["-c", &format!("import {}", need.module)]);
     let ran = run_bounded(command, timeout).map_err(|e| match e {
-        RunError::NotRun(detail) => Boto3Error::NotRun {
+        RunError::NotRun(detail) => ModuleError::NotRun {
+            need,
             python: shown.clone(),
             detail,
         },
-        RunError::TimedOut => Boto3Error::TimedOut {
+        RunError::TimedOut => ModuleError::TimedOut {
+            need,
             python: shown.clone(),
             timeout,
         },
@@ -119,7 +186,8 @@ fn check_within(python: &[PathBuf], vars: &Vars, timeout: Duration) -> Result<()
             || format!("it exited with {}", ran.status),
             |l| l.trim().to_string(),
         );
-    Err(Boto3Error::Missing {
+    Err(ModuleError::Missing {
+        need,
         python: shown,
         detail,
     })
@@ -281,7 +349,7 @@ mod tests {
             &python,
             "#!/bin/sh\necho 'Traceback' >&2\necho \"ModuleNotFoundError: No module named 'boto3'\" >&2\nexit 1\n",
         );
-        let e = check_boto3(std::slice::from_ref(&python), &Vars::new()).unwrap_err();
+        let e = check_module(std::slice::from_ref(&python), &Vars::new(), &BOTO3).unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("ModuleNotFoundError: No module named 'boto3'")
@@ -289,9 +357,54 @@ mod tests {
             "{text}"
         );
         script(&python, "#!/bin/sh\n[ \"$1 $2\" = '-c import boto3' ]\n");
-        check_boto3(&[python], &Vars::new()).unwrap();
-        let missing = check_boto3(&[dir.path().join("nothing")], &Vars::new()).unwrap_err();
-        assert!(matches!(missing, Boto3Error::NotRun { .. }), "{missing}");
+        check_module(&[python], &Vars::new(), &BOTO3).unwrap();
+        let missing =
+            check_module(&[dir.path().join("nothing")], &Vars::new(), &BOTO3).unwrap_err();
+        assert!(matches!(missing, ModuleError::NotRun { .. }), "{missing}");
+    }
+
+    #[test]
+    fn each_tier_kind_needs_its_module_and_a_missing_one_names_its_fix() {
+        let kinds = [
+            TierKind::Bucket,
+            TierKind::RawBlock,
+            TierKind::Object,
+            TierKind::Disk { native: true },
+            TierKind::Other("mock"),
+        ];
+        let needs: Vec<Option<&str>> = kinds
+            .into_iter()
+            .map(|k| needed_module(k).map(|n| n.module))
+            .collect();
+        assert_eq!(
+            needs,
+            [
+                Some("boto3"),
+                Some("lmcache_rust_raw_block_io"),
+                None,
+                None,
+                None
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        script(
+            &python,
+            "#!/bin/sh\n[ \"$1 $2\" = '-c import boto3' ] && exit 0\necho \"ModuleNotFoundError: No module named '${2#import }'\" >&2\nexit 1\n",
+        );
+        check_module(std::slice::from_ref(&python), &Vars::new(), &BOTO3).unwrap();
+        let e = check_module(std::slice::from_ref(&python), &Vars::new(), &RAW_BLOCK_IO)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("the raw_block tiers need lmcache_rust_raw_block_io (")
+                && e.contains("No module named 'lmcache_rust_raw_block_io'")
+                && e.contains(&format!(
+                    "install it where {} imports from",
+                    python.display()
+                )),
+            "{e}"
+        );
     }
 
     #[test]
@@ -335,8 +448,9 @@ exec sleep 30
 ",
         );
         let started = Instant::now();
-        let e = check_within(&[python], &Vars::new(), Duration::from_millis(300)).unwrap_err();
-        assert!(matches!(e, Boto3Error::TimedOut { .. }), "{e}");
+        let e =
+            check_within(&[python], &Vars::new(), &BOTO3, Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(e, ModuleError::TimedOut { .. }), "{e}");
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "{:?}",
@@ -357,8 +471,8 @@ exec sleep 30
             ("AWS_SECRET_ACCESS_KEY", "REAL"),
             ("AWS_PROFILE", "kv"),
         ]);
-        check_boto3(std::slice::from_ref(&python), &vars).unwrap();
+        check_module(std::slice::from_ref(&python), &vars, &BOTO3).unwrap();
         let other = crate::node::env::text_vars([("MARK", "no")]);
-        assert!(check_boto3(&[python], &other).is_err());
+        assert!(check_module(&[python], &other, &BOTO3).is_err());
     }
 }

@@ -227,6 +227,38 @@ pub struct L2AdapterStatus {
     /// Capacity of an S3 tier in bytes.
     #[serde(default, deserialize_with = "lenient")]
     pub max_capacity_bytes: Option<u64>,
+    /// The device of a `raw_block` tier (`RawBlockL2Adapter`'s `core`).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub core: Option<RawBlockCore>,
+}
+
+/// The `core` of a `RawBlockL2Adapter` entry (`RawBlockCore.report_status`
+/// in LMCache 0.5.6): its device and how much of it the tier uses.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct RawBlockCore {
+    /// The block device, e.g. `/dev/nvme1n1`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub device_path: Option<String>,
+    /// Bytes of one object's slot on the device.
+    #[serde(default, deserialize_with = "lenient")]
+    pub slot_bytes: Option<u64>,
+    /// Bytes of the device the tier can hold objects in (its slots).
+    #[serde(default, deserialize_with = "lenient")]
+    pub usable_capacity_bytes: Option<u64>,
+    /// Objects the tier holds, one slot each.
+    #[serde(default, deserialize_with = "lenient")]
+    pub indexed_key_count: Option<u64>,
+}
+
+impl RawBlockCore {
+    /// Bytes the tier's objects take: one slot each.
+    pub fn used_bytes(&self) -> Option<u64> {
+        self.indexed_key_count?.checked_mul(self.slot_bytes?)
+    }
 }
 
 /// `storage_manager.l2_eviction_controller`.

@@ -30,7 +30,7 @@ use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::node::env::{metrics_address, text_var, ConfigError, Vars, METRICS_PORT};
 use crate::node::server_flags::server_flags;
 use crate::plan::locate::{find_stock_lmcache, NotFound};
-use crate::plan::server_python::{check_boto3, python_of, Boto3Error};
+use crate::plan::server_python::{check_module, python_of, ModuleError, BOTO3};
 use crate::process::ProcessError;
 use crate::run::guards::{check_guards, launch_guard_owner, start_guards, without_launch_guarded};
 use crate::run::supervise::{exit_code, Output, Supervised, TerminatingSignals};
@@ -158,7 +158,7 @@ pub enum DropInError {
     /// The stock `lmcache`'s Python cannot import boto3, which the
     /// `s3_bucket` tiers need (2).
     #[error(transparent)]
-    Boto3(#[from] Boto3Error),
+    ServerModule(#[from] ModuleError),
     /// A capacity guard could not start once the server listened; the
     /// server is stopped.
     #[error("{0}; stopping the server")]
@@ -268,7 +268,7 @@ async fn start_server(
     let rewritten = server.specs.render(&server.text_args, &tiers);
     // LMCache gets the gateways' key through boto3 (stopped with them if not).
     if !gateways.addresses().is_empty() {
-        check_boto3(&python_of(&server.stock), vars)?;
+        check_module(&python_of(&server.stock), vars, &BOTO3)?;
     }
     metrics.watch_gateways(gateways.view());
     metrics.watch_guards(server.guards.iter().cloned());
