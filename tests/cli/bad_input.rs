@@ -1157,63 +1157,55 @@ fn a_capacity_larger_than_its_volume_stops_the_launch_before_the_server() {
 }
 
 #[test]
-fn s3_bucket_tiers_with_a_server_python_without_boto3_stop_the_plan_naming_the_fix() {
-    let mut case = Case::new();
-    // A real Python that cannot import boto3: isolated, without site-packages.
-    let python = case.path().join("venv/bin/python3");
-    fs::write(&python, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
-    let cascade = format!("[{}]", bucket_tier("node-a/"));
-    case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
-        .own_ports();
-    for args in [&["launch", "--dry-run"][..], &["launch"]] {
-        let out = case.run(args);
-        assert_fails(
-            &out,
-            2,
-            &[
-                "need boto3 in the LMCache server's Python",
-                "No module named 'boto3'",
-                &format!("`{} -m pip install boto3`", python.display()),
-            ],
-        );
-        assert!(
-            !stderr(&out).contains("REAL-SECRET-VALUE"),
-            "{}",
-            stderr(&out)
-        );
-    }
-}
-
-#[test]
-fn raw_block_tiers_with_a_server_python_without_lmcache_s_raw_block_extension_stop_the_plan() {
-    let mut case = Case::new();
-    // A real Python without LMCache's Rust raw-block extension (LMCache's
-    // wheel does not ship it): isolated, without site-packages.
-    let python = case.path().join("venv/bin/python3");
-    fs::write(&python, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
-    let device = case.path().join("device");
-    fs::write(&device, b"").unwrap();
-    let cascade = format!(
-        r#"[{{"type":"raw_block","device_path":"{}","slot_bytes":4194304}}]"#,
-        device.display()
-    );
-    case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
-        .own_ports();
-    for args in [&["launch", "--dry-run"][..], &["launch"]] {
-        let out = case.run(args);
-        assert_fails(
-            &out,
-            2,
-            &[
+fn a_tier_kind_whose_module_the_server_python_lacks_stops_the_plan_naming_the_fix() {
+    let raw_block = r#"{"type":"raw_block","device_path":"/dev/null","slot_bytes":4194304}"#;
+    let bucket = bucket_tier("node-a/");
+    for (tiers, module, needles) in [
+        (
+            vec![bucket.clone()],
+            "boto3",
+            vec!["need boto3 in the LMCache server's Python", "`{python} -m pip install boto3`"],
+        ),
+        (
+            vec![raw_block.to_string()],
+            "lmcache_rust_raw_block_io",
+            vec![
                 "the raw_block tiers need lmcache_rust_raw_block_io (LMCache's Rust raw-block extension",
-                "No module named 'lmcache_rust_raw_block_io'",
-                &format!(
-                    "install it where {} imports from, or take the raw_block tier out of the cascade",
-                    python.display()
-                ),
+                "install it where {python} imports from, or take the raw_block tier out of the cascade",
             ],
-        );
-        assert!(!case.path().join("stand-in-ran").exists());
+        ),
+        // Each module is asked in the order of the tiers that need it.
+        (
+            vec![raw_block.to_string(), bucket.clone()],
+            "lmcache_rust_raw_block_io",
+            vec!["the raw_block tiers need"],
+        ),
+    ] {
+        let mut case = Case::new();
+        // A real Python without either module: isolated, without
+        // site-packages (LMCache's wheel does not ship the raw-block one).
+        let python = case.path().join("venv/bin/python3");
+        fs::write(&python, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
+        let cascade = format!("[{}]", tiers.join(","));
+        case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
+            .own_ports();
+        let missing = format!("No module named '{module}'");
+        let mut expected: Vec<String> = needles
+            .iter()
+            .map(|n| n.replace("{python}", &python.display().to_string()))
+            .collect();
+        expected.push(missing);
+        let expected: Vec<&str> = expected.iter().map(String::as_str).collect();
+        for args in [&["launch", "--dry-run"][..], &["launch"]] {
+            let out = case.run(args);
+            assert_fails(&out, 2, &expected);
+            assert!(
+                !stderr(&out).contains("REAL-SECRET-VALUE"),
+                "{}",
+                stderr(&out)
+            );
+            assert!(!case.path().join("stand-in-ran").exists());
+        }
     }
 }
 

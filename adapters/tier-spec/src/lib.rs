@@ -273,12 +273,17 @@ impl TierSpec {
         self.0.get("base_path").and_then(Value::as_str)
     }
 
-    /// The block device of a `raw_block` tier (its `device_path`); `None`
-    /// for every other kind, and when the key is missing or not a string
-    /// (LMCache refuses such a tier at start).
+    /// The device of a `raw_block` tier (its `device_path`: a block
+    /// device, a pre-sized file, or with `use_uring_cmd` an NVMe generic
+    /// character device); `None` for every other kind, and when the key is
+    /// missing, empty or not a string (LMCache refuses such a tier at start).
     pub fn device_path(&self) -> Option<&str> {
         match self.kind() {
-            TierKind::RawBlock => self.0.get("device_path").and_then(Value::as_str),
+            TierKind::RawBlock => self
+                .0
+                .get("device_path")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty()),
             _ => None,
         }
     }
@@ -286,8 +291,10 @@ impl TierSpec {
     /// Whether LMCache 0.5.6 evicts this tier itself, and so lists it in
     /// `/status`'s `l2_eviction_controller`: the spec has an `eviction`
     /// block, and its policy is `IsolatedLRU` or the adapter has a capacity
-    /// (`max_capacity_gb` above 0; the `fs` adapter never reports one).
-    /// Source: `StorageManager._should_enable_l2_eviction` in LMCache 0.5.6.
+    /// (`max_capacity_gb` above 0; the `fs` adapter never reports one; a
+    /// `raw_block` tier always has one, its device's slots, whatever its
+    /// `max_capacity_gb`). Source: `StorageManager._should_enable_l2_eviction`
+    /// and `RawBlockL2Adapter.__init__` in LMCache 0.5.6.
     pub fn lmcache_evicts(&self) -> bool {
         let Some(eviction) = self.0.get(capacity::EVICTION) else {
             return false;
@@ -299,7 +306,10 @@ impl TierSpec {
             .get(capacity::MAX_CAPACITY_GB)
             .and_then(Value::as_f64)
             .is_some_and(|gb| gb > 0.0);
-        isolated || (capacity && self.kind() != TierKind::Disk { native: false })
+        let kind = self.kind();
+        isolated
+            || kind == TierKind::RawBlock
+            || (capacity && kind != TierKind::Disk { native: false })
     }
 
     /// The spec's JSON object, keys in the operator's order.
@@ -552,6 +562,14 @@ mod tests {
         )));
         assert!(evicts(
             r#"{"type":"fs_native","base_path":"/c","eviction":{"eviction_policy":"IsolatedLRU"}}"#
+        ));
+        // A raw_block tier's capacity is its device's, with or without a
+        // max_capacity_gb; without a block it is not evicted.
+        assert!(evicts(&format!(
+            r#"{{"type":"raw_block","device_path":"/dev/x",{policy}}}"#
+        )));
+        assert!(!evicts(
+            r#"{"type":"raw_block","device_path":"/dev/x","max_capacity_gb":2}"#
         ));
     }
 

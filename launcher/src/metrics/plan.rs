@@ -169,7 +169,7 @@ mod tests {
             },
             TierDevice {
                 position: 2,
-                device_path: "/dev/gone".into(),
+                device_path: "/dev/gone\"\n".into(),
                 kind: DeviceKind::Missing,
                 size_bytes: None,
             },
@@ -179,7 +179,8 @@ mod tests {
             .unwrap();
         let series = r#"lmcache_tier_plan_raw_block_device_bytes{tier="1",device="/dev/nvme1n1"}"#;
         assert_eq!(sample(&text, series), (3u64 << 40) as f64);
-        let gone = r#"lmcache_tier_plan_raw_block_device_bytes{tier="2",device="/dev/gone"}"#;
+        // A label value is escaped, as every label value of the page is.
+        let gone = r#"lmcache_tier_plan_raw_block_device_bytes{tier="2",device="/dev/gone\"\n"}"#;
         assert_eq!(sample(&text, gone), 0.0);
     }
 }

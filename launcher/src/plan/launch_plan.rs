@@ -411,9 +411,11 @@ pub fn plan_launch(
     decisions
         .warnings
         .extend(host.odirect_tiers.iter().filter_map(odirect_tier_warning));
-    decisions
-        .warnings
-        .extend(host.raw_block_devices.iter().filter_map(raw_block::warning));
+    decisions.warnings.extend(
+        host.raw_block_devices
+            .iter()
+            .filter_map(|device| raw_block::warning(device, cascade.tiers().get(device.position)?)),
+    );
     decisions
         .warnings
         .extend(host.gpu.as_ref().and_then(crate::plan::gpu::warning));

@@ -4,14 +4,17 @@
 //! launch's metrics and `inspect` (which reads the running server's own
 //! account, `RawBlockCore.report_status`).
 //!
-//! Source: LMCache 0.5.6's `RawBlockL2AdapterConfig` (`device_path`, a
-//! whole block device the tier writes through its Rust raw-block
-//! extension, which [`crate::plan::server_python::RAW_BLOCK_IO`] checks).
+//! Source: LMCache 0.5.6's `RawBlockL2AdapterConfig` (`device_path`: a raw
+//! device or a pre-sized file, or with `use_uring_cmd` an NVMe generic
+//! character device, written through its Rust raw-block extension, which
+//! [`crate::plan::server_python::RAW_BLOCK_IO`] checks) and
+//! `RawBlockCore._ensure_capacity_and_layout` (a device no larger than its
+//! metadata region is refused at start).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use lmcache_tier_spec::Cascade;
+use lmcache_tier_spec::{Cascade, TierSpec};
 use serde::{Deserialize, Serialize};
 
 /// What a `raw_block` tier's `device_path` is on this host.
@@ -20,12 +23,16 @@ use serde::{Deserialize, Serialize};
 pub enum DeviceKind {
     /// A block device: the tier's size is the device's.
     Block,
-    /// A regular file (a test stand-in for a device).
+    /// A regular file, pre-sized: the tier's size is its length.
     File,
+    /// A character device: what LMCache takes with `use_uring_cmd` (an
+    /// NVMe generic namespace, `/dev/ng<ctrl>n<ns>`, which it checks
+    /// itself); its size is not read.
+    Char,
     /// Nothing is there.
     Missing,
-    /// Something else: a directory, a character device, a FIFO, or a
-    /// path that cannot be read.
+    /// Something else (a directory, a FIFO, a socket), or a path this
+    /// process cannot `stat`.
     Other,
 }
 
@@ -77,6 +84,9 @@ fn what_is_at(path: &Path) -> (DeviceKind, Option<u64>) {
     if file_type.is_file() {
         return (DeviceKind::File, Some(metadata.len()));
     }
+    if file_type.is_char_device() {
+        return (DeviceKind::Char, None);
+    }
     (DeviceKind::Other, None)
 }
 
@@ -88,17 +98,33 @@ fn block_device_bytes(rdev: u64) -> Option<u64> {
     text.trim().parse::<u64>().ok()?.checked_mul(512)
 }
 
-/// The plan's WARN for a device that is not one LMCache can use as the
-/// tier: nothing at the path, or something that is neither a block device
-/// nor a file. `None` for a block device or a file.
-pub fn warning(device: &TierDevice) -> Option<String> {
-    let what = match device.kind {
-        DeviceKind::Block | DeviceKind::File => return None,
-        DeviceKind::Missing => "nothing is there",
-        DeviceKind::Other => "it is not a block device",
+/// LMCache's default `meta_total_bytes`, the metadata region at the start
+/// of a `raw_block` device (256 MiB; `RawBlockL2AdapterConfig`).
+const DEFAULT_META_TOTAL_BYTES: u64 = 256 << 20;
+
+/// The plan's WARN for the device of the `raw_block` tier `spec`: nothing
+/// at the path, something LMCache cannot use as one (neither a block
+/// device, a file nor a character device), or a size no larger than the
+/// tier's metadata region (`meta_total_bytes`) and one `slot_bytes`, which
+/// LMCache refuses at start or can store nothing in. `None` otherwise.
+pub fn warning(device: &TierDevice, spec: &TierSpec) -> Option<String> {
+    let number = |key: &str| {
+        spec.as_object()
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+    };
+    let meta = number("meta_total_bytes").unwrap_or(DEFAULT_META_TOTAL_BYTES);
+    let least = meta.saturating_add(number("slot_bytes").unwrap_or(0));
+    let what = match (device.kind, device.size_bytes) {
+        (DeviceKind::Missing, _) => "nothing is there: LMCache will fail to open it".to_string(),
+        (DeviceKind::Other, _) => "it is neither a block device nor a file (or cannot be read): LMCache will fail to open it".to_string(),
+        (DeviceKind::Block | DeviceKind::File, Some(size)) if size <= least => format!(
+            "it holds {size} bytes, no more than the tier's metadata region (meta_total_bytes {meta}) and one slot_bytes: LMCache refuses it at start or can store nothing"
+        ),
+        _ => return None,
     };
     Some(format!(
-        "L2 tier {} (raw_block) names device_path {}, and {what}: LMCache will fail to open it; name the whole block device the tier may overwrite (e.g. /dev/nvme1n1)",
+        "L2 tier {} (raw_block) names device_path {}, and {what}; name the device the tier may overwrite whole (e.g. /dev/nvme1n1), or a file pre-sized for it",
         device.position,
         lmcache_tier_spec::shown_path(&device.device_path.display().to_string())
     ))
@@ -121,17 +147,21 @@ mod tests {
         std::os::unix::fs::symlink(&file, &link).unwrap();
         let missing = dir.path().join("missing");
         let json = format!(
-            r#"[{{"type":"raw_block","device_path":"{}"}},{{"type":"fs","base_path":"{}"}},
-                {{"type":"raw_block","device_path":"{}"}},{{"type":"raw_block","device_path":"{}"}},
+            r#"[{{"type":"raw_block","device_path":"{}","meta_total_bytes":4096,"slot_bytes":2048}},
+                {{"type":"fs","base_path":"{}"}},
+                {{"type":"raw_block","device_path":"{}","slot_bytes":2048}},
+                {{"type":"raw_block","device_path":"{}"}},
                 {{"type":"raw_block","device_path":"{}"}},{{"type":"raw_block"}},
-                {{"type":"raw_block","device_path":"/dev/null"}}]"#,
+                {{"type":"raw_block","device_path":"/dev/null"}},
+                {{"type":"raw_block","device_path":""}}]"#,
             file.display(),
             dir.path().display(),
             link.display(),
             missing.display(),
             dir.path().display(),
         );
-        let devices = measure(&cascade(&json));
+        let cascade = cascade(&json);
+        let devices = measure(&cascade);
         let seen: Vec<(usize, DeviceKind, Option<u64>)> = devices
             .iter()
             .map(|d| (d.position, d.kind, d.size_bytes))
@@ -143,25 +173,37 @@ mod tests {
                 (2, DeviceKind::File, Some(8192)),
                 (3, DeviceKind::Missing, None),
                 (4, DeviceKind::Other, None),
-                (6, DeviceKind::Other, None),
+                (6, DeviceKind::Char, None),
             ]
         );
-        let warned: Vec<usize> = devices
+        let warnings: Vec<(usize, String)> = devices
             .iter()
-            .filter_map(|d| warning(d).map(|_| d.position))
+            .filter_map(|d| Some((d.position, warning(d, &cascade.tiers()[d.position])?)))
             .collect();
-        assert_eq!(warned, [3, 4, 6]);
-        let text = warning(&devices[2]).unwrap();
+        let warned: Vec<usize> = warnings.iter().map(|(p, _)| *p).collect();
+        assert_eq!(warned, [2, 3, 4], "{warnings:#?}");
+        let small = &warnings[0].1;
         assert!(
-            text.starts_with("L2 tier 3 (raw_block) names device_path ")
-                && text.contains("nothing is there"),
-            "{text}"
+            small.starts_with("L2 tier 2 (raw_block) names device_path ")
+                && small.contains("it holds 8192 bytes, no more than the tier's metadata region (meta_total_bytes 268435456)"),
+            "{small}"
+        );
+        assert!(
+            warnings[1].1.contains("nothing is there"),
+            "{}",
+            warnings[1].1
+        );
+        assert!(
+            warnings[2].1.contains("neither a block device nor a file"),
+            "{}",
+            warnings[2].1
         );
     }
 
     #[test]
     fn a_block_device_s_size_comes_from_sysfs() {
-        // A loop device of a known size (as root; elsewhere nothing to check).
+        // A loop device of a known size (as root, where loop devices can be
+        // attached; elsewhere nothing to check).
         if !nix::unistd::Uid::effective().is_root() {
             eprintln!("not root: no loop device to measure");
             return;
@@ -177,7 +219,10 @@ mod tests {
             .arg(&image)
             .output()
             .unwrap();
-        assert!(attached.status.success(), "{attached:?}");
+        if !attached.status.success() {
+            eprintln!("no loop device here: {attached:?}");
+            return;
+        }
         let device = String::from_utf8(attached.stdout)
             .unwrap()
             .trim()

@@ -34,6 +34,9 @@ use crate::node::env::Vars;
 pub struct NeededModule {
     /// The module imported, e.g. `boto3`.
     pub module: &'static str,
+    /// The Python statement that imports what the server uses of it, as
+    /// the server does (`import boto3`).
+    pub import: &'static str,
     /// The tiers that need it, as a message names them: `the s3_bucket tiers`.
     pub needed_by: &'static str,
     /// What the module is, as a message names it.
@@ -46,6 +49,7 @@ pub struct NeededModule {
 /// boto3, which LMCache's S3 adapter reads the gateways' key through.
 pub static BOTO3: NeededModule = NeededModule {
     module: "boto3",
+    import: "import boto3",
     needed_by: "the s3_bucket tiers",
     what: "boto3",
     fix: "Install it: `{python} -m pip install boto3` (scripts/setup-lmcache.sh installs it too)",
@@ -55,6 +59,7 @@ pub static BOTO3: NeededModule = NeededModule {
 /// opens the device through (`RawBlockCore._rawdev` in LMCache 0.5.6).
 pub static RAW_BLOCK_IO: NeededModule = NeededModule {
     module: "lmcache_rust_raw_block_io",
+    import: "from lmcache_rust_raw_block_io import RawBlockDevice",
     needed_by: "the raw_block tiers",
     what: "lmcache_rust_raw_block_io (LMCache's Rust raw-block extension, which LMCache's wheel does not ship)",
     fix: "Build it from LMCache's sources (rust_raw_block_io) and install it where {python} imports from, or take the raw_block tier out of the cascade",
@@ -133,7 +138,7 @@ pub fn python_of(stock: &Path) -> Vec<PathBuf> {
 }
 
 /// Checks that `python` (a command and its arguments, [`python_of`]) can
-/// import the module `need` names in the environment `vars` (the server's;
+/// run the import of `need` ([`NeededModule::import`]) in the environment `vars` (the server's;
 /// empty: this process's), within [`IMPORT_TIMEOUT`]. Like the server, it
 /// runs without the operator's AWS credential variables
 /// ([`lmcache_s3_gateway::server_env_removed`]).
@@ -161,7 +166,7 @@ fn check_within(
     for name in lmcache_s3_gateway::server_env_removed() {
         command.env_remove(name);
     }
-    command.args(["-c", &format!("import {}", need.module)]);
+    command.args(["-c", need.import]);
     let ran = run_bounded(command, timeout).map_err(|e| match e {
         RunError::NotRun(detail) => ModuleError::NotRun {
             need,
@@ -390,7 +395,7 @@ mod tests {
         let python = dir.path().join("python3");
         script(
             &python,
-            "#!/bin/sh\n[ \"$1 $2\" = '-c import boto3' ] && exit 0\necho \"ModuleNotFoundError: No module named '${2#import }'\" >&2\nexit 1\n",
+            "#!/bin/sh\n[ \"$1 $2\" = '-c import boto3' ] && exit 0\n[ \"$2\" = 'from lmcache_rust_raw_block_io import RawBlockDevice' ] && echo \"ModuleNotFoundError: No module named 'lmcache_rust_raw_block_io'\" >&2\nexit 1\n",
         );
         check_module(std::slice::from_ref(&python), &Vars::new(), &BOTO3).unwrap();
         let e = check_module(std::slice::from_ref(&python), &Vars::new(), &RAW_BLOCK_IO)
