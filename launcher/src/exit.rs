@@ -226,7 +226,7 @@ impl HasExitStatus for PlanError {
         match self {
             PlanError::Config(e) => e.exit_status(),
             PlanError::Executable(e) => e.exit_status(),
-            PlanError::ServerModule(e) => e.exit_status(),
+            PlanError::ServerModule { source, .. } => source.exit_status(),
             PlanError::ApiKey(_) => ExitStatus::BadInput,
             PlanError::Listen(e) => e.exit_status(),
             PlanError::Tier(e) => e.exit_status(),

@@ -1158,27 +1158,42 @@ fn a_capacity_larger_than_its_volume_stops_the_launch_before_the_server() {
 
 #[test]
 fn a_tier_kind_whose_module_the_server_python_lacks_stops_the_plan_naming_the_fix() {
+    const L2: &str = "EREBINE_AGENT_LMCACHE_L2_ADAPTER";
+    const EXTRA: &str = "EREBINE_AGENT_LMCACHE_EXTRA_ARGS";
     let raw_block = r#"{"type":"raw_block","device_path":"/dev/null","slot_bytes":4194304}"#;
     let bucket = bucket_tier("node-a/");
-    for (tiers, module, needles) in [
+    for (variable, value, module, needles) in [
         (
-            vec![bucket.clone()],
+            L2,
+            format!("[{bucket}]"),
             "boto3",
-            vec!["need boto3 in the LMCache server's Python", "`{python} -m pip install boto3`"],
+            vec![
+                "EREBINE_AGENT_LMCACHE_L2_ADAPTER: the s3_bucket tiers need boto3 in the LMCache server's Python",
+                "`{python} -m pip install boto3`",
+            ],
         ),
         (
-            vec![raw_block.to_string()],
+            L2,
+            format!("[{raw_block}]"),
             "lmcache_rust_raw_block_io",
             vec![
-                "the raw_block tiers need lmcache_rust_raw_block_io (LMCache's Rust raw-block extension",
+                "EREBINE_AGENT_LMCACHE_L2_ADAPTER: the raw_block tiers need lmcache_rust_raw_block_io (LMCache's Rust raw-block extension",
                 "install it where {python} imports from, or take the raw_block tier out of the cascade",
             ],
         ),
-        // Each module is asked in the order of the tiers that need it.
+        // Each module is asked in the order of the tiers that need it; the
+        // tiers of EXTRA_ARGS are named by that variable.
         (
-            vec![raw_block.to_string(), bucket.clone()],
+            EXTRA,
+            format!("--l2-adapter {raw_block}"),
             "lmcache_rust_raw_block_io",
-            vec!["the raw_block tiers need"],
+            vec!["EREBINE_AGENT_LMCACHE_EXTRA_ARGS: the raw_block tiers need"],
+        ),
+        (
+            L2,
+            format!("[{raw_block},{bucket}]"),
+            "lmcache_rust_raw_block_io",
+            vec!["EREBINE_AGENT_LMCACHE_L2_ADAPTER: the raw_block tiers need"],
         ),
     ] {
         let mut case = Case::new();
@@ -1186,9 +1201,7 @@ fn a_tier_kind_whose_module_the_server_python_lacks_stops_the_plan_naming_the_fi
         // site-packages (LMCache's wheel does not ship the raw-block one).
         let python = case.path().join("venv/bin/python3");
         fs::write(&python, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
-        let cascade = format!("[{}]", tiers.join(","));
-        case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", &cascade)
-            .own_ports();
+        case.set(variable, &value).own_ports();
         let missing = format!("No module named '{module}'");
         let mut expected: Vec<String> = needles
             .iter()

@@ -81,36 +81,51 @@ fn a_launch_stores_and_loads_the_cpu_benchs_chunks_in_swift_and_bench_l2_round_t
     // A launch: the CPU bench stores through the gateway into Swift; a
     // second node, with a cache directory of its own, loads every chunk
     // from there.
-    let store = run_node(dir, &swift, "node-a", 0, 4);
+    let expected = stored.len() + 4 * SEQUENCE_CHUNKS;
+    let store = run_node(dir, &swift, "node-a", 0, 4, expected);
     assert!(store.status.success(), "bench failed:\n{}", store.output);
     let after_store = lmcache_objects(&swift);
-    assert!(after_store.len() > stored.len(), "{after_store:?}");
-    let load = run_node(dir, &swift, "node-b", 0, 4);
+    assert_eq!(after_store.len(), expected, "{after_store:?}");
+    let load = run_node(dir, &swift, "node-b", 0, 4, expected);
     assert!(load.status.success(), "bench failed:\n{}", load.output);
     assert_eq!(load.full_cold_hits(), 4, "{}", load.output);
 }
 
+/// The chunks of one CPU-bench sequence at the launches' `--chunk-size 32`
+/// (1024 tokens a sequence): one LMCache object each in the bucket.
+const SEQUENCE_CHUNKS: usize = 1024 / 32;
+
 /// A launch named `name` under `dir` with the tier on `swift` alone, the
-/// CPU bench's sequences `start..end` run against it, and the launch stopped.
-fn run_node(dir: &Path, swift: &Swift, name: &str, start: u32, end: u32) -> BenchRun {
+/// CPU bench's sequences `start..end` run against it, and the launch
+/// stopped once the bucket holds `expected` LMCache objects and has
+/// settled ([`settle`]).
+fn run_node(
+    dir: &Path,
+    swift: &Swift,
+    name: &str,
+    start: u32,
+    end: u32,
+    expected: usize,
+) -> BenchRun {
     let node = dir.join(name);
     std::fs::create_dir_all(&node).unwrap();
     let (mp_port, http_port) = (free_port(), free_port());
     let mut launch = launch(&node, mp_port, http_port, &swift_tier(swift), &[]);
     let run = run_bench(&node, mp_port, http_port, start, end);
-    settle(swift);
+    settle(swift, expected);
     stop_launch(&mut launch);
     run
 }
 
-/// Waits until the LMCache objects in Swift have not changed for 5 s
-/// (LMCache stores to L2 behind the bench's back; a loaded host takes a
-/// while), at most 120 s.
-fn settle(swift: &Swift) {
+/// Waits until Swift holds at least `expected` LMCache objects and they
+/// have not changed for 5 s (LMCache stores to L2 behind the bench's back,
+/// and on a loaded host its store controller can pause for longer than
+/// that between objects), at most 120 s.
+fn settle(swift: &Swift, expected: usize) {
     let started = Instant::now();
     let mut last = lmcache_objects(swift);
     let mut same_since = Instant::now();
-    while same_since.elapsed() < Duration::from_secs(5)
+    while (last.len() < expected || same_since.elapsed() < Duration::from_secs(5))
         && started.elapsed() < Duration::from_secs(120)
     {
         std::thread::sleep(Duration::from_millis(500));

@@ -284,12 +284,12 @@ fn check_server_modules(
     vars: &Vars,
     stock: &Result<PathBuf, locate::NotFound>,
 ) -> Result<(), PlanError> {
+    let Some((variable, cascade)) = node.custom_tiers() else {
+        return Ok(());
+    };
     let mut needed = Vec::new();
-    let tiers = node.custom_cascade().map(|c| c.tiers()).unwrap_or_default();
-    for need in tiers
-        .iter()
-        .filter_map(|t| server_python::needed_module(t.kind()))
-    {
+    let tiers = cascade.tiers().iter();
+    for need in tiers.filter_map(|t| server_python::needed_module(t.kind())) {
         if !needed.contains(&need) {
             needed.push(need);
         }
@@ -299,7 +299,8 @@ fn check_server_modules(
     }
     let python = server_python::python_of(stock.as_ref().map_err(Clone::clone)?);
     for need in needed {
-        server_python::check_module(&python, vars, need)?;
+        server_python::check_module(&python, vars, need)
+            .map_err(|source| PlanError::ServerModule { variable, source })?;
     }
     Ok(())
 }

@@ -179,8 +179,14 @@ pub enum PlanError {
     /// The server's Python cannot import a module the cascade's tier kinds
     /// need ([`crate::plan::server_python`]: boto3 for `s3_bucket` tiers,
     /// LMCache's Rust raw-block extension for `raw_block` ones).
-    #[error(transparent)]
-    ServerModule(#[from] crate::plan::server_python::ModuleError),
+    #[error("{variable}: {source}")]
+    ServerModule {
+        /// The variable that gave the tiers (`EREBINE_AGENT_LMCACHE_L2_ADAPTER`,
+        /// or `EREBINE_AGENT_LMCACHE_EXTRA_ARGS` for its `--l2-adapter`s).
+        variable: &'static str,
+        /// What the Python could not import.
+        source: crate::plan::server_python::ModuleError,
+    },
     /// A key the server would read at start (the node's key file, or
     /// LMCache's own `LMCACHE_API_KEY*` variables) that it would refuse.
     #[error(transparent)]
