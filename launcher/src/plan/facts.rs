@@ -210,7 +210,7 @@ impl Facts {
                     probe_disk_read(&node, &disk.measured_at, facts.physical_cores, progress);
             }
             facts.disk = Some(disk);
-        } else if let Some(cascade) = node.extra_args.l2_adapters().or(node.l2_adapter.as_ref()) {
+        } else if let Some(cascade) = node.custom_cascade() {
             facts.odirect_tiers = probe_odirect_tiers(cascade);
             facts.raw_block_devices = raw_block::measure(cascade);
         }

@@ -13,6 +13,8 @@ use lmcache_capacity_guard::capacity::{guard_specs, CapacityError, GuardSpec};
 use lmcache_capacity_guard::{Guard, GuardError, GuardOptions};
 use lmcache_tier_spec::L2AdapterArgs;
 
+use crate::node::env::text_var;
+
 /// The guard of every guarded tier among the command's parsed
 /// `--l2-adapter` specs (checked with [`L2AdapterArgs::check`] first: a value
 /// that is not one JSON object with a `type` would be skipped here), each
@@ -54,10 +56,7 @@ pub fn start_guards(specs: Vec<GuardSpec>, owner: &str) -> Result<Vec<Guard>, Gu
 /// The owner the launch that started this process gives its guards
 /// ([`crate::run::launch::GUARD_OWNER`] in `vars`), if one did.
 pub(crate) fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
-    vars.get(std::ffi::OsStr::new(crate::run::launch::GUARD_OWNER))
-        .and_then(|v| v.to_str())
-        .filter(|v| !v.is_empty())
-        .map(str::to_string)
+    text_var(vars, crate::run::launch::GUARD_OWNER).filter(|v| !v.is_empty())
 }
 
 /// `specs` without the tiers whose guard the launch that started this
@@ -66,10 +65,8 @@ pub(crate) fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
 /// in `vars`. A value that is not a JSON array of paths guards everything
 /// here, as without the variable.
 pub fn without_launch_guarded(specs: Vec<GuardSpec>, vars: &crate::Vars) -> Vec<GuardSpec> {
-    let listed = vars
-        .get(std::ffi::OsStr::new(crate::run::launch::GUARDED_BY_LAUNCH))
-        .and_then(|v| v.to_str())
-        .and_then(|v| serde_json::from_str::<Vec<std::path::PathBuf>>(v).ok())
+    let listed = text_var(vars, crate::run::launch::GUARDED_BY_LAUNCH)
+        .and_then(|v| serde_json::from_str::<Vec<std::path::PathBuf>>(&v).ok())
         .unwrap_or_default();
     specs
         .into_iter()

@@ -460,11 +460,7 @@ async fn prepare(
 fn server_lookup(plan: &LaunchPlan) -> impl Fn(&str) -> Option<String> + '_ {
     move |k: &str| match plan.base_env.is_empty() {
         true => std::env::var(k).ok(),
-        false => plan
-            .base_env
-            .get(std::ffi::OsStr::new(k))
-            .and_then(|v| v.to_str())
-            .map(str::to_string),
+        false => crate::node::env::text_var(&plan.base_env, k),
     }
 }
 
