@@ -29,6 +29,7 @@ use crate::process::ProcessError;
 use crate::run::drop_in::args::ArgsError;
 use crate::run::drop_in::{DropInError, Ended, Failure};
 use crate::run::launch::LaunchError;
+use crate::run::tiers::AdapterError;
 
 /// How a run ends. Command-line errors that `clap` reports (an unknown
 /// flag, a value that does not parse) end with 2 too.
@@ -296,6 +297,16 @@ impl HasExitStatus for GuardError {
     }
 }
 
+/// An adapter's error is its kind's.
+impl HasExitStatus for AdapterError {
+    fn exit_status(&self) -> ExitStatus {
+        match self {
+            AdapterError::Gateway(e) => e.exit_status(),
+            AdapterError::Guard(e) => e.exit_status(),
+        }
+    }
+}
+
 impl HasExitStatus for DropInError {
     fn exit_status(&self) -> ExitStatus {
         match self {
@@ -338,6 +349,7 @@ impl HasExitStatus for Failure {
             Failure::CannotRun { .. } => ExitStatus::CannotRun,
             Failure::DropIn(e) => e.exit_status(),
             Failure::Guards(e) => e.exit_status(),
+            Failure::Check(e) => e.exit_status(),
             Failure::Process(e) => e.exit_status(),
         }
     }

@@ -53,6 +53,7 @@
 //! LMCache's `fs` adapter checks the disk on every lookup and treats a vanished
 //! file as a miss (LMCache 0.5.6's `fs` adapter), so deleting under the running
 //! server is safe.
+pub mod adapter;
 pub mod capacity;
 mod error;
 mod guard;

@@ -12,6 +12,7 @@
 //! the uid the server runs as ([`peer`]). The gateways run on their own
 //! threads until the [`Gateways`] value is dropped.
 
+pub mod adapter;
 pub mod bound;
 mod client;
 mod client_fault;
@@ -169,7 +170,6 @@ impl Gateways {
         tiers: &Cascade,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<(Cascade, Gateways), GatewayError> {
-        let mut out = tiers.clone();
         spec::check_default_chain(tiers.tiers().iter())?;
         spec::check_overlapping_prefixes(tiers.tiers())?;
         let mut bucket_tiers = Vec::new();
@@ -189,7 +189,7 @@ impl Gateways {
             view: GatewaysView::default(),
         };
         if bucket_tiers.is_empty() {
-            return Ok((out, gateways));
+            return Ok((tiers.clone(), gateways));
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -209,8 +209,6 @@ impl Gateways {
                 .await
                 .map_err(std::io::Error::other)??;
             gateways.view.0.push(stats);
-            let spec = &mut out.0[position];
-            *spec = BucketTier::rewrite(spec, addr);
             tracing::info!(
                 tier = position,
                 credentials = %source,
@@ -224,7 +222,20 @@ impl Gateways {
             gateways.addresses.push((position, addr));
         }
         gateways.key = Some(key);
+        let mut out = tiers.clone();
+        gateways.point_tiers(&mut out);
         Ok((out, gateways))
+    }
+
+    /// Points each `s3_bucket` tier of `cascade` (the one the gateways were
+    /// started for) at its gateway ([`BucketTier::rewrite`]); every other
+    /// tier is left as it is.
+    pub fn point_tiers(&self, cascade: &mut Cascade) {
+        for (position, address) in &self.addresses {
+            if let Some(spec) = cascade.0.get_mut(*position) {
+                *spec = BucketTier::rewrite(spec, *address);
+            }
+        }
     }
 
     /// [`Gateways::start`] for a caller that has only the arguments of an

@@ -13,6 +13,7 @@
 //! (`lmcache-capacity-guard`), `s3_bucket` on `s3` tiers by the S3 gateway
 //! (`lmcache-s3-gateway`).
 
+pub mod adapter;
 pub mod capacity;
 pub mod kind;
 pub mod repeated;

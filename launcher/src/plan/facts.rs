@@ -287,13 +287,7 @@ fn check_server_modules(
     let Some((variable, cascade)) = node.custom_tiers() else {
         return Ok(());
     };
-    let mut needed = Vec::new();
-    let tiers = cascade.tiers().iter();
-    for need in tiers.filter_map(|t| server_python::needed_module(t.kind())) {
-        if !needed.contains(&need) {
-            needed.push(need);
-        }
-    }
+    let needed = server_python::needed_modules(cascade.tiers());
     if needed.is_empty() {
         return Ok(());
     }

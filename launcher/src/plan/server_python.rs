@@ -24,7 +24,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use lmcache_tier_spec::TierKind;
+use lmcache_tier_spec::{TierKind, TierSpec};
 
 use crate::node::env::Vars;
 
@@ -72,6 +72,20 @@ pub fn needed_module(kind: TierKind<'_>) -> Option<&'static NeededModule> {
         TierKind::RawBlock => Some(&RAW_BLOCK_IO),
         TierKind::Disk { .. } | TierKind::Object | TierKind::Other(_) => None,
     }
+}
+
+/// The modules `tiers` need in the server's Python ([`needed_module`]),
+/// each once, in the order of the first tier that needs it.
+pub fn needed_modules<'a>(
+    tiers: impl IntoIterator<Item = &'a TierSpec>,
+) -> Vec<&'static NeededModule> {
+    let mut needed = Vec::new();
+    for need in tiers.into_iter().filter_map(|t| needed_module(t.kind())) {
+        if !needed.contains(&need) {
+            needed.push(need);
+        }
+    }
+    needed
 }
 
 /// How long the server's Python may take to import a module (about 0.2 s on

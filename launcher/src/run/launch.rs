@@ -11,9 +11,9 @@ use nix::sys::signal::Signal;
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
-use lmcache_capacity_guard::capacity::GuardSpec;
-use lmcache_capacity_guard::{Guard, GuardError, GuardOptions, PriorScan};
-use lmcache_housekeeping::Mode;
+use lmcache_capacity_guard::adapter::{GuardTiers, ScannedTier};
+use lmcache_capacity_guard::{GuardError, PriorScan};
+use lmcache_housekeeping::{Mode, TierLock};
 
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::node::env;
@@ -24,6 +24,7 @@ use crate::plan::launch_plan::LaunchPlan;
 use crate::run::supervise::{
     describe, listener_owned_by_tree, signal_name, Output, Supervised, TerminatingSignals,
 };
+use crate::run::tiers::{AdapterError, RunningAdapters, TierAdapters};
 use crate::run::watch::{WatchConfig, Watcher};
 use crate::status::events::{Event, Silence};
 use crate::status::{Poll, StatusClient};
@@ -52,17 +53,6 @@ pub struct RunOptions {
 }
 
 pub use crate::output::ShowProgress;
-
-/// The variable a launch sets for the server's process with the tier
-/// directories whose capacity guard the launch itself runs (a JSON array
-/// of paths), so that `erebine-lmcache server` does not start a second one.
-pub const GUARDED_BY_LAUNCH: &str = "EREBINE_LMCACHE_GUARDED_BY_LAUNCH";
-
-/// The variable a launch sets for the server's process with the owner its
-/// capacity guards write into their status files
-/// ([`NodeMetrics::guard_owner`]), so that the guards `erebine-lmcache
-/// server` runs for the launch are served as the launch's own.
-pub const GUARD_OWNER: &str = "EREBINE_LMCACHE_GUARD_OWNER";
 
 /// The variable a launch sets for the server's process with its
 /// [`RunOptions::stop_grace`] in whole seconds, so that `erebine-lmcache
@@ -196,6 +186,17 @@ pub enum LaunchError {
     /// Waiting on the server failed.
     #[error("lost track of the LMCache server: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// An adapter's error is the launch's of its kind: the server was not
+/// started.
+impl From<AdapterError> for LaunchError {
+    fn from(e: AdapterError) -> Self {
+        match e {
+            AdapterError::Gateway(e) => LaunchError::Gateway(e),
+            AdapterError::Guard(e) => LaunchError::Guard(e),
+        }
+    }
 }
 
 /// Starts the planned server, waits until `/status` answers, and runs until
@@ -353,18 +354,15 @@ async fn run_launch(
 
 /// What a launch holds from before the first start until it returns.
 struct Prepared {
-    /// The server's arguments, `s3_bucket` specs pointed at the gateways.
+    /// The server's arguments, its tiers pointed at what the adapters
+    /// started (`s3_bucket` specs at the gateways).
     args: Vec<String>,
-    /// The `s3_bucket` gateways.
-    gateways: lmcache_s3_gateway::Gateways,
+    /// The tiers' adapters, started ([`crate::run::tiers`]); stopped when
+    /// dropped, before the lock.
+    adapters: RunningAdapters,
     /// The disk tier's lock: no other launch or housekeeping may touch the
     /// directory while the server runs.
     _lock: Option<lmcache_housekeeping::TierLock>,
-    /// The capacity guard of the disk tier, started from the launch's scan.
-    guard: Option<(std::path::PathBuf, Guard)>,
-    /// The owner every guard of the launch is started with, here and
-    /// under `erebine-lmcache` ([`GUARD_OWNER`]).
-    guard_owner: String,
 }
 
 /// The server's listeners: the plan's, less the metrics endpoint, which
@@ -391,9 +389,12 @@ fn start_metrics(
     Ok(Some(endpoint))
 }
 
-/// Everything before the first start: the ports checked, the gateways
-/// started, the disk tier housekept from the plan's scan, and its capacity
-/// guard started from that scan; each of them then read by `metrics`.
+/// Everything before the first start: every tier's adapter checked
+/// (refused here, before anything starts, with the reason: exit 2, not a
+/// server that exits at once), the API key made or read, the disk tier
+/// housekept from the plan's scan, and the adapters started (the disk
+/// tier's capacity guard from that scan); each of them then read by
+/// `metrics`.
 async fn prepare(
     plan: &LaunchPlan,
     options: &RunOptions,
@@ -401,31 +402,46 @@ async fn prepare(
 ) -> Result<Prepared, LaunchError> {
     // The ports were found free by the facts' measure (`DiskAccess::Create`,
     // before anything was created); a restart checks them again below.
-    // Every guarded tier's capacity against its volume, as the guards
-    // under `erebine-lmcache` will check it: refused here, before anything
-    // starts, with the reason (exit 2), not as a server that exits at once.
-    let guarded: Vec<GuardSpec> = plan.tiers.iter().filter_map(|t| t.guard.clone()).collect();
-    for spec in &guarded {
-        spec.check_volume().map_err(GuardError::from)?;
-    }
-    // Path-style gateways for `s3_bucket` tiers, held until the launch
-    // returns; the server gets specs with per-launch keys only.
+    adapters(plan, Vec::new()).check()?;
     let lookup = server_lookup(plan);
     ensure_api_key_file(plan)?;
     server_api_key(plan, &lookup)?;
-    let (tiers, gateways) = lmcache_s3_gateway::Gateways::start(&plan.cascade, &lookup).await?;
-    let args = plan.server_args(&tiers);
-    metrics.watch_gateways(gateways.view());
-    metrics.watch_guards(guarded);
-    let guard_owner = metrics.guard_owner();
+    let (lock, scans) = housekeep(plan, options, metrics)?;
+    let started = Instant::now();
+    let owner = metrics.guard_owner();
+    let adapters = adapters(plan, scans)
+        .start(&lookup, &owner, metrics)
+        .await?;
+    tracing::debug!(
+        "started the tiers' adapters in {} ms",
+        started.elapsed().as_millis()
+    );
+    Ok(Prepared {
+        args: plan.server_args(&adapters.server_tiers(&plan.cascade)),
+        adapters,
+        _lock: lock,
+    })
+}
+
+/// The adapters of the plan's tiers ([`TierAdapters`]): its guarded tiers
+/// those of a launch, `scans` being the scans it made of its tiers.
+fn adapters(plan: &LaunchPlan, scans: Vec<ScannedTier>) -> TierAdapters {
+    let guarded = plan.tiers.iter().filter_map(|t| t.guard.clone()).collect();
+    TierAdapters::new(&plan.cascade, GuardTiers::of_launch(guarded, scans))
+}
+
+/// Housekeeps the plan's disk tier, if it has one, from the plan's scan;
+/// returns the tier's lock and its scan, for its capacity guard.
+///
+/// # Errors
+/// What kept housekeeping from its end.
+fn housekeep(
+    plan: &LaunchPlan,
+    options: &RunOptions,
+    metrics: &NodeMetrics,
+) -> Result<(Option<TierLock>, Vec<ScannedTier>), LaunchError> {
     let Some(hk) = &plan.housekeeping else {
-        return Ok(Prepared {
-            args,
-            gateways,
-            _lock: None,
-            guard: None,
-            guard_owner,
-        });
+        return Ok((None, Vec::new()));
     };
     let started = Instant::now();
     let mut housekept = None;
@@ -440,19 +456,22 @@ async fn prepare(
     }
     metrics.housekept(&housekept.housekeeping.report, started.elapsed());
     let lock = housekept.tier.lock.take();
-    let guard = start_guard(plan, &hk.path, housekept, &guard_owner)?;
     tracing::debug!(
-        "housekept {} and started its capacity guard in {} ms",
+        "housekept {} in {} ms",
         hk.path.display(),
         started.elapsed().as_millis()
     );
-    Ok(Prepared {
-        args,
-        gateways,
-        _lock: lock,
-        guard: guard.map(|g| (hk.path.clone(), g)),
-        guard_owner,
-    })
+    Ok((lock, vec![(hk.path.clone(), prior_scan(housekept))]))
+}
+
+/// The scan housekeeping made, for the tier's capacity guard.
+fn prior_scan(housekept: Housekept) -> PriorScan {
+    PriorScan {
+        dir: housekept.tier.dir,
+        watch: housekept.watch,
+        inventory: housekept.tier.inventory,
+        deleted: housekept.housekeeping.deleted_objects,
+    }
 }
 
 /// The server's environment, by name: the plan's (the node's variables),
@@ -496,32 +515,6 @@ fn server_api_key(
     let key = source.read(lookup)?;
     tracing::debug!("requests to the server's HTTP port carry its API key, from {source}");
     Ok(Some(key))
-}
-
-/// The capacity guard of the plan's disk tier at `path`, started from the
-/// tier's scan and housekeeping with `owner` ([`GuardOptions::owner`]);
-/// `None` when the plan does not guard it.
-fn start_guard(
-    plan: &LaunchPlan,
-    path: &std::path::Path,
-    housekept: Housekept,
-    owner: &str,
-) -> Result<Option<Guard>, LaunchError> {
-    let mut guards = plan.tiers.iter().filter_map(|t| t.guard.as_ref());
-    let Some(spec) = guards.find(|s| s.base_path == path).cloned() else {
-        return Ok(None);
-    };
-    let prior = PriorScan {
-        dir: housekept.tier.dir,
-        watch: housekept.watch,
-        inventory: housekept.tier.inventory,
-        deleted: housekept.housekeeping.deleted_objects,
-    };
-    let options = GuardOptions {
-        owner: Some(owner.to_string()),
-        ..GuardOptions::default()
-    };
-    Ok(Some(Guard::start_from_scan(spec, options, prior)?))
 }
 
 /// How one start ended.
@@ -649,21 +642,16 @@ fn spawn(
         .args(&prepared.args)
         .envs(&plan.env)
         .env_remove(env::L2_ADAPTER);
-    for (variable, value) in prepared.gateways.server_env() {
+    // Each adapter's: the gateways' per-launch key, and which tiers this
+    // launch guards itself (one inherited would leave a tier unguarded).
+    for (variable, value) in prepared.adapters.server_env() {
         match value {
             Some(value) => command.env(variable, value),
             None => command.env_remove(variable),
         };
     }
-    // Set by this launch alone: one inherited would leave a tier unguarded.
-    command.env_remove(GUARDED_BY_LAUNCH);
     // The launch serves the metrics; `erebine-lmcache` would take its port.
     command.env(env::METRICS_PORT, "0");
-    if let Some((path, _)) = &prepared.guard {
-        let guarded = serde_json::json!([path]).to_string();
-        command.env(GUARDED_BY_LAUNCH, guarded);
-    }
-    command.env(GUARD_OWNER, &prepared.guard_owner);
     command.env(STOP_GRACE, stop_grace.as_secs().to_string());
     Supervised::spawn(command, Output::Tee).map_err(|e| LaunchError::Spawn {
         executable: plan.executable.display().to_string(),

@@ -20,9 +20,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lmcache_capacity_guard::capacity::{CapacityError, GuardSpec};
+use lmcache_capacity_guard::adapter::GuardTiers;
+use lmcache_capacity_guard::capacity::{guard_specs, CapacityError};
 use lmcache_capacity_guard::GuardError;
-use lmcache_s3_gateway::{GatewayError, Gateways};
+use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::L2AdapterArgs;
 use nix::sys::signal::Signal;
 
@@ -30,10 +31,11 @@ use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::node::env::{metrics_address, text_var, ConfigError, Vars, METRICS_PORT};
 use crate::node::server_flags::server_flags;
 use crate::plan::locate::{find_stock_lmcache, NotFound};
-use crate::plan::server_python::{check_module, python_of, ModuleError, BOTO3};
+use crate::plan::server_python::{check_module, needed_modules, python_of, ModuleError};
 use crate::process::ProcessError;
-use crate::run::guards::{check_guards, launch_guard_owner, start_guards, without_launch_guarded};
+use crate::run::guards::{launch_guard_owner, without_launch_guarded};
 use crate::run::supervise::{exit_code, Output, Supervised, TerminatingSignals};
+use crate::run::tiers::{AdapterError, RunningAdapters, TierAdapters};
 use crate::status::events::Event;
 
 /// One line of `erebine-lmcache`'s own on stderr (`erebine-lmcache: <line>`),
@@ -83,9 +85,13 @@ pub enum Failure {
     /// A command that runs here ended before its server did ([`serve`]).
     #[error(transparent)]
     DropIn(#[from] DropInError),
-    /// A guarded tier's capacity is unusable.
+    /// A guarded tier's capacity key is unusable.
     #[error(transparent)]
     Guards(#[from] CapacityError),
+    /// A tier's adapter refused it before anything started
+    /// ([`TierAdapters::check`]).
+    #[error(transparent)]
+    Check(AdapterError),
     /// This process itself failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
@@ -95,11 +101,11 @@ pub enum Failure {
 /// the command line ([`check_args`]), finds the stock `lmcache`
 /// ([`find_stock_lmcache`]), hands it every command that does not run here
 /// (`exec`: this returns only when that fails), and serves the rest
-/// ([`serve`]) with the capacity guards a launch does not already run.
+/// ([`serve`]) with its tiers' adapters, checked ([`TierAdapters`]).
 ///
 /// # Errors
 /// [`Failure`]: a refused command line, no stock `lmcache`, an `exec` that
-/// failed, an unusable guarded tier, or what kept the server from running.
+/// failed, a tier its adapter refused, or what kept the server from running.
 pub fn run(args: Vec<OsString>, vars: Vars) -> Result<Ended, Failure> {
     let first = args.first().and_then(|a| a.to_str());
     // Read as text only to find the `--l2-adapter` values; the server gets
@@ -124,16 +130,31 @@ pub fn run(args: Vec<OsString>, vars: Vars) -> Result<Ended, Failure> {
         let source = std::process::Command::new(&stock).args(&args).exec();
         return Err(Failure::CannotRun { stock, source });
     }
-    let guards = without_launch_guarded(check_guards(&specs)?, &vars);
+    let adapters = server_adapters(&specs, &vars)?;
     let runtime = crate::process::runtime()?;
     let command = DropIn {
         stock,
         args,
         text_args,
         specs,
-        guards,
+        adapters,
     };
     Ok(runtime.block_on(serve(command, vars))?)
+}
+
+/// The adapters of the command's tiers ([`TierAdapters`]), checked: its
+/// guarded tiers those of a server, less the ones the launch that started
+/// this process guards itself ([`without_launch_guarded`]).
+///
+/// # Errors
+/// A guarded tier's capacity key is unusable ([`Failure::Guards`]), or an
+/// adapter refused its tiers ([`Failure::Check`]).
+fn server_adapters(specs: &L2AdapterArgs, vars: &Vars) -> Result<TierAdapters, Failure> {
+    let cascade = specs.cascade();
+    let guarded = without_launch_guarded(guard_specs(&cascade)?, vars);
+    let adapters = TierAdapters::new(&cascade, GuardTiers::of_server(guarded));
+    adapters.check().map_err(Failure::Check)?;
+    Ok(adapters)
 }
 
 /// Why a drop-in command ends before the server it runs does; each error
@@ -155,8 +176,9 @@ pub enum DropInError {
     /// An `s3_bucket` tier cannot work.
     #[error(transparent)]
     Gateway(#[from] GatewayError),
-    /// The stock `lmcache`'s Python cannot import boto3, which the
-    /// `s3_bucket` tiers need (2).
+    /// The stock `lmcache`'s Python cannot import a module the tiers need
+    /// ([`needed_modules`]: boto3 for `s3_bucket` tiers, LMCache's Rust
+    /// raw-block extension for `raw_block` ones) (2).
     #[error(transparent)]
     ServerModule(#[from] ModuleError),
     /// A capacity guard could not start once the server listened; the
@@ -192,19 +214,30 @@ pub struct DropIn {
     pub text_args: Vec<String>,
     /// The parsed `--l2-adapter` values.
     pub specs: L2AdapterArgs,
-    /// The capacity guards to start once the server runs
-    /// ([`crate::run::guards::check_guards`]).
-    pub guards: Vec<GuardSpec>,
+    /// The adapters of its tiers, checked.
+    pub adapters: TierAdapters,
+}
+
+/// An adapter's error once the server runs: a gateway's is its own, a
+/// guard's stops the server.
+impl From<AdapterError> for DropInError {
+    fn from(e: AdapterError) -> Self {
+        match e {
+            AdapterError::Gateway(e) => DropInError::Gateway(e),
+            AdapterError::Guard(e) => DropInError::GuardStart(e),
+        }
+    }
 }
 
 /// How often a server that has not yet opened a listener is checked for
-/// one, to start its capacity guards.
+/// one, to start what its adapters left for then.
 const LISTEN_CHECK: Duration = Duration::from_millis(200);
 
-/// Runs `lmcache <args>` with the gateways its `s3_bucket` tiers need,
-/// starts the capacity guards once the server listens (a help request or a
-/// command line LMCache rejects never gets that far, so it touches
-/// nothing), and forwards every terminating signal until it exits.
+/// Runs `lmcache <args>` with its tiers' adapters started (the gateways its
+/// `s3_bucket` tiers need), tells them once the server listens (the
+/// capacity guards start then: a help request or a command line LMCache
+/// rejects never gets that far, so it touches nothing), and forwards every
+/// terminating signal until it exits.
 ///
 /// Returns the status the run ends with once the server ran: its own, or
 /// that of a guard that could not start (said, and the server stopped).
@@ -220,7 +253,7 @@ pub async fn serve(server: DropIn, vars: Vars) -> Result<Ended, DropInError> {
     }
     let _endpoint = start_metrics(&server, &vars, &metrics)?;
     let grace = stop_grace(&vars)?;
-    let (mut child, _gateways) = start_server(&server, &vars, &metrics).await?;
+    let (mut child, adapters) = start_server(server, &vars, &metrics).await?;
     metrics.server().started(1);
     let mut run = Run {
         child: &mut child,
@@ -228,7 +261,7 @@ pub async fn serve(server: DropIn, vars: Vars) -> Result<Ended, DropInError> {
         metrics: &metrics,
         grace,
     };
-    run.supervise(server.guards).await
+    run.supervise(adapters).await
 }
 
 /// How long a server told to stop has before its processes are killed:
@@ -254,24 +287,29 @@ fn stop_grace(vars: &Vars) -> Result<Duration, DropInError> {
         })
 }
 
-/// Starts the gateways of the command's `s3_bucket` tiers, then the stock
-/// `lmcache` with the specs they rewrote (every other argument byte for
-/// byte) and the gateways' per-launch key in its environment; returns the
-/// server and the gateways, which serve until dropped.
+/// Starts the adapters of the command's tiers, then the stock `lmcache`
+/// with the specs they rewrote (every other argument byte for byte) and the
+/// environment they need (the gateways' per-launch key); returns the server
+/// and the adapters, which serve until dropped.
 async fn start_server(
-    server: &DropIn,
+    server: DropIn,
     vars: &Vars,
     metrics: &NodeMetrics,
-) -> Result<(Supervised, Gateways), DropInError> {
+) -> Result<(Supervised, RunningAdapters), DropInError> {
     let env = |name: &str| text_var(vars, name);
-    let (tiers, gateways) = Gateways::start(&server.specs.cascade(), &env).await?;
-    let rewritten = server.specs.render(&server.text_args, &tiers);
+    let cascade = server.specs.cascade();
+    let adapters = server
+        .adapters
+        .start(&env, &metrics.guard_owner(), metrics)
+        .await?;
+    let rewritten = server
+        .specs
+        .render(&server.text_args, &adapters.server_tiers(&cascade));
     // LMCache gets the gateways' key through boto3 (stopped with them if not).
-    if !gateways.addresses().is_empty() {
-        check_module(&python_of(&server.stock), vars, &BOTO3)?;
+    let python = python_of(&server.stock);
+    for need in needed_modules(cascade.tiers()) {
+        check_module(&python, vars, need)?;
     }
-    metrics.watch_gateways(gateways.view());
-    metrics.watch_guards(server.guards.iter().cloned());
     let args = server.args.iter().zip(&server.text_args).zip(rewritten);
     let args = args.map(|((given, read), sent)| match *read == sent {
         true => given.clone(),
@@ -279,20 +317,18 @@ async fn start_server(
     });
     let mut command = tokio::process::Command::new(&server.stock);
     command.args(args);
-    for (variable, value) in gateways.server_env() {
+    for (variable, value) in adapters.server_env() {
         match value {
             Some(value) => command.env(variable, value),
             None => command.env_remove(variable),
         };
     }
-    command.env_remove(crate::run::launch::GUARDED_BY_LAUNCH);
-    command.env_remove(crate::run::launch::GUARD_OWNER);
     let child =
         Supervised::spawn(command, Output::Inherit).map_err(|source| DropInError::CannotStart {
             stock: server.stock.clone(),
             source,
         })?;
-    Ok((child, gateways))
+    Ok((child, adapters))
 }
 
 /// A running server and what its supervision needs.
@@ -308,15 +344,14 @@ struct Run<'a> {
 impl Run<'_> {
     /// Waits for the server to exit, forwarding every terminating signal
     /// (the first one arms the grace: past it, SIGKILL to every process of
-    /// the server, so that none outlives this run), and starts `guards`
-    /// once it listens; returns its status, or that of a guard that could
-    /// not start (said, and the server stopped).
-    async fn supervise(&mut self, guards: Vec<GuardSpec>) -> Result<Ended, DropInError> {
-        let mut pending = Some(guards).filter(|g| !g.is_empty());
+    /// the server, so that none outlives this run), and tells `adapters`
+    /// once it listens; returns its status, or that of an adapter that could
+    /// not start what waited (said, and the server stopped).
+    async fn supervise(&mut self, mut adapters: RunningAdapters) -> Result<Ended, DropInError> {
         let mut listening = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
-        // Stopped (last status written) when dropped, after the server exits.
-        let mut _guards = Vec::new();
+        // `adapters` are stopped (guards' last status written) when
+        // dropped, after the server exits.
         loop {
             let killing = kill_at.unwrap_or_else(tokio::time::Instant::now);
             tokio::select! {
@@ -333,17 +368,14 @@ impl Run<'_> {
                     self.child.kill_all();
                     kill_at = Some(tokio::time::Instant::now() + self.grace);
                 }
-                _ = tokio::time::sleep(LISTEN_CHECK), if pending.is_some() || !listening => {
-                    if !listening && self.child.listens() {
+                _ = tokio::time::sleep(LISTEN_CHECK), if !listening => {
+                    if self.child.listens() {
                         // Listening is this process's "ready": it does not
                         // poll /status, the launch does.
                         listening = true;
                         self.metrics.server().observe(&Event::Ready);
-                    }
-                    if listening && pending.is_some() {
-                        match start_guards(pending.take().unwrap_or_default(), &self.metrics.guard_owner()) {
-                            Ok(started) => _guards = started,
-                            Err(e) => return Ok(self.guard_failed(e).await),
+                        if let Err(e) = adapters.server_listens() {
+                            return Ok(self.adapter_failed(e.into()).await);
                         }
                     }
                 }
@@ -377,10 +409,10 @@ impl Run<'_> {
         Ok(Ended::Server(exit_code(status)))
     }
 
-    /// A guard could not start: said, then the server stopped.
-    async fn guard_failed(&mut self, e: GuardError) -> Ended {
+    /// What an adapter left for the server's start could not start: said,
+    /// then the server stopped.
+    async fn adapter_failed(&mut self, failure: DropInError) -> Ended {
         // Said before the stop, which may take the grace.
-        let failure = DropInError::GuardStart(e);
         say(&failure.to_string());
         let _ = self.child.stop(self.grace).await;
         Ended::GuardFailed(failure)

@@ -1,0 +1,99 @@
+//! The seam every tier adapter fills: what runs beside the LMCache server
+//! for the tiers of one kind (the capacity guards of disk tiers, the
+//! gateways of `s3_bucket` tiers), driven through the same steps by a
+//! launch and by `erebine-lmcache` alike (`docs/design.md`, "Adding a tier
+//! kind"):
+//!
+//! 1. [`TierAdapter::check`]: reads only, before anything starts; a tier
+//!    that cannot work is refused here, with nothing created or deleted.
+//! 2. [`TierAdapter::start`]: before the server; what it started may point
+//!    the server's tiers elsewhere ([`RunningTiers::server_tiers`]) and set
+//!    its environment ([`RunningTiers::server_env`]).
+//! 3. [`RunningTiers::server_listens`]: once the server has really started
+//!    (a listener in its process tree), for work that must not run for a
+//!    command LMCache refuses.
+//! 4. [`RunningTiers::view`]: what `inspect` and the metrics read while it
+//!    runs.
+//! 5. [`RunningTiers::stop`]: when the server is gone (dropping it stops
+//!    it too).
+
+use std::future::Future;
+
+use crate::Cascade;
+
+/// What a start gets from its caller.
+#[derive(Clone, Copy)]
+pub struct StartContext<'a> {
+    /// The environment the server gets, by name (an adapter reads its
+    /// credentials from it, as the server would).
+    pub env: &'a (dyn Fn(&str) -> Option<String> + Sync),
+    /// The owner of what the adapters write for the metrics to read (the
+    /// capacity guards' status files): whose endpoint serves it.
+    pub owner: &'a str,
+}
+
+/// The adapter of one tier kind, for the tiers of one cascade: built from
+/// the cascade (or the plan's tiers) by the adapter's crate, checked, then
+/// started once.
+pub trait TierAdapter: Send {
+    /// Why a tier cannot work, or its adapter cannot start; the tier's
+    /// position and key are in the message.
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// The started adapter.
+    type Running: RunningTiers<Error = Self::Error>;
+
+    /// Checks every tier of the adapter's kind against what it needs
+    /// (keys, volume, ...), reading only.
+    ///
+    /// # Errors
+    /// The first tier that cannot work.
+    fn check(&self) -> Result<(), Self::Error>;
+
+    /// Starts what the tiers need before the server starts.
+    ///
+    /// # Errors
+    /// The first tier whose adapter could not start; whatever it had
+    /// started is stopped.
+    fn start(
+        self,
+        context: &StartContext<'_>,
+    ) -> impl Future<Output = Result<Self::Running, Self::Error>> + Send;
+}
+
+/// A started [`TierAdapter`]: serves until [`RunningTiers::stop`] or drop.
+pub trait RunningTiers: Send + Sync + 'static {
+    /// What `inspect` and the metrics read of the running adapter, for a
+    /// reader that outlives this borrow.
+    type View;
+    /// Why work left for [`RunningTiers::server_listens`] failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Points the tiers of `cascade` (the server's, in cascade order) that
+    /// this adapter serves at what it started; the others are left as they
+    /// are. The default changes nothing.
+    fn server_tiers(&self, cascade: &mut Cascade) {
+        let _ = cascade;
+    }
+
+    /// What the server's environment needs, in order: `(name, None)`
+    /// removes a variable, `(name, Some(value))` sets one. Values may be
+    /// secret: never printed. The default needs nothing.
+    fn server_env(&self) -> Vec<(&'static str, Option<String>)> {
+        Vec::new()
+    }
+
+    /// The server has really started: starts what waited for it. The
+    /// default has nothing waiting.
+    ///
+    /// # Errors
+    /// What could not start; the caller stops the server.
+    fn server_listens(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// What `inspect` and the metrics read.
+    fn view(&self) -> Self::View;
+
+    /// Stops everything the adapter started, and waits for it to end.
+    fn stop(self);
+}

@@ -1,0 +1,205 @@
+//! The adapters of a server's tiers, one per kind that needs one, driven
+//! through the tier seam ([`lmcache_tier_spec::adapter`]) by one loop, for
+//! a launch ([`crate::run::launch`]) and for `erebine-lmcache`
+//! ([`crate::run::drop_in`]) alike: all checked before anything starts,
+//! then started in order (each watched by the metrics as it starts), the
+//! server's tiers and environment taken from what they started, the work
+//! that waits for the server started once it listens, and all stopped
+//! when dropped (`docs/design.md`, "Adding a tier kind").
+//!
+//! The kinds: the gateways of `s3_bucket` tiers
+//! ([`lmcache_s3_gateway::adapter`]), then the capacity guards of disk
+//! tiers ([`lmcache_capacity_guard::adapter`]). A kind with no adapter is
+//! LMCache's alone.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+
+use lmcache_capacity_guard::adapter::GuardTiers;
+use lmcache_capacity_guard::capacity::GuardSpec;
+use lmcache_capacity_guard::GuardError;
+use lmcache_s3_gateway::adapter::GatewayTiers;
+use lmcache_s3_gateway::{GatewayError, GatewaysView};
+use lmcache_tier_spec::adapter::{RunningTiers, StartContext, TierAdapter};
+use lmcache_tier_spec::Cascade;
+
+use crate::metrics::NodeMetrics;
+
+/// Why an adapter refused its tiers or could not start; each knows its
+/// exit status (`HasExitStatus`, in `crate::exit`).
+#[derive(Debug, thiserror::Error)]
+pub enum AdapterError {
+    /// An `s3_bucket` tier cannot work, or its gateway cannot start.
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    /// A guarded tier's capacity is unusable, or its guard cannot start.
+    #[error(transparent)]
+    Guard(#[from] GuardError),
+}
+
+/// The adapters of one cascade, in the order they start; none started.
+#[derive(Debug)]
+pub struct TierAdapters(Vec<Box<dyn Adapter>>);
+
+impl TierAdapters {
+    /// The adapter of every kind that has one, for the server's `cascade`:
+    /// its gateways, then `guards` (a launch's or a server's, which the
+    /// caller picks: [`GuardTiers::of_launch`], [`GuardTiers::of_server`]).
+    pub fn new(cascade: &Cascade, guards: GuardTiers) -> Self {
+        Self(vec![Box::new(GatewayTiers::of(cascade)), Box::new(guards)])
+    }
+
+    /// Checks every adapter's tiers, reading only.
+    ///
+    /// # Errors
+    /// The first tier that cannot work, in start order.
+    pub fn check(&self) -> Result<(), AdapterError> {
+        self.0.iter().try_for_each(|adapter| adapter.check())
+    }
+
+    /// Starts every adapter in order, each watched by `metrics` from its
+    /// start, with the server's environment `env` and `owner` as the owner
+    /// of what they write for the metrics.
+    ///
+    /// # Errors
+    /// The first adapter that could not start; those started before it
+    /// are stopped.
+    pub async fn start(
+        self,
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+        owner: &str,
+        metrics: &NodeMetrics,
+    ) -> Result<RunningAdapters, AdapterError> {
+        let context = StartContext { env, owner };
+        let mut running = RunningAdapters(Vec::with_capacity(self.0.len()));
+        for adapter in self.0 {
+            let started = adapter.start(&context).await?;
+            started.watch(metrics);
+            running.0.push(started);
+        }
+        Ok(running)
+    }
+}
+
+/// The started adapters of one cascade; dropping them stops them, in
+/// start order.
+#[derive(Default)]
+pub struct RunningAdapters(Vec<Box<dyn Running>>);
+
+impl RunningAdapters {
+    /// The server's tiers: `cascade` with each adapter's tiers pointed at
+    /// what it started.
+    pub fn server_tiers(&self, cascade: &Cascade) -> Cascade {
+        let mut tiers = cascade.clone();
+        for running in &self.0 {
+            running.server_tiers(&mut tiers);
+        }
+        tiers
+    }
+
+    /// What the server's environment needs, every adapter's in start
+    /// order: `(name, None)` to remove, `(name, Some(value))` to set.
+    /// Values may be secret: never printed.
+    pub fn server_env(&self) -> Vec<(&'static str, Option<String>)> {
+        self.0.iter().flat_map(|r| r.server_env()).collect()
+    }
+
+    /// The server has really started: each adapter starts what waited.
+    ///
+    /// # Errors
+    /// The first that could not start; the caller stops the server.
+    pub fn server_listens(&mut self) -> Result<(), AdapterError> {
+        self.0.iter_mut().try_for_each(|r| r.server_listens())
+    }
+
+    /// Stops every adapter, in start order, each waited for.
+    pub fn stop(self) {
+        for running in self.0 {
+            running.stop();
+        }
+    }
+}
+
+/// A view of a running adapter that the metrics read at every scrape.
+trait Watched {
+    /// Hands the view to `metrics`.
+    fn watch_in(self, metrics: &NodeMetrics);
+}
+
+impl Watched for GatewaysView {
+    fn watch_in(self, metrics: &NodeMetrics) {
+        metrics.watch_gateways(self);
+    }
+}
+
+impl Watched for Vec<GuardSpec> {
+    fn watch_in(self, metrics: &NodeMetrics) {
+        metrics.watch_guards(self);
+    }
+}
+
+/// A future that starts one adapter.
+type Starting<'a> =
+    Pin<Box<dyn Future<Output = Result<Box<dyn Running>, AdapterError>> + Send + 'a>>;
+
+/// [`TierAdapter`] with its kind's types erased, so that one list holds
+/// every kind.
+trait Adapter: Send + Debug {
+    fn check(&self) -> Result<(), AdapterError>;
+    fn start<'a>(self: Box<Self>, context: &'a StartContext<'a>) -> Starting<'a>;
+}
+
+impl<A> Adapter for A
+where
+    A: TierAdapter + Debug + 'static,
+    AdapterError: From<A::Error>,
+    <A::Running as RunningTiers>::View: Watched,
+{
+    fn check(&self) -> Result<(), AdapterError> {
+        Ok(TierAdapter::check(self)?)
+    }
+
+    fn start<'a>(self: Box<Self>, context: &'a StartContext<'a>) -> Starting<'a> {
+        Box::pin(async move {
+            let running = TierAdapter::start(*self, context).await?;
+            Ok(Box::new(running) as Box<dyn Running>)
+        })
+    }
+}
+
+/// [`RunningTiers`] with its kind's types erased.
+trait Running: Send + Sync {
+    fn server_tiers(&self, cascade: &mut Cascade);
+    fn server_env(&self) -> Vec<(&'static str, Option<String>)>;
+    fn server_listens(&mut self) -> Result<(), AdapterError>;
+    fn watch(&self, metrics: &NodeMetrics);
+    fn stop(self: Box<Self>);
+}
+
+impl<R> Running for R
+where
+    R: RunningTiers,
+    AdapterError: From<R::Error>,
+    R::View: Watched,
+{
+    fn server_tiers(&self, cascade: &mut Cascade) {
+        RunningTiers::server_tiers(self, cascade);
+    }
+
+    fn server_env(&self) -> Vec<(&'static str, Option<String>)> {
+        RunningTiers::server_env(self)
+    }
+
+    fn server_listens(&mut self) -> Result<(), AdapterError> {
+        Ok(RunningTiers::server_listens(self)?)
+    }
+
+    fn watch(&self, metrics: &NodeMetrics) {
+        self.view().watch_in(metrics);
+    }
+
+    fn stop(self: Box<Self>) {
+        RunningTiers::stop(*self);
+    }
+}
