@@ -142,6 +142,25 @@ impl Binaries {
         self.launch_command_for(dir, mp_port, http_port, "test-model", extra)
     }
 
+    /// `lmcache-tier inspect --json` for the node of
+    /// [`Binaries::launch_command`] in `dir` (its disk path), in an
+    /// environment of only the node's HTTP and metrics ports: the report as
+    /// JSON.
+    pub fn inspect_json(&self, dir: &Path, http_port: u16, metrics_port: u16) -> serde_json::Value {
+        let out = Command::new(self.lmcache_tier())
+            .env_clear()
+            .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
+            .env(
+                "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+                metrics_port.to_string(),
+            )
+            .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
+            .args(["inspect", "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     /// [`Binaries::launch_command`] with `--model model`: the launch
     /// identity of a node serving another model (its bench names its
     /// objects after it with [`BenchOptions::model`]).
@@ -731,6 +750,13 @@ impl S3Server {
     /// answers (at most 60 s).
     pub fn start(dir: &Path, port: u16) -> S3Server {
         S3Server::spawn(dir, port, None)
+    }
+
+    /// [`S3Server::start`] on a free port, with `bucket` created.
+    pub fn with_bucket(dir: &Path, bucket: &str) -> S3Server {
+        let s3 = S3Server::start(dir, free_port());
+        s3.create_bucket(bucket);
+        s3
     }
 
     /// As [`S3Server::start`], serving https only with `tls`.

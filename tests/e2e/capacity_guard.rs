@@ -123,6 +123,26 @@ fn bound(capacity: u64) -> u64 {
     capacity + (capacity / 20).max(OBJECT)
 }
 
+/// Checks that `most`, the largest `du` of the tier a fill saw, stayed
+/// within the guard's bound for `capacity` (bytes); the guard's status
+/// `seen` and the launch's log are in the message.
+fn assert_within_bound(most: u64, capacity: u64, seen: &serde_json::Value, launch: &Proc) {
+    assert!(
+        most <= bound(capacity),
+        "du reached {most} bytes, over the bound {}: {seen:#}\n{}",
+        bound(capacity),
+        launch.output()
+    );
+}
+
+/// Checks that the guard whose status is `seen` ran an eviction cycle.
+fn assert_evicted(seen: &serde_json::Value) {
+    assert!(
+        seen["evictions"]["cycles"].as_u64().unwrap() > 0,
+        "{seen:#}"
+    );
+}
+
 struct Node {
     dir: PathBuf,
     tier: PathBuf,
@@ -202,19 +222,11 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
     let first = status(&node.tier);
     let capacity = first["capacity_bytes"].as_u64().unwrap();
     assert_eq!(capacity, GIB, "{first:#}");
-    assert!(
-        most <= bound(capacity),
-        "du reached {most} bytes, over the bound {}: {first:#}\n{}",
-        bound(capacity),
-        launch.output()
-    );
+    assert_within_bound(most, capacity, &first, &launch);
     let stored =
         first["evictions"]["bytes"].as_u64().unwrap() + first["tracked"]["bytes"].as_u64().unwrap();
     if must_evict_first_fill {
-        assert!(
-            first["evictions"]["cycles"].as_u64().unwrap() > 0,
-            "{first:#}"
-        );
+        assert_evicted(&first);
         assert!(
             stored >= 3 * capacity,
             "only {stored} bytes stored: {first:#}"
@@ -271,16 +283,8 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
     );
     let most = node.fill(100);
     let second = status(&node.tier);
-    assert!(
-        most <= bound(capacity),
-        "du reached {most} bytes after the restart, over {}: {second:#}\n{}",
-        bound(capacity),
-        launch.output()
-    );
-    assert!(
-        second["evictions"]["cycles"].as_u64().unwrap() > 0,
-        "{second:#}"
-    );
+    assert_within_bound(most, capacity, &second, &launch);
+    assert_evicted(&second);
     assert!(launch.output().contains("capacity guard, L2 tier 0"));
     stop_launch(&mut launch);
     assert_eq!(fs::read(&outside).unwrap(), b"not in the tier");
@@ -437,16 +441,8 @@ fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics()
     let volume = Tmpfs::mount(&node.tier, 2 << 20);
     let most = node.fill(0);
     let guarded = status(&node.tier);
-    assert!(
-        most <= bound(GIB),
-        "du of the mounted volume reached {most} bytes, over the bound {}: {guarded:#}\n{}",
-        bound(GIB),
-        launch.output()
-    );
-    assert!(
-        guarded["evictions"]["cycles"].as_u64().unwrap() > 0,
-        "{guarded:#}"
-    );
+    assert_within_bound(most, GIB, &guarded, &launch);
+    assert_evicted(&guarded);
     assert_eq!(
         guarded["free_space"]["volume_bytes"],
         2 * GIB,

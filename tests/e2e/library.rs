@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use lmcache_launcher::plan::launch_plan::LaunchPlan;
 use lmcache_launcher::run::launch::{self, RunOptions};
 use lmcache_launcher::status::events::Event;
 use lmcache_launcher::{plan, DiskAccess, EngineFacts, Facts, HostFacts, Planned, Vars};
@@ -19,46 +20,7 @@ async fn the_agent_starts_watches_and_stops_a_server_through_the_handle() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let http_port = free_port();
-    let vars: Vars = [
-        ("PATH", "/usr/bin:/bin".to_string()),
-        ("VIRTUAL_ENV", lmcache_venv().display().to_string()),
-        ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache".into()),
-        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1".into()),
-        (
-            "EREBINE_AGENT_LMCACHE_DISK_PATH",
-            dir.join("cache").display().to_string(),
-        ),
-        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2".into()),
-        ("EREBINE_AGENT_LMCACHE_MP_PORT", free_port().to_string()),
-        ("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string()),
-        (
-            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-            free_port().to_string(),
-        ),
-        (
-            "EREBINE_AGENT_LMCACHE_PATH",
-            BINS.erebine_lmcache().display().to_string(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.into(), v.into()))
-    .collect();
-    let facts = EngineFacts {
-        model: "test-model".into(),
-        tensor_parallel_size: 1,
-        pipeline_parallel_size: 1,
-        data_parallel_size: 1,
-        kv_cache_dtype: "auto".into(),
-        block_size: 16,
-        max_num_batched_tokens: Some(512),
-        hybrid_attention: false,
-        ..EngineFacts::default()
-    };
-    let measured = Facts::measure(&facts, &vars, DiskAccess::Create).unwrap();
-    let host = HostFacts::from(&measured);
-    let Planned::Server(plan) = plan(&facts, &vars, &host).unwrap() else {
-        panic!("the lmcache backend plans a server");
-    };
+    let plan = plan_server(&node_vars(dir, http_port, free_port()));
 
     let mut handle = launch::start(*plan, RunOptions::default());
     let first = tokio::time::timeout(Duration::from_secs(180), handle.events.recv())
@@ -119,47 +81,7 @@ async fn the_endpoint_answers_while_the_launch_housekeeps() {
     let dir = tmp.path();
     let metrics_port = free_port();
     METRICS_PORT.store(metrics_port, std::sync::atomic::Ordering::Relaxed);
-    let vars: Vars = [
-        ("PATH", "/usr/bin:/bin".to_string()),
-        ("VIRTUAL_ENV", lmcache_venv().display().to_string()),
-        ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache".into()),
-        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1".into()),
-        (
-            "EREBINE_AGENT_LMCACHE_DISK_PATH",
-            dir.join("cache").display().to_string(),
-        ),
-        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2".into()),
-        ("EREBINE_AGENT_LMCACHE_MP_PORT", free_port().to_string()),
-        ("EREBINE_AGENT_LMCACHE_HTTP_PORT", free_port().to_string()),
-        (
-            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-            metrics_port.to_string(),
-        ),
-        (
-            "EREBINE_AGENT_LMCACHE_PATH",
-            BINS.erebine_lmcache().display().to_string(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.into(), v.into()))
-    .collect();
-    let facts = EngineFacts {
-        model: "test-model".into(),
-        tensor_parallel_size: 1,
-        pipeline_parallel_size: 1,
-        data_parallel_size: 1,
-        kv_cache_dtype: "auto".into(),
-        block_size: 16,
-        max_num_batched_tokens: Some(512),
-        hybrid_attention: false,
-        ..EngineFacts::default()
-    };
-    let measured = Facts::measure(&facts, &vars, DiskAccess::Create).unwrap();
-    let host = HostFacts::from(&measured);
-    drop(measured);
-    let Planned::Server(plan) = plan(&facts, &vars, &host).unwrap() else {
-        panic!("the lmcache backend plans a server");
-    };
+    let plan = plan_server(&node_vars(dir, free_port(), metrics_port));
     assert!(
         plan.housekeeping.is_some(),
         "the built-in tier is housekept"
@@ -189,4 +111,57 @@ async fn the_endpoint_answers_while_the_launch_housekeeps() {
         seen.contains("lmcache_tier_plan_l1_bytes 1073741824"),
         "{seen}"
     );
+}
+
+/// The node's variables for a launch through the library: the real
+/// LMCache's venv, 1 GiB of L1, the built-in tier (2 GiB) in `dir/cache`,
+/// the server's HTTP port `http_port` and the metrics on `metrics_port`.
+fn node_vars(dir: &std::path::Path, http_port: u16, metrics_port: u16) -> Vars {
+    [
+        ("PATH", "/usr/bin:/bin".to_string()),
+        ("VIRTUAL_ENV", lmcache_venv().display().to_string()),
+        ("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache".into()),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "1".into()),
+        (
+            "EREBINE_AGENT_LMCACHE_DISK_PATH",
+            dir.join("cache").display().to_string(),
+        ),
+        ("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2".into()),
+        ("EREBINE_AGENT_LMCACHE_MP_PORT", free_port().to_string()),
+        ("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string()),
+        (
+            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
+            metrics_port.to_string(),
+        ),
+        (
+            "EREBINE_AGENT_LMCACHE_PATH",
+            BINS.erebine_lmcache().display().to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.into(), v.into()))
+    .collect()
+}
+
+/// The server's plan for a small engine (`test-model`, one GPU, 512
+/// batched tokens) on the node `vars`, measured as a launch measures it.
+fn plan_server(vars: &Vars) -> Box<LaunchPlan> {
+    let facts = EngineFacts {
+        model: "test-model".into(),
+        tensor_parallel_size: 1,
+        pipeline_parallel_size: 1,
+        data_parallel_size: 1,
+        kv_cache_dtype: "auto".into(),
+        block_size: 16,
+        max_num_batched_tokens: Some(512),
+        hybrid_attention: false,
+        ..EngineFacts::default()
+    };
+    let measured = Facts::measure(&facts, vars, DiskAccess::Create).unwrap();
+    let host = HostFacts::from(&measured);
+    drop(measured);
+    let Planned::Server(plan) = plan(&facts, vars, &host).unwrap() else {
+        panic!("the lmcache backend plans a server");
+    };
+    plan
 }

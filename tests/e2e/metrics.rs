@@ -66,13 +66,7 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
-    let mut cmd = BINS.launch_command(dir, mp_port, http_port, &[]);
-    cmd.env(
-        "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-        metrics_port.to_string(),
-    )
-    .env("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2")
-    .args(["--fast-failure-window", "1"]);
+    let cmd = launch_with_metrics(dir, (mp_port, http_port, metrics_port));
     let mut launch = Proc::spawn(cmd, &dir.join("launch.log"));
     let status_url = format!("http://127.0.0.1:{http_port}/status");
     let url = format!("http://127.0.0.1:{metrics_port}/metrics");
@@ -137,18 +131,7 @@ fn a_launch_serves_its_metrics_and_counts_a_killed_server() {
     assert_eq!(sample(&text, "lmcache_tier_server_starts_total"), Some(2.0));
 
     // `inspect` shows the same figures, read from the endpoint.
-    let out = Command::new(BINS.lmcache_tier())
-        .env_clear()
-        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
-        .env(
-            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-            metrics_port.to_string(),
-        )
-        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
-        .args(["inspect", "--json"])
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = BINS.inspect_json(dir, http_port, metrics_port);
     let seen = &report["launch"];
     assert_eq!(seen["state"], "read", "{report:#}");
     assert_eq!(seen["figures"]["starts"], 2, "{seen:#}");
@@ -336,13 +319,7 @@ fn a_flooded_endpoint_takes_no_descriptor_the_launch_needs() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (mp_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
-    let mut cmd = BINS.launch_command(dir, mp_port, http_port, &[]);
-    cmd.env(
-        "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-        metrics_port.to_string(),
-    )
-    .env("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2")
-    .args(["--fast-failure-window", "1"]);
+    let mut cmd = launch_with_metrics(dir, (mp_port, http_port, metrics_port));
     // SAFETY: setrlimit is async-signal-safe and touches only the child.
     unsafe {
         cmd.pre_exec(|| {
@@ -399,4 +376,16 @@ fn a_flooded_endpoint_takes_no_descriptor_the_launch_needs() {
     stop_launch(&mut launch);
     let log = launch.output();
     assert!(!log.contains("Too many open files"), "{log}");
+}
+
+/// `lmcache-tier launch` for the node in `dir` on the ports (ZMQ, HTTP,
+/// metrics), with a 2 GiB built-in tier and a server run of a second or
+/// more counted as no fast failure (`--fast-failure-window 1`), so that a
+/// killed server is restarted, however often.
+fn launch_with_metrics(dir: &std::path::Path, (mp, http, metrics): (u16, u16, u16)) -> Command {
+    let mut cmd = BINS.launch_command(dir, mp, http, &[]);
+    cmd.env("EREBINE_AGENT_LMCACHE_METRICS_PORT", metrics.to_string())
+        .env("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "2")
+        .args(["--fast-failure-window", "1"]);
+    cmd
 }

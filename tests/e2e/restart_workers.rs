@@ -8,7 +8,6 @@
 //! and in `inspect`; the exit's cause is `signal`, never `oom_kill`, since
 //! the kernel recorded no OOM kill.
 
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use lmcache_tier_e2e::{
@@ -146,18 +145,7 @@ fn workers_a_restart_loses_are_reported_and_a_hand_sent_sigkill_is_a_signal() {
     ] {
         assert_eq!(sample(&text, series), Some(value), "{series}\n{text}");
     }
-    let out = Command::new(BINS.lmcache_tier())
-        .env_clear()
-        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", http_port.to_string())
-        .env(
-            "EREBINE_AGENT_LMCACHE_METRICS_PORT",
-            metrics_port.to_string(),
-        )
-        .env("EREBINE_AGENT_LMCACHE_DISK_PATH", dir.join("cache"))
-        .args(["inspect", "--json"])
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = BINS.inspect_json(dir, http_port, metrics_port);
     let figures = &report["launch"]["figures"];
     assert_eq!(figures["workers_lost"], 1, "{report:#}");
     assert_eq!(

@@ -87,8 +87,7 @@ fn bench_l2_through_s3_bucket_stores_and_loads_32_mib_objects_path_style_without
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let s3 = S3Server::start(dir, free_port());
-    s3.create_bucket("kv-cache");
+    let s3 = S3Server::with_bucket(dir, "kv-cache");
     let spec = serde_json::json!({
         "type": "s3",
         "s3_endpoint": format!("127.0.0.1:{}", s3.port),
@@ -545,8 +544,7 @@ fn sign_as_client(
 fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503() {
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
-    let s3 = S3Server::start(tmp.path(), free_port());
-    s3.create_bucket("kv-cache");
+    let s3 = S3Server::with_bucket(tmp.path(), "kv-cache");
     let client = reqwest::blocking::Client::builder()
         .no_proxy()
         .build()
@@ -720,8 +718,7 @@ fn bench_l2_signs_with_the_profile_named_by_aws_profile_in_aws_shared_credential
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let s3 = S3Server::start(dir, free_port());
-    s3.create_bucket("kv-cache");
+    let s3 = S3Server::with_bucket(dir, "kv-cache");
     let credentials = dir.join("aws-credentials");
     std::fs::write(
         &credentials,
@@ -756,8 +753,7 @@ fn bench_l2_signs_with_web_identity_credentials_from_sts() {
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let s3 = S3Server::start(dir, free_port());
-    s3.create_bucket("kv-cache");
+    let s3 = S3Server::with_bucket(dir, "kv-cache");
     let token = dir.join("web-identity-token");
     // moto's STS takes any token and role; the gateway's HEAD and every
     // request after it are signed with the credentials it hands out.
@@ -856,8 +852,7 @@ fn bench_l2_signs_with_instance_metadata_credentials() {
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let s3 = S3Server::start(dir, free_port());
-    s3.create_bucket("kv-cache");
+    let s3 = S3Server::with_bucket(dir, "kv-cache");
     // Temporary credentials (4 minutes) as instance metadata hands them out.
     // Their refresh before expiry is covered by the credentials module's
     // unit tests: a small bench l2 may end before the gateway's shortest
@@ -988,8 +983,7 @@ fn erebine_lmcache_stops_before_lmcache_starts_when_its_python_cannot_import_bot
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let s3 = S3Server::start(dir, free_port());
-    s3.create_bucket("kv-cache");
+    let s3 = S3Server::with_bucket(dir, "kv-cache");
     // A stand-in environment: `lmcache` leaves a marker if it ever runs, and
     // `python3` is a real Python without site-packages, so without boto3.
     let bin = dir.join("venv/bin");

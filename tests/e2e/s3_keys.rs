@@ -60,8 +60,7 @@ fn every_model_shape_is_stored_and_loaded_under_its_exact_key_in_moto() {
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let s3 = S3Server::start(dir, free_port());
-    s3.create_bucket("kv-cache");
+    let s3 = S3Server::with_bucket(dir, "kv-cache");
     let spec = serde_json::json!({
         "type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port), "s3_bucket": "kv-cache",
         "s3_key_prefix": PREFIX, "s3_region": "us-east-1", "disable_tls": true,

@@ -15,21 +15,21 @@
 //!   resume.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lmcache_capacity_guard::capacity::guard_specs;
+use lmcache_capacity_guard::status::GuardStatus;
 use lmcache_capacity_guard::{Guard, GuardOptions};
 use lmcache_tier_e2e::Tmpfs;
-use lmcache_tier_spec::Cascade;
 
 mod common;
-use common::wait_status;
+use common::{
+    object_name, objects_on_disk, start_guard, store, store_all, store_paced, try_store,
+    wait_status,
+};
 
 const KIB: u64 = 1024;
-const OBJECT: usize = 64 * 1024;
 
 /// A tmpfs of `size_kib` KiB mounted in a temporary directory.
 struct Volume {
@@ -57,72 +57,46 @@ impl Volume {
     fn free(&self) -> u64 {
         self.tmpfs.free_bytes()
     }
-}
 
-fn object_name(i: u32) -> String {
-    format!("test-model@0x01000100@0@{i:064x}.data")
-}
-
-/// Writes object `i` as LMCache does (a `.tmp` renamed into place), with
-/// times `i` seconds after a fixed instant so that the LRU order is the
-/// write order.
-fn store(dir: &Path, i: u32) -> std::io::Result<()> {
-    let tmp = dir.join(object_name(i).replace(".data", ".tmp"));
-    let mut file = fs::File::create(&tmp)?;
-    if let Err(e) = file.write_all(&vec![7u8; OBJECT]) {
-        drop(file);
-        fs::remove_file(&tmp)?;
-        return Err(e);
+    /// Makes the tier directory `tier` on the volume, starts a guard on it
+    /// ([`start`]) and waits for its first free-space line: the directory,
+    /// the guard and that status.
+    fn guarded_tier(&self) -> (PathBuf, Guard, GuardStatus) {
+        let dir = self.mount.join("tier");
+        fs::create_dir(&dir).unwrap();
+        let guard = start(&dir);
+        let first = wait_status(&dir, "start", |s| s.free_space.is_some());
+        (dir, guard, first)
     }
-    let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + u64::from(i));
-    file.set_times(fs::FileTimes::new().set_accessed(at).set_modified(at))?;
-    fs::rename(&tmp, dir.join(object_name(i)))
 }
 
-fn objects_on_disk(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".data"))
-        .collect();
-    names.sort();
-    names
+/// Stores objects 0..`n` into `dir` ([`store_all`]) and waits until the
+/// guard tracks `n` objects; the assertion names `what`. That status.
+fn store_counted(dir: &Path, n: u32, what: &str) -> GuardStatus {
+    store_all(dir, 0..n);
+    wait_status(dir, what, |s| s.tracked.objects == u64::from(n))
 }
 
 /// A guard on `dir` with a capacity of 16 objects (1 MiB), the default
 /// watermark (0.8) and a free-space check every 20 ms.
 fn start(dir: &Path) -> Guard {
-    let json = format!(
-        r#"[{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}]"#,
-        dir.display(),
-        1.0 / 1024.0
-    );
-    let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
-        .unwrap()
-        .remove(0);
     let options = GuardOptions {
         status_interval: Duration::from_millis(10),
         free_check: Duration::from_millis(20),
         ..GuardOptions::default()
     };
-    Guard::start(spec, options).unwrap()
+    start_guard("", dir, options)
 }
 
 #[test]
 fn a_tier_that_grows_to_its_capacity_alone_never_crosses_the_line() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    let first = wait_status(&dir, "start", |s| s.free_space.is_some());
+    let (dir, guard, first) = volume.guarded_tier();
     let line = first.free_space.unwrap();
     // 4 MiB volume: reserve 409.6 KiB; free 4 MiB - capacity 1 MiB leaves more.
     assert_eq!(line.reserve_bytes, 4096 * KIB / 10, "{first:#?}");
     assert_eq!(line.line_bytes, line.reserve_bytes, "{first:#?}");
-    for i in 0..64 {
-        store(&dir, i).unwrap();
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    store_paced(&dir, 0..64, Duration::from_millis(2));
     wait_status(&dir, "evicted for capacity", |s| {
         s.evictions.cycles > 0 && s.tracked.bytes < s.trigger_bytes
     });
@@ -138,14 +112,8 @@ fn a_tier_that_grows_to_its_capacity_alone_never_crosses_the_line() {
 #[test]
 fn another_writer_below_the_line_costs_the_tier_its_oldest_objects_only() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    wait_status(&dir, "start", |s| s.free_space.is_some());
-    for i in 0..10 {
-        store(&dir, i).unwrap();
-    }
-    let filled = wait_status(&dir, "ten objects", |s| s.tracked.objects == 10);
+    let (dir, guard, _) = volume.guarded_tier();
+    let filled = store_counted(&dir, 10, "ten objects");
     let line = filled.free_space.unwrap().line_bytes;
     // Leave a quarter of the line free: the guard frees the other three
     // quarters, five or six 64 KiB objects, the oldest first.
@@ -174,20 +142,14 @@ fn another_writer_below_the_line_costs_the_tier_its_oldest_objects_only() {
 #[test]
 fn a_full_volume_is_freed_and_writes_resume() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    wait_status(&dir, "start", |s| s.free_space.is_some());
-    for i in 0..12 {
-        store(&dir, i).unwrap();
-    }
-    wait_status(&dir, "twelve objects", |s| s.tracked.objects == 12);
+    let (dir, guard, _) = volume.guarded_tier();
+    store_counted(&dir, 12, "twelve objects");
     let outside = volume.mount.join("download.part");
     let written = volume.tmpfs.fill(&outside, u64::MAX);
     let full = Instant::now();
     let mut next = 100;
     let resumed = loop {
-        match store(&dir, next) {
+        match try_store(&dir, next) {
             Ok(()) => break full.elapsed(),
             Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {}
             Err(e) => panic!("store: {e}"),
@@ -214,10 +176,7 @@ fn a_full_volume_is_freed_and_writes_resume() {
 #[test]
 fn with_nothing_left_to_evict_the_guard_says_the_volume_is_short() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    wait_status(&dir, "start", |s| s.free_space.is_some());
+    let (dir, guard, _) = volume.guarded_tier();
     // Leave a little room: the guard's status file needs a page.
     let outside = volume.mount.join("logs");
     let line = wait_status(&dir, "line", |s| s.free_space.is_some())
@@ -244,14 +203,8 @@ fn with_nothing_left_to_evict_the_guard_says_the_volume_is_short() {
 #[test]
 fn a_volume_remounted_without_a_size_costs_the_tier_nothing() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    wait_status(&dir, "start", |s| s.free_space.is_some());
-    for i in 0..6 {
-        store(&dir, i).unwrap();
-    }
-    wait_status(&dir, "six objects", |s| s.tracked.objects == 6);
+    let (dir, guard, _) = volume.guarded_tier();
+    store_counted(&dir, 6, "six objects");
     let remount = Command::new("mount")
         .args(["-o", "remount,size=0"])
         .arg(&volume.mount)
@@ -276,15 +229,10 @@ fn a_volume_remounted_without_a_size_costs_the_tier_nothing() {
 #[test]
 fn a_tier_replaced_by_a_link_to_another_filesystem_is_not_followed() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    wait_status(&dir, "start", |s| s.free_space.is_some());
+    let (dir, guard, _) = volume.guarded_tier();
     let elsewhere = volume._tmp.path().join("elsewhere");
     fs::create_dir(&elsewhere).unwrap();
-    for i in 0..40 {
-        store(&elsewhere, i).unwrap();
-    }
+    store_all(&elsewhere, 0..40);
     fs::rename(&dir, volume.mount.join("tier.old")).unwrap();
     std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
     // The guard looks at its directory every fallback interval (1 s).
@@ -307,16 +255,12 @@ fn object_bytes(dir: &Path, i: u32) -> u64 {
 #[test]
 fn objects_with_other_links_are_passed_over_when_the_volume_needs_space() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
     let (backup, second) = (volume.mount.join("backup"), volume.mount.join("second"));
-    for d in [&dir, &backup, &second] {
+    for d in [&backup, &second] {
         fs::create_dir(d).unwrap();
     }
-    let guard = start(&dir);
-    wait_status(&dir, "start", |s| s.free_space.is_some());
-    for i in 0..10 {
-        store(&dir, i).unwrap();
-    }
+    let (dir, guard, _) = volume.guarded_tier();
+    store_all(&dir, 0..10);
     let each = object_bytes(&dir, 0);
     for i in 0..8 {
         fs::hard_link(dir.join(object_name(i)), backup.join(object_name(i))).unwrap();
@@ -351,14 +295,11 @@ fn objects_with_other_links_are_passed_over_when_the_volume_needs_space() {
 #[test]
 fn a_tier_whose_every_object_is_linked_elsewhere_gives_nothing_up_for_the_free_space() {
     let volume = Volume::mount(4096);
-    let dir = volume.mount.join("tier");
     let backup = volume.mount.join("backup");
-    fs::create_dir(&dir).unwrap();
     fs::create_dir(&backup).unwrap();
-    let guard = start(&dir);
-    wait_status(&dir, "start", |s| s.free_space.is_some());
+    let (dir, guard, _) = volume.guarded_tier();
     for i in 0..10 {
-        store(&dir, i).unwrap();
+        store(&dir, i);
         fs::hard_link(dir.join(object_name(i)), backup.join(object_name(i))).unwrap();
     }
     let filled = wait_status(&dir, "ten objects", |s| s.tracked.objects == 10);
@@ -385,10 +326,7 @@ fn a_tier_whose_every_object_is_linked_elsewhere_gives_nothing_up_for_the_free_s
 #[test]
 fn another_writer_that_uses_up_the_inodes_costs_the_tier_its_oldest_objects() {
     let volume = Volume::mount_with("size=4096k,nr_inodes=64");
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    let first = wait_status(&dir, "start", |s| s.free_space.is_some());
+    let (dir, guard, first) = volume.guarded_tier();
     let inodes = first
         .free_space
         .unwrap()
@@ -400,10 +338,7 @@ fn another_writer_that_uses_up_the_inodes_costs_the_tier_its_oldest_objects() {
         "{first:#?}"
     );
     assert_eq!(inodes.line_inodes, 6, "{first:#?}");
-    for i in 0..10 {
-        store(&dir, i).unwrap();
-    }
-    wait_status(&dir, "ten objects", |s| s.tracked.objects == 10);
+    store_counted(&dir, 10, "ten objects");
     let others = volume.mount.join("many-small-files");
     fs::create_dir(&others).unwrap();
     let mut made = 0;
@@ -425,7 +360,7 @@ fn another_writer_that_uses_up_the_inodes_costs_the_tier_its_oldest_objects() {
     assert!(left.len() <= 4, "six inodes back: {left:?}");
     assert!(left.contains(&object_name(9)), "the newest stays: {left:?}");
     assert!(!left.contains(&object_name(0)), "the oldest goes: {left:?}");
-    store(&dir, 100).expect("a store after the inodes were used up");
+    try_store(&dir, 100).expect("a store after the inodes were used up");
     assert_eq!(fs::read_dir(&others).unwrap().count(), made);
     guard.stop();
 }
@@ -435,10 +370,7 @@ fn another_writer_that_uses_up_the_inodes_costs_the_tier_its_oldest_objects() {
 #[test]
 fn a_volume_that_reports_no_inodes_gets_no_inode_line() {
     let volume = Volume::mount_with("size=4096k,nr_inodes=0");
-    let dir = volume.mount.join("tier");
-    fs::create_dir(&dir).unwrap();
-    let guard = start(&dir);
-    let status = wait_status(&dir, "start", |s| s.free_space.is_some());
+    let (_, guard, status) = volume.guarded_tier();
     let line = status.free_space.unwrap();
     assert_eq!(line.volume_bytes, 4096 * KIB, "{status:#?}");
     assert_eq!(line.inodes, None, "{status:#?}");

@@ -4,41 +4,19 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use lmcache_capacity_guard::capacity::guard_specs;
 use lmcache_capacity_guard::status::{CountBytes, Following, GuardStatus};
 use lmcache_capacity_guard::{Guard, GuardOptions, PriorScan, Watch};
 use lmcache_housekeeping::{scan, Access, TierDir};
-use lmcache_tier_spec::Cascade;
 
 mod common;
-use common::wait_status;
-
-const OBJECT: usize = 64 * 1024;
-
-fn object_name(i: u32) -> String {
-    format!("test-model@0x01000100@0@{i:064x}.data")
-}
-
-/// Writes object `i` as LMCache does: a `.tmp` file renamed into place.
-/// Its times are `i` seconds after a fixed instant, so a scan orders the
-/// objects as they were written (a burst of real writes shares one coarse
-/// timestamp, and a scan cannot tell their order).
-fn store(dir: &Path, i: u32) {
-    let tmp = dir.join(object_name(i).replace(".data", ".tmp"));
-    fs::write(&tmp, vec![7u8; OBJECT]).unwrap();
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000 + u64::from(i));
-    let times = fs::FileTimes::new().set_accessed(at).set_modified(at);
-    fs::File::options()
-        .write(true)
-        .open(&tmp)
-        .unwrap()
-        .set_times(times)
-        .unwrap();
-    fs::rename(&tmp, dir.join(object_name(i))).unwrap();
-}
+mod temp_tier;
+use common::{
+    capacity_spec, object_name, objects_on_disk, start_guard, store, store_all, store_paced,
+    wait_status, OBJECT,
+};
+use temp_tier::{allocated, fast, wait_bounded, wait_evicted, Scratch};
 
 /// Stores object `i` into a tier of [`start`]'s capacity, waits until its
 /// guard has counted what is on the disk (the status's usage is the
@@ -58,56 +36,10 @@ fn store_within_capacity(dir: &Path, i: u32) -> GuardStatus {
     status
 }
 
-fn objects_on_disk(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".data") && n.starts_with("test-model@"))
-        .collect();
-    names.sort();
-    names
-}
-
-/// Allocated bytes of the regular files named as objects (a symlink with
-/// an object's name is not one: a long target takes a block of its own).
-fn allocated(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    objects_on_disk(dir)
-        .iter()
-        .filter_map(|n| fs::symlink_metadata(dir.join(n)).ok())
-        .filter(|m| m.file_type().is_file())
-        .map(|m| m.blocks() * 512)
-        .sum()
-}
-
-/// A guard on `dir` with a capacity of 16 objects (1 MiB).
+/// A guard on `dir` with a capacity of 16 objects (1 MiB), the second tier
+/// of its cascade (after an s3 one).
 fn start(dir: &Path, options: GuardOptions) -> Guard {
-    let json = format!(
-        r#"[{{"type":"s3"}},{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}]"#,
-        dir.display(),
-        1.0 / 1024.0
-    );
-    let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
-        .unwrap()
-        .remove(0);
-    Guard::start(spec, options).unwrap()
-}
-
-/// Held by every test here: they share the volume of the temporary
-/// directory, and a guard keeps a free-space line on its volume, so one
-/// test's writes would be another's volume filling up (and a cause of
-/// evictions its assertions do not expect) on a volume short of its reserve.
-fn shared_volume() -> MutexGuard<'static, ()> {
-    static VOLUME: Mutex<()> = Mutex::new(());
-    VOLUME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn fast() -> GuardOptions {
-    GuardOptions {
-        status_interval: Duration::from_millis(10),
-        fallback_rescan: Duration::from_millis(50),
-        ..GuardOptions::default()
-    }
+    start_guard(r#"{"type":"s3"},"#, dir, options)
 }
 
 /// The guard of a launch starts from the launch's scan: the objects it
@@ -115,13 +47,8 @@ fn fast() -> GuardOptions {
 /// after the watch was added; and it bounds the tier from there.
 #[test]
 fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..10 {
-        store(&dir, i);
-    }
+    let scratch = Scratch::hold();
+    let dir = scratch.dir("tier", 0..10);
     let tier = TierDir::open(&dir, Access::ReadWrite).unwrap();
     let watch = Watch::add(&tier).unwrap();
     let inventory = scan(&tier).unwrap();
@@ -141,14 +68,7 @@ fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
         fs::remove_file(dir.join(object_name(i))).unwrap();
     }
     store(&dir, 10);
-    let json = format!(
-        r#"[{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}]"#,
-        dir.display(),
-        1.0 / 1024.0
-    );
-    let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
-        .unwrap()
-        .remove(0);
+    let spec = capacity_spec("", &dir);
     let prior = PriorScan {
         dir: tier,
         watch: Some(watch),
@@ -159,14 +79,8 @@ fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
     let status = wait_status(&dir, "taken over", |s| s.tracked.objects == 8);
     assert_eq!(status.start.found.objects, 7, "{status:#?}");
     assert_eq!(status.tracked.bytes, allocated(&dir));
-    for i in 11..40 {
-        store(&dir, i);
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let status = wait_status(&dir, "bounded", |s| {
-        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
-    });
-    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    store_paced(&dir, 11..40, Duration::from_millis(5));
+    wait_bounded(&dir, "bounded");
     guard.stop();
 }
 
@@ -174,12 +88,9 @@ fn a_guard_started_from_a_prior_scan_counts_it_less_the_deleted_plus_the_new() {
 /// directory itself.
 #[test]
 fn a_tier_named_through_a_symlink_is_followed_by_inotify() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    fs::create_dir(&dir).unwrap();
-    store(&dir, 0);
-    let link = tmp.path().join("link");
+    let scratch = Scratch::hold();
+    let dir = scratch.dir("tier", 0..1);
+    let link = scratch.path().join("link");
     std::os::unix::fs::symlink(&dir, &link).unwrap();
     let guard = start(&link, fast());
     let status = wait_status(&link, "start count", |s| s.start.found.objects == 1);
@@ -193,14 +104,9 @@ fn a_tier_named_through_a_symlink_is_followed_by_inotify() {
 
 #[test]
 fn evicts_the_least_recently_used_and_touches_nothing_else() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..4 {
-        store(&dir, i);
-    }
-    let outside = tmp.path().join("weights.safetensors");
+    let scratch = Scratch::hold();
+    let dir = scratch.dir("tier", 0..4);
+    let outside = scratch.path().join("weights.safetensors");
     fs::write(&outside, b"weights").unwrap();
     std::os::unix::fs::symlink(&outside, dir.join(object_name(1000))).unwrap();
     fs::write(dir.join("model.safetensors"), b"foreign").unwrap();
@@ -216,10 +122,7 @@ fn evicts_the_least_recently_used_and_touches_nothing_else() {
         fs::read(dir.join(object_name(0))).unwrap();
         store_within_capacity(&dir, i);
     }
-    let status = wait_status(&dir, "evicted", |s| {
-        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
-    });
-    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    let status = wait_bounded(&dir, "evicted");
     assert_eq!(status.following, Following::Inotify);
     // Objects written since the start were counted by their events, soon
     // after they were written; no event was lost.
@@ -251,23 +154,18 @@ fn evicts_the_least_recently_used_and_touches_nothing_else() {
 
 #[test]
 fn deletions_by_others_are_forgotten_and_a_restart_counts_the_disk() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+    let scratch = Scratch::hold();
+    let dir = scratch.path();
     let guard = start(dir, fast());
     wait_status(dir, "start", |_| true);
-    for i in 0..10 {
-        store(dir, i);
-    }
+    store_all(dir, 0..10);
     fs::remove_file(dir.join(object_name(3))).unwrap();
-    fs::rename(dir.join(object_name(4)), tmp.path().join("moved-away")).unwrap();
+    fs::rename(dir.join(object_name(4)), scratch.path().join("moved-away")).unwrap();
     wait_status(dir, "deletions seen", |s| {
         s.tracked.objects == 8 && s.tracked.bytes == allocated(dir)
     });
     guard.stop();
-    for i in 10..14 {
-        store(dir, i);
-    }
+    store_all(dir, 10..14);
     let guard = start(dir, fast());
     let status = wait_status(dir, "recount", |s| s.start.found.objects == 12);
     assert_eq!(status.start.found.bytes, allocated(dir));
@@ -276,9 +174,8 @@ fn deletions_by_others_are_forgotten_and_a_restart_counts_the_disk() {
 
 #[test]
 fn without_inotify_rescans_hold_the_capacity() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+    let scratch = Scratch::hold();
+    let dir = scratch.path();
     let guard = start(
         dir,
         GuardOptions {
@@ -286,9 +183,7 @@ fn without_inotify_rescans_hold_the_capacity() {
             ..fast()
         },
     );
-    for i in 0..30 {
-        store(dir, i);
-    }
+    store_all(dir, 0..30);
     let status = wait_status(dir, "rescans evicted", |s| {
         s.evictions.cycles > 0 && s.tracked.bytes == allocated(dir) && s.rescans > 0
     });
@@ -303,13 +198,8 @@ fn without_inotify_rescans_hold_the_capacity() {
 /// directory, and the bound holds there.
 #[test]
 fn a_tier_directory_removed_and_made_again_is_followed_and_bounded() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..4 {
-        store(&dir, i);
-    }
+    let scratch = Scratch::hold();
+    let dir = scratch.dir("tier", 0..4);
     let guard = start(&dir, fast());
     wait_status(&dir, "start count", |s| s.start.found.objects == 4);
     // The guard may write its status file while the directory is emptied.
@@ -321,14 +211,8 @@ fn a_tier_directory_removed_and_made_again_is_followed_and_bounded() {
     }
     std::thread::sleep(Duration::from_millis(100));
     fs::create_dir(&dir).unwrap();
-    for i in 100..140 {
-        store(&dir, i);
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let status = wait_status(&dir, "the new directory bounded", |s| {
-        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
-    });
-    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    store_paced(&dir, 100..140, Duration::from_millis(5));
+    let status = wait_bounded(&dir, "the new directory bounded");
     assert_eq!(
         status.following,
         Following::Inotify,
@@ -367,16 +251,13 @@ impl Drop for QueueLimit {
 /// rescan found.
 #[test]
 fn an_inotify_queue_overflow_is_rescanned_and_the_bound_holds() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+    let scratch = Scratch::hold();
+    let dir = scratch.path();
     let guard = {
         let _limit = QueueLimit::set(16);
         start(dir, fast())
     };
-    for i in 0..200 {
-        store(dir, i);
-    }
+    store_all(dir, 0..200);
     let status = wait_status(dir, "overflowed, rescanned, bounded", |s| {
         s.overflows > 0 && s.rescans > 0 && s.tracked.bytes == allocated(dir)
     });
@@ -405,26 +286,17 @@ fn an_inotify_queue_overflow_is_rescanned_and_the_bound_holds() {
 #[test]
 fn a_capacity_cycle_counts_what_its_deletions_free_on_the_volume() {
     use std::os::unix::fs::MetadataExt;
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    let backup = tmp.path().join("backup");
-    fs::create_dir(&dir).unwrap();
-    fs::create_dir(&backup).unwrap();
+    let scratch = Scratch::hold();
+    let dir = scratch.dir("tier", 0..10);
+    let backup = scratch.dir("backup", 0..0);
     for i in 0..10 {
-        store(&dir, i);
         fs::hard_link(dir.join(object_name(i)), backup.join(object_name(i))).unwrap();
     }
     let each = fs::metadata(dir.join(object_name(0))).unwrap().blocks() * 512;
     let guard = start(&dir, fast());
     wait_status(&dir, "start count", |s| s.start.found.objects == 10);
-    for i in 10..40 {
-        store(&dir, i);
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    wait_status(&dir, "evicted", |s| {
-        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
-    });
+    store_paced(&dir, 10..40, Duration::from_millis(5));
+    wait_evicted(&dir, "evicted");
     guard.stop();
     // The status written when the guard stopped: every cycle it ran.
     let status = wait_status(&dir, "the last status", |_| true);
@@ -487,13 +359,8 @@ impl Drop for Immutable {
 /// cleared is evicted once the guard tries again.
 #[test]
 fn objects_it_cannot_delete_stay_counted_and_the_tier_stays_within_its_capacity() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..10 {
-        store(&dir, i);
-    }
+    let scratch = Scratch::hold();
+    let dir = scratch.dir("tier", 0..10);
     // The eight oldest, half the capacity, cannot be deleted.
     let stuck: Vec<_> = (0..8).map(|i| dir.join(object_name(i))).collect();
     chattr("+i", &stuck);
@@ -514,9 +381,6 @@ fn objects_it_cannot_delete_stay_counted_and_the_tier_stays_within_its_capacity(
             most_marked = status.undeletable;
         }
     }
-    let status = wait_status(&dir, "evicted around the undeletable", |s| {
-        s.evictions.cycles > 0 && s.tracked.bytes == allocated(&dir)
-    });
     assert_eq!(
         most_marked,
         CountBytes {
@@ -524,7 +388,7 @@ fn objects_it_cannot_delete_stay_counted_and_the_tier_stays_within_its_capacity(
             bytes: 8 * OBJECT as u64
         }
     );
-    assert!(status.tracked.bytes < status.trigger_bytes, "{status:#?}");
+    wait_bounded(&dir, "evicted around the undeletable");
     let kept = objects_on_disk(&dir);
     assert!(stuck.iter().all(|p| p.exists()), "{kept:?}");
     assert!(kept.contains(&object_name(39)), "{kept:?}");

@@ -13,53 +13,20 @@
 //!   the directory moved away from the path is left alone too.
 
 use std::fs;
-use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lmcache_capacity_guard::capacity::guard_specs;
-use lmcache_capacity_guard::status::{Following, GUARD_STATUS_FILE_NAME};
+use lmcache_capacity_guard::status::{Following, GuardStatus, GUARD_STATUS_FILE_NAME};
 use lmcache_capacity_guard::{Guard, GuardOptions};
 use lmcache_tier_e2e::Tmpfs;
-use lmcache_tier_spec::Cascade;
 
 mod common;
-use common::wait_status;
+mod temp_tier;
+use common::{object_name, objects_on_disk, start_guard, store_paced, wait_status};
+use temp_tier::{allocated, fast, wait_bounded, Scratch};
 
-const OBJECT: usize = 64 * 1024;
 /// How often the guard looks at its path in these tests.
 const LOOK: Duration = Duration::from_millis(50);
-
-fn object_name(i: u32) -> String {
-    format!("test-model@0x01000100@0@{i:064x}.data")
-}
-
-/// Writes object `i` as LMCache does (a `.tmp` renamed into place), with
-/// times `i` seconds after a fixed instant, so the LRU order is the write
-/// order.
-fn store(dir: &Path, i: u32) {
-    let tmp = dir.join(object_name(i).replace(".data", ".tmp"));
-    fs::write(&tmp, vec![7u8; OBJECT]).unwrap();
-    let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + u64::from(i));
-    let times = fs::FileTimes::new().set_accessed(at).set_modified(at);
-    fs::File::options()
-        .write(true)
-        .open(&tmp)
-        .unwrap()
-        .set_times(times)
-        .unwrap();
-    fs::rename(&tmp, dir.join(object_name(i))).unwrap();
-}
-
-fn objects_on_disk(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".data"))
-        .collect();
-    names.sort();
-    names
-}
 
 fn names(range: std::ops::Range<u32>) -> Vec<String> {
     let mut names: Vec<String> = range.map(object_name).collect();
@@ -67,61 +34,49 @@ fn names(range: std::ops::Range<u32>) -> Vec<String> {
     names
 }
 
-fn allocated(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    objects_on_disk(dir)
-        .iter()
-        .filter_map(|n| fs::symlink_metadata(dir.join(n)).ok())
-        .map(|m| m.blocks() * 512)
-        .sum()
-}
-
 /// A guard on `path` with a capacity of 16 objects (1 MiB) that looks at
 /// its path every [`LOOK`].
 fn start(path: &Path) -> Guard {
-    let json = format!(
-        r#"[{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}]"#,
-        path.display(),
-        1.0 / 1024.0
+    start_guard(
+        "",
+        path,
+        GuardOptions {
+            fallback_rescan: LOOK,
+            ..fast()
+        },
+    )
+}
+
+/// Makes the tier directory `tier` in `scratch`, holding objects 0..4, and
+/// starts a guard on it ([`start`]): the directory, the guard, and its
+/// status once its start counted the four.
+fn guarded_tier(scratch: &Scratch) -> (PathBuf, Guard, GuardStatus) {
+    let dir = scratch.dir("tier", 0..4);
+    let guard = start(&dir);
+    let status = wait_status(&dir, "start count", |s| s.start.found.objects == 4);
+    (dir, guard, status)
+}
+
+/// Asserts that `dir` holds the objects [`guarded_tier`] stored, and no
+/// other: nothing under a mount over it was touched.
+fn assert_untouched_under(dir: &Path) {
+    assert_eq!(
+        objects_on_disk(dir),
+        names(0..4),
+        "nothing under it touched"
     );
-    let spec = guard_specs(&Cascade::parse(&json, "V").unwrap())
-        .unwrap()
-        .remove(0);
-    let options = GuardOptions {
-        status_interval: Duration::from_millis(10),
-        fallback_rescan: LOOK,
-        ..GuardOptions::default()
-    };
-    Guard::start(spec, options).unwrap()
 }
 
 /// Stores objects `range` through `path`, a few milliseconds apart, and
 /// waits until the guard holds what is there under its capacity.
 fn fill_and_wait_bounded(path: &Path, range: std::ops::Range<u32>, what: &str) {
     let last = range.end - 1;
-    for i in range {
-        store(path, i);
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let status = wait_status(path, what, |s| {
-        s.evictions.cycles > 0 && s.tracked.bytes == allocated(path)
-    });
-    assert!(
-        status.tracked.bytes < status.trigger_bytes,
-        "{what}: {status:#?}"
-    );
+    store_paced(path, range, Duration::from_millis(5));
+    wait_bounded(path, what);
     assert!(
         objects_on_disk(path).contains(&object_name(last)),
         "{what}: the newest object was evicted"
     );
-}
-
-/// Held by the tests that share the temporary directory's volume: a
-/// guard keeps a free-space line on its volume, and one test's writes
-/// would be another's volume filling up.
-fn shared_volume() -> MutexGuard<'static, ()> {
-    static VOLUME: Mutex<()> = Mutex::new(());
-    VOLUME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The example: a tmpfs mounted over the tier directory while the guard
@@ -129,15 +84,8 @@ fn shared_volume() -> MutexGuard<'static, ()> {
 /// (and so its metrics) was gone from the path. (Needs root.)
 #[test]
 fn a_volume_mounted_over_the_tier_directory_is_guarded_and_so_is_the_one_under_it_after() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..4 {
-        store(&dir, i);
-    }
-    let guard = start(&dir);
-    let under = wait_status(&dir, "start count", |s| s.start.found.objects == 4);
+    let scratch = Scratch::hold();
+    let (dir, guard, under) = guarded_tier(&scratch);
     let mounted = Tmpfs::mount(&dir, 8192);
     fill_and_wait_bounded(&dir, 100..140, "the mounted volume bounded");
     let status = wait_status(&dir, "its own line", |s| s.free_space.is_some());
@@ -156,11 +104,7 @@ fn a_volume_mounted_over_the_tier_directory_is_guarded_and_so_is_the_one_under_i
         back.free_space.unwrap().volume_bytes,
         under.free_space.unwrap().volume_bytes
     );
-    assert_eq!(
-        objects_on_disk(&dir),
-        names(0..4),
-        "nothing under it touched"
-    );
+    assert_untouched_under(&dir);
     guard.stop();
 }
 
@@ -169,17 +113,9 @@ fn a_volume_mounted_over_the_tier_directory_is_guarded_and_so_is_the_one_under_i
 /// left as it was. (Needs root.)
 #[test]
 fn a_directory_bind_mounted_over_the_tier_directory_is_guarded_and_the_one_under_it_kept() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    let other = tmp.path().join("other");
-    fs::create_dir(&dir).unwrap();
-    fs::create_dir(&other).unwrap();
-    for i in 0..4 {
-        store(&dir, i);
-    }
-    let guard = start(&dir);
-    wait_status(&dir, "start count", |s| s.start.found.objects == 4);
+    let scratch = Scratch::hold();
+    let other = scratch.dir("other", 0..0);
+    let (dir, guard, _) = guarded_tier(&scratch);
     let bound = Tmpfs::bind(&other, &dir);
     fill_and_wait_bounded(&dir, 100..140, "the bind-mounted directory bounded");
     assert_eq!(objects_on_disk(&other), objects_on_disk(&dir));
@@ -187,11 +123,7 @@ fn a_directory_bind_mounted_over_the_tier_directory_is_guarded_and_the_one_under
     wait_status(&dir, "back on the directory under it", |s| {
         s.tracked.objects == 4 && s.tracked.bytes == allocated(&dir)
     });
-    assert_eq!(
-        objects_on_disk(&dir),
-        names(0..4),
-        "nothing under it touched"
-    );
+    assert_untouched_under(&dir);
     guard.stop();
 }
 
@@ -201,28 +133,22 @@ fn a_directory_bind_mounted_over_the_tier_directory_is_guarded_and_the_one_under
 /// pointed at before alone. (The second step mounts a tmpfs: root.)
 #[test]
 fn a_tier_named_through_a_link_follows_it_when_it_is_pointed_elsewhere() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    fs::create_dir(&a).unwrap();
-    fs::create_dir(&b).unwrap();
-    for i in 0..4 {
-        store(&a, i);
-    }
-    let link = tmp.path().join("tier");
+    let scratch = Scratch::hold();
+    let (a, b) = (scratch.dir("a", 0..4), scratch.dir("b", 0..0));
+    let link = scratch.path().join("tier");
     std::os::unix::fs::symlink(&a, &link).unwrap();
     let guard = start(&link);
     wait_status(&link, "start count", |s| s.start.found.objects == 4);
     // As `ln -sfn` does: a new link renamed over the old one.
     let point_at = |target: &Path| {
-        let new = tmp.path().join("tier.new");
+        let new = scratch.path().join("tier.new");
         std::os::unix::fs::symlink(target, &new).unwrap();
         fs::rename(&new, &link).unwrap();
     };
     point_at(&b);
     fill_and_wait_bounded(&link, 100..140, "the link's new directory bounded");
     assert_eq!(objects_on_disk(&a), names(0..4));
-    let volume = Tmpfs::mount(&tmp.path().join("volume"), 8192);
+    let volume = Tmpfs::mount(&scratch.path().join("volume"), 8192);
     point_at(volume.path());
     fill_and_wait_bounded(&link, 200..240, "the directory on another volume bounded");
     let status = wait_status(&link, "its line", |s| s.free_space.is_some());
@@ -240,21 +166,10 @@ fn a_tier_named_through_a_link_follows_it_when_it_is_pointed_elsewhere() {
 /// again is guarded.
 #[test]
 fn a_symlink_put_at_the_tier_path_is_never_followed() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    let elsewhere = tmp.path().join("elsewhere");
-    fs::create_dir(&dir).unwrap();
-    fs::create_dir(&elsewhere).unwrap();
-    for i in 0..4 {
-        store(&dir, i);
-    }
-    for i in 1000..1040 {
-        store(&elsewhere, i);
-    }
-    let guard = start(&dir);
-    wait_status(&dir, "start count", |s| s.start.found.objects == 4);
-    let moved = tmp.path().join("tier.moved");
+    let scratch = Scratch::hold();
+    let elsewhere = scratch.dir("elsewhere", 1000..1040);
+    let (dir, guard, _) = guarded_tier(&scratch);
+    let moved = scratch.path().join("tier.moved");
     fs::rename(&dir, &moved).unwrap();
     std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
     // Ten looks at the path later, nothing behind the link was touched.
@@ -276,16 +191,9 @@ fn a_symlink_put_at_the_tier_path_is_never_followed() {
 /// server still writes there, and the guard goes on bounding it.
 #[test]
 fn a_symlink_put_at_the_tier_path_to_the_same_directory_changes_nothing() {
-    let _volume = shared_volume();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("tier");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..4 {
-        store(&dir, i);
-    }
-    let guard = start(&dir);
-    wait_status(&dir, "start count", |s| s.start.found.objects == 4);
-    let real = tmp.path().join("tier.real");
+    let scratch = Scratch::hold();
+    let (dir, guard, _) = guarded_tier(&scratch);
+    let real = scratch.path().join("tier.real");
     fs::rename(&dir, &real).unwrap();
     std::os::unix::fs::symlink(&real, &dir).unwrap();
     fill_and_wait_bounded(&dir, 100..140, "bounded through the link");
