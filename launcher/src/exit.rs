@@ -312,9 +312,9 @@ impl HasExitStatus for DropInError {
         match self {
             DropInError::CannotStart { .. } => ExitStatus::CannotRun,
             DropInError::Signals(_) => ExitStatus::Failure,
-            DropInError::Gateway(e) => e.exit_status(),
+            DropInError::Adapter(e) => e.exit_status(),
             DropInError::ServerModule(e) => e.exit_status(),
-            DropInError::GuardStart(e) => e.exit_status(),
+            DropInError::Listening(e) => e.exit_status(),
             DropInError::Config(e) => e.exit_status(),
             DropInError::Metrics(e) => e.exit_status(),
             DropInError::Process(e) => e.exit_status(),
@@ -371,7 +371,7 @@ impl From<&Ended> for ExitStatus {
         match ended {
             Ended::HelpWithoutStock => ExitStatus::Success,
             Ended::Server(code) => ExitStatus::of_server(*code),
-            Ended::GuardFailed(e) => e.exit_status(),
+            Ended::AdapterFailed(e) => e.exit_status(),
         }
     }
 }
@@ -399,9 +399,8 @@ impl HasExitStatus for LaunchError {
             LaunchError::Listen(e) => e.exit_status(),
             LaunchError::Metrics(e) => e.exit_status(),
             LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
-            LaunchError::Gateway(e) => e.exit_status(),
+            LaunchError::Adapter(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),
-            LaunchError::Guard(e) => e.exit_status(),
             LaunchError::ApiKey(_) => ExitStatus::BadInput,
             LaunchError::ExitedBeforeReady { .. }
             | LaunchError::NotReady { .. }

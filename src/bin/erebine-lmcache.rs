@@ -47,8 +47,10 @@ Infinity and 1e400 are not JSON), and the flag must be written in full
 does not read).
 Exit 127: the stock lmcache was not found; 2: an --l2-adapter value or
 abbreviation as above, a max_capacity_gb that is unusable, two guarded
-tiers in one directory, or a bad metrics variable; 4: the metrics port is
-taken.
+tiers in one directory, an s3_bucket tier that cannot work, a module the
+tiers need that the server's Python cannot import (boto3 for s3_bucket
+tiers, LMCache's raw-block extension for raw_block ones), or a bad metrics
+variable; 4: the metrics port is taken.
 The stock lmcache's own help follows when it is found.
 ";
 

@@ -979,13 +979,15 @@ fn an_https_upstream_with_a_private_ca_works_with_s3_ca_bundle_and_fails_clearly
 }
 
 #[test]
-fn erebine_lmcache_stops_before_lmcache_starts_when_its_python_cannot_import_boto3() {
+fn erebine_lmcache_stops_before_lmcache_starts_when_its_python_cannot_import_a_module_its_tiers_need(
+) {
     lmcache_tier_e2e::require_lmcache!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let s3 = S3Server::with_bucket(dir, "kv-cache");
     // A stand-in environment: `lmcache` leaves a marker if it ever runs, and
-    // `python3` is a real Python without site-packages, so without boto3.
+    // `python3` is a real Python without site-packages, so without boto3 or
+    // LMCache's raw-block extension.
     let bin = dir.join("venv/bin");
     std::fs::create_dir_all(&bin).unwrap();
     let marker = dir.join("lmcache-ran");
@@ -1002,14 +1004,17 @@ fn erebine_lmcache_stops_before_lmcache_starts_when_its_python_cannot_import_bot
     let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
         "s3_bucket": "kv-cache", "s3_region": "us-east-1", "disable_tls": true,
         "aws_access_key_id": REAL_KEY_ID, "aws_secret_access_key": REAL_SECRET});
-    let out = Command::new(BINS.erebine_lmcache())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("VIRTUAL_ENV", dir.join("venv"))
-        .args(["bench", "l2", "--l2-adapter", &spec.to_string()])
-        .output()
-        .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(BINS.erebine_lmcache())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("VIRTUAL_ENV", dir.join("venv"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["bench", "l2", "--l2-adapter", &spec.to_string()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -1018,5 +1023,16 @@ fn erebine_lmcache_stops_before_lmcache_starts_when_its_python_cannot_import_bot
         "{err}"
     );
     assert!(!err.contains(REAL_SECRET), "{err}");
+    assert!(!marker.exists(), "lmcache was started");
+
+    let raw_block = r#"{"type":"raw_block","device_path":"/dev/null"}"#;
+    let out = run(&["server", "--l2-adapter", raw_block]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("No module named 'lmcache_rust_raw_block_io'")
+            && err.contains(&format!("{}/python3", bin.display())),
+        "{err}"
+    );
     assert!(!marker.exists(), "lmcache was started");
 }

@@ -27,6 +27,24 @@ pub const GUARDED_BY_LAUNCH: &str = "EREBINE_LMCACHE_GUARDED_BY_LAUNCH";
 /// runs for the launch are served as the launch's own.
 pub const GUARD_OWNER: &str = "EREBINE_LMCACHE_GUARD_OWNER";
 
+/// The value of [`GUARDED_BY_LAUNCH`] for the tier directories `dirs`: a
+/// JSON array of their paths (as text: tier paths come from JSON specs);
+/// `None` for no directory, which the variable's absence says.
+pub fn guarded_by_launch_value(dirs: &[PathBuf]) -> Option<String> {
+    let paths: Vec<String> = dirs
+        .iter()
+        .map(|d| d.to_string_lossy().into_owned())
+        .collect();
+    (!paths.is_empty()).then(|| serde_json::Value::from(paths).to_string())
+}
+
+/// The tier directories a [`GUARDED_BY_LAUNCH`] `value` lists; a value that
+/// is not a JSON array of paths lists none (the server then guards every
+/// tier itself, as without the variable).
+pub fn guarded_by_launch(value: &str) -> Vec<PathBuf> {
+    serde_json::from_str(value).unwrap_or_default()
+}
+
 /// A launch's scan of one tier, with the tier's `base_path`.
 pub type ScannedTier = (PathBuf, PriorScan);
 
@@ -148,12 +166,8 @@ impl RunningTiers for RunningGuards {
         let Some(by_launch) = &self.by_launch else {
             return vec![(GUARDED_BY_LAUNCH, None), (GUARD_OWNER, None)];
         };
-        let listed = (!by_launch.is_empty()).then(|| {
-            let paths: Vec<_> = by_launch.iter().map(|p| p.to_string_lossy()).collect();
-            serde_json::to_string(&paths).unwrap_or_default()
-        });
         vec![
-            (GUARDED_BY_LAUNCH, listed),
+            (GUARDED_BY_LAUNCH, guarded_by_launch_value(by_launch)),
             (GUARD_OWNER, self.options.owner.clone()),
         ]
     }
@@ -230,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_lists_the_tiers_it_guards_and_names_its_owner() {
+    fn a_launch_without_a_scan_guards_no_tier_itself_and_names_its_owner() {
         let root = tempfile::tempdir().unwrap();
         let tiers = GuardTiers::of_launch(guarded(&[root.path()], "0.001"), Vec::new());
         let running = block_on(tiers.start(&context())).unwrap();
@@ -241,6 +255,19 @@ mod tests {
                 (GUARD_OWNER, Some("owner-1".to_string()))
             ]
         );
+    }
+
+    #[test]
+    fn the_launchs_list_reads_back_for_paths_of_every_shape() {
+        let dirs: Vec<PathBuf> = ["/a", "/b c/\"q\"", "/d\\e", "/ünï/cödé", "/x/../y//z"]
+            .map(PathBuf::from)
+            .to_vec();
+        let value = guarded_by_launch_value(&dirs).unwrap();
+        assert_eq!(guarded_by_launch(&value), dirs);
+        assert_eq!(guarded_by_launch_value(&[]), None);
+        for garbled in ["/a", "", "[1]", "{\"a\":1}", "[\"/a\""] {
+            assert!(guarded_by_launch(garbled).is_empty(), "{garbled}");
+        }
     }
 
     #[test]

@@ -2,10 +2,16 @@
 //! for the tiers of one kind (the capacity guards of disk tiers, the
 //! gateways of `s3_bucket` tiers), driven through the same steps by a
 //! launch and by `erebine-lmcache` alike (`docs/design.md`, "Adding a tier
-//! kind"):
+//! kind"). A launch runs `erebine-lmcache` as its server, so an adapter that
+//! runs in both hands its tiers over through the server's tiers or
+//! environment (a gateway's tiers point at it; the guards name the tiers
+//! the launch guards), and a launch leaves nothing for step 3.
 //!
-//! 1. [`TierAdapter::check`]: reads only, before anything starts; a tier
-//!    that cannot work is refused here, with nothing created or deleted.
+//! 1. [`TierAdapter::check`]: reads only, before anything starts (a
+//!    launch's housekeeping included); a tier whose spec or volume cannot
+//!    work is refused here, with nothing created or deleted. What only a
+//!    start can find (a bucket's credentials and answer) is found by the
+//!    start.
 //! 2. [`TierAdapter::start`]: before the server; what it started may point
 //!    the server's tiers elsewhere ([`RunningTiers::server_tiers`]) and set
 //!    its environment ([`RunningTiers::server_env`]).
@@ -14,8 +20,7 @@
 //!    command LMCache refuses.
 //! 4. [`RunningTiers::view`]: what `inspect` and the metrics read while it
 //!    runs.
-//! 5. [`RunningTiers::stop`]: when the server is gone (dropping it stops
-//!    it too).
+//! 5. [`RunningTiers::stop`]: when the server is gone.
 
 use std::future::Future;
 
@@ -94,6 +99,7 @@ pub trait RunningTiers: Send + Sync + 'static {
     /// What `inspect` and the metrics read.
     fn view(&self) -> Self::View;
 
-    /// Stops everything the adapter started, and waits for it to end.
+    /// Stops everything the adapter started (a guard's last status is
+    /// written before this returns; a gateway's runtime is told to stop).
     fn stop(self);
 }

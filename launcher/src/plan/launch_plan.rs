@@ -189,10 +189,10 @@ impl LaunchPlan {
         self.args_with(|tier| tier.redacted().to_string())
     }
 
-    /// The arguments the server starts with once the S3 gateways are known:
+    /// The arguments the server starts with once the tiers' adapters run:
     /// [`LaunchPlan::args`] with the cascade's tiers written as `tiers` has
-    /// them (the cascade as [`lmcache_s3_gateway::Gateways::start`] rewrote
-    /// it, in the same order).
+    /// them (the cascade as the started adapters pointed it,
+    /// `RunningAdapters::server_tiers` in `run/tiers.rs`, in the same order).
     pub fn server_args(&self, tiers: &Cascade) -> Vec<String> {
         let mut rewritten = tiers.tiers().iter();
         self.args_with(|_| rewritten.next().map(TierSpec::to_arg).unwrap_or_default())

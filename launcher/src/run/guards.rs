@@ -11,7 +11,7 @@
 //! with an `eviction` block; on `fs_native` the key is LMCache's own. Stripping
 //! it would only make `/status` and the logs disagree with the operator's spec.
 
-use lmcache_capacity_guard::adapter::{GUARDED_BY_LAUNCH, GUARD_OWNER};
+use lmcache_capacity_guard::adapter::{guarded_by_launch, GUARDED_BY_LAUNCH, GUARD_OWNER};
 use lmcache_capacity_guard::capacity::GuardSpec;
 
 use crate::node::env::text_var;
@@ -29,7 +29,7 @@ pub(crate) fn launch_guard_owner(vars: &crate::Vars) -> Option<String> {
 /// here, as without the variable.
 pub fn without_launch_guarded(specs: Vec<GuardSpec>, vars: &crate::Vars) -> Vec<GuardSpec> {
     let listed = text_var(vars, GUARDED_BY_LAUNCH)
-        .and_then(|v| serde_json::from_str::<Vec<std::path::PathBuf>>(&v).ok())
+        .map(|v| guarded_by_launch(&v))
         .unwrap_or_default();
     specs
         .into_iter()

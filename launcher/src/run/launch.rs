@@ -12,7 +12,7 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
 use lmcache_capacity_guard::adapter::{GuardTiers, ScannedTier};
-use lmcache_capacity_guard::{GuardError, PriorScan};
+use lmcache_capacity_guard::PriorScan;
 use lmcache_housekeeping::{Mode, TierLock};
 
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
@@ -165,14 +165,12 @@ pub enum LaunchError {
         /// Its last output lines.
         tail: Vec<String>,
     },
-    /// An `s3` tier with `s3_bucket` cannot work (bad key, unreachable
-    /// endpoint, refused credentials); the server was not started.
+    /// A tier's adapter refused it or could not start: an `s3_bucket` tier
+    /// cannot work (bad key, unreachable endpoint, refused credentials), a
+    /// guarded tier's capacity exceeds its volume, or the disk tier's
+    /// capacity guard could not start; the server was not started.
     #[error("{0}; the server was not started")]
-    Gateway(#[from] lmcache_s3_gateway::GatewayError),
-    /// The disk tier's capacity guard could not start; the server was not
-    /// started.
-    #[error("{0}; the server was not started")]
-    Guard(#[from] GuardError),
+    Adapter(#[from] AdapterError),
     /// The metrics endpoint cannot listen; the server was not started.
     #[error("{0}; the server was not started")]
     Metrics(#[from] MetricsError),
@@ -186,17 +184,6 @@ pub enum LaunchError {
     /// Waiting on the server failed.
     #[error("lost track of the LMCache server: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// An adapter's error is the launch's of its kind: the server was not
-/// started.
-impl From<AdapterError> for LaunchError {
-    fn from(e: AdapterError) -> Self {
-        match e {
-            AdapterError::Gateway(e) => LaunchError::Gateway(e),
-            AdapterError::Guard(e) => LaunchError::Guard(e),
-        }
-    }
 }
 
 /// Starts the planned server, waits until `/status` answers, and runs until
@@ -293,7 +280,7 @@ async fn run_launch(
     events: Option<mpsc::UnboundedSender<Event>>,
     stop: Stop,
 ) -> Result<ExitStatus, LaunchError> {
-    // A signal during planning, the gateways' start or the housekeeping
+    // A signal during planning, the housekeeping or the adapters' start
     // lets that work finish and starts no server.
     let mut signals = Signals::new(stop);
     if let Some(why) = signals.already_received().await {

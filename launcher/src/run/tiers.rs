@@ -1,11 +1,14 @@
 //! The adapters of a server's tiers, one per kind that needs one, driven
 //! through the tier seam ([`lmcache_tier_spec::adapter`]) by one loop, for
 //! a launch ([`crate::run::launch`]) and for `erebine-lmcache`
-//! ([`crate::run::drop_in`]) alike: all checked before anything starts,
+//! ([`crate::run::drop_in`]) alike: all checked (reading only) before
+//! anything starts,
 //! then started in order (each watched by the metrics as it starts), the
 //! server's tiers and environment taken from what they started, the work
-//! that waits for the server started once it listens, and all stopped
-//! when dropped (`docs/design.md`, "Adding a tier kind").
+//! that waits for the server started once it listens (by
+//! `erebine-lmcache`, the process that sees the server listen: a launch's
+//! adapters leave nothing waiting), and all stopped when dropped
+//! (`docs/design.md`, "Adding a tier kind").
 //!
 //! The kinds: the gateways of `s3_bucket` tiers
 //! ([`lmcache_s3_gateway::adapter`]), then the capacity guards of disk
@@ -84,7 +87,6 @@ impl TierAdapters {
 
 /// The started adapters of one cascade; dropping them stops them, in
 /// start order.
-#[derive(Default)]
 pub struct RunningAdapters(Vec<Box<dyn Running>>);
 
 impl RunningAdapters {
@@ -112,10 +114,12 @@ impl RunningAdapters {
     pub fn server_listens(&mut self) -> Result<(), AdapterError> {
         self.0.iter_mut().try_for_each(|r| r.server_listens())
     }
+}
 
-    /// Stops every adapter, in start order, each waited for.
-    pub fn stop(self) {
-        for running in self.0 {
+/// Stops every adapter ([`RunningTiers::stop`]), in start order.
+impl Drop for RunningAdapters {
+    fn drop(&mut self) {
+        for running in self.0.drain(..) {
             running.stop();
         }
     }
@@ -201,5 +205,79 @@ where
 
     fn stop(self: Box<Self>) {
         RunningTiers::stop(*self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lmcache_capacity_guard::adapter::{GUARDED_BY_LAUNCH, GUARD_OWNER};
+    use lmcache_capacity_guard::capacity::guard_specs;
+    use lmcache_tier_e2e::answering_store;
+
+    /// An `s3_bucket` tier on the loopback store at `port`, under `prefix`.
+    fn bucket(port: u16, prefix: &str) -> String {
+        format!(
+            r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kv-cache","s3_key_prefix":"{prefix}","s3_region":"us-east-1","disable_tls":true,"aws_access_key_id":"AKIATIERS","aws_secret_access_key":"TIERS-SECRET"}}"#
+        )
+    }
+
+    /// A guarded `fs` tier of `gb` GiB in `dir`.
+    fn disk(dir: &std::path::Path, gb: &str) -> String {
+        format!(r#"{{"type":"fs","base_path":{dir:?},"max_capacity_gb":{gb}}}"#)
+    }
+
+    /// The adapters of `tiers` as `erebine-lmcache` makes them.
+    fn adapters_of(tiers: &[String]) -> (Cascade, TierAdapters) {
+        let cascade = Cascade::parse(&format!("[{}]", tiers.join(",")), "test").unwrap();
+        let guards = GuardTiers::of_server(guard_specs(&cascade).unwrap());
+        let adapters = TierAdapters::new(&cascade, guards);
+        (cascade, adapters)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_server_gets_each_adapters_tiers_and_environment_in_start_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = answering_store("200 OK");
+        let (cascade, adapters) = adapters_of(&[disk(dir.path(), "0.001"), bucket(store, "")]);
+        adapters.check().unwrap();
+        let metrics = NodeMetrics::new(None);
+        let running = adapters.start(&|_| None, "owner", &metrics).await.unwrap();
+        let server = running.server_tiers(&cascade);
+        assert_eq!(
+            server.tiers()[0],
+            cascade.tiers()[0],
+            "the disk tier as written"
+        );
+        let endpoint = &server.tiers()[1].as_object()["s3_endpoint"];
+        let gateway = endpoint.as_str().and_then(|e| e.strip_prefix("127.0.0.1:"));
+        assert!(
+            gateway.is_some_and(|port| port != store.to_string()),
+            "{endpoint}"
+        );
+        let env: Vec<(&str, bool)> = running
+            .server_env()
+            .into_iter()
+            .map(|(name, value)| (name, value.is_some()))
+            .collect();
+        let key = env
+            .iter()
+            .position(|e| *e == ("AWS_SECRET_ACCESS_KEY", true));
+        let guards = env.iter().position(|e| *e == (GUARDED_BY_LAUNCH, false));
+        assert!(key.is_some() && key < guards, "{env:?}");
+        assert_eq!(env.last(), Some(&(GUARD_OWNER, false)), "{env:?}");
+    }
+
+    #[test]
+    fn a_refused_tier_keeps_its_kinds_error_and_nothing_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, overlapping) = adapters_of(&[bucket(1, "a/"), bucket(1, "a/b/")]);
+        let e = overlapping.check().unwrap_err();
+        assert!(matches!(e, AdapterError::Gateway(_)), "{e:?}");
+        assert!(e.to_string().contains("L2 tier 1"), "{e}");
+        let (_, too_large) = adapters_of(&[disk(dir.path(), "1e9")]);
+        let e = too_large.check().unwrap_err();
+        assert!(matches!(e, AdapterError::Guard(_)), "{e:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

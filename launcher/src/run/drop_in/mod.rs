@@ -22,8 +22,6 @@ use std::time::Duration;
 
 use lmcache_capacity_guard::adapter::GuardTiers;
 use lmcache_capacity_guard::capacity::{guard_specs, CapacityError};
-use lmcache_capacity_guard::GuardError;
-use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::L2AdapterArgs;
 use nix::sys::signal::Signal;
 
@@ -57,9 +55,10 @@ pub enum Ended {
     HelpWithoutStock,
     /// The server exited with this code ([`crate::run::supervise::exit_code`]).
     Server(i32),
-    /// A capacity guard could not start once the server listened: said,
-    /// and the server stopped.
-    GuardFailed(DropInError),
+    /// What an adapter left for the server's start (the capacity guards)
+    /// could not start once the server listened: said, and the server
+    /// stopped.
+    AdapterFailed(DropInError),
 }
 
 /// Why `erebine-lmcache` ends before the server it runs does, or without
@@ -173,20 +172,20 @@ pub enum DropInError {
     /// A terminating signal cannot be caught (1).
     #[error(transparent)]
     Signals(std::io::Error),
-    /// An `s3_bucket` tier cannot work.
+    /// A tier's adapter could not start (an `s3_bucket` tier cannot work).
     #[error(transparent)]
-    Gateway(#[from] GatewayError),
+    Adapter(#[from] AdapterError),
     /// The stock `lmcache`'s Python cannot import a module the tiers need
     /// ([`needed_modules`]: boto3 for `s3_bucket` tiers, LMCache's Rust
     /// raw-block extension for `raw_block` ones) (2).
     #[error(transparent)]
     ServerModule(#[from] ModuleError),
-    /// A capacity guard could not start once the server listened; the
-    /// server is stopped.
+    /// What an adapter left for the server's start (the capacity guards)
+    /// could not start once the server listened; the server is stopped.
     #[error("{0}; stopping the server")]
-    GuardStart(
-        /// Why the guard did not start.
-        GuardError,
+    Listening(
+        /// Why it did not start.
+        AdapterError,
     ),
     /// A variable is unusable: the metrics endpoint's, or the stop grace
     /// a launch passes (2).
@@ -216,17 +215,6 @@ pub struct DropIn {
     pub specs: L2AdapterArgs,
     /// The adapters of its tiers, checked.
     pub adapters: TierAdapters,
-}
-
-/// An adapter's error once the server runs: a gateway's is its own, a
-/// guard's stops the server.
-impl From<AdapterError> for DropInError {
-    fn from(e: AdapterError) -> Self {
-        match e {
-            AdapterError::Gateway(e) => DropInError::Gateway(e),
-            AdapterError::Guard(e) => DropInError::GuardStart(e),
-        }
-    }
 }
 
 /// How often a server that has not yet opened a listener is checked for
@@ -305,7 +293,9 @@ async fn start_server(
     let rewritten = server
         .specs
         .render(&server.text_args, &adapters.server_tiers(&cascade));
-    // LMCache gets the gateways' key through boto3 (stopped with them if not).
+    // Each module the tiers need in the server's Python (boto3, through
+    // which LMCache gets the gateways' key; the raw-block extension): the
+    // adapters are stopped with this process if one is missing.
     let python = python_of(&server.stock);
     for need in needed_modules(cascade.tiers()) {
         check_module(&python, vars, need)?;
@@ -375,7 +365,7 @@ impl Run<'_> {
                         listening = true;
                         self.metrics.server().observe(&Event::Ready);
                         if let Err(e) = adapters.server_listens() {
-                            return Ok(self.adapter_failed(e.into()).await);
+                            return Ok(self.adapter_failed(DropInError::Listening(e)).await);
                         }
                     }
                 }
@@ -415,7 +405,7 @@ impl Run<'_> {
         // Said before the stop, which may take the grace.
         say(&failure.to_string());
         let _ = self.child.stop(self.grace).await;
-        Ended::GuardFailed(failure)
+        Ended::AdapterFailed(failure)
     }
 }
 
@@ -484,6 +474,48 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_servers_tiers_are_refused_by_key_then_by_adapter_less_the_launchs() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().display().to_string();
+        let check = |tiers: &[String], vars: &[(&str, &str)]| {
+            let args: Vec<String> = tiers
+                .iter()
+                .flat_map(|t| ["--l2-adapter".to_string(), t.clone()])
+                .collect();
+            let vars = crate::node::env::text_vars(vars.iter().copied());
+            server_adapters(&L2AdapterArgs::parse(&args), &vars).map(|_| ())
+        };
+        let tier = |path: &str, gb: &str| {
+            format!(r#"{{"type":"fs","base_path":"{path}","max_capacity_gb":{gb}}}"#)
+        };
+        let negative = [
+            r#"{"type":"s3"}"#.to_string(),
+            tier("/nonexistent/tier", "-5"),
+        ];
+        let e = check(&negative, &[]).unwrap_err();
+        assert!(matches!(e, Failure::Guards(_)), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("L2 tier 1 (base_path /nonexistent/tier)"),
+            "{text}"
+        );
+        assert!(text.contains("max_capacity_gb = -5"), "{text}");
+        let too_large = [tier(&base, "1e9")];
+        let e = check(&too_large, &[]).unwrap_err();
+        assert!(matches!(e, Failure::Check(AdapterError::Guard(_))), "{e:?}");
+        assert!(e.to_string().contains("L2 tier 0"), "{e}");
+        let listed = format!(r#"["{base}"]"#);
+        let guarded_by_launch = [(
+            lmcache_capacity_guard::adapter::GUARDED_BY_LAUNCH,
+            listed.as_str(),
+        )];
+        assert!(
+            check(&too_large, &guarded_by_launch).is_ok(),
+            "the launch checked it"
+        );
+    }
 
     #[test]
     fn the_servers_ports_are_read_as_lmcache_reads_them() {
