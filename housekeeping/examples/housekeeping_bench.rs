@@ -29,6 +29,8 @@ fn main() -> ExitCode {
         decode_context_parallel_size: 1,
         cp_kv_cache_interleave_size: 1,
         mla_only: false,
+        weights: None,
+        engine_settings: Default::default(),
     };
     let access = if mode == "delete" {
         Access::ReadWrite

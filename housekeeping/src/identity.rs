@@ -1,8 +1,8 @@
 //! The launch identity and the identity manifest kept in the tier directory.
 //!
-//! Nothing in an object name records the KV dtype, the block size or the
-//! chunk size (LMCache 0.5.6's object names), so the directory
-//! remembers them in [`MANIFEST_FILE_NAME`] (`docs/configuration.md`).
+//! Nothing in an object name records the KV dtype, the block size, the
+//! chunk size, the weights or the engine's numeric settings (LMCache
+//! 0.5.6's object names), so the directory remembers them in [`MANIFEST_FILE_NAME`] (`docs/configuration.md`).
 //!
 //! The manifest is JSON:
 //! ```json
@@ -10,7 +10,9 @@
 //!   "schema_version": 1,
 //!   "identity": {"model": "org/m", "tensor_parallel_size": 4,
 //!                "pipeline_parallel_size": 1, "kv_cache_dtype": "bfloat16",
-//!                "block_size": 16, "chunk_size": 256},
+//!                "block_size": 16, "chunk_size": 256,
+//!                "weights": "commit 0123abcd...",
+//!                "engine_settings": {"dtype": "bfloat16"}},
 //!   "identity_digest": "<blake3 hex of LaunchIdentity::canonical_form>",
 //!   "writer": "lmcache-housekeeping 0.1.0",
 //!   "written_at": "2025-11-30T07:42:00Z"
@@ -20,6 +22,7 @@
 //! or later version is kept while the identity fields are equal.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -83,6 +86,23 @@ pub struct LaunchIdentity {
     /// shared by the TP ranks (default `false`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub mla_only: bool,
+    /// The fingerprint of the weights behind [`Self::model`]: `commit
+    /// <40 hex>` for a hub id resolved in the Hugging Face cache, `files
+    /// <32 hex>` for a directory or file measured by its configuration and
+    /// its weight files' names, sizes and modification times, or what the
+    /// node agent gave (`docs/configuration.md`, "The cache identity").
+    /// `None`: not measured (the weights were not seen where the launch
+    /// runs); left out of the JSON and of [`Self::canonical_form`] then, so
+    /// a manifest written before the field existed reads back unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<String>,
+    /// The engine's settings that change the bytes of the KV it computes,
+    /// by vLLM flag name without its dashes (`dtype`, `quantization`,
+    /// `hf_overrides`, ...), each as the engine was given it; only those
+    /// given are present (`docs/configuration.md`, "The cache identity",
+    /// lists them and says why the others are left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub engine_settings: BTreeMap<String, String>,
 }
 
 /// The longest file name Linux filesystems take, in bytes.
@@ -127,6 +147,10 @@ pub enum IdentityField {
     CpKvCacheInterleaveSize,
     /// `mla_only`.
     MlaOnly,
+    /// `weights`.
+    Weights,
+    /// `engine_settings`.
+    EngineSettings,
 }
 
 impl IdentityField {
@@ -142,6 +166,8 @@ impl IdentityField {
             Self::DecodeContextParallelSize => "decode_context_parallel_size",
             Self::CpKvCacheInterleaveSize => "cp_kv_cache_interleave_size",
             Self::MlaOnly => "mla_only",
+            Self::Weights => "weights",
+            Self::EngineSettings => "engine_settings",
         }
     }
 }
@@ -169,6 +195,11 @@ pub enum IdentityError {
     /// The dtype is empty.
     #[error("kv_cache_dtype is empty; pass the engine's value (e.g. `auto`, `fp8`)")]
     Dtype,
+    /// A weights fingerprint that is there but empty.
+    #[error(
+        "the weights fingerprint is empty; give none, or the fingerprint the engine's weights have"
+    )]
+    Weights,
 }
 
 impl LaunchIdentity {
@@ -206,6 +237,9 @@ impl LaunchIdentity {
         }
         if self.kv_cache_dtype.is_empty() {
             return Err(IdentityError::Dtype);
+        }
+        if self.weights.as_deref().is_some_and(str::is_empty) {
+            return Err(IdentityError::Weights);
         }
         Ok(())
     }
@@ -256,8 +290,8 @@ impl LaunchIdentity {
     /// The canonical form the digest covers: compact JSON of the fields in
     /// declaration order (model, tensor_parallel_size,
     /// pipeline_parallel_size, kv_cache_dtype, block_size, chunk_size, then
-    /// decode_context_parallel_size, cp_kv_cache_interleave_size and
-    /// mla_only where they are not at their defaults).
+    /// decode_context_parallel_size, cp_kv_cache_interleave_size, mla_only,
+    /// weights and engine_settings where they are not at their defaults).
     pub fn canonical_form(&self) -> String {
         serde_json::to_string(self).expect("an identity of strings and integers serialises")
     }
@@ -267,6 +301,14 @@ impl LaunchIdentity {
         blake3::hash(self.canonical_form().as_bytes())
             .to_hex()
             .to_string()
+    }
+
+    /// The cache identity's tag: the first 16 hex digits of
+    /// [`Self::digest`]. The S3 gateway keeps a tier's objects under a
+    /// segment named after it (`docs/s3-gateway.md`, "The cache identity in
+    /// a bucket"), so launches of other identities never read them.
+    pub fn tag(&self) -> String {
+        self.digest()[..16].to_string()
     }
 
     /// The first field, in declaration order, where `other` differs.
@@ -325,8 +367,37 @@ impl LaunchIdentity {
                 self.mla_only.to_string(),
                 other.mla_only.to_string(),
             ),
+            (
+                IdentityField::Weights,
+                shown_weights(&self.weights),
+                shown_weights(&other.weights),
+            ),
+            (
+                IdentityField::EngineSettings,
+                shown_settings(&self.engine_settings),
+                shown_settings(&other.engine_settings),
+            ),
         ];
         pairs.into_iter().filter(|(_, a, b)| a != b)
+    }
+}
+
+/// A weights fingerprint as a purge names it: the fingerprint, or
+/// `not recorded`.
+fn shown_weights(weights: &Option<String>) -> String {
+    weights.clone().unwrap_or_else(|| "not recorded".into())
+}
+
+/// Engine settings as a purge names them: `name=value` pairs in name
+/// order, `none` for none.
+fn shown_settings(settings: &BTreeMap<String, String>) -> String {
+    match settings.is_empty() {
+        true => "none".into(),
+        false => settings
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
 
@@ -489,6 +560,8 @@ mod tests {
             decode_context_parallel_size: 1,
             cp_kv_cache_interleave_size: 1,
             mla_only: false,
+            weights: None,
+            engine_settings: Default::default(),
         }
     }
 
@@ -685,6 +758,65 @@ mod tests {
             dcp.first_difference(&identity()),
             Some(IdentityField::DecodeContextParallelSize)
         );
+    }
+
+    /// Other weights, or another engine setting that changes the KV's
+    /// bytes, are another identity, named field by field; an identity
+    /// without either keeps the digest it had before the fields existed.
+    #[test]
+    fn the_weights_and_engine_settings_are_part_of_the_identity() {
+        let commit_a = LaunchIdentity {
+            weights: Some("commit a1b2".into()),
+            ..identity()
+        };
+        let commit_b = LaunchIdentity {
+            weights: Some("commit c3d4".into()),
+            ..identity()
+        };
+        assert_ne!(commit_a.digest(), commit_b.digest());
+        assert_ne!(commit_a.tag(), commit_b.tag());
+        assert_eq!(commit_a.tag().len(), 16);
+        assert_eq!(
+            commit_a.differences(&commit_b).collect::<Vec<_>>(),
+            vec![(
+                IdentityField::Weights,
+                "commit a1b2".into(),
+                "commit c3d4".into()
+            )]
+        );
+        assert_eq!(
+            identity().differences(&commit_a).collect::<Vec<_>>(),
+            vec![(
+                IdentityField::Weights,
+                "not recorded".into(),
+                "commit a1b2".into()
+            )]
+        );
+        let fp8 = LaunchIdentity {
+            engine_settings: [("quantization".to_string(), "fp8".to_string())].into(),
+            ..identity()
+        };
+        assert_eq!(
+            identity().first_difference(&fp8),
+            Some(IdentityField::EngineSettings)
+        );
+        assert_eq!(
+            fp8.differences(&identity()).next().map(|(_, a, b)| (a, b)),
+            Some(("quantization=fp8".into(), "none".into()))
+        );
+        assert!(!identity().canonical_form().contains("weights"));
+        assert!(commit_a
+            .canonical_form()
+            .ends_with(r#","weights":"commit a1b2"}"#));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TierDir::open(tmp.path(), Access::ReadWrite).unwrap();
+        let written = write_manifest(&dir, &fp8).unwrap();
+        assert_eq!(read_manifest(&dir), ManifestRead::Found(written));
+        let empty = LaunchIdentity {
+            weights: Some(String::new()),
+            ..identity()
+        };
+        assert_eq!(empty.validate(), Err(IdentityError::Weights));
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //!     decode_context_parallel_size: 1,
 //!     cp_kv_cache_interleave_size: 1,
 //!     mla_only: false,
+//!     weights: None,
+//!     engine_settings: Default::default(),
 //! };
 //! let policy = TierPolicy { capacity_bytes: Some(100 << 30), ..TierPolicy::default() };
 //! let done = housekeep("/data/lmcache", &identity, policy, Mode::Apply)?;

@@ -544,6 +544,8 @@ mod tests {
             decode_context_parallel_size: 1,
             cp_kv_cache_interleave_size: 1,
             mla_only: false,
+            weights: None,
+            engine_settings: Default::default(),
         }
     }
 
@@ -665,6 +667,42 @@ mod tests {
         assert_eq!(
             (change.recorded.as_str(), change.current.as_str()),
             ("512", "256")
+        );
+    }
+
+    /// Other weights under the same model (a checkpoint rewritten in
+    /// place, a hub id at a new commit): every object goes, and the purge
+    /// says which weights it was written from.
+    #[test]
+    fn other_weights_purge_every_object_and_say_which() {
+        let mut inv = Inventory::new("/tier", AccessTimes::Recorded);
+        for n in 0..3 {
+            inv.add_object(&object("org/model", 4, n), stats(2, 10, 10));
+        }
+        let recorded = LaunchIdentity {
+            weights: Some("commit a1b2".into()),
+            ..identity()
+        };
+        let current = LaunchIdentity {
+            weights: Some("commit c3d4".into()),
+            ..identity()
+        };
+        let plan = plan(
+            &inv,
+            &current,
+            &manifest_of(&recorded),
+            TierPolicy::default(),
+        );
+        assert_eq!(plan.kept_objects, CountBytes::default());
+        let got = reasons(&inv, &plan);
+        assert!(got.values().all(|r| *r
+            == Reason::ManifestMismatch {
+                field: IdentityField::Weights
+            }));
+        let line = plan.identity_purge.expect("all purged").to_string();
+        assert!(
+            line.contains(r#"weights "commit a1b2" -> "commit c3d4""#),
+            "{line}"
         );
     }
 

@@ -48,6 +48,8 @@ fn bench_identity() -> LaunchIdentity {
         decode_context_parallel_size: 1,
         cp_kv_cache_interleave_size: 1,
         mla_only: false,
+        weights: None,
+        engine_settings: Default::default(),
     }
 }
 

@@ -73,6 +73,7 @@
 //!     odirect_tiers: Vec::new(),
 //!     raw_block_devices: Vec::new(),
 //!     lmcache_version: Some("0.5.6".into()),
+//!     weights: None,
 //!     node: None,
 //! };
 //! let Planned::Server(launch) = plan(&facts, &vars, &host)? else {

@@ -78,6 +78,7 @@ fn host_on(fs_type: &str, own_volume: bool) -> HostFacts {
         odirect_tiers: Vec::new(),
         raw_block_devices: Vec::new(),
         lmcache_version: None,
+        weights: None,
         node: None,
     }
 }

@@ -2,6 +2,7 @@
 //! node. `launch` is the node's main job; `size` is the standalone sizing
 //! tool.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -242,6 +243,52 @@ struct EngineArgs {
     /// per TP rank, and names objects so.
     #[arg(long)]
     mla: bool,
+    /// vLLM's --revision of a hub id (branch, tag or commit; default main):
+    /// the cache identity records the commit it resolves to in the Hugging
+    /// Face cache.
+    #[arg(long, value_name = "REVISION")]
+    revision: Option<String>,
+    /// vLLM's --download-dir: the Hugging Face cache the engine loads a hub
+    /// id from (default: HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub).
+    #[arg(long, value_name = "DIR")]
+    download_dir: Option<String>,
+    /// The weights' fingerprint, where you know it (a content hash, a
+    /// release name): taken instead of measuring the weights. Give every
+    /// node of the same weights the same text.
+    #[arg(long, value_name = "TEXT")]
+    weights_fingerprint: Option<String>,
+    /// vLLM's --dtype: part of the cache identity (it changes the KV's
+    /// bytes).
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<String>,
+    /// vLLM's --quantization: part of the cache identity.
+    #[arg(long, value_name = "METHOD")]
+    quantization: Option<String>,
+    /// vLLM's --hf-overrides (RoPE scaling and friends), as the engine gets
+    /// it: part of the cache identity.
+    #[arg(long, value_name = "JSON")]
+    hf_overrides: Option<String>,
+    /// vLLM's --hf-config-path: part of the cache identity.
+    #[arg(long, value_name = "PATH")]
+    hf_config_path: Option<String>,
+    /// vLLM's --load-format: part of the cache identity.
+    #[arg(long, value_name = "FORMAT")]
+    load_format: Option<String>,
+    /// vLLM's --code-revision (the model's remote code): part of the cache
+    /// identity.
+    #[arg(long, value_name = "REVISION")]
+    code_revision: Option<String>,
+    /// vLLM's --model-impl: part of the cache identity.
+    #[arg(long, value_name = "IMPL")]
+    model_impl: Option<String>,
+    /// vLLM's --calculate-kv-scales (fp8 KV scales computed at run time):
+    /// part of the cache identity.
+    #[arg(long)]
+    calculate_kv_scales: bool,
+    /// vLLM's --enable-lora: part of the cache identity (LMCache's keys do
+    /// not name the adapter; docs/configuration.md, "The cache identity").
+    #[arg(long)]
+    enable_lora: bool,
 }
 
 #[derive(Args)]
@@ -592,7 +639,34 @@ impl EngineArgs {
             max_num_batched_tokens: self.max_num_batched_tokens,
             hybrid_attention: self.hybrid_attention,
             mla: self.mla,
+            revision: self.revision.clone(),
+            download_dir: self.download_dir.clone(),
+            weights_fingerprint: self.weights_fingerprint.clone(),
+            kv_settings: self.kv_settings(),
         }
+    }
+
+    /// The flags of [`lmcache_launcher::plan::inputs::KV_SETTINGS`] that
+    /// were given, by name.
+    fn kv_settings(&self) -> BTreeMap<String, String> {
+        let given = [
+            ("dtype", self.dtype.clone()),
+            ("quantization", self.quantization.clone()),
+            ("hf_overrides", self.hf_overrides.clone()),
+            ("hf_config_path", self.hf_config_path.clone()),
+            ("load_format", self.load_format.clone()),
+            ("code_revision", self.code_revision.clone()),
+            ("model_impl", self.model_impl.clone()),
+            (
+                "calculate_kv_scales",
+                self.calculate_kv_scales.then(|| "true".into()),
+            ),
+            ("enable_lora", self.enable_lora.then(|| "true".into())),
+        ];
+        given
+            .into_iter()
+            .filter_map(|(name, value)| Some((name.to_string(), value?)))
+            .collect()
     }
 }
 

@@ -8,7 +8,7 @@
 //! stand-in `python3` imports boto3 (it exits 0), as `s3_bucket` tiers need
 //! of the server's Python.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs;
 use std::net::TcpListener;
@@ -1447,4 +1447,75 @@ fn paths_the_plan_takes_are_judged_at_plan_time() {
     );
     let out = fine.run(&["launch", "--dry-run"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `cache_identity` values that are not a tag (16 lowercase hex digits):
+/// one that could leave the tier's prefix, too short, too long, upper
+/// case, not a string.
+const BAD_CACHE_IDENTITIES: &[&str] = &[
+    r#""../../other""#,
+    r#""0123""#,
+    r#""0123456789abcdef0""#,
+    r#""0123456789ABCDEF""#,
+    "17",
+];
+
+#[test]
+fn a_cache_identity_that_is_not_a_tag_is_refused_by_the_plan_and_by_erebine_lmcache() {
+    for value in BAD_CACHE_IDENTITIES {
+        let mut tier: serde_json::Value = serde_json::from_str(&bucket_tier("node/")).unwrap();
+        tier["cache_identity"] = serde_json::from_str(value).unwrap();
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", format!("[{tier}]"));
+        let out = case.run(&["launch", "--dry-run"]);
+        assert_fails(&out, 2, &["L2 tier 0 (s3): cache_identity:"]);
+        let out = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+            .env_clear()
+            .envs(&case.vars)
+            .args(["server", "--l1-size-gb", "1", "--eviction-policy", "LRU"])
+            .args(["--l2-adapter", &tier.to_string()])
+            .output()
+            .unwrap();
+        assert!(!case.path().join("stand-in-ran").exists(), "{value}");
+        assert_fails(&out, 2, &["L2 tier 0 (s3): cache_identity:"]);
+    }
+}
+
+/// The plan sets the launch's tag on each `s3_bucket` tier that names none,
+/// keeps the one a tier names, and the tag moves with the KV dtype and the
+/// weights but not with the served name.
+#[test]
+fn the_dry_run_puts_each_bucket_tier_under_the_launchs_cache_identity() {
+    let tag_of = |extra: &[&str], tiers: &str| {
+        let mut case = Case::new();
+        case.set("EREBINE_AGENT_LMCACHE_L2_ADAPTER", tiers);
+        let plan = dry_run_plan(&case, extra);
+        let tag = plan["cache_identity"]["tag"].as_str().unwrap().to_string();
+        (tag, plan["cascade"].clone())
+    };
+    let tiers = format!("[{}]", bucket_tier("node/"));
+    let (auto, cascade) = tag_of(&[], &tiers);
+    assert_eq!(cascade[0]["cache_identity"], auto.as_str());
+    let (fp8, _) = tag_of(&["--kv-cache-dtype", "fp8"], &tiers);
+    let (served, _) = tag_of(&["--served-model-name", "chat"], &tiers);
+    let (given, _) = tag_of(&["--weights-fingerprint", "release 7"], &tiers);
+    let (quantized, _) = tag_of(&["--quantization", "fp8"], &tiers);
+    assert_eq!(served, auto);
+    let tags: BTreeSet<&String> = [&auto, &fp8, &given, &quantized].into_iter().collect();
+    assert_eq!(tags.len(), 4, "{tags:?}");
+    let mut own: serde_json::Value = serde_json::from_str(&bucket_tier("node/")).unwrap();
+    own["cache_identity"] = "0123456789abcdef".into();
+    let (_, cascade) = tag_of(&[], &format!("[{own}]"));
+    assert_eq!(cascade[0]["cache_identity"], "0123456789abcdef");
+}
+
+#[test]
+fn a_weights_fingerprint_that_cannot_be_one_is_refused() {
+    for bad in ["", "  ", "a\nb", &"x".repeat(257)] {
+        let case = Case::new();
+        let out = case.run(&["launch", "--dry-run", "--weights-fingerprint", bad]);
+        assert_fails(&out, 2, &["--weights-fingerprint"]);
+        let out = case.run(&["housekeep", "--dry-run", "--weights-fingerprint", bad]);
+        assert_fails(&out, 2, &["--weights-fingerprint"]);
+    }
 }

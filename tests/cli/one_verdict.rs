@@ -59,6 +59,7 @@ fn run(home: &std::path::Path, vars: &[(&str, &str)], args: &[&str]) -> Said {
         .env("HOME", home)
         .env("VIRTUAL_ENV", home.join("venv"))
         .env("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache")
+        .env("HF_HUB_OFFLINE", "1")
         .env("EREBINE_AGENT_LMCACHE_METRICS_PORT", "0")
         .env("EREBINE_AGENT_LMCACHE_MP_PORT", free().to_string())
         .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", free().to_string())
@@ -86,6 +87,18 @@ fn run(home: &std::path::Path, vars: &[(&str, &str)], args: &[&str]) -> Said {
 fn home() -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
     fs::create_dir_all(home.path().join(".cache/erebine/lmcache")).unwrap();
+    // The weights of the commands' --model (default-model), at one commit
+    // in the Hugging Face cache: a launch and housekeeping see them, so
+    // the only verdicts are the sizes' (`size` does not read the weights).
+    let refs = home
+        .path()
+        .join(".cache/huggingface/hub/models--default-model/refs");
+    fs::create_dir_all(&refs).unwrap();
+    fs::write(
+        refs.join("main"),
+        "0123456789abcdef0123456789abcdef01234567",
+    )
+    .unwrap();
     let bin = home.path().join("venv/bin");
     fs::create_dir_all(&bin).unwrap();
     for (name, script) in [

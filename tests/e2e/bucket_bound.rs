@@ -153,9 +153,12 @@ fn lmcache_objects(listed: Vec<Listed>) -> BTreeMap<String, Listed> {
         .collect()
 }
 
-/// The model of an LMCache key.
+/// The model of an LMCache key inside the prefix, its cache identity's
+/// segment left out (`docs/s3-gateway.md`, "The cache identity in a
+/// bucket").
 fn model(key: &str) -> String {
-    parse_s3_key(key).expect("an LMCache key").model
+    let model = parse_s3_key(key).expect("an LMCache key").model;
+    lmcache_s3_gateway::identity::model_of(&model).to_string()
 }
 
 /// Lists the prefix every second until stopped: the most LMCache bytes

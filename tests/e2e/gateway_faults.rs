@@ -300,16 +300,24 @@ fn wait_for_no_connection(proxy: &FaultProxy, what: &str) {
     }
 }
 
-/// The objects LMCache's CPU bench worker stored in `bucket` of s3s-fs.
+/// The objects LMCache's CPU bench worker stored in `bucket` of s3s-fs:
+/// files named `test-model@...` in it or in a cache identity's segment
+/// (a directory `cache-identity-<tag>` to s3s-fs, which stores keys as
+/// paths; `docs/s3-gateway.md`, "The cache identity in a bucket").
 fn stored_objects(bucket: &Path) -> usize {
-    std::fs::read_dir(bucket)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("test-model@"))
-                .count()
-        })
-        .unwrap_or(0)
+    let entries = |dir: &Path| -> Vec<std::fs::DirEntry> {
+        std::fs::read_dir(dir)
+            .map(|entries| entries.flatten().collect())
+            .unwrap_or_default()
+    };
+    let name = |e: &std::fs::DirEntry| e.file_name().to_string_lossy().into_owned();
+    let segments = entries(bucket)
+        .into_iter()
+        .filter(|e| name(e).starts_with(lmcache_s3_gateway::identity::SEGMENT_PREFIX));
+    let dirs = std::iter::once(bucket.to_path_buf()).chain(segments.map(|e| e.path()));
+    dirs.flat_map(|dir| entries(&dir))
+        .filter(|e| name(e).starts_with("test-model@"))
+        .count()
 }
 
 /// Waits up to 120 s for more than `n` objects in `bucket`.

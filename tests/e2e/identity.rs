@@ -116,7 +116,7 @@ fn lmcache_names() -> Vec<Vec<String>> {
 fn our_identity_and_decoder_agree_with_every_name_lmcache_writes() {
     lmcache_tier_e2e::require_lmcache!();
     for (case, names) in CASES.iter().zip(lmcache_names()) {
-        let identity = facts(case).launch_identity(256);
+        let identity = facts(case).launch_identity(256, None);
         identity.validate().unwrap();
         let tmp = tempfile::tempdir().unwrap();
         for name in &names {
@@ -188,7 +188,7 @@ fn tier_of_model_path(cache: &Path) -> usize {
         max_num_batched_tokens: Some(512),
         ..EngineFacts::default()
     }
-    .launch_identity(256);
+    .launch_identity(256, None);
     let names = [1u8, 2, 3, 4].map(|n| {
         format!(
             "-SEP-models-SEP-tiny@0x01000100@0@{}.data",

@@ -8,6 +8,7 @@
 //! and why, and passes; `scripts/test.sh` installs it and runs them all.
 
 mod bucket_bound;
+mod cache_identity;
 mod capacity_guard;
 mod frozen_server;
 mod gateway_faults;

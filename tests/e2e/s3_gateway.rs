@@ -235,8 +235,13 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     let gateway_port = gateway_port_of(&launch.output());
     let refused = refused_from_another_uid(gateway_port, &key_id, &secret);
     let in_bucket = wait_for_keys(&s3, 1);
+    // Under the launch's cache identity (docs/s3-gateway.md, "The cache
+    // identity in a bucket").
     assert!(
-        in_bucket.iter().all(|k| k.starts_with("test-model@")),
+        in_bucket.iter().all(|k| {
+            let (tag, key) = lmcache_s3_gateway::identity::split(k);
+            tag.is_some() && key.starts_with("test-model@")
+        }),
         "{in_bucket:?}"
     );
 

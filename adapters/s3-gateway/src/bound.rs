@@ -137,7 +137,7 @@ pub(crate) async fn start(
             Mode::EveryNode
         }
     };
-    let bound = Bound::new(spec, store, tier.position, node, mode, models, stats);
+    let bound = Bound::new(spec, store, tier, node, mode, models, stats);
     tokio::spawn(bound.clone().run());
     Ok(bound)
 }
@@ -172,6 +172,9 @@ pub(crate) struct Bound {
     spec: BoundSpec,
     store: Store,
     tier: usize,
+    /// The cache identity's segment LMCache's keys are stored under
+    /// ([`crate::identity::segment`]), `""` for none.
+    segment: String,
     origin: Instant,
     core: Mutex<Node>,
     figures: Mutex<BoundState>,
@@ -197,7 +200,7 @@ impl Bound {
     fn new(
         spec: BoundSpec,
         store: Store,
-        tier: usize,
+        tier: &BucketTier,
         node: String,
         mode: Mode,
         models: Models,
@@ -208,7 +211,12 @@ impl Bound {
         let bound = Arc::new(Bound {
             spec,
             store,
-            tier,
+            tier: tier.position,
+            segment: tier
+                .cache_identity
+                .as_deref()
+                .map(crate::identity::segment)
+                .unwrap_or_default(),
             origin: Instant::now(),
             core: Mutex::new(core),
             figures: Mutex::new(figures),
@@ -247,6 +255,7 @@ impl Bound {
         let Ok(key) = super::key::request_key(parts.uri.path()) else {
             return;
         };
+        let key = format!("{}{key}", self.segment);
         if listing {
             return;
         }

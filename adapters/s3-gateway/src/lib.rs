@@ -19,6 +19,7 @@ mod client_fault;
 pub mod credentials;
 pub mod fleet;
 mod gateway;
+pub mod identity;
 pub mod key;
 pub mod peer;
 pub mod sigv4;

@@ -17,7 +17,13 @@ use crate::TierSpec;
 use lmcache_tier_spec::TierKind;
 
 /// Keys this project adds to the `s3` adapter; LMCache never sees them.
-pub const EXTENSION_KEYS: &[&str] = &["s3_bucket", "s3_key_prefix", "s3_ca_bundle", "bucket_bound"];
+pub const EXTENSION_KEYS: &[&str] = &[
+    "s3_bucket",
+    "s3_key_prefix",
+    "s3_ca_bundle",
+    "bucket_bound",
+    crate::identity::CACHE_IDENTITY,
+];
 
 /// The operator's credential keys; replaced by the per-launch pair.
 const CREDENTIAL_KEYS: &[&str] = &[
@@ -53,6 +59,10 @@ pub struct BucketTier {
     pub bucket: String,
     /// The key prefix inside the bucket (`s3_key_prefix`), `""` for none.
     pub key_prefix: String,
+    /// The tag of the cache identity LMCache's objects are kept under
+    /// (`cache_identity`, [`crate::identity`]); `None`: directly under
+    /// [`Self::key_prefix`].
+    pub cache_identity: Option<String>,
     /// The SigV4 region (`s3_region`).
     pub region: String,
     /// PEM text of a private CA for the upstream TLS (`s3_ca_bundle`).
@@ -167,6 +177,16 @@ impl BucketTier {
                 "Use letters, digits and ! - _ . * ( ) /, not starting with '/', with no empty, '.' or '..' segment (e.g. \"lmcache/node-a/\"); docs/s3-gateway.md, \"Object keys\".",
             )
         })?;
+        let cache_identity = string(crate::identity::CACHE_IDENTITY)?;
+        if let Some(tag) = &cache_identity {
+            crate::identity::check_tag(tag).map_err(|problem| {
+                err(
+                    crate::identity::CACHE_IDENTITY,
+                    problem,
+                    "Leave it out (a launch sets it from its cache identity), or give the 16 hex digits of the identity whose objects this tier shares (docs/s3-gateway.md, \"The cache identity in a bucket\").",
+                )
+            })?;
+        }
         let disable_tls = match object.get("disable_tls") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -213,10 +233,22 @@ impl BucketTier {
             scheme: if disable_tls { "http" } else { "https" },
             bucket,
             key_prefix,
+            cache_identity,
             region,
             ca_bundle_pem,
             credentials,
         }))
+    }
+
+    /// Where LMCache's objects are in the bucket: [`Self::key_prefix`],
+    /// then the identity's segment ([`crate::identity::segment`]) when the
+    /// tier has one. The bound's own objects and its listings stay under
+    /// [`Self::key_prefix`].
+    pub fn object_prefix(&self) -> String {
+        match &self.cache_identity {
+            Some(tag) => format!("{}{}", self.key_prefix, crate::identity::segment(tag)),
+            None => self.key_prefix.clone(),
+        }
     }
 
     /// The spec LMCache gets: every key of `spec` in its order, except the

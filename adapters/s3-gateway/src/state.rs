@@ -35,6 +35,11 @@ pub struct GatewayState {
     pub bucket: String,
     /// The key prefix inside the bucket (`s3_key_prefix`), `""` for none.
     pub key_prefix: String,
+    /// The tag of the cache identity LMCache's objects are kept under
+    /// (`cache_identity`: `<key_prefix>cache-identity-<tag>/`); `None`:
+    /// directly under the key prefix.
+    #[serde(default)]
+    pub cache_identity: Option<String>,
     /// The upstream as `<scheme>://<host>[:port]`, without user info or query.
     pub upstream: String,
     /// The SigV4 region (`s3_region`).
@@ -307,6 +312,7 @@ impl Stats {
                 tier: tier.position,
                 bucket: tier.bucket.clone(),
                 key_prefix: tier.key_prefix.clone(),
+                cache_identity: tier.cache_identity.clone(),
                 upstream: redact_endpoint(&format!("{}://{}", tier.scheme, tier.endpoint)),
                 region: tier.region.clone(),
                 credential_source: String::new(),
@@ -619,6 +625,7 @@ mod tests {
             scheme: "http",
             bucket: "kv-cache".into(),
             key_prefix: "node-a/".into(),
+            cache_identity: None,
             region: "us-east-1".into(),
             ca_bundle_pem: None,
             credentials: CredentialSource::Spec(KeyPair {

@@ -70,6 +70,9 @@ pub fn node_tier(
         }
     };
     let sizes = judge_node(&node)?;
+    let weights = crate::plan::weights::measure(engine.weights_source(), vars);
+    let mut warnings = sizes.warnings;
+    warnings.extend(weights.warning(&engine.model));
     let capacity = sizes.disk.map(|disk| disk.capacity).filter(|c| c.value > 0);
     // The built-in tier as the launch writes it: its guard's bound.
     let guard = capacity.as_ref().and_then(|c| {
@@ -78,11 +81,11 @@ pub fn node_tier(
     });
     Ok(NodeTier {
         path: node.disk_path.clone(),
-        identity: engine.launch_identity(chunk.value),
+        identity: engine.launch_identity(chunk.value, Some(&weights)),
         chunk_size_source: chunk.reason,
         capacity,
         guard,
-        warnings: sizes.warnings,
+        warnings,
     })
 }
 

@@ -93,21 +93,27 @@ pub enum Note {
 
 /// The launch identity's lines ([`NodeLaunch::notes`]).
 fn identity_notes(engine: &EngineFacts, plan: &LaunchPlan) -> Vec<Note> {
-    let Some(hk) = &plan.housekeeping else {
-        return Vec::new();
-    };
-    let identity = &hk.identity;
+    let identity = &plan.identity;
     let served = match &engine.served_model_name {
         Some(name) if *name != engine.model => {
             format!("; --served-model-name {name:?} is what clients send and is not part of it")
         }
         _ => String::new(),
     };
+    let weights = identity.weights.as_deref().unwrap_or("not seen");
+    let pin = match &plan.engine_revision {
+        Some(commit) => format!("; give the engine --revision {commit}"),
+        None => String::new(),
+    };
     let mut notes = vec![Note::Info(format!(
-        "launch identity: LMCache writes objects under model {:?} with world size {} (vLLM's --model and parallel flags){served}",
+        "launch identity: LMCache writes objects under model {:?} with world size {} (vLLM's --model and parallel flags){served}; cache identity {} (weights {weights}{pin})",
         identity.lmcache_model_name(),
-        identity.kv_world_size()
+        identity.kv_world_size(),
+        identity.tag(),
     ))];
+    let Some(hk) = &plan.housekeeping else {
+        return notes;
+    };
     let name_len = identity.object_name_len();
     if name_len > NAME_MAX {
         notes.push(Note::Warning(format!(

@@ -66,6 +66,7 @@ pub(super) fn a_plan() -> LaunchPlan {
         odirect_tiers: Vec::new(),
         raw_block_devices: Vec::new(),
         lmcache_version: None,
+        weights: None,
         node: None,
     };
     match plan(&engine, &vars, &host).unwrap() {
@@ -115,6 +116,7 @@ pub(super) fn answered(tier: usize, per_bucket: &[u64], over: u64, sum: f64) -> 
         tier,
         bucket: "kv".into(),
         key_prefix: String::new(),
+        cache_identity: None,
         upstream: "http://127.0.0.1:9".into(),
         region: "r".into(),
         credential_source: "the tier's aws_access_key_id".into(),
@@ -178,7 +180,7 @@ pub(super) fn purged_by_identity() -> NodeMetrics {
         model: "m".into(),
         ..EngineFacts::default()
     }
-    .launch_identity(256);
+    .launch_identity(256, None);
     let done = housekeep(tmp.path(), &identity, TierPolicy::default(), Mode::Apply).unwrap();
     let metrics = NodeMetrics::new(Some(&a_plan()));
     metrics.housekept(&done.report, Duration::from_millis(10));

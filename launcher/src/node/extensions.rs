@@ -10,6 +10,7 @@ use lmcache_capacity_guard::capacity::{
 };
 use lmcache_s3_gateway::bound::BoundSpec;
 use lmcache_s3_gateway::fleet::rule::{BUCKET_BOUND, MODELS};
+use lmcache_s3_gateway::identity::CACHE_IDENTITY;
 use lmcache_s3_gateway::spec::{
     check_default_chain, check_overlapping_prefixes, BucketSpecError, BucketTier,
 };
@@ -192,6 +193,24 @@ fn with_models(tier: TierSpec, position: usize, model: &str) -> TierSpec {
     }
     block.insert(MODELS.into(), serde_json::json!([model]));
     tier.rewritten(&[], [(BUCKET_BOUND, serde_json::Value::Object(block))])
+}
+
+/// `cascade` with `cache_identity` set to `tag` (the launch's
+/// [`lmcache_housekeeping::LaunchIdentity::tag`]) on each `s3_bucket` tier
+/// that sets none: its gateway keeps LMCache's objects under that
+/// identity's segment, so nodes of another identity never read them
+/// (`docs/s3-gateway.md`, "The cache identity in a bucket"). A tier that
+/// names its own `cache_identity` keeps it.
+pub fn with_cache_identity(cascade: Cascade, tag: &str) -> Cascade {
+    let tag = serde_json::Value::from(tag);
+    let tiers = cascade.0.into_iter().map(|tier| {
+        let bucket = tier.kind().is_bucket() && !tier.as_object().contains_key(CACHE_IDENTITY);
+        match bucket {
+            true => tier.rewritten(&[], [(CACHE_IDENTITY, tag.clone())]),
+            false => tier,
+        }
+    });
+    Cascade(tiers.collect())
 }
 
 #[cfg(test)]

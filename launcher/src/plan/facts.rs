@@ -32,6 +32,7 @@ use crate::plan::inputs::{
 };
 use crate::plan::launch_plan::{self, check_engine, effective_chunk_size};
 use crate::plan::lmcache_versions::{self, LmcacheRelease};
+use crate::plan::weights::{self, Weights};
 use crate::plan::{api_key, locate, raw_block, server_python};
 use crate::Vars;
 
@@ -82,6 +83,11 @@ pub struct Facts {
     /// ([`locate::lmcache_version`]); `None` when it cannot be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lmcache_version: Option<String>,
+    /// The weights behind the engine's `--model` ([`weights::measure`]);
+    /// `None` when the backend is not `lmcache`, and in recorded facts
+    /// made before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Weights>,
     /// The node's variables as [`Facts::measure`] read them from the map
     /// it was given, once: the plan reads them from here
     /// ([`HostFacts::node`]). `None` for [`Facts::host`] and recorded
@@ -161,6 +167,7 @@ impl Facts {
             return Ok(facts);
         }
         check_engine(engine)?;
+        facts.weights = Some(weights::measure(engine.weights_source(), vars));
         effective_chunk_size(
             engine,
             &node,
@@ -246,6 +253,7 @@ impl Facts {
             odirect_tiers: Vec::new(),
             raw_block_devices: Vec::new(),
             lmcache_version: None,
+            weights: None,
             node: None,
             stock_lmcache: None,
         })
@@ -266,6 +274,7 @@ impl From<&Facts> for HostFacts {
             odirect_tiers: facts.odirect_tiers.clone(),
             raw_block_devices: facts.raw_block_devices.clone(),
             lmcache_version: facts.lmcache_version.clone(),
+            weights: facts.weights.clone(),
             node: facts.node.clone(),
         }
     }

@@ -5,6 +5,7 @@
 //! (`docs/design.md`, "One launch"). Neither side imports the other for
 //! them.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use lmcache_tier_spec::shown_path;
 use serde::{Deserialize, Serialize};
 
 use crate::node::env;
+use crate::plan::weights::{self, Weights};
 
 /// What the engine (vLLM) runs with: the facts a launch is planned from.
 /// [`Default`] is vLLM's defaults with the model `default-model`.
@@ -65,7 +67,40 @@ pub struct EngineFacts {
     /// `hybrid_attention` off, LMCache stores its KV once per pipeline
     /// stage and DCP shard, not once per TP rank.
     pub mla: bool,
+    /// vLLM's `--revision` of a hub id (a branch, tag or commit); `None`:
+    /// `main`.
+    pub revision: Option<String>,
+    /// vLLM's `--download-dir`: the Hugging Face cache the engine
+    /// downloads into and loads from.
+    pub download_dir: Option<String>,
+    /// The fingerprint of the engine's weights, where the node agent
+    /// knows it (a hash of its own, a release name): taken instead of
+    /// measuring ([`crate::plan::weights`]).
+    pub weights_fingerprint: Option<String>,
+    /// The engine's settings that change the KV it computes, as given
+    /// ([`KV_SETTINGS`]: vLLM flag names without dashes, `_` for `-`).
+    pub kv_settings: BTreeMap<String, String>,
 }
+
+/// The vLLM flags besides the model's weights that change the bytes of
+/// the KV a prefix gets, by name (`_` for `-`): the dtype the model runs
+/// in, its quantization, the configuration it is built from (RoPE scaling
+/// and friends through `hf_overrides`, another `hf_config_path`), which
+/// files and code load it (`load_format`, `code_revision`, `model_impl`),
+/// fp8 KV scales computed at run time, and LoRA (LMCache 0.5.6's keys do not
+/// name an adapter). `docs/configuration.md`, "The cache identity", says
+/// why the others are left out.
+pub const KV_SETTINGS: &[&str] = &[
+    "dtype",
+    "quantization",
+    "hf_overrides",
+    "hf_config_path",
+    "load_format",
+    "code_revision",
+    "model_impl",
+    "calculate_kv_scales",
+    "enable_lora",
+];
 
 impl Default for EngineFacts {
     fn default() -> Self {
@@ -82,6 +117,10 @@ impl Default for EngineFacts {
             max_num_batched_tokens: None,
             hybrid_attention: false,
             mla: false,
+            revision: None,
+            download_dir: None,
+            weights_fingerprint: None,
+            kv_settings: BTreeMap::new(),
         }
     }
 }
@@ -95,12 +134,29 @@ impl EngineFacts {
             .saturating_mul(self.data_parallel_size)
     }
 
+    /// Where the engine's weights come from ([`crate::plan::weights::measure`]).
+    pub fn weights_source(&self) -> weights::Source<'_> {
+        weights::Source {
+            model: &self.model,
+            revision: self.revision.as_deref(),
+            download_dir: self.download_dir.as_deref(),
+            given: self.weights_fingerprint.as_deref(),
+        }
+    }
+
     /// The identity of the objects this engine writes with a server of
-    /// `chunk_size` tokens: the model as vLLM gives it to LMCache, the
-    /// parallel layout LMCache names objects by (MLA-only is `mla` without
-    /// `hybrid_attention`, LMCache's `mla_only`), and the fields no name
-    /// carries.
-    pub fn launch_identity(&self, chunk_size: u32) -> LaunchIdentity {
+    /// `chunk_size` tokens from the `weights` the launch measured: the
+    /// model as vLLM gives it to LMCache, the parallel layout LMCache names
+    /// objects by (MLA-only is `mla` without `hybrid_attention`, LMCache's
+    /// `mla_only`), and the fields no name carries: the weights'
+    /// fingerprint and the engine's [`KV_SETTINGS`] (with the `revision`
+    /// where the weights were not resolved to a commit).
+    pub fn launch_identity(&self, chunk_size: u32, weights: Option<&Weights>) -> LaunchIdentity {
+        let fingerprint = weights.and_then(Weights::fingerprint);
+        let mut engine_settings = self.kv_settings.clone();
+        if let (None, Some(revision)) = (&fingerprint, &self.revision) {
+            engine_settings.insert("revision".into(), revision.clone());
+        }
         LaunchIdentity {
             model: self.model.clone(),
             tensor_parallel_size: self.tensor_parallel_size,
@@ -111,6 +167,8 @@ impl EngineFacts {
             decode_context_parallel_size: self.decode_context_parallel_size,
             cp_kv_cache_interleave_size: self.cp_kv_cache_interleave_size,
             mla_only: self.mla && !self.hybrid_attention,
+            weights: fingerprint,
+            engine_settings,
         }
     }
 }
@@ -156,6 +214,12 @@ pub struct HostFacts {
     /// the plan renders for it ([`crate::plan::lmcache_versions`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lmcache_version: Option<String>,
+    /// The weights behind the engine's `--model`
+    /// ([`crate::plan::weights::measure`]); `None`: not measured (what-if
+    /// planning, recorded facts), so the identity records no weights and
+    /// the plan warns of nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Weights>,
     /// The node's variables as [`crate::Facts::measure`] read them, from
     /// the same map [`crate::plan()`] is given; `None` has the plan read
     /// that map itself ([`env::NodeEnv::from_vars`]).

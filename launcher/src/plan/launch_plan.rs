@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::node::extensions::{planned_tiers, PlannedTier};
+use lmcache_housekeeping::LaunchIdentity;
 use lmcache_sizing::rules::{self, OdirectProbe};
 use lmcache_sizing::{fmt_gib, Decision};
 use lmcache_tier_spec::{Cascade, TierSpec};
@@ -123,6 +124,16 @@ pub struct LaunchPlan {
     /// where its LMCache version takes one): the launch creates it, 0600
     /// with a new key, when it is missing ([`api_key::ensure_file`]).
     pub api_key_file: Option<PathBuf>,
+    /// The cache identity of this launch: what the objects it writes are
+    /// computed from (the engine's flags, the weights' fingerprint). The
+    /// disk tier's manifest records it, and each `s3_bucket` tier keeps its
+    /// objects under its tag ([`LaunchIdentity::tag`],
+    /// `docs/configuration.md`, "The cache identity").
+    pub identity: LaunchIdentity,
+    /// The commit the engine must be given as `--revision` for the cache
+    /// to hold what it computes: a hub id whose revision the engine would
+    /// otherwise resolve itself ([`crate::plan::weights::Weights::revision_to_pin`]).
+    pub engine_revision: Option<String>,
 }
 
 impl LaunchPlan {
@@ -253,6 +264,12 @@ impl LaunchPlan {
             "cascade": self.cascade.redacted(),
             "decisions": self.decisions,
             "housekeeping": self.housekeeping,
+            "cache_identity": {
+                "tag": self.identity.tag(),
+                "identity": self.identity,
+                "weights": self.decisions.host.weights,
+                "engine_revision": self.engine_revision,
+            },
         })
     }
 
@@ -339,6 +356,7 @@ pub fn plan_launch(
     let extra = &node.extra_args;
     let batched = engine_batched_tokens(facts, host.engine_gpu.as_ref());
     let (node_chunk, chunk_size) = effective_chunk_size(facts, node, &batched)?;
+    let identity = facts.launch_identity(chunk_size.value, host.weights.as_ref());
     let mut sizes = judge_sizes(node, host, Tiers::AsPlanned)?;
     sizes
         .warnings
@@ -351,6 +369,13 @@ pub fn plan_launch(
     let render = lmcache_versions::rendering(release.as_ref());
     check_extra_args_for(extra, render)?;
     let cascade = crate::node::extensions::with_bound_models(sizes.cascade, &facts.model);
+    let cascade = crate::node::extensions::with_cache_identity(cascade, &identity.tag());
+    sizes.warnings.extend(
+        host.weights
+            .as_ref()
+            .and_then(|weights| weights.warning(&facts.model)),
+    );
+    sizes.warnings.extend(lora_warning(facts));
     let (cascade, version_warnings) =
         lmcache_versions::cascade_for(cascade, render, release.as_ref());
     sizes.warnings.extend(version_warnings);
@@ -425,7 +450,7 @@ pub fn plan_launch(
         variable: node.custom_tiers().map_or(env::L2_ADAPTER, |(v, _)| v),
         problem,
     })?;
-    let housekeeping = disk_housekeeping(facts, host, &decisions, &tiers);
+    let housekeeping = disk_housekeeping(&identity, host, &decisions, &tiers);
     let node_flags = node_flags(facts, node, &own, &cascade);
     let (args, replaced) = server_args(node_flags, own.tiers, extra);
     decisions.replaced_by_extra_args = replaced;
@@ -446,6 +471,24 @@ pub fn plan_launch(
         api_key_file,
         decisions,
         housekeeping,
+        engine_revision: host
+            .weights
+            .as_ref()
+            .and_then(|w| w.revision_to_pin())
+            .map(str::to_string),
+        identity,
+    })
+}
+
+/// With vLLM's `--enable-lora`: LMCache 0.5.6's keys (its vLLM
+/// connector's `IPCCacheServerKey`: model, world size, token ids, cache
+/// salt, request configs) do not name a request's LoRA adapter, so two
+/// adapters' requests with one prefix would read each other's KV. vLLM's
+/// per-request `cache_salt` is in the key: a salt per adapter keeps them
+/// apart.
+fn lora_warning(facts: &EngineFacts) -> Option<String> {
+    facts.kv_settings.contains_key("enable_lora").then(|| {
+        "the engine runs with --enable-lora, and LMCache's object keys do not name a request's LoRA adapter: requests of two adapters (or of an adapter and the base model) with the same prefix read each other's KV. Give every request of an adapter a cache_salt naming it (vLLM's per-request cache_salt is part of LMCache's key; docs/configuration.md, \"The cache identity\")".to_string()
     })
 }
 
@@ -453,7 +496,7 @@ pub fn plan_launch(
 /// from the launch's scan in `host`, with the bound of the tier's capacity
 /// guard among `tiers`; `None` without a disk tier.
 fn disk_housekeeping(
-    facts: &EngineFacts,
+    identity: &LaunchIdentity,
     host: &HostFacts,
     decisions: &Decisions,
     tiers: &[PlannedTier],
@@ -466,7 +509,7 @@ fn disk_housekeeping(
         .map(|spec| spec.bound());
     Some(DiskHousekeeping {
         path: disk.path.clone(),
-        identity: facts.launch_identity(decisions.chunk_size.value),
+        identity: identity.clone(),
         capacity_bytes: disk.capacity.value,
         guard,
         tier: host
@@ -566,6 +609,27 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
             flag: "model",
             value: lmcache_tier_spec::shown_value(&facts.model),
             expected: "give vLLM's --model as the engine gets it: not empty, without '@' (LMCache separates object name fields with it)",
+        });
+    }
+    if let Some(unknown) = facts
+        .kv_settings
+        .keys()
+        .find(|name| !crate::plan::inputs::KV_SETTINGS.contains(&name.as_str()))
+    {
+        return Err(PlanError::Engine {
+            flag: "kv-settings",
+            value: lmcache_tier_spec::shown_value(unknown),
+            expected: "name one of vLLM's flags that change the KV's bytes: dtype, quantization, hf_overrides, hf_config_path, load_format, code_revision, model_impl, calculate_kv_scales, enable_lora (docs/configuration.md, \"The cache identity\")",
+        });
+    }
+    let fingerprint = facts.weights_fingerprint.as_deref();
+    if fingerprint
+        .is_some_and(|f| f.trim().is_empty() || f.len() > 256 || f.contains(char::is_control))
+    {
+        return Err(PlanError::Engine {
+            flag: "weights-fingerprint",
+            value: lmcache_tier_spec::shown_value(fingerprint.unwrap_or_default()),
+            expected: "give 1 to 256 bytes of text without control characters, the same on every node that runs these weights (a content hash, a release name)",
         });
     }
     Ok(())

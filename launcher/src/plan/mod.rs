@@ -19,6 +19,7 @@ pub mod locate;
 pub mod raw_block;
 pub mod server_python;
 pub mod verdict;
+pub mod weights;
 
 use crate::node::env::{self, KvCacheBackend, NodeEnv, Vars};
 use inputs::{EngineFacts, HostFacts, PlanError};

@@ -1,6 +1,7 @@
 //! Which objects under the prefix a bound counts and may delete: keys that
 //! decode as LMCache's ([`parse_s3_key`]) whose model the prefix's nodes
-//! write (`docs/s3-gateway.md`, "The bucket bound").
+//! write (`docs/s3-gateway.md`, "The bucket bound"), under any cache
+//! identity ([`crate::identity`]): one budget for every identity of a model.
 //!
 //! A prefix is a string, not a boundary: under a prefix `p/` (or none) a
 //! key `q/m@...` of another tier decodes as LMCache's too, for the model
@@ -12,6 +13,8 @@
 use std::collections::BTreeSet;
 
 use lmcache_housekeeping::s3_key::parse_s3_key;
+
+use crate::identity::model_of;
 
 /// The most models one bound knows; a report or lease naming more adds
 /// none past it.
@@ -41,10 +44,11 @@ impl Models {
         self.known.insert(model.to_string())
     }
 
-    /// Adds the model of the LMCache key `key` (inside the prefix); true
-    /// when it is new. A key that does not decode adds nothing.
+    /// Adds the model of the LMCache key `key` (inside the prefix, its
+    /// cache identity's segment left out: [`model_of`]); true when it is
+    /// new. A key that does not decode adds nothing.
     pub fn learn_key(&mut self, key: &str) -> bool {
-        parse_s3_key(key).is_ok_and(|name| self.learn(&name.model))
+        parse_s3_key(key).is_ok_and(|name| self.learn(model_of(&name.model)))
     }
 
     /// Adds each of `models`; true when one is new.
@@ -54,9 +58,10 @@ impl Models {
     }
 
     /// Whether the bound counts the object `key` (inside the prefix): it
-    /// decodes as LMCache's and its model is known.
+    /// decodes as LMCache's and its model, under whichever cache identity
+    /// ([`model_of`]), is known.
     pub fn counts(&self, key: &str) -> bool {
-        parse_s3_key(key).is_ok_and(|name| self.known.contains(&name.model))
+        parse_s3_key(key).is_ok_and(|name| self.known.contains(model_of(&name.model)))
     }
 
     /// The models, in order.
@@ -95,6 +100,24 @@ mod tests {
         assert!(!models.learn_key("notes.txt"));
         assert!(models.counts(&key("meta-llama/Llama-3.1-8B")));
         assert_eq!(models.names(), ["meta-llama/Llama-3.1-8B", "test-model"]);
+    }
+
+    /// A rolling upgrade: the objects of a model under its old identity
+    /// and its new one are one budget, and a key of another model under an
+    /// identity segment counts only once that model is known.
+    #[test]
+    fn every_cache_identity_of_a_known_model_counts_as_that_model() {
+        let old = crate::identity::segment("0123456789abcdef");
+        let new = crate::identity::segment("fedcba9876543210");
+        let mut models = Models::new(["org/m".to_string()]);
+        assert!(models.counts(&key(&format!("{old}org/m"))));
+        assert!(models.counts(&key(&format!("{new}org/m"))));
+        assert!(models.counts(&key("org/m")));
+        assert!(!models.counts(&key(&format!("{new}org/other"))));
+        assert!(models.learn_key(&key(&format!("{new}org/other"))));
+        assert!(models.counts(&key(&format!("{old}org/other"))));
+        assert_eq!(models.names(), ["org/m", "org/other"]);
+        assert!(!models.counts(&key("cache-identity-0123/org/m")));
     }
 
     #[test]

@@ -283,8 +283,10 @@ fn authenticate(
     Ok(payload_hash)
 }
 
-/// Where the request goes in the bucket: its key under the tier's key
-/// prefix, or the listing inside it ([`key::route`]). A refusal is logged.
+/// Where the request goes in the bucket: its key under the tier's object
+/// prefix (the key prefix and the cache identity's segment,
+/// [`BucketTier::object_prefix`]), or the listing inside it
+/// ([`key::route`]). A refusal is logged.
 fn route(tier: &BucketTier, parts: &http::request::Parts) -> Result<Route, ForwardError> {
     let path = parts.uri.path();
     let names = parts.headers.keys().map(|name| name.as_str());
@@ -294,7 +296,7 @@ fn route(tier: &BucketTier, parts: &http::request::Parts) -> Result<Route, Forwa
         parts.uri.query().unwrap_or(""),
         names,
         &tier.bucket,
-        &tier.key_prefix,
+        &tier.object_prefix(),
     )
     .map_err(|refusal| {
         tracing::warn!(

@@ -95,10 +95,10 @@ pub(super) async fn relay(
         }
     })?;
     Counting::of(upstream, stats).status(method, response.status());
-    let key_prefix = &upstream.tier.key_prefix;
+    let key_prefix = upstream.tier.object_prefix();
     let rewrite_listing = route.listing && !key_prefix.is_empty() && response.status().is_success();
     if rewrite_listing {
-        listing_back(response, key_prefix, stats, method).await
+        listing_back(response, &key_prefix, stats, method).await
     } else {
         streamed_back(
             response,
