@@ -104,6 +104,7 @@ impl Report {
             capacity_bytes,
             shared,
             guard: _,
+            fence_only: _,
         } = plan.policy;
         let totals = inventory.totals();
         Self {

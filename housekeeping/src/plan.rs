@@ -27,6 +27,10 @@
 //! says so before its cache is gone (`docs/operations.md`, "The cache is
 //! empty after a restart").
 //!
+//! A fenced tier ([`TierPolicy::fence_only`], an operator's own disk tier)
+//! gets rules 3 and 4 only, rule 4 only for an unusable manifest: a tier
+//! without one is adopted.
+//!
 //! Stale temp files always go ([`Reason::StaleTemp`]), except on a shared
 //! tier. A shared tier (`"shared": true`, or any tier other than the node's
 //! own disk path) is never purged by identity and its temp files are kept
@@ -58,6 +62,14 @@ pub struct TierPolicy {
     pub capacity_bytes: Option<u64>,
     /// Other nodes write here: no purge by identity, temp files kept.
     pub shared: bool,
+    /// Only the identity manifest decides (an operator's own `fs` or
+    /// `fs_native` tier): every object goes when the manifest records
+    /// another identity, or is unusable; objects are kept when there is no
+    /// manifest (the tier is adopted, and the manifest written), and never
+    /// purged for their model or world size (LMCache never reads another
+    /// model's objects; they only take room, which the tier's bound
+    /// evicts). `docs/configuration.md`, "The cache identity".
+    pub fence_only: bool,
     /// Where the tier's capacity guard leaves it, when one bounds the tier
     /// once the server runs.
     pub guard: Option<GuardBound>,
@@ -332,6 +344,8 @@ pub fn plan(
         let index = index as u32;
         let reason = if policy.shared {
             None
+        } else if policy.fence_only {
+            identity_verdict.filter(|_| !matches!(manifest, ManifestRead::Missing))
         } else if Some(object.key.model) != model {
             Some(Reason::OtherModel)
         } else if u64::from(object.key.kv_rank.world_size()) != world_size {
@@ -704,6 +718,33 @@ mod tests {
             line.contains(r#"weights "commit a1b2" -> "commit c3d4""#),
             "{line}"
         );
+    }
+
+    /// A fenced tier: kept whole without a manifest (adopted), kept with
+    /// other models' objects under its own identity, purged whole under
+    /// another identity or an unusable manifest.
+    #[test]
+    fn a_fenced_tier_is_purged_only_by_its_manifest() {
+        let inv = mixed();
+        let fenced = TierPolicy {
+            fence_only: true,
+            ..TierPolicy::default()
+        };
+        let all = inv.objects().len() as u64;
+        let kept =
+            |manifest: &ManifestRead| plan(&inv, &identity(), manifest, fenced).kept_objects.count;
+        assert_eq!(kept(&ManifestRead::Missing), all);
+        assert_eq!(kept(&manifest_of(&identity())), all);
+        let other = LaunchIdentity {
+            weights: Some("commit a1b2".into()),
+            ..identity()
+        };
+        assert_eq!(kept(&manifest_of(&other)), 0);
+        let unusable = ManifestRead::Unusable(ManifestWarning {
+            path: "/tier/.lmcache-tier-identity.json".into(),
+            problem: "bad".into(),
+        });
+        assert_eq!(kept(&unusable), 0);
     }
 
     #[test]

@@ -401,7 +401,7 @@ impl HasExitStatus for LaunchError {
             LaunchError::Spawn { .. } => ExitStatus::MissingExecutable,
             LaunchError::Adapter(e) => e.exit_status(),
             LaunchError::Housekeeping(e) => e.exit_status(),
-            LaunchError::ApiKey(_) => ExitStatus::BadInput,
+            LaunchError::ApiKey(_) | LaunchError::FencedTier { .. } => ExitStatus::BadInput,
             LaunchError::ExitedBeforeReady { .. }
             | LaunchError::NotReady { .. }
             | LaunchError::Exited { .. }

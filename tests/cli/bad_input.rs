@@ -1518,4 +1518,7 @@ fn a_weights_fingerprint_that_cannot_be_one_is_refused() {
         let out = case.run(&["housekeep", "--dry-run", "--weights-fingerprint", bad]);
         assert_fails(&out, 2, &["--weights-fingerprint"]);
     }
+    let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(5000));
+    let out = Case::new().run(&["launch", "--dry-run", "--hf-overrides", &long]);
+    assert_fails(&out, 2, &["--hf-overrides", "4096 bytes"]);
 }

@@ -206,3 +206,47 @@ fn a_hub_id_at_a_new_commit_purges_the_disk_tier_naming_both_commits() {
         data_objects(&cache)
     );
 }
+
+/// An operator's own `fs` tier: the first launch adopts it and writes its
+/// manifest; a launch with another `--kv-cache-dtype` purges it whole,
+/// naming the field, before its server starts.
+#[test]
+fn a_custom_fs_tier_is_fenced_by_its_manifest_and_purged_under_another_kv_dtype() {
+    lmcache_tier_e2e::require_lmcache!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tier = dir.join("operator-tier");
+    let launch = |extra: &[&str], name: &str| {
+        let (mp_port, http_port) = (free_port(), free_port());
+        let mut cmd = BINS.launch_command(dir, mp_port, http_port, extra);
+        cmd.env(
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+            serde_json::json!([{"type": "fs", "base_path": tier}]).to_string(),
+        )
+        .env("LMCACHE_TRACK_USAGE", "false");
+        let mut launch = Proc::spawn(cmd, &dir.join(format!("{name}.log")));
+        let url = format!("http://127.0.0.1:{http_port}/status");
+        wait_for_status(&url, &mut launch, Duration::from_secs(300));
+        (launch, mp_port, http_port)
+    };
+    let (mut first, mp_port, http_port) = launch(&[], "first");
+    assert!(tier.join(".lmcache-tier-identity.json").is_file());
+    let run = run_bench(dir, mp_port, http_port, 0, 2);
+    assert!(run.status.success(), "{}", run.output);
+    let started = Instant::now();
+    while data_objects(&tier).is_empty() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop_launch(&mut first);
+    assert!(!data_objects(&tier).is_empty(), "{}", first.output());
+    let (mut second, ..) = launch(&["--kv-cache-dtype", "fp8"], "second");
+    stop_launch(&mut second);
+    let log = second.output();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("L2 tier 0")
+            && l.contains(r#"kv_cache_dtype "auto" -> "fp8""#)),
+        "{log}"
+    );
+    assert!(data_objects(&tier).is_empty(), "{:?}", data_objects(&tier));
+}

@@ -351,6 +351,7 @@ impl Bound {
             reports,
             unchanged,
             models,
+            identities,
         ) = {
             let mut core = self.core();
             let keeps_view = core.holds(now);
@@ -376,12 +377,17 @@ impl Bound {
                 core.reporter.reports(),
                 core.election.as_ref().and_then(|e| e.unchanged_for(now)),
                 core.models.names(),
+                match keeps_view {
+                    true => core.evictor.view().identities(),
+                    false => Vec::new(),
+                },
             )
         };
         let state = {
             let mut f = self.figures();
             f.evictor = evictor;
             f.models = models;
+            f.identities = identities;
             f.reports_sent = reports;
             f.lease_unchanged_millis = unchanged.map(|d| d.as_millis() as u64);
             if let Some(lease) = lease {

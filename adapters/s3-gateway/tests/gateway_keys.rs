@@ -139,13 +139,25 @@ fn real_key() -> KeyPair {
 }
 
 fn start_tier(runtime: &tokio::runtime::Runtime, prefix: &'static str) -> Tier {
+    start_tier_as(runtime, prefix, None)
+}
+
+/// [`start_tier`] with the tier's `cache_identity` set to `identity`.
+fn start_tier_as(
+    runtime: &tokio::runtime::Runtime,
+    prefix: &'static str,
+    identity: Option<&str>,
+) -> Tier {
     let (upstream, seen) = recording_upstream();
     let real = real_key();
-    let spec = serde_json::json!({
+    let mut spec = serde_json::json!({
         "type": "s3", "s3_endpoint": upstream.to_string(), "s3_bucket": BUCKET,
         "s3_key_prefix": prefix, "s3_region": REGION, "disable_tls": true,
         "aws_access_key_id": real.access_key_id, "aws_secret_access_key": real.secret_access_key,
     });
+    if let Some(tag) = identity {
+        spec["cache_identity"] = tag.into();
+    }
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (out, gateways) = runtime
         .block_on(Gateways::start_args(&args, &|_| None))
@@ -155,6 +167,7 @@ fn start_tier(runtime: &tokio::runtime::Runtime, prefix: &'static str) -> Tier {
         rewritten.get("aws_secret_access_key").is_none(),
         "{rewritten}"
     );
+    assert!(rewritten.get("cache_identity").is_none(), "{rewritten}");
     let local_key = gateways.key().unwrap().clone();
     seen.lock().unwrap().clear();
     Tier {
@@ -357,6 +370,40 @@ fn encoded_path_syntax_in_the_request_is_key_bytes_decoded_once() {
         let (status, body) = send(&tier, "PUT", target);
         assert_eq!(status, 200, "{target}: {body}");
         assert_eq!(last_forwarded(&tier).target, upstream, "{target}");
+    }
+}
+
+/// A tier with a cache identity: every object request of LMCache, a
+/// multipart one too, and every listing go to the identity's segment under
+/// the prefix, and LMCache's spec never carries the tag.
+#[test]
+fn a_tiers_cache_identity_puts_every_request_under_its_segment() {
+    let runtime = runtime();
+    let tag = "0123456789abcdef";
+    for prefix in ["", "lmcache/node-a/"] {
+        let tier = start_tier_as(&runtime, prefix, Some(tag));
+        let under = format!("{prefix}cache-identity-{tag}/");
+        for method in ["GET", "HEAD", "PUT", "DELETE"] {
+            let (status, body) = send(&tier, method, "/org/m%40k%400%40aa");
+            assert_eq!(status, 200, "{method}: {body}");
+            let received = last_forwarded(&tier);
+            assert_eq!(stored_key(&received.target), format!("{under}org/m@k@0@aa"));
+        }
+        let (status, body) = send(&tier, "PUT", "/m%40k?partNumber=2&uploadId=u");
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            stored_key(&last_forwarded(&tier).target),
+            format!("{under}m@k")
+        );
+        let (status, body) = send(&tier, "GET", "/?list-type=2&prefix=org%2F");
+        assert_eq!(status, 200, "{body}");
+        let listing = last_forwarded(&tier).target;
+        let encoded = under.replace('/', "%2F");
+        assert_eq!(
+            listing,
+            format!("/{BUCKET}?list-type=2&prefix={encoded}org%2F"),
+            "{prefix}"
+        );
     }
 }
 

@@ -202,6 +202,7 @@ pub fn housekeep(
     let policy = TierPolicy {
         capacity_bytes: capacity.as_ref().map(|c| c.value),
         shared: false,
+        fence_only: false,
         guard: target.guard.filter(|_| request.capacity_gb.is_none()),
     };
     let sources = Sources {

@@ -3,9 +3,10 @@
 //! gateways"; `docs/s3-gateway.md`, "The bucket bound").
 
 use lmcache_s3_gateway::bound::BoundState;
+use lmcache_s3_gateway::fleet::view::IdentityUsage;
 use lmcache_s3_gateway::fleet::Mode;
 use lmcache_s3_gateway::state::GatewayState;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
@@ -231,6 +232,37 @@ const FLOAT_FAMILIES: [FloatFamily; 4] = [
     },
 ];
 
+/// One cache identity of a tier's bucket bound: the tier's position and
+/// the identity's figures.
+type Identity = (usize, IdentityUsage);
+
+/// A tier's position and a cache identity's tag (`""` for objects under no
+/// identity's segment).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdentityLabels {
+    tier: String,
+    identity: String,
+}
+
+/// The families of each cache identity under a bound's prefix
+/// (`docs/s3-gateway.md`, "The cache identity in a bucket").
+const IDENTITY_FAMILIES: [TierFamily<Identity>; 2] = [
+    TierFamily {
+        name: "gateway_bucket_identity",
+        help: "Bytes of LMCache objects under the tier's prefix written by launches of one cache identity (label identity: its tag, empty for objects under no identity's segment), as the evictor's view counts them; in a rolling upgrade the old identity's shrink",
+        bytes: true,
+        counter: false,
+        value: |(_, i)| i.bytes,
+    },
+    TierFamily {
+        name: "gateway_bucket_identity_objects",
+        help: "LMCache objects of that cache identity, counted as gateway_bucket_identity_bytes",
+        bytes: false,
+        counter: false,
+        value: |(_, i)| i.objects,
+    },
+];
+
 /// Encodes the bound families of the gateways in `states` that have a
 /// bound; nothing when none has.
 pub(super) fn encode_bounds(
@@ -252,6 +284,17 @@ pub(super) fn encode_bounds(
     }
     for family in &FLOAT_FAMILIES {
         encode_float(encoder, family, &bounds, labels)?;
+    }
+    let identities: Vec<Identity> = bounds
+        .iter()
+        .flat_map(|(tier, b)| b.identities.iter().map(|i| (*tier, i.clone())))
+        .collect();
+    let identity_labels = |(tier, i): &Identity| IdentityLabels {
+        tier: tier.to_string(),
+        identity: i.tag.clone(),
+    };
+    for family in &IDENTITY_FAMILIES {
+        family.encode(encoder, &identities, identity_labels)?;
     }
     Ok(())
 }
@@ -292,7 +335,7 @@ mod tests {
     #[test]
     fn a_gateway_with_a_bucket_bound_has_its_families_and_one_without_has_none() {
         use lmcache_s3_gateway::bound::{BoundRole, BoundSpec, BoundState};
-        use lmcache_s3_gateway::fleet::{lease::ElectionFigures, Mode};
+        use lmcache_s3_gateway::fleet::{lease::ElectionFigures, view::IdentityUsage, Mode};
         let mut bounded = answered(1, &[], 0, 0.0);
         bounded.bucket_bound = Some(BoundState {
             spec: BoundSpec::new(GIB, 0.8, 0.2, BoundRole::HardBound),
@@ -330,6 +373,18 @@ mod tests {
             uploads_aborted: 2,
             upload_abort_failures: 0,
             models: vec!["org/m".to_string()],
+            identities: vec![
+                IdentityUsage {
+                    tag: "0123456789abcdef".into(),
+                    objects: 20,
+                    bytes: 600 << 20,
+                },
+                IdentityUsage {
+                    tag: "fedcba9876543210".into(),
+                    objects: 8,
+                    bytes: 300 << 20,
+                },
+            ],
             listing_skipped: 4,
             oversized_objects: 0,
         });
@@ -375,6 +430,20 @@ mod tests {
             assert_eq!(
                 sample(&text, &gauge("gateway_bucket_fleet_write_bytes_per_second")),
                 (5u64 << 20) as f64
+            );
+            assert_eq!(
+                sample(
+                    &text,
+                    r#"lmcache_tier_gateway_bucket_identity_bytes{tier="1",identity="fedcba9876543210"}"#
+                ),
+                (300u64 << 20) as f64
+            );
+            assert_eq!(
+                sample(
+                    &text,
+                    r#"lmcache_tier_gateway_bucket_identity_objects{tier="1",identity="0123456789abcdef"}"#
+                ),
+                20.0
             );
             assert!(
                 !text.contains("gateway_bucket_usage_bytes{tier=\"2\"}"),

@@ -64,6 +64,7 @@ impl DiskHousekeeping {
         let policy = TierPolicy {
             capacity_bytes: Some(self.capacity_bytes),
             shared: false,
+            fence_only: false,
             guard: self.guard,
         };
         let housekeeping = scanned.housekeep(&self.identity, policy, mode)?;

@@ -83,23 +83,24 @@ pub struct EngineFacts {
 }
 
 /// The vLLM flags besides the model's weights that change the bytes of
-/// the KV a prefix gets, by name (`_` for `-`): the dtype the model runs
+/// the KV a prefix gets, by name (`_` for `-`) with the flag's own
+/// spelling, each value at most [`KV_SETTING_MAX_BYTES`]: the dtype the model runs
 /// in, its quantization, the configuration it is built from (RoPE scaling
 /// and friends through `hf_overrides`, another `hf_config_path`), which
 /// files and code load it (`load_format`, `code_revision`, `model_impl`),
 /// fp8 KV scales computed at run time, and LoRA (LMCache 0.5.6's keys do not
 /// name an adapter). `docs/configuration.md`, "The cache identity", says
 /// why the others are left out.
-pub const KV_SETTINGS: &[&str] = &[
-    "dtype",
-    "quantization",
-    "hf_overrides",
-    "hf_config_path",
-    "load_format",
-    "code_revision",
-    "model_impl",
-    "calculate_kv_scales",
-    "enable_lora",
+pub const KV_SETTINGS: &[(&str, &str)] = &[
+    ("dtype", "dtype"),
+    ("quantization", "quantization"),
+    ("hf_overrides", "hf-overrides"),
+    ("hf_config_path", "hf-config-path"),
+    ("load_format", "load-format"),
+    ("code_revision", "code-revision"),
+    ("model_impl", "model-impl"),
+    ("calculate_kv_scales", "calculate-kv-scales"),
+    ("enable_lora", "enable-lora"),
 ];
 
 impl Default for EngineFacts {
@@ -153,7 +154,7 @@ impl EngineFacts {
     /// where the weights were not resolved to a commit).
     pub fn launch_identity(&self, chunk_size: u32, weights: Option<&Weights>) -> LaunchIdentity {
         let fingerprint = weights.and_then(Weights::fingerprint);
-        let mut engine_settings = self.kv_settings.clone();
+        let mut engine_settings = normalised_settings(&self.kv_settings);
         if let (None, Some(revision)) = (&fingerprint, &self.revision) {
             engine_settings.insert("revision".into(), revision.clone());
         }
@@ -170,6 +171,49 @@ impl EngineFacts {
             weights: fingerprint,
             engine_settings,
         }
+    }
+}
+
+/// The largest value of one of [`EngineFacts::kv_settings`], in bytes
+/// (an `hf_overrides` JSON with room to spare; the manifest holds the
+/// whole identity within its 64 KiB).
+pub const KV_SETTING_MAX_BYTES: usize = 4096;
+
+/// `settings` as the identity records them: a value that is vLLM's own
+/// default (`auto` for `dtype`, `load_format` and `model_impl`) left out,
+/// as if not given, and `hf_overrides` as compact JSON with its keys
+/// sorted, so spellings of the same settings are one identity.
+fn normalised_settings(settings: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let vllm_default = |name: &str, value: &str| {
+        ["dtype", "load_format", "model_impl"].contains(&name) && value == "auto"
+    };
+    settings
+        .iter()
+        .filter(|(name, value)| !vllm_default(name, value))
+        .map(|(name, value)| {
+            let value = match name.as_str() {
+                "hf_overrides" => serde_json::from_str(value)
+                    .map(|json| sorted_json(json).to_string())
+                    .unwrap_or_else(|_| value.clone()),
+                _ => value.clone(),
+            };
+            (name.clone(), value)
+        })
+        .collect()
+}
+
+/// `json` with the keys of every object in sorted order.
+fn sorted_json(json: serde_json::Value) -> serde_json::Value {
+    match json {
+        serde_json::Value::Object(object) => {
+            let sorted: BTreeMap<String, serde_json::Value> = object
+                .into_iter()
+                .map(|(key, value)| (key, sorted_json(value)))
+                .collect();
+            serde_json::Value::Object(sorted.into_iter().collect())
+        }
+        serde_json::Value::Array(items) => items.into_iter().map(sorted_json).collect(),
+        other => other,
     }
 }
 
@@ -436,5 +480,69 @@ impl TierScan {
             },
             watch,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(settings: &[(&str, &str)]) -> LaunchIdentity {
+        let engine = EngineFacts {
+            kv_settings: settings
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..EngineFacts::default()
+        };
+        engine.launch_identity(256, None)
+    }
+
+    /// Spellings of the same engine are one identity: vLLM's own defaults
+    /// given or not, an `hf_overrides` JSON in any key order and spacing.
+    #[test]
+    fn spellings_of_the_same_settings_are_one_identity() {
+        let none = with(&[]);
+        assert_eq!(
+            with(&[
+                ("dtype", "auto"),
+                ("load_format", "auto"),
+                ("model_impl", "auto")
+            ]),
+            none
+        );
+        assert_ne!(with(&[("dtype", "bfloat16")]), none);
+        let a = with(&[(
+            "hf_overrides",
+            r#"{"rope_scaling":{"factor":4.0,"rope_type":"yarn"},"a":1}"#,
+        )]);
+        let b = with(&[(
+            "hf_overrides",
+            r#"{ "a": 1, "rope_scaling": {"rope_type": "yarn", "factor": 4.0} }"#,
+        )]);
+        assert_eq!(a, b);
+        assert_ne!(a, with(&[("hf_overrides", r#"{"a":2}"#)]));
+        assert_eq!(
+            with(&[("hf_overrides", "not json")]).engine_settings["hf_overrides"],
+            "not json"
+        );
+    }
+
+    /// Without a weights fingerprint the revision as given stands in for
+    /// it; with one, it adds nothing.
+    #[test]
+    fn the_revision_counts_only_where_the_weights_were_not_resolved() {
+        let engine = EngineFacts {
+            revision: Some("v2".into()),
+            ..EngineFacts::default()
+        };
+        let unseen = engine.launch_identity(256, None);
+        assert_eq!(unseen.engine_settings["revision"], "v2");
+        let given = Weights::Given {
+            fingerprint: "release 7".into(),
+        };
+        let seen = engine.launch_identity(256, Some(&given));
+        assert!(seen.engine_settings.is_empty());
+        assert_eq!(seen.weights.as_deref(), Some("release 7"));
     }
 }

@@ -22,7 +22,9 @@ use crate::node::extra_args;
 use crate::node::ports::{self, Listener};
 use crate::node::server_flags::server_flags;
 use crate::plan::housekeep::DiskHousekeeping;
-use crate::plan::inputs::{EngineFacts, HostFacts, PlanError, TierOdirect};
+use crate::plan::inputs::{
+    EngineFacts, HostFacts, PlanError, TierOdirect, KV_SETTINGS, KV_SETTING_MAX_BYTES,
+};
 use crate::plan::raw_block;
 
 use super::api_key::{self, ApiKeySource};
@@ -33,6 +35,34 @@ pub use super::disk_tier::{check_volume, size_disk_tier, DiskTier};
 pub use super::l1::server_l1;
 use super::lmcache_versions::{self, LmcacheRelease, Rendering};
 pub use super::verdict::{judge_sizes, L1Mode, Sizes, Tiers};
+
+/// An operator's disk tier the launch fences by the cache identity
+/// ([`LaunchPlan::fenced_tiers`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FencedTier {
+    /// The tier's position in the cascade (0-based).
+    pub position: usize,
+    /// Its `base_path`.
+    pub path: PathBuf,
+}
+
+/// The disk tiers of `cascade` a launch fences ([`LaunchPlan::fenced_tiers`]),
+/// but the node's own, which housekeeping keeps.
+fn fenced_tiers(cascade: &Cascade, own: Option<&DiskHousekeeping>) -> Vec<FencedTier> {
+    let own = own.map(|hk| hk.path.as_path());
+    let shared = |tier: &TierSpec| tier.as_object().get("shared") == Some(&Value::Bool(true));
+    cascade
+        .tiers()
+        .iter()
+        .enumerate()
+        .filter(|(_, tier)| tier.is_disk_tier() && !shared(tier))
+        .filter_map(|(position, tier)| {
+            let path = PathBuf::from(tier.base_path()?);
+            (path.is_absolute() && Some(path.as_path()) != own)
+                .then_some(FencedTier { position, path })
+        })
+        .collect()
+}
 
 /// LMCache 0.5.6's default `--worker-reap-timeout-seconds`: how long the
 /// server keeps a worker that stopped PINGing. The reap grace of workers
@@ -130,6 +160,12 @@ pub struct LaunchPlan {
     /// objects under its tag ([`LaunchIdentity::tag`],
     /// `docs/configuration.md`, "The cache identity").
     pub identity: LaunchIdentity,
+    /// The operator's own disk tiers the launch fences by the cache
+    /// identity before the server starts: each `fs` or `fs_native` tier
+    /// of a custom cascade whose `base_path` is absolute and that is not
+    /// `"shared": true` (its identity manifest purges it under another
+    /// identity; `docs/configuration.md`, "The cache identity").
+    pub fenced_tiers: Vec<FencedTier>,
     /// The commit the engine must be given as `--revision` for the cache
     /// to hold what it computes: a hub id whose revision the engine would
     /// otherwise resolve itself ([`crate::plan::weights::Weights::revision_to_pin`]).
@@ -264,6 +300,7 @@ impl LaunchPlan {
             "cascade": self.cascade.redacted(),
             "decisions": self.decisions,
             "housekeeping": self.housekeeping,
+            "fenced_tiers": self.fenced_tiers,
             "cache_identity": {
                 "tag": self.identity.tag(),
                 "identity": self.identity,
@@ -456,6 +493,7 @@ pub fn plan_launch(
     decisions.replaced_by_extra_args = replaced;
     let mp_port = ports::zmq_listener(node).port;
     let http_port = ports::http_listener(node).port;
+    let fenced = fenced_tiers(&cascade, housekeeping.as_ref());
     Ok(LaunchPlan {
         executable,
         args,
@@ -471,6 +509,7 @@ pub fn plan_launch(
         api_key_file,
         decisions,
         housekeeping,
+        fenced_tiers: fenced,
         engine_revision: host
             .weights
             .as_ref()
@@ -611,15 +650,24 @@ pub(crate) fn check_engine(facts: &EngineFacts) -> Result<(), PlanError> {
             expected: "give vLLM's --model as the engine gets it: not empty, without '@' (LMCache separates object name fields with it)",
         });
     }
-    if let Some(unknown) = facts
-        .kv_settings
-        .keys()
-        .find(|name| !crate::plan::inputs::KV_SETTINGS.contains(&name.as_str()))
-    {
+    let known = |name: &str| KV_SETTINGS.iter().find(|(n, _)| *n == name);
+    if let Some(unknown) = facts.kv_settings.keys().find(|name| known(name).is_none()) {
         return Err(PlanError::Engine {
             flag: "kv-settings",
             value: lmcache_tier_spec::shown_value(unknown),
             expected: "name one of vLLM's flags that change the KV's bytes: dtype, quantization, hf_overrides, hf_config_path, load_format, code_revision, model_impl, calculate_kv_scales, enable_lora (docs/configuration.md, \"The cache identity\")",
+        });
+    }
+    let too_long = facts
+        .kv_settings
+        .iter()
+        .filter(|(_, value)| value.len() > KV_SETTING_MAX_BYTES)
+        .find_map(|(name, value)| Some((known(name)?.1, value)));
+    if let Some((flag, value)) = too_long {
+        return Err(PlanError::Engine {
+            flag,
+            value: lmcache_tier_spec::shown_value(value),
+            expected: "give it in at most 4096 bytes, as the engine gets it (the cache identity records it whole)",
         });
     }
     let fingerprint = facts.weights_fingerprint.as_deref();

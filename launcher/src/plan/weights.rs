@@ -9,7 +9,8 @@
 //!   quantization configs) and its weight and code files by name, size and
 //!   modification time, or by the content address a Hugging Face snapshot's
 //!   links carry (their target's file name is the blob's hash, the same on
-//!   every node).
+//!   every node) or a `--local-dir` download records (its etag, while the
+//!   file is as downloaded).
 //! - A hub id is the commit its revision (`--revision`, else `main`)
 //!   resolves to in the Hugging Face cache (`--download-dir`, else
 //!   `HF_HUB_CACHE`, `HUGGINGFACE_HUB_CACHE`, `HF_HOME/hub`,
@@ -85,9 +86,10 @@ pub enum Weights {
         /// The cache directory looked in.
         cache_dir: PathBuf,
         /// Whether the engine loads exactly this commit: the revision is
-        /// the commit itself, or the engine runs offline (`HF_HUB_OFFLINE`
-        /// or `TRANSFORMERS_OFFLINE` is `1`, `ON`, `YES` or `TRUE`, as
-        /// `huggingface_hub` reads them), so it cannot resolve a newer one.
+        /// the commit itself, or the engine runs offline (the first of
+        /// `HF_HUB_OFFLINE` and `TRANSFORMERS_OFFLINE` that is set is `1`,
+        /// `ON`, `YES` or `TRUE`, as `huggingface_hub` reads them), so it
+        /// cannot resolve a newer one.
         pinned: bool,
     },
     /// A local directory or file, fingerprinted by its files.
@@ -232,12 +234,12 @@ fn commit_like(text: &str) -> bool {
 fn hub_commit(source: Source<'_>, vars: &Vars) -> Weights {
     let cache_dir = hub_cache_dir(source, vars);
     let revision = source.revision.unwrap_or("main").to_string();
+    // `HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE`: the first that is set
+    // and not empty decides.
     let offline = ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"]
         .iter()
-        .any(|name| {
-            text_var(vars, name)
-                .is_some_and(|v| ["1", "ON", "YES", "TRUE"].contains(&&*v.to_ascii_uppercase()))
-        });
+        .find_map(|name| text_var(vars, name).filter(|v| !v.is_empty()))
+        .is_some_and(|v| ["1", "ON", "YES", "TRUE"].contains(&&*v.to_ascii_uppercase()));
     let found = |commit: String| Weights::HubCommit {
         repo_id: source.model.to_string(),
         revision: revision.clone(),
@@ -275,11 +277,36 @@ fn hub_commit(source: Source<'_>, vars: &Vars) -> Weights {
     }
 }
 
-/// Reads at most `max` bytes of the text file `path`.
+/// Reads the text file `path`, at most `max` bytes.
 fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
-    let mut text = String::new();
-    fs::File::open(path)?.take(max).read_to_string(&mut text)?;
-    Ok(text)
+    String::from_utf8(read_regular(path, max)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// The bytes of the regular file `path`, refused past `max`: opened
+/// without blocking (a FIFO or a device put there is refused, never waited
+/// on) and checked to be a regular file once open.
+fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    match bytes.len() as u64 > max {
+        true => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        )),
+        false => Ok(bytes),
+    }
 }
 
 /// The fingerprint of the directory or file `path` (the module docs say
@@ -330,7 +357,7 @@ fn describe(path: &Path) -> Result<(u32, u64, String), String> {
         }
         text.push_str(&describe_file(&name, &entry, &meta).map_err(|e| unreadable(&entry, e))?);
         files += 1;
-        bytes += meta.len();
+        bytes = bytes.saturating_add(meta.len());
     }
     Ok((files, bytes, text))
 }
@@ -341,17 +368,40 @@ fn describe(path: &Path) -> Result<(u32, u64, String), String> {
 fn describe_file(name: &str, path: &Path, meta: &fs::Metadata) -> std::io::Result<String> {
     let size = meta.len();
     if name.ends_with(".json") && size <= JSON_MAX_BYTES {
-        let content = fs::read(path)?;
+        let content = read_regular(path, JSON_MAX_BYTES)?;
         return Ok(format!("json {name:?} {}\n", blake3::hash(&content)));
     }
     if let Some(blob) = blob_name(path) {
         return Ok(format!("blob {name:?} {size} {blob}\n"));
+    }
+    if let Some(etag) = downloaded_etag(path, name, meta) {
+        return Ok(format!("blob {name:?} {size} {etag}\n"));
     }
     Ok(format!(
         "file {name:?} {size} {}.{:09}\n",
         meta.mtime(),
         meta.mtime_nsec()
     ))
+}
+
+/// The etag `huggingface_hub` recorded for the file `name` of a directory
+/// it downloaded into (`--local-dir`: `.cache/huggingface/download/<name>.metadata`,
+/// three lines: commit, etag, download time in seconds), while the file
+/// is as downloaded (its modification time at most a second past that
+/// time, the rule `huggingface_hub` keeps the record by): the content's
+/// address, the same on every node that downloaded the same file.
+fn downloaded_etag(path: &Path, name: &str, meta: &fs::Metadata) -> Option<String> {
+    let record = path
+        .parent()?
+        .join(".cache/huggingface/download")
+        .join(format!("{name}.metadata"));
+    let text = read_small(&record, 4096).ok()?;
+    let mut lines = text.lines().map(str::trim);
+    let (_commit, etag, at) = (lines.next()?, lines.next()?, lines.next()?);
+    let at: f64 = at.parse().ok()?;
+    let modified = meta.mtime() as f64 + f64::from(meta.mtime_nsec() as u32) / 1e9;
+    let sane = !etag.is_empty() && etag.len() <= 128 && !etag.contains(char::is_whitespace);
+    (sane && modified - 1.0 <= at).then(|| etag.to_string())
 }
 
 /// The target's file name of a link to a content-addressed blob (a
@@ -503,6 +553,81 @@ mod tests {
         let pinned = measure(commit, &Vars::new());
         assert_eq!(pinned.fingerprint(), Some(format!("commit {COMMIT_B}")));
         assert_eq!(pinned.warning("org/never-downloaded"), None);
+    }
+
+    /// Two nodes that each downloaded the same files with `--local-dir`
+    /// (other modification times, the same etags) share a fingerprint; a
+    /// file changed after its download counts by its modification time.
+    #[test]
+    fn local_dir_downloads_are_fingerprinted_by_the_etags_huggingface_hub_recorded() {
+        let node = |root: &Path, mtime: u64| {
+            let dir = model_dir(root, 1, 4096);
+            let shard = dir.join("model-00001-of-00001.safetensors");
+            set_mtime(&shard, mtime);
+            let records = dir.join(".cache/huggingface/download");
+            fs::create_dir_all(&records).unwrap();
+            fs::write(
+                records.join("model-00001-of-00001.safetensors.metadata"),
+                format!("{COMMIT_A}\n{}\n{}.5\n", "e".repeat(64), mtime),
+            )
+            .unwrap();
+            (dir, shard)
+        };
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (on_a, _) = node(a.path(), 1_700_000_000);
+        let (on_b, shard_b) = node(b.path(), 1_800_000_000);
+        assert_eq!(fingerprint(&on_a), fingerprint(&on_b));
+        set_mtime(&shard_b, 1_800_000_100);
+        assert_ne!(
+            fingerprint(&on_a),
+            fingerprint(&on_b),
+            "rewritten after download"
+        );
+    }
+
+    /// A FIFO where a ref or a config should be is refused at once, never
+    /// waited on; the directory's FIFO is no weight file.
+    #[test]
+    fn a_fifo_in_the_cache_or_the_model_is_never_waited_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let hub = hub_cache(tmp.path(), &[]);
+        let fifo = |path: &Path| nix::unistd::mkfifo(path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        fifo(&hub.join("models--org--name/refs/main"));
+        let vars = text_vars([("HF_HUB_CACHE", hub.to_str().unwrap())]);
+        let weights = measure(source("org/name"), &vars);
+        assert!(
+            matches!(&weights, Weights::Unseen { problem } if problem.contains("not a regular file")),
+            "{weights:?}"
+        );
+        let dir = model_dir(tmp.path(), 1, 4096);
+        let before = fingerprint(&dir);
+        fifo(&dir.join("extra.json"));
+        assert_eq!(fingerprint(&dir), before);
+    }
+
+    #[test]
+    fn the_first_offline_variable_set_decides_as_huggingface_hub_reads_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let hub = hub_cache(tmp.path(), &[("main", COMMIT_A)]);
+        let hub = hub.to_str().unwrap();
+        for (hf, transformers, pinned) in [
+            ("", "1", true),
+            ("0", "1", false),
+            ("1", "0", true),
+            ("", "", false),
+        ] {
+            let vars = text_vars([
+                ("HF_HUB_CACHE", hub),
+                ("HF_HUB_OFFLINE", hf),
+                ("TRANSFORMERS_OFFLINE", transformers),
+            ]);
+            let weights = measure(source("org/name"), &vars);
+            assert_eq!(
+                weights.revision_to_pin().is_none(),
+                pinned,
+                "{hf:?} {transformers:?}"
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,8 @@ use tokio::sync::{mpsc, watch};
 
 use lmcache_capacity_guard::adapter::{GuardTiers, ScannedTier};
 use lmcache_capacity_guard::PriorScan;
-use lmcache_housekeeping::{Mode, TierLock};
+use lmcache_housekeeping::{Mode, TierLock, TierPolicy};
+use std::os::unix::fs::DirBuilderExt;
 
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
 use crate::node::env;
@@ -174,6 +175,18 @@ pub enum LaunchError {
     /// The metrics endpoint cannot listen; the server was not started.
     #[error("{0}; the server was not started")]
     Metrics(#[from] MetricsError),
+    /// An operator's disk tier to fence by the cache identity
+    /// ([`LaunchPlan::fenced_tiers`]) whose directory cannot be made; the
+    /// server was not started.
+    #[error("L2 tier {position}: cannot make its base_path {}: {source}; make the directory (owned by this user) or fix the tier's base_path", .path.display())]
+    FencedTier {
+        /// The tier's position in the cascade.
+        position: usize,
+        /// Its `base_path`.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Housekeeping of the disk tier failed; the server was not started.
     #[error("housekeeping of the disk tier failed, the server was not started: {0}")]
     Housekeeping(#[from] lmcache_housekeeping::HousekeepingError),
@@ -350,6 +363,8 @@ struct Prepared {
     /// The disk tier's lock: no other launch or housekeeping may touch the
     /// directory while the server runs.
     _lock: Option<lmcache_housekeeping::TierLock>,
+    /// The locks of the fenced tiers ([`fence_tiers`]), held as long.
+    _fences: Vec<TierLock>,
 }
 
 /// The server's listeners: the plan's, less the metrics endpoint, which
@@ -394,6 +409,7 @@ async fn prepare(
     ensure_api_key_file(plan)?;
     server_api_key(plan, &lookup)?;
     let (lock, scans) = housekeep(plan, options, metrics)?;
+    let fences = fence_tiers(plan)?;
     let started = Instant::now();
     let owner = metrics.guard_owner();
     let adapters = adapters(plan, scans)
@@ -407,6 +423,7 @@ async fn prepare(
         args: plan.server_args(&adapters.server_tiers(&plan.cascade)),
         adapters,
         _lock: lock,
+        _fences: fences,
     })
 }
 
@@ -449,6 +466,41 @@ fn housekeep(
         started.elapsed().as_millis()
     );
     Ok((lock, vec![(hk.path.clone(), prior_scan(housekept))]))
+}
+
+/// Fences the operator's own disk tiers by the cache identity
+/// ([`LaunchPlan::fenced_tiers`]): each directory made if missing (0700),
+/// locked, purged whole when its identity manifest records another
+/// identity (or is unusable), then given this launch's manifest; the
+/// report and a purge's warning are logged. Returns the tiers' locks.
+///
+/// # Errors
+/// A directory that cannot be made, locked, scanned or cleaned.
+fn fence_tiers(plan: &LaunchPlan) -> Result<Vec<TierLock>, LaunchError> {
+    let policy = TierPolicy {
+        fence_only: true,
+        ..TierPolicy::default()
+    };
+    let mut locks = Vec::new();
+    for tier in &plan.fenced_tiers {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&tier.path)
+            .map_err(|source| LaunchError::FencedTier {
+                position: tier.position,
+                path: tier.path.clone(),
+                source,
+            })?;
+        let done =
+            lmcache_housekeeping::housekeep(&tier.path, &plan.identity, policy, Mode::Apply)?;
+        tracing::info!("L2 tier {}: {}", tier.position, done.report);
+        if let Some(warning) = done.report.purge_warning() {
+            tracing::warn!("L2 tier {}: {warning}", tier.position);
+        }
+        locks.extend(done.lock);
+    }
+    Ok(locks)
 }
 
 /// The scan housekeeping made, for the tier's capacity guard.

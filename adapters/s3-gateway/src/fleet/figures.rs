@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lease::ElectionFigures;
 use super::rule::BoundSpec;
+use super::view::IdentityUsage;
 use super::Mode;
 
 /// The bound's figures, in the gateway's state (its `bucket_bound`).
@@ -81,6 +82,13 @@ pub struct BoundState {
     /// ([`Models`](super::models::Models)).
     #[serde(default)]
     pub models: Vec<String>,
+    /// The LMCache objects under the prefix by cache identity
+    /// ([`IdentityUsage`]: tag, objects, bytes), from this node's view:
+    /// the whole prefix on the evictor (or on every node in `every_node`),
+    /// empty on another node (`docs/s3-gateway.md`, "The cache identity in
+    /// a bucket").
+    #[serde(default)]
+    pub identities: Vec<IdentityUsage>,
     /// Keys under the prefix the last listing did not count: not LMCache's,
     /// of a model not counted, or not decodable.
     #[serde(default)]
@@ -125,6 +133,7 @@ impl BoundState {
             uploads_aborted: 0,
             upload_abort_failures: 0,
             models: Vec::new(),
+            identities: Vec::new(),
             listing_skipped: 0,
             oversized_objects: 0,
         }

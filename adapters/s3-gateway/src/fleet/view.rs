@@ -3,10 +3,25 @@
 //! rule of the victims ([`victims`]) (`docs/s3-gateway.md`, "The bucket
 //! bound").
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
+use serde::{Deserialize, Serialize};
+
 use super::rule::BoundSpec;
+
+/// The LMCache objects of one cache identity under the prefix
+/// ([`crate::identity`]): its tag (`""` for objects under no identity's
+/// segment, written by a gateway without one), objects and bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityUsage {
+    /// The identity's tag, 16 hex digits; `""` for none.
+    pub tag: String,
+    /// Its objects.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
 
 /// One object of a listing: its key without the tier's prefix, its size
 /// and when the store last wrote it.
@@ -73,6 +88,8 @@ enum Change {
 pub struct BucketView {
     objects: HashMap<String, Entry>,
     bytes: u64,
+    /// Objects and bytes by cache identity tag (`""` for none).
+    identities: BTreeMap<String, (u64, u64)>,
     /// `Some` while a listing runs.
     journal: Option<Vec<Change>>,
     written_since_listing: u64,
@@ -87,6 +104,19 @@ impl BucketView {
     /// LMCache objects known.
     pub fn objects(&self) -> usize {
         self.objects.len()
+    }
+
+    /// The objects and bytes of each cache identity the view holds, by tag
+    /// (`""`, objects under no identity's segment, first).
+    pub fn identities(&self) -> Vec<IdentityUsage> {
+        self.identities
+            .iter()
+            .map(|(tag, &(objects, bytes))| IdentityUsage {
+                tag: tag.clone(),
+                objects,
+                bytes,
+            })
+            .collect()
     }
 
     /// Records an object this node stored (or learned of), replacing one
@@ -133,6 +163,7 @@ impl BucketView {
         let mut others = (0, 0);
         let before = std::mem::take(&mut self.objects);
         self.bytes = 0;
+        self.identities.clear();
         for object in listed {
             if !before.contains_key(&object.key) {
                 others.0 += 1;
@@ -165,13 +196,35 @@ impl BucketView {
     }
 
     fn insert(&mut self, key: String, entry: Entry) {
-        let old = self.objects.insert(key, entry).map_or(0, |e| e.bytes);
-        self.bytes = self.bytes.saturating_sub(old).saturating_add(entry.bytes);
+        let tag = crate::identity::split(&key)
+            .0
+            .unwrap_or_default()
+            .to_string();
+        let old = self.objects.insert(key, entry);
+        let old_bytes = old.map_or(0, |e| e.bytes);
+        self.bytes = self
+            .bytes
+            .saturating_sub(old_bytes)
+            .saturating_add(entry.bytes);
+        let usage = self.identities.entry(tag).or_default();
+        usage.0 += u64::from(old.is_none());
+        usage.1 = usage
+            .1
+            .saturating_sub(old_bytes)
+            .saturating_add(entry.bytes);
     }
 
     fn remove(&mut self, key: &str) {
         if let Some(old) = self.objects.remove(key) {
             self.bytes = self.bytes.saturating_sub(old.bytes);
+            let tag = crate::identity::split(key).0.unwrap_or_default();
+            if let Some(usage) = self.identities.get_mut(tag) {
+                usage.0 = usage.0.saturating_sub(1);
+                usage.1 = usage.1.saturating_sub(old.bytes);
+                if usage.0 == 0 {
+                    self.identities.remove(tag);
+                }
+            }
         }
     }
 }
@@ -203,6 +256,54 @@ mod tests {
         let tie = [("b", e(30, 5)), ("a", e(30, 5)), ("c", e(30, 5))];
         let refs = tie.iter().map(|(k, e)| (*k, e));
         assert_eq!(victims(refs, 90, &bound), [("a", 30)]);
+    }
+
+    /// A rolling upgrade as the view sees it: the old identity's objects
+    /// shrink as they are removed, the new one's grow, and objects under
+    /// no identity's segment are counted apart.
+    #[test]
+    fn the_view_counts_each_cache_identity_apart() {
+        let (old, new) = ("0123456789abcdef", "fedcba9876543210");
+        let key = |tag: &str, n: u32| match tag {
+            "" => format!("m@{n}"),
+            tag => format!("{}m@{n}", crate::identity::segment(tag)),
+        };
+        let e = |bytes| Entry {
+            bytes,
+            modified: at(1),
+        };
+        let mut view = BucketView::default();
+        view.begin_listing();
+        view.stored(key(new, 9), e(5));
+        let listed = [(old, 1), (old, 2), ("", 3)].map(|(tag, n)| StoredObject {
+            key: key(tag, n),
+            bytes: 10,
+            modified: at(0),
+        });
+        view.finish_listing(listed.to_vec());
+        let usage = |view: &BucketView| {
+            view.identities()
+                .into_iter()
+                .map(|u| (u.tag, u.objects, u.bytes))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            usage(&view),
+            [
+                (String::new(), 1, 10),
+                (old.to_string(), 2, 20),
+                (new.to_string(), 1, 5)
+            ]
+        );
+        view.stored(key(new, 9), e(7));
+        view.removed(&key(old, 1));
+        view.removed(&key(old, 1));
+        view.removed(&key(old, 2));
+        assert_eq!(
+            usage(&view),
+            [(String::new(), 1, 10), (new.to_string(), 1, 7)]
+        );
+        assert_eq!((view.objects(), view.bytes()), (2, 17));
     }
 
     #[test]
