@@ -69,6 +69,9 @@ pinned() {
 fetch_wheels() {
   rm -rf "$KIT/wheels"
   mkdir -p "$KIT/wheels"
+  local venv=${EREBINE_TEST_LMCACHE_VENV:-$HOME/.cache/erebine/lmcache-$LMCACHE_VERSION}
+  [ -x "$venv/bin/python" ] ||
+    say "no CPU test environment at $venv (scripts/setup-lmcache.sh makes it): the packages besides LMCache are the newest the index has, not the versions the tests ran"
   local specs=("lmcache==$LMCACHE_VERSION") name spec
   for name in "${PACKAGES[@]}"; do
     spec=$(pinned "$name")

@@ -35,6 +35,15 @@
 #  7. with --read-probe, the volume's read limit: O_DIRECT reads of 4 MiB
 #     over the tier's objects at 1, 4, 16 and 64 parallel streams, beside
 #     the rates the server logged while it loaded them.
+# With --reseed, steps 4 to 6 are replaced by the cache identity's trial:
+# weights of seed 1000; a launch and engine "lmcache" store each prompt;
+# SIGTERM; other weights of the same shapes and size (seed 5000) written
+# over model.safetensors at the same path; engine "cold-new" (LMCache off)
+# on them; a new launch over the kept disk tier and engine "reseeded". It
+# passes when the reseeded runs give the cold-new tokens with logprobs
+# within the tolerance and nothing was loaded from the disk tier
+# (num_cached_tokens 0, no key from L2): what a launch whose identity does
+# not cover the weights fails (summary.json says what it served).
 # Every engine: token-id prompts, enforce_eager, vLLM's own prefix cache
 # off, greedy sampling with logprobs, VLLM_USE_FLASHINFER_SAMPLER=0,
 # HF_HUB_OFFLINE=1, and a short warm-up request before its runs.
@@ -71,11 +80,14 @@
 # --mp-port N, --http-port N  the server's ports (default 6555 and 8090)
 # --logprob-tolerance X       largest logprob difference allowed, in nats
 #                             (default 0.001)
+# --reseed                    the cache identity's trial (above) instead
+# --binaries DIR              lmcache-tier and erebine-lmcache from DIR
+#                             (gzipped or not), e.g. an older build
 # --dummy-check               also run the prompt and the changed one on
 #                             vLLM's dummy weights, LMCache off, to show
 #                             what the context moves there
 #
-# Usage: scripts/vllm-trial.sh [--stash | --install-only] [--vllm-installed] [--shape small|7b] [--prompt-tokens N[,N...]] [--max-num-batched-tokens N] [--chunk N] [--disk-runs N] [--no-cold] [--read-probe] [--mp-port N] [--http-port N] [--logprob-tolerance X] [--dummy-check]
+# Usage: scripts/vllm-trial.sh [--stash | --install-only] [--vllm-installed] [--reseed] [--binaries DIR] [--shape small|7b] [--prompt-tokens N[,N...]] [--max-num-batched-tokens N] [--chunk N] [--disk-runs N] [--no-cold] [--read-probe] [--mp-port N] [--http-port N] [--logprob-tolerance X] [--dummy-check]
 set -euo pipefail
 
 usage() { sed -n '/^# The vLLM trial/,/^# Usage/s/^# \{0,1\}//p' "$0"; }
@@ -98,6 +110,8 @@ MP_PORT=6555
 HTTP_PORT=8090
 TOLERANCE=0.001
 DUMMY_CHECK=false
+RESEED=false
+BINARIES=
 while [ $# -gt 0 ]; do
   case "$1" in
     --stash) STASH_ONLY=true; shift ;;
@@ -114,6 +128,8 @@ while [ $# -gt 0 ]; do
     --http-port) HTTP_PORT=$(value "$@"); shift 2 ;;
     --logprob-tolerance) TOLERANCE=$(value "$@"); shift 2 ;;
     --dummy-check) DUMMY_CHECK=true; shift ;;
+    --reseed) RESEED=true; shift ;;
+    --binaries) BINARIES=$(value "$@"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "vllm-trial: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -306,7 +322,11 @@ else
   fail "LMCache 0.5.6 with a loading cuda_ops is not installed and there is no $GPU_KIT: bring it (scripts/gpu-trial-prepare.sh) or run scripts/gpu-trial.sh first"
 fi
 for bin in lmcache-tier erebine-lmcache; do
-  if [ -f "$GPU_KIT/bin/$bin.gz" ]; then
+  if [ -n "$BINARIES" ]; then
+    if [ -f "$BINARIES/$bin.gz" ]; then gunzip -c "$BINARIES/$bin.gz" > "$WORK/bin/$bin"
+    elif [ -f "$BINARIES/$bin" ]; then cp "$BINARIES/$bin" "$WORK/bin/$bin"
+    else fail "no $bin in $BINARIES"; fi
+  elif [ -f "$GPU_KIT/bin/$bin.gz" ]; then
     gunzip -c "$GPU_KIT/bin/$bin.gz" > "$WORK/bin/$bin"
   elif [ -x "/tmp/gpu-trial/bin/$bin" ]; then
     cp "/tmp/gpu-trial/bin/$bin" "$WORK/bin/$bin"
@@ -322,19 +342,28 @@ if $INSTALL_ONLY; then
   exit 0
 fi
 
-step "the model ($SHAPE) in $MODEL"
-if [ -f "$MODEL/model.safetensors" ] && cmp -s "$ROOT/scripts/vllm-trial/$CONFIG" "$MODEL/config.json"; then
-  echo "its weights are there from an earlier run"
-else
-  rm -rf "$MODEL"
+# weights SEED: draws the model's weights of SEED and puts them at
+# $MODEL/model.safetensors (the same path and size for every seed).
+weights() {
   mkdir -p "$MODEL/new"
   cp "$ROOT/scripts/vllm-trial/$CONFIG" "$MODEL/new/config.json"
-  "${ENGINE_ENV[@]}" "$PY" "$ROOT/scripts/vllm-trial/engine.py" --make-weights "$MODEL/new" ||
-    fail "writing the weights failed"
+  "${ENGINE_ENV[@]}" "$PY" "$ROOT/scripts/vllm-trial/engine.py" --make-weights "$MODEL/new" \
+    --weights-seed "$1" || fail "writing the weights failed"
   mv "$MODEL/new/model.safetensors" "$MODEL/model.safetensors"
   mv "$MODEL/new/config.json" "$MODEL/config.json"
   rmdir "$MODEL/new"
+}
+step "the model ($SHAPE) in $MODEL"
+if $RESEED; then
+  weights 1000
+elif [ -f "$MODEL/model.safetensors" ] && [ ! -f "$MODEL/reseeded" ] &&
+  cmp -s "$ROOT/scripts/vllm-trial/$CONFIG" "$MODEL/config.json"; then
+  echo "its weights are there from an earlier run"
+else
+  rm -rf "$MODEL"
+  weights 1000
 fi
+rm -f "$MODEL/reseeded"
 
 export VIRTUAL_ENV=$PREFIX HOME=$WORK/home
 export EREBINE_AGENT_KV_CACHE_BACKEND=lmcache
@@ -405,6 +434,77 @@ engine() {
   [ "$status" = 0 ] || fail "engine $phase exited $status: $(tail -30 "$RESULTS/engine-$phase.log")"
 }
 data_objects() { find "$WORK/cache" -maxdepth 1 -name '*.data' 2>/dev/null | wc -l; }
+
+if $RESEED; then
+  step "launch, then engine lmcache: each prompt once, on the weights of seed 1000"
+  start_launch launch-1.log
+  grep -m1 "launch identity" "$RESULTS/launch-1.log" | cut -c1-300 || true
+  engine lmcache --runs 1 --kv-config "$RESULTS/kv.json"
+  for _ in $(seq 60); do
+    [ "$(data_objects)" -ge "$CHUNKS" ] && [ -z "$(find "$WORK/cache" -maxdepth 1 -name '*.tmp')" ] && break
+    sleep 0.5
+  done
+  stored=$(data_objects)
+  echo "on disk: $stored objects"
+  stop_launch
+  step "other weights at the same path (seed 5000), then engine cold-new: LMCache off"
+  touch "$MODEL/reseeded"
+  weights 5000
+  touch "$MODEL/reseeded"
+  engine cold-new --runs 1
+  step "launch again over the kept disk tier, then engine reseeded"
+  start_launch launch-2.log
+  grep -E "launch identity|housekeeping|purged" "$RESULTS/launch-2.log" | cut -c1-400 || true
+  kept=$(data_objects)
+  engine reseeded --runs 1 --kv-config "$RESULTS/kv.json"
+  sleep 1
+  grep -E "retained keys" "$RESULTS/launch-2.log" | cut -c1-300 || true
+  stop_launch
+  sed -i 's/\x1b\[[0-9;]*m//g' "$RESULTS"/launch-*.log
+  verdict=0
+  "$PY" - "$RESULTS" "$OUTPUT/summary.json" "$TOLERANCE" "$stored" "$kept" "$("$WORK/bin/lmcache-tier" --version)" <<'PY' || verdict=$?
+import json, re, sys
+results, summary_path, tol, stored, kept, version = sys.argv[1:]
+tol = float(tol)
+runs = [json.loads(line) for line in open(f"{results}/runs.jsonl")]
+by = {(r["phase"], r["prompt_tokens"]): r for r in runs if r["run"] == 0}
+lengths = sorted({n for (_, n) in by})
+log = open(f"{results}/launch-2.log").read()
+retained = [tuple(map(int, m.groups())) for m in
+            re.finditer(r"(\d+)/(\d+) retained keys \((\d+) L1, (\d+) L2\)", log)]
+problems, prompts = [], {}
+for n in lengths:
+    new, served = by[("cold-new", n)], by[("reseeded", n)]
+    worst = 0.0
+    for pa, pb in zip(new["logprobs"], served["logprobs"]):
+        for token in set(pa) & set(pb):
+            worst = max(worst, abs(pa[token] - pb[token]))
+    same = new["output_token_ids"] == served["output_token_ids"]
+    first_diff = next((i for i, (a, b) in enumerate(zip(new["output_token_ids"], served["output_token_ids"])) if a != b), None)
+    prompts[str(n)] = {"same_tokens_as_cold_new": same, "first_differing_token": first_diff,
+                       "logprob_max_diff_to_cold_new": worst,
+                       "num_cached_tokens": served["num_cached_tokens"],
+                       "tokens_cold_new": new["output_token_ids"], "tokens_served": served["output_token_ids"]}
+    if not same or worst > tol:
+        problems.append(f"prompt {n}: served tokens {'equal' if same else 'differ from token ' + str(first_diff)}, logprobs {worst:.3g} from a cold run of the new weights")
+    if served["num_cached_tokens"]:
+        problems.append(f"prompt {n}: {served['num_cached_tokens']} tokens loaded from LMCache after the weights changed")
+l2 = sum(m[3] for m in retained)
+if l2:
+    problems.append(f"the server loaded {l2} keys from the disk tier after the weights changed")
+summary = {"mode": "reseed", "passed": not problems, "problems": problems, "binaries": version,
+           "objects_stored": int(stored), "objects_left_after_restart": int(kept),
+           "l2_keys_loaded_after_restart": l2, "logprob_tolerance": tol, "prompts": prompts,
+           "housekeeping": [l for l in log.splitlines() if "housekeeping" in l][:3]}
+json.dump(summary, open(summary_path, "w"), indent=2)
+print(json.dumps(summary, indent=2))
+sys.exit(1 if problems else 0)
+PY
+  keep_details
+  [ "$verdict" = 0 ] || { echo "TRIAL FAILED: stale KV served, see $OUTPUT/summary.json"; exit 1; }
+  step "TRIAL PASSED: nothing of the old weights was served"
+  exit 0
+fi
 
 if $COLD; then
   step "engine cold: LMCache off, each prompt twice, then a changed context"

@@ -8,14 +8,16 @@ top-k logprobs.
         [--kv-config FILE] [--weights random|dummy] [--context-check]
         [--prompt-tokens N[,N...]] [--max-tokens N] [--logprobs K]
         [--max-model-len N] [--gpu-memory-utilization X]
-    python3 engine.py --make-weights DIR
+    python3 engine.py --make-weights DIR [--weights-seed S]
 
 Without --kv-config the engine runs with no KV connector (LMCache off). Each
 prompt is drawn from a fixed seed of its own (the first prompt's seed, then
 one more for each next prompt), so every engine sends the same tokens and
 no prompt is a prefix of another. A run sends every prompt in turn.
 --weights random loads DIR/model.safetensors, which --make-weights writes:
-seeded normal weights (std 0.02, norms 1), the same bytes on every run.
+seeded normal weights (std 0.02, norms 1), the same bytes on every run of
+one --weights-seed (default 1000; another seed gives other weights of the
+same shapes and file size: "other weights under the same path").
 vLLM's own dummy weights (--weights dummy: uniform in +-1e-3, the norms
 too) leave the context's share of the residual stream below bf16's
 resolution, so a wrong KV cache would not move the logprobs; the random
@@ -37,6 +39,7 @@ import time
 def arguments():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--make-weights", metavar="DIR")
+    p.add_argument("--weights-seed", type=int, default=1000)
     p.add_argument("--phase")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--model")
@@ -62,7 +65,7 @@ def prompt_tokens(n, vocab, seed=20261201):
     return [rng.randrange(100, vocab - 100) for _ in range(n)]
 
 
-def make_weights(model_dir):
+def make_weights(model_dir, seed):
     """Writes DIR/model.safetensors for the Qwen2 config in DIR/config.json,
     drawn on the GPU where there is one (a 7B shape draws 7.6G numbers)."""
     import torch
@@ -98,12 +101,12 @@ def make_weights(model_dir):
         if name.endswith("norm.weight"):
             t = torch.ones(shape)
         else:
-            g = torch.Generator(device=device).manual_seed(1000 + n)
+            g = torch.Generator(device=device).manual_seed(seed + n)
             t = torch.randn(shape, generator=g, device=device) * 0.02
         tensors[name] = t.to(torch.bfloat16).cpu().contiguous()
     save_file(tensors, f"{model_dir}/model.safetensors", metadata={"format": "pt"})
     count = sum(t.numel() for t in tensors.values())
-    print(f"WEIGHTS {len(tensors)} tensors, {count / 1e6:.1f}M parameters drawn on {device} in {model_dir}/model.safetensors")
+    print(f"WEIGHTS {len(tensors)} tensors, {count / 1e6:.1f}M parameters drawn on {device} (seed {seed}) in {model_dir}/model.safetensors")
 
 
 def record_of(args, kv, ready_s, run, prompt, result, wall_s):
@@ -131,7 +134,7 @@ def record_of(args, kv, ready_s, run, prompt, result, wall_s):
 def main():
     args = arguments()
     if args.make_weights:
-        make_weights(args.make_weights)
+        make_weights(args.make_weights, args.weights_seed)
         return 0
     kv = None
     if args.kv_config:
