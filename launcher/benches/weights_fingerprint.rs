@@ -9,7 +9,9 @@
 //! scratch directory under `TMPDIR`. Measured: `weights::measure` on it
 //! (`RUNS` times, default 200), then `FULL_READS` (default 1) blake3 hashes
 //! of every file's bytes read in 1 MiB pieces. `GB` (default 140) and
-//! `SHARDS` (default 30) change the model. Run: `cargo bench -p
+//! `SHARDS` (default 30) change the model. As root, the kernel's caches
+//! are dropped (`/proc/sys/vm/drop_caches`) after the layout, so the first
+//! measure is a cold one and is shown apart. Run: `cargo bench -p
 //! lmcache-launcher --bench weights_fingerprint`.
 
 use std::fs;
@@ -107,13 +109,25 @@ fn main() {
         given: None,
     };
     let vars = Vars::new();
+    let cold = fs::write("/proc/sys/vm/drop_caches", "3").is_ok();
+    let started = Instant::now();
     let first = weights::measure(source, &vars);
+    let first_took = started.elapsed();
     let Weights::Files { files, bytes, .. } = &first else {
         panic!("{first:?}");
     };
     println!(
         "model: {gb} GB in {shards} shards at {model}: {files} files counted, {bytes} bytes, fingerprint {}",
         first.fingerprint().unwrap()
+    );
+    println!(
+        "weights::measure, first run{}: {:.3} ms",
+        if cold {
+            " (caches dropped)"
+        } else {
+            " (caches not dropped: not root)"
+        },
+        first_took.as_secs_f64() * 1e3
     );
     let samples: Vec<Duration> = (0..runs)
         .map(|_| {
