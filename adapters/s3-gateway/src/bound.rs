@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::credentials::RealCredentials;
 use super::spec::{BucketSpecError, BucketTier};
 use super::state::Stats;
-use super::store::{PutAnswer, Store, StoreError};
+use super::store::{Fetched, PutAnswer, Store, StoreError};
 use crate::fleet::evictor::EvictStep;
 use crate::fleet::lease::{Election, LeaseAnswer, LeaseBody, LeaseStep};
 use crate::fleet::models::Models;
@@ -184,6 +184,7 @@ pub(crate) struct Bound {
     /// Refused deletions since the last warning, and when that was.
     refusals: Mutex<Refusals>,
     said_oversized: std::sync::atomic::AtomicBool,
+    said_oversized_report: std::sync::atomic::AtomicBool,
 }
 
 /// Deletions the store refused, said at most once a [`REFUSAL_WARNING`].
@@ -225,6 +226,7 @@ impl Bound {
             stats,
             refusals: Mutex::new(Refusals::default()),
             said_oversized: std::sync::atomic::AtomicBool::new(false),
+            said_oversized_report: std::sync::atomic::AtomicBool::new(false),
         });
         bound.changed();
         bound
@@ -587,6 +589,20 @@ impl Bound {
         Ok(())
     }
 
+    /// Says once per start that a node's report passed the read's cap (a
+    /// report is a few hundred bytes): it is skipped, not read whole.
+    fn say_oversized_report(&self, node: &str) {
+        if !self
+            .said_oversized_report
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                tier = self.tier,
+                "S3 gateway bucket bound: the report of node {node} is larger than {SMALL_BODY} bytes: it is skipped, not read (said once; a report is a few hundred bytes, so something else wrote that key)"
+            );
+        }
+    }
+
     /// Says once per start that the store listed sizes past any real
     /// object's.
     fn say_oversized(&self, oversized: &[(String, u64)]) {
@@ -630,12 +646,13 @@ impl Bound {
         let mut read = Vec::new();
         for node in wanted {
             match self.store.get(&report_key(&node), SMALL_BODY).await {
-                Ok(Some((etag, body))) => {
+                Ok(Fetched::Body(etag, body)) => {
                     if let Ok(report) = serde_json::from_slice::<ReportBody>(&body) {
                         read.push((Some(etag).filter(|e| !e.is_empty()), report));
                     }
                 }
-                Ok(None) => {}
+                Ok(Fetched::Oversized(_)) => self.say_oversized_report(&node),
+                Ok(Fetched::Absent) => {}
                 Err(e) => tracing::warn!(
                     tier = self.tier,
                     "S3 gateway bucket bound: report {node}: {e}"
@@ -785,10 +802,36 @@ impl Bound {
         }
     }
 
+    /// Gives the prefix's lease up as the gateway stops, if this node
+    /// holds it, so that another node (or this one restarted) takes it
+    /// over at its next reading instead of after a lease
+    /// ([`Election::release`]). This node deletes nothing more; deletions
+    /// already sent may still land.
+    pub(crate) async fn release(&self) {
+        let step = self.core().release(self.now());
+        let Some(LeaseStep::Write { condition, body }) = step else {
+            return;
+        };
+        match self.write_lease(&condition, &body).await {
+            LeaseAnswer::Written(_) => tracing::info!(
+                tier = self.tier,
+                "S3 gateway bucket bound: released the prefix's lease as the gateway stops: the next node to read it takes it over at once"
+            ),
+            _ => tracing::warn!(
+                tier = self.tier,
+                "S3 gateway bucket bound: the release of the prefix's lease failed as the gateway stops: another node takes it over once it has gone unchanged for lease_seconds"
+            ),
+        }
+        self.changed();
+    }
+
     async fn read_lease(&self) -> LeaseAnswer {
         match self.store.get(&lease_key(), SMALL_BODY).await {
-            Ok(None) => LeaseAnswer::Absent,
-            Ok(Some((etag, body))) => LeaseAnswer::Found(etag, serde_json::from_slice(&body).ok()),
+            Ok(Fetched::Absent) => LeaseAnswer::Absent,
+            Ok(Fetched::Body(etag, body)) => {
+                LeaseAnswer::Found(etag, serde_json::from_slice(&body).ok())
+            }
+            Ok(Fetched::Oversized(etag)) => LeaseAnswer::Found(etag, None),
             Err(e) => {
                 tracing::debug!(tier = self.tier, "S3 gateway bucket bound: lease: {e}");
                 LeaseAnswer::Failed
@@ -805,6 +848,7 @@ impl Bound {
         match self.store.put(&lease_key(), bytes, Some(condition)).await {
             Ok(PutAnswer::Written(etag)) => LeaseAnswer::Written(etag),
             Ok(PutAnswer::Conflict) => LeaseAnswer::Conflict,
+            Ok(PutAnswer::Missing) => LeaseAnswer::Absent,
             Ok(PutAnswer::Unsupported) => LeaseAnswer::Failed,
             Err(e) => {
                 tracing::debug!(tier = self.tier, "S3 gateway bucket bound: lease: {e}");

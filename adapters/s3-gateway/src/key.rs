@@ -90,6 +90,12 @@ pub enum Refusal {
         "the gateway does not forward the header {0} (it names another object or grants access)"
     )]
     Header(String),
+    /// A key in the bucket bound's own folder ([`crate::fleet::RESERVED`]:
+    /// its lease and the nodes' reports), which only the gateways write
+    /// (403): LMCache never names one, and a write there could steer the
+    /// fleet's evictions.
+    #[error("the key {0:?} is in the bucket bound's own folder, which only the gateways write")]
+    Reserved(String),
 }
 
 impl Refusal {
@@ -100,6 +106,7 @@ impl Refusal {
             | Refusal::NotListV2
             | Refusal::Parameter(_)
             | Refusal::Header(_) => 501,
+            Refusal::Reserved(_) => 403,
             _ => 400,
         }
     }
@@ -109,6 +116,7 @@ impl Refusal {
         match self {
             Refusal::NotAPath | Refusal::BadEscape | Refusal::NotUtf8 => "InvalidURI",
             Refusal::TooLong { .. } => "KeyTooLongError",
+            Refusal::Reserved(_) => "AccessDenied",
             _ => "NotImplemented",
         }
     }
@@ -163,11 +171,34 @@ pub fn route<'a>(
         });
     }
     let key = request_key(path)?;
+    if in_reserved(&key) {
+        return Err(Refusal::Reserved(key));
+    }
     Ok(Route {
         path: upstream_path(bucket, key_prefix, &key)?,
         query: object_query(query)?,
         listing: false,
     })
+}
+
+/// Whether `key` names the bucket bound's folder ([`crate::fleet::RESERVED`])
+/// or a key in it, as S3 reads keys (bytes) or as a store that maps keys
+/// to files reads them (`.` and empty segments dropped, `..` taking one
+/// back): `.lmcache-tier/lease`, `./.lmcache-tier/lease`,
+/// `x/../.lmcache-tier/lease` and `/.lmcache-tier//lease` all do.
+fn in_reserved(key: &str) -> bool {
+    let folder = crate::fleet::RESERVED.trim_end_matches('/');
+    let mut resolved: Vec<&str> = Vec::new();
+    for segment in key.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                resolved.pop();
+            }
+            other => resolved.push(other),
+        }
+    }
+    key.starts_with(crate::fleet::RESERVED) || resolved.first() == Some(&folder)
 }
 
 /// Whether every `%` in `text` starts a `%XX` escape.
@@ -419,6 +450,31 @@ mod tests {
         assert_eq!(e, Refusal::TooLong { bytes: 1025 });
         assert_eq!(e.code(), "KeyTooLongError");
         assert_eq!(request_key("/a%FFb").unwrap_err().code(), "InvalidURI");
+    }
+
+    #[test]
+    fn the_bound_s_own_folder_is_refused_in_every_spelling() {
+        let route_of = |path: &str| route("PUT", path, "", std::iter::empty(), "kvc", "p/");
+        for path in [
+            "/.lmcache-tier/lease",
+            "/%2Elmcache-tier/reports/0123456789abcdef",
+            "/.lmcache-tier%2Flease",
+            "/./.lmcache-tier/lease",
+            "//.lmcache-tier//lease",
+            "/m/../.lmcache-tier/lease",
+            "/.lmcache-tier",
+        ] {
+            let e = route_of(path).unwrap_err();
+            assert_eq!((e.status(), e.code()), (403, "AccessDenied"), "{path}");
+        }
+        for path in [
+            "/m@1@0@ab/.lmcache-tier/x",
+            "/.lmcache-tiers/x",
+            "/..lmcache-tier/x",
+            "/Qwen/Qwen2.5-7B@00010001@0@ab",
+        ] {
+            assert!(route_of(path).is_ok(), "{path}");
+        }
     }
 
     #[test]

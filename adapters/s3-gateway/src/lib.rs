@@ -119,6 +119,8 @@ pub struct Gateways {
     /// without gateways.
     key: Option<KeyPair>,
     view: GatewaysView,
+    /// The bucket bounds of the gateways, released when they stop.
+    bounds: Vec<Arc<bound::Bound>>,
 }
 
 /// The counters of a launch's gateways, readable from anywhere while they
@@ -188,6 +190,7 @@ impl Gateways {
             addresses: Vec::new(),
             key: None,
             view: GatewaysView::default(),
+            bounds: Vec::new(),
         };
         if bucket_tiers.is_empty() {
             return Ok((tiers.clone(), gateways));
@@ -205,11 +208,18 @@ impl Gateways {
         let server_uid = nix::unistd::geteuid().as_raw();
         for (tier, bound) in bucket_tiers {
             let position = tier.position;
-            let (addr, source, stats) = handle
+            let started = handle
                 .spawn(start_one(tier, bound, key.clone(), server_uid))
                 .await
                 .map_err(std::io::Error::other)??;
+            let Started {
+                addr,
+                source,
+                stats,
+                bound,
+            } = started;
             gateways.view.0.push(stats);
+            gateways.bounds.extend(bound);
             tracing::info!(
                 tier = position,
                 credentials = %source,
@@ -299,18 +309,51 @@ impl Gateways {
     }
 }
 
+/// The longest a stop waits for the bucket bounds to release their leases
+/// ([`bound::Bound::release`]) before the gateways stop regardless.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Drop for Gateways {
+    /// Releases each bucket bound's lease (within [`RELEASE_WAIT`], on a
+    /// thread of its own, so that a drop inside an async caller does not
+    /// block its runtime's thread on this one), then stops the runtime
+    /// without waiting for its tasks.
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        let bounds = std::mem::take(&mut self.bounds);
+        if !bounds.is_empty() {
+            let handle = runtime.handle().clone();
+            let release = async move {
+                let all = async {
+                    for bound in &bounds {
+                        bound.release().await;
+                    }
+                };
+                let _ = tokio::time::timeout(RELEASE_WAIT, all).await;
+            };
+            let _ = std::thread::spawn(move || handle.block_on(release)).join();
         }
+        runtime.shutdown_background();
     }
 }
 
+/// A gateway that listens ([`start_one`]).
+struct Started {
+    addr: SocketAddr,
+    /// The source of the credentials the start-up check used.
+    source: String,
+    stats: Arc<Stats>,
+    /// Its bucket bound, if the tier has one.
+    bound: Option<Arc<bound::Bound>>,
+}
+
 /// Checks the tier's bucket and starts its gateway; returns where it
-/// listens and the source of the credentials the start-up check used (also
-/// in the gateway's state, [`state::GatewayState::credential_source`]), and
-/// its counters.
+/// listens, the source of the credentials the start-up check used (also
+/// in the gateway's state, [`state::GatewayState::credential_source`]), its
+/// counters and its bound. A start that fails after the bound started
+/// releases the bound's lease first ([`bound::Bound::release`]).
 /// Only connections whose socket belongs to `server_uid` are served
 /// ([`peer`]). With a `bound`, the gateway checks that it may list the
 /// tier's prefix before it listens, then lists it in the background and
@@ -320,7 +363,7 @@ async fn start_one(
     bound: Option<(bound::BoundSpec, Vec<String>)>,
     key: KeyPair,
     server_uid: u32,
-) -> Result<(SocketAddr, String, Arc<Stats>), GatewayError> {
+) -> Result<Started, GatewayError> {
     let stats = Stats::new(&tier);
     let (mut upstream, source) = gateway::Upstream::connect(tier, key).await?;
     let stats = Arc::new(stats.with_credential_source(&source));
@@ -331,7 +374,15 @@ async fn start_one(
     }
     let upstream = Arc::new(upstream);
     upstream.note_credential_expiry(&stats).await;
-    let (listener, addr) = gateway::bind().await?;
+    let (listener, addr) = match gateway::bind().await {
+        Ok(bound) => bound,
+        Err(e) => {
+            if let Some(bound) = &upstream.bound {
+                bound.release().await;
+            }
+            return Err(e.into());
+        }
+    };
     let peers = gateway::Peers { server_uid, addr };
     tokio::spawn(gateway::serve(
         listener,
@@ -339,8 +390,14 @@ async fn start_one(
         upstream.clone(),
         stats.clone(),
     ));
+    let bound = upstream.bound.clone();
     tokio::spawn(keep_credentials_fresh(upstream, stats.clone()));
-    Ok((addr, source, stats))
+    Ok(Started {
+        addr,
+        source,
+        stats,
+        bound,
+    })
 }
 
 /// How often an idle gateway looks at its credentials.

@@ -408,6 +408,20 @@ pub(crate) enum PutAnswer {
     /// conditional PUT) or a `400` naming the condition: the store does not
     /// take conditional writes.
     Unsupported,
+    /// `404 Not Found` to a PUT with `If-Match`: the object is gone.
+    Missing,
+}
+
+/// A small object of the bound's own read whole ([`Store::get`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fetched {
+    /// No such object (`404`).
+    Absent,
+    /// Its ETag (empty where the store sent none) and body.
+    Body(String, Vec<u8>),
+    /// Its ETag; its body passed the read's cap (by its `Content-Length`,
+    /// or while it was read, whatever the headers said) and was not kept.
+    Oversized(String),
 }
 
 impl Store {
@@ -441,6 +455,9 @@ impl Store {
             )),
             Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
                 Some(409 | 412) => Ok(PutAnswer::Conflict),
+                Some(404) if matches!(condition, Some(Condition::Matches(_))) => {
+                    Ok(PutAnswer::Missing)
+                }
                 Some(501) => Ok(PutAnswer::Unsupported),
                 Some(400) if condition.is_some() => Ok(PutAnswer::Unsupported),
                 _ => Err(failed("PutObject", e)),
@@ -448,16 +465,13 @@ impl Store {
         }
     }
 
-    /// The ETag and body of `key` (inside the tier's prefix), at most
-    /// `limit` bytes of it; `None` when it does not exist.
+    /// The ETag and body of `key` (inside the tier's prefix), read to at
+    /// most `limit` bytes whatever its `Content-Length` says (a body
+    /// without one, or longer than it says, stops there).
     ///
     /// # Errors
-    /// [`StoreError`] after retries, or a body over `limit`.
-    pub(crate) async fn get(
-        &self,
-        key: &str,
-        limit: usize,
-    ) -> Result<Option<(String, Vec<u8>)>, StoreError> {
+    /// [`StoreError`] after retries, or a body that broke off.
+    pub(crate) async fn get(&self, key: &str, limit: usize) -> Result<Fetched, StoreError> {
         let answer = self
             .client
             .get_object()
@@ -465,30 +479,33 @@ impl Store {
             .key(format!("{}{key}", self.key_prefix))
             .send()
             .await;
-        let out = match answer {
+        let mut out = match answer {
             Ok(out) => out,
             Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => {
-                return Ok(None)
+                return Ok(Fetched::Absent)
             }
             Err(e) => return Err(failed("GetObject", e)),
         };
+        let etag = out.e_tag().unwrap_or_default().to_string();
         if out.content_length().is_some_and(|n| n > limit as i64) {
-            return Err(StoreError {
+            return Ok(Fetched::Oversized(etag));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = out.body.next().await {
+            let chunk = chunk.map_err(|e| StoreError {
                 operation: "GetObject",
                 status: None,
-                detail: format!("{key} is larger than {limit} bytes"),
-            });
+                detail: format!(
+                    "the body broke off: {}",
+                    capped(&lmcache_tier_spec::error_chain(&e))
+                ),
+            })?;
+            if body.len() + chunk.len() > limit {
+                return Ok(Fetched::Oversized(etag));
+            }
+            body.extend_from_slice(&chunk);
         }
-        let etag = out.e_tag().unwrap_or_default().to_string();
-        let body = out.body.collect().await.map_err(|e| StoreError {
-            operation: "GetObject",
-            status: None,
-            detail: format!(
-                "the body broke off: {}",
-                capped(&lmcache_tier_spec::error_chain(&e))
-            ),
-        })?;
-        Ok(Some((etag, body.to_vec())))
+        Ok(Fetched::Body(etag, body))
     }
 
     /// The keys (inside `folder`, itself inside the tier's prefix) and

@@ -323,3 +323,89 @@ async fn the_gateway_serves_while_its_first_listing_runs_and_evicts_once_it_is_i
         .collect();
     assert_eq!(new_left, [3, 4, 5, 6]);
 }
+
+/// The bound's figures once `done` holds for them (at most `within`).
+async fn until(
+    gateways: &Gateways,
+    within: Duration,
+    done: impl Fn(&BoundState) -> bool,
+) -> BoundState {
+    let started = Instant::now();
+    loop {
+        let bound = figures(gateways);
+        if done(&bound) {
+            return bound;
+        }
+        assert!(
+            started.elapsed() < within,
+            "not within {within:?}: {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A gateway that stops releases the prefix's lease, and the next one to
+/// start (here on the same node, as after a restart) takes it over at its
+/// first reading, not after the lease (30 s) and a reading period (10 s)
+/// as it must for a holder that vanished without a word. Three restarts in
+/// a row, each holder writing through its gateway before it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_gateway_hands_the_lease_to_the_next_start_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);
+    let lease = tmp.path().join("s3s-fs/kv-cache/fleet/.lmcache-tier/lease");
+    let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
+        "s3_bucket": "kv-cache", "s3_key_prefix": "fleet/", "s3_region": "us-east-1",
+        "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
+        "max_capacity_gb": 8.0 / 1024.0, "bucket_bound": {"lease_seconds": 30}});
+    let holds = |b: &BoundState| b.evictor && b.lease_holder == b.node;
+    for run in 0..3 {
+        let gateways = gateway(&spec).await;
+        let started = Instant::now();
+        let bound = until(&gateways, Duration::from_secs(20), holds).await;
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(10), "run {run}: took {took:?}");
+        assert_eq!(put_through(&gateways, &key(run), vec![1; MIB]).await, 200);
+        drop(gateways);
+        let body: serde_json::Value = serde_json::from_slice(&std::fs::read(&lease).unwrap())
+            .expect("the lease's body is JSON");
+        assert_eq!(body["released"], true, "run {run}: {body}");
+        assert_eq!(body["holder"], bound.node.as_str(), "run {run}: {body}");
+    }
+}
+
+/// LMCache's per-launch key reaches no key of the bound's own folder:
+/// neither the lease nor a report can be written, read or deleted through
+/// the gateway, in any spelling of the key, and the store's copy of the
+/// lease is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bound_s_own_keys_are_out_of_reach_of_the_per_launch_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);
+    let lease = tmp.path().join("s3s-fs/kv-cache/fleet/.lmcache-tier/lease");
+    let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
+        "s3_bucket": "kv-cache", "s3_key_prefix": "fleet/", "s3_region": "us-east-1",
+        "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
+        "max_capacity_gb": 8.0 / 1024.0});
+    let gateways = gateway(&spec).await;
+    until(&gateways, Duration::from_secs(20), |b| b.evictor).await;
+    let before = std::fs::read(&lease).unwrap();
+    let forged = br#"{"node":"ffffffffffffffff","written_bytes":1000000000000000}"#.to_vec();
+    for key in [
+        ".lmcache-tier/lease",
+        ".lmcache-tier/reports/ffffffffffffffff",
+        "./.lmcache-tier/lease",
+        "m/../.lmcache-tier/lease",
+    ] {
+        assert_eq!(
+            put_through(&gateways, key, forged.clone()).await,
+            403,
+            "{key}"
+        );
+    }
+    assert_eq!(std::fs::read(&lease).unwrap(), before);
+    assert!(!tmp
+        .path()
+        .join("s3s-fs/kv-cache/fleet/.lmcache-tier/reports/ffffffffffffffff")
+        .exists());
+}

@@ -10,7 +10,17 @@
 //!   ([`Election::holds`]); a `412` means another node took it over;
 //! - the others read it every `L/3`. A node that sees the same ETag for
 //!   `L` by its own monotonic clock, counted from the answer in which it
-//!   first saw that ETag, takes it over with `If-Match: <that etag>`.
+//!   first saw that ETag, takes it over with `If-Match: <that etag>`;
+//! - a holder that stops releases the lease ([`Election::release`]: a body
+//!   with `released` set, written with `If-Match: <its etag>`), and a node
+//!   that reads a released lease takes it over at once, so a restart hands
+//!   the prefix over in one reading period, not a lease;
+//! - a write whose answer is unknown (a timeout, a `5xx`, a dropped
+//!   connection: the store may have applied it) is followed by a read
+//!   before the holder writes again: a lease whose body names this node
+//!   is its own (the write was applied), and the holder goes on with that
+//!   ETag; a lease that is gone (`404`, deleted by hand) is created again
+//!   at once.
 //!
 //! No two evictors: a renewal the store applied at `t` was sent before
 //! `t`, so its holder stops deleting before `t + L/2`, and no node saw its
@@ -51,6 +61,10 @@ pub struct LeaseBody {
     /// over counts them too.
     #[serde(default)]
     pub models: Vec<String>,
+    /// The holder stopped and gave the lease up: any node takes it over
+    /// at once ([`Election::release`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 /// The condition of a write of the lease.
@@ -81,16 +95,18 @@ pub enum LeaseStep {
 /// The store's answer to a [`LeaseStep`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseAnswer {
-    /// A read: no lease.
+    /// A read: no lease; or a write `If-Match` answered `404`: the lease
+    /// is gone.
     Absent,
     /// A read: the lease, with its ETag; `None` for a body that is not a
-    /// lease (a torn or foreign write).
+    /// lease (a torn or foreign write, or one over the read's cap).
     Found(String, Option<LeaseBody>),
     /// A write was applied; the lease's new ETag.
     Written(String),
     /// A write was refused: `412` (or `409`), the lease is another's.
     Conflict,
-    /// The request failed (network, `5xx`): nothing learned.
+    /// The request failed (network, `5xx`, a timeout): nothing learned;
+    /// a write may or may not have been applied.
     Failed,
 }
 
@@ -108,6 +124,9 @@ enum Role {
         renewed_at: Duration,
         since_unix: u64,
         renewals: u64,
+        /// A write's answer was unknown: read the lease before the next
+        /// write.
+        verify: bool,
     },
 }
 
@@ -235,6 +254,10 @@ impl Election {
                     body: body(0, unix_now),
                 }
             }
+            Role::Holder { verify: true, .. } => {
+                self.figures.reads += 1;
+                LeaseStep::Read
+            }
             Role::Holder {
                 etag,
                 renewals,
@@ -254,29 +277,18 @@ impl Election {
     /// `now` is when the answer came; `written` is the body of a write.
     pub fn answered(&mut self, now: Duration, answer: LeaseAnswer, written: Option<&LeaseBody>) {
         let timing = self.timing;
+        let mine = match &answer {
+            LeaseAnswer::Found(_, Some(body)) => self.mine(body),
+            _ => false,
+        };
         match (&mut self.role, answer) {
             (Role::Follower { .. }, LeaseAnswer::Absent) => {
                 self.holder = None;
                 self.follow(None, Some(Condition::Absent), now);
             }
             (Role::Follower { seen, .. }, LeaseAnswer::Found(etag, body)) => {
-                let first_seen = match seen {
-                    Some((known, since)) if *known == etag => *since,
-                    _ => now,
-                };
-                self.holder = body;
-                let want =
-                    (now >= first_seen + timing.lease).then(|| Condition::Matches(etag.clone()));
-                let at = if want.is_some() {
-                    now
-                } else {
-                    now + timing.follow()
-                };
-                self.role = Role::Follower {
-                    seen: Some((etag, first_seen)),
-                    want,
-                };
-                self.next_at = at;
+                let seen = seen.take();
+                self.saw(now, seen, etag, body);
             }
             (Role::Follower { .. }, LeaseAnswer::Written(etag)) => {
                 self.figures.taken += 1;
@@ -286,6 +298,7 @@ impl Election {
                     renewed_at: self.sent_at,
                     since_unix: body.since_unix,
                     renewals: body.renewals,
+                    verify: false,
                 };
                 self.holder = Some(body);
                 self.next_at = self.sent_at + timing.renew();
@@ -295,6 +308,7 @@ impl Election {
                     etag,
                     renewed_at,
                     renewals,
+                    verify,
                     ..
                 },
                 LeaseAnswer::Written(new),
@@ -302,6 +316,7 @@ impl Election {
                 *etag = new;
                 *renewed_at = self.sent_at;
                 *renewals += 1;
+                *verify = false;
                 self.holder = written.cloned();
                 self.next_at = self.sent_at + timing.renew();
             }
@@ -313,15 +328,101 @@ impl Election {
                 let seen = seen.take();
                 self.follow(seen, None, now);
             }
-            (_, LeaseAnswer::Failed) => {
+            (Role::Holder { verify, .. }, LeaseAnswer::Failed) => {
                 self.figures.failures += 1;
-                if let Role::Follower { want, .. } = &mut self.role {
-                    *want = None;
-                }
+                *verify = true;
                 self.next_at = now + timing.renew().min(timing.follow());
             }
-            (Role::Holder { .. }, LeaseAnswer::Absent | LeaseAnswer::Found(..)) => {}
+            (Role::Follower { want, .. }, LeaseAnswer::Failed) => {
+                self.figures.failures += 1;
+                *want = None;
+                self.next_at = now + timing.renew().min(timing.follow());
+            }
+            (Role::Holder { .. }, LeaseAnswer::Absent) => {
+                self.figures.lost += 1;
+                self.holder = None;
+                self.follow(None, Some(Condition::Absent), now);
+            }
+            (
+                Role::Holder {
+                    etag,
+                    verify: verify @ true,
+                    ..
+                },
+                LeaseAnswer::Found(found, body),
+            ) => {
+                if mine {
+                    *etag = found;
+                    *verify = false;
+                    self.next_at = now;
+                } else {
+                    self.figures.lost += 1;
+                    self.saw(now, None, found, body);
+                }
+            }
+            (Role::Holder { verify: false, .. }, LeaseAnswer::Found(..)) => {}
         }
+    }
+
+    /// Gives the lease up as this node stops: the write that releases it
+    /// (its body with `released` set, `If-Match` its ETag), for the driver
+    /// to send once; `None` unless it holds the lease. This node deletes
+    /// no more from here on ([`Election::holds`] is false), and any node
+    /// that reads the released lease takes it over at once.
+    pub fn release(&mut self, published: &LeaseBody) -> Option<LeaseStep> {
+        let Role::Holder {
+            etag,
+            renewals,
+            since_unix,
+            ..
+        } = &self.role
+        else {
+            return None;
+        };
+        let step = LeaseStep::Write {
+            condition: Condition::Matches(etag.clone()),
+            body: LeaseBody {
+                holder: self.node.clone(),
+                renewals: *renewals,
+                since_unix: *since_unix,
+                released: true,
+                ..published.clone()
+            },
+        };
+        self.follow(None, None, Duration::MAX);
+        Some(step)
+    }
+
+    /// Whether `body` is this node's own lease, not given up: a write of
+    /// its own that the store applied although its answer was lost.
+    fn mine(&self, body: &LeaseBody) -> bool {
+        body.holder == self.node && !body.released
+    }
+
+    /// A lease read at `now` with `etag` and `body`, `seen` the ETag this
+    /// node saw before and since when: taken over at once when it is
+    /// released or this node's own, after a whole lease of the same ETag
+    /// otherwise.
+    fn saw(
+        &mut self,
+        now: Duration,
+        seen: Option<(String, Duration)>,
+        etag: String,
+        body: Option<LeaseBody>,
+    ) {
+        let first_seen = match seen {
+            Some((known, since)) if known == etag => since,
+            _ => now,
+        };
+        let free = body.as_ref().is_some_and(|b| b.released || self.mine(b));
+        self.holder = body;
+        let due = free || now >= first_seen + self.timing.lease;
+        let want = due.then(|| Condition::Matches(etag.clone()));
+        self.next_at = if due { now } else { now + self.timing.follow() };
+        self.role = Role::Follower {
+            seen: Some((etag, first_seen)),
+            want,
+        };
     }
 
     fn follow(&mut self, seen: Option<(String, Duration)>, want: Option<Condition>, now: Duration) {
@@ -426,5 +527,119 @@ mod tests {
         }
         assert!(h.is_holder());
         assert!(!h.holds(15 * S));
+    }
+
+    fn found(holder: &str, released: bool) -> Option<LeaseBody> {
+        Some(LeaseBody {
+            holder: holder.into(),
+            released,
+            ..LeaseBody::default()
+        })
+    }
+
+    #[test]
+    fn a_released_lease_is_taken_over_at_the_first_reading() {
+        let mut h = Election::new("a".into(), timing(), Duration::ZERO);
+        take(&mut h, Duration::ZERO, "e1");
+        let Some(LeaseStep::Write { condition, body }) = h.release(&LeaseBody::default()) else {
+            panic!("no release")
+        };
+        assert_eq!(condition, Condition::Matches("e1".into()));
+        assert!(body.released && body.holder == "a");
+        assert!(!h.is_holder() && !h.holds(S));
+        assert!(h.release(&LeaseBody::default()).is_none());
+        for node in ["b", "a"] {
+            let mut f = Election::new(node.into(), timing(), 7 * S);
+            assert_eq!(step(&mut f, 7 * S), LeaseStep::Read);
+            f.answered(
+                7 * S,
+                LeaseAnswer::Found("e2".into(), Some(body.clone())),
+                None,
+            );
+            let LeaseStep::Write { condition, .. } = step(&mut f, 7 * S) else {
+                panic!("{node} waits for a released lease")
+            };
+            assert_eq!(condition, Condition::Matches("e2".into()));
+        }
+    }
+
+    #[test]
+    fn a_lost_answer_is_checked_by_a_read_before_the_next_write() {
+        for (answer, holds_after, etag_after) in [
+            (
+                LeaseAnswer::Found("e2".into(), found("a", false)),
+                true,
+                Some("e2"),
+            ),
+            (
+                LeaseAnswer::Found("e9".into(), found("b", false)),
+                false,
+                None,
+            ),
+            (LeaseAnswer::Found("e9".into(), None), false, None),
+            (LeaseAnswer::Absent, false, None),
+        ] {
+            let mut h = Election::new("a".into(), timing(), Duration::ZERO);
+            take(&mut h, Duration::ZERO, "e1");
+            let LeaseStep::Write { .. } = step(&mut h, 5 * S) else {
+                panic!()
+            };
+            h.answered(6 * S, LeaseAnswer::Failed, None);
+            assert!(h.is_holder() && h.holds(6 * S));
+            assert_eq!(step(&mut h, 11 * S), LeaseStep::Read, "{answer:?}");
+            h.answered(11 * S, answer.clone(), None);
+            assert_eq!(h.is_holder(), holds_after, "{answer:?}");
+            match (etag_after, step(&mut h, 11 * S)) {
+                (Some(etag), LeaseStep::Write { condition, .. }) => {
+                    assert_eq!(condition, Condition::Matches(etag.into()))
+                }
+                (None, LeaseStep::Write { condition, .. }) => {
+                    assert_eq!(answer, LeaseAnswer::Absent);
+                    assert_eq!(condition, Condition::Absent)
+                }
+                (None, LeaseStep::Read | LeaseStep::Wait(_)) => {
+                    assert_ne!(answer, LeaseAnswer::Absent)
+                }
+                (Some(_), other) => panic!("{answer:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_renewal_of_a_deleted_lease_creates_it_again_at_once() {
+        let mut h = Election::new("a".into(), timing(), Duration::ZERO);
+        take(&mut h, Duration::ZERO, "e1");
+        let LeaseStep::Write { .. } = step(&mut h, 5 * S) else {
+            panic!()
+        };
+        h.answered(5 * S, LeaseAnswer::Absent, None);
+        assert!(!h.holds(5 * S));
+        let LeaseStep::Write { condition, body } = step(&mut h, 5 * S) else {
+            panic!("no new lease")
+        };
+        assert_eq!(condition, Condition::Absent);
+        h.answered(5 * S, LeaseAnswer::Written("e3".into()), Some(&body));
+        assert!(h.holds(5 * S));
+    }
+
+    #[test]
+    fn a_late_renewal_answered_412_is_taken_back_as_its_own() {
+        let mut h = Election::new("a".into(), timing(), Duration::ZERO);
+        take(&mut h, Duration::ZERO, "e1");
+        let LeaseStep::Write { .. } = step(&mut h, 5 * S) else {
+            panic!()
+        };
+        h.answered(6 * S, LeaseAnswer::Conflict, None);
+        assert!(!h.is_holder());
+        assert_eq!(step(&mut h, 6 * S), LeaseStep::Read);
+        h.answered(
+            6 * S,
+            LeaseAnswer::Found("e2".into(), found("a", false)),
+            None,
+        );
+        let LeaseStep::Write { condition, .. } = step(&mut h, 6 * S) else {
+            panic!("its own lease waits a whole lease")
+        };
+        assert_eq!(condition, Condition::Matches("e2".into()));
     }
 }

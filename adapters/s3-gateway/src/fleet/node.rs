@@ -138,6 +138,14 @@ impl Node {
         Some(election.next(now, &published, unix_now))
     }
 
+    /// Gives the lease up as this node stops ([`Election::release`]): the
+    /// write to send once, its body the evictor's figures at `now`; `None`
+    /// unless this node holds the lease. It deletes no more from here on.
+    pub fn release(&mut self, now: Duration) -> Option<LeaseStep> {
+        let published = self.published(now);
+        self.election.as_mut()?.release(&published)
+    }
+
     /// The store answered the lease request at `now`; `written` is the
     /// body of a write. Returns whether this node took or lost the lease.
     pub fn lease_answered(

@@ -42,7 +42,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, SystemTime};
 
-use super::lease::Condition;
+use super::lease::{Condition, LeaseStep};
 use super::models::Models;
 use super::node::{Node, DELETES_IN_FLIGHT};
 use super::rule::{BoundRole, BoundSpec};
@@ -153,10 +153,18 @@ pub enum What {
         /// How long.
         length: Duration,
     },
+    /// The node stops cleanly (SIGTERM): a holder releases the lease
+    /// ([`Node::release`]), and a new node starts `after` later, as a
+    /// restarted gateway.
+    Restart {
+        /// The node.
+        node: Target,
+        /// When the new node starts, after the stop.
+        after: Duration,
+    },
     /// A new node starts.
     Join,
-    /// The node goes for good. The gateway says no goodbye: to the
-    /// others it is a node that crashed.
+    /// The node goes for good, cleanly: a holder releases the lease.
     Leave {
         /// The node.
         node: Target,
@@ -478,12 +486,31 @@ impl<'a> Sim<'a> {
                     m.stopped_until = m.stopped_until.max(at + length);
                 }
             }
+            What::Restart { node, after } => {
+                if let Some(slot) = self.target(node) {
+                    self.release(slot, at);
+                    self.stop(slot);
+                    self.push(at + after, Due::Start);
+                }
+            }
             What::Join => self.start(at),
             What::Leave { node } => {
                 if let Some(slot) = self.target(node) {
+                    self.release(slot, at);
                     self.stop(slot);
                 }
             }
+        }
+    }
+
+    /// The node at `slot` stops cleanly at `at`: if it holds the lease, it
+    /// writes the release the gateway writes as it stops.
+    fn release(&mut self, slot: usize, at: Duration) {
+        let now = self.members[slot].local(at);
+        if let Some(LeaseStep::Write { condition, body }) = self.members[slot].node.release(now) {
+            let stamp = self.store_time(at);
+            self.store
+                .put_lease(&self.lease_key, &condition, stamp, &body);
         }
     }
 
