@@ -639,7 +639,7 @@ fn an_l1_set_by_hand_is_judged_against_the_memory_it_would_take() {
         warned.decisions.warnings
     );
     let within = node(&[
-        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "60"),
+        ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "48"),
         ("EREBINE_AGENT_HOST_AGENT_COUNT", "4"),
     ]);
     assert!(!plan_of(&within, &facts(1))
@@ -647,6 +647,65 @@ fn an_l1_set_by_hand_is_judged_against_the_memory_it_would_take() {
         .warnings
         .iter()
         .any(|w| w.contains("share of memory")));
+}
+
+/// An L1 set by hand within the node's share of memory but above what fits
+/// beside the engine there (the share less max(25%, 8 GiB)) is said, from
+/// the variable and from EXTRA_ARGS alike, on a host and in a container;
+/// one within it is not.
+#[test]
+fn an_explicit_l1_above_what_fits_beside_the_engine_is_warned_about() {
+    let memory = |gib: f64, rule: &'static str| HostFacts {
+        memory: Decision::new((gib * GIB as f64) as u64, rule, format!("{rule} {gib} GiB")),
+        ..host()
+    };
+    let cases = [
+        (
+            memory(23.5, "host-ram"),
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "20"),
+            true,
+        ),
+        (
+            memory(23.5, "host-ram"),
+            ("EREBINE_AGENT_LMCACHE_EXTRA_ARGS", "--l1-size-gb 20"),
+            true,
+        ),
+        (
+            memory(8.0, "cgroup-limit"),
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "7.5"),
+            true,
+        ),
+        (
+            memory(23.5, "host-ram"),
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "15"),
+            false,
+        ),
+        (
+            memory(256.0, "host-ram"),
+            ("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB", "192"),
+            false,
+        ),
+    ];
+    for (host, var, warned) in cases {
+        let p = plan_on(&node(&[var]), &facts(1), &host);
+        let said = p
+            .decisions
+            .warnings
+            .iter()
+            .find(|w| w.contains("more than fits beside the engine"));
+        assert_eq!(
+            said.is_some(),
+            warned,
+            "{var:?}: {:?}",
+            p.decisions.warnings
+        );
+        if let Some(w) = said {
+            assert!(
+                w.contains("likely to be OOM-killed") && w.contains("set it to at most"),
+                "{w}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -90,8 +90,10 @@ pub struct L1AboveMemory {
 /// (`docs/sizing.md`, "L1 judged against memory"): an L1 set by hand
 /// (`setting`: the variable or flag with its value; `None` for the derived
 /// one) above the node's memory is refused; one above this node's share
-/// (memory / `host_agent_count`) is a warning, and so is a derived L1 raised
-/// to its 4 GiB floor above a quarter of the share. Returns the warnings.
+/// (memory / `host_agent_count`) is a warning, as is one above what fits
+/// beside the engine in that share ([`MemoryBudget::cache_bytes`]: the
+/// share less max(25%, 8 GiB)), and so is a derived L1 raised to its 4 GiB
+/// floor above a quarter of the share. Returns the warnings.
 ///
 /// # Errors
 /// [`L1AboveMemory`] naming the setting, the figures and where the memory
@@ -124,15 +126,29 @@ pub fn judge_l1(
             share_bytes: share,
         });
     }
-    Ok(match l1_bytes > share {
-        true => vec![format!(
-            "{setting} gives L1 {}, above this node's {} share of memory ({}, {nodes} node(s)): the node's engine and the other nodes need the rest; set it to at most {}",
+    let budget = MemoryBudget::new(share);
+    let advised = budget.cache_bytes();
+    Ok(if l1_bytes > share {
+        vec![format!(
+            "{setting} gives L1 {}, above this node's {} share of memory ({}, {nodes} node(s)): the node's engine and the other nodes need the rest; set it to at most {}, what fits beside the engine ({})",
             fmt_gib(l1_bytes),
             fmt_gib(share),
             memory.reason,
-            fmt_gib(share)
-        )],
-        false => Vec::new(),
+            fmt_gib(advised),
+            budget.describe()
+        )]
+    } else if l1_bytes > advised {
+        vec![format!(
+            "{setting} gives L1 {}, more than fits beside the engine in this node's {} share of memory ({}, {nodes} node(s)): as L1 fills, the engine is left {} and the server is likely to be OOM-killed; set it to at most {} ({})",
+            fmt_gib(l1_bytes),
+            fmt_gib(share),
+            memory.reason,
+            fmt_gib(share - l1_bytes),
+            fmt_gib(advised),
+            budget.describe()
+        )]
+    } else {
+        Vec::new()
     })
 }
 
