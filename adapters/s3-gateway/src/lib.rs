@@ -314,7 +314,7 @@ impl Gateways {
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Drop for Gateways {
-    /// Releases each bucket bound's lease (within [`RELEASE_WAIT`], on a
+    /// Releases each bucket bound's lease (within 3 s, on a
     /// thread of its own, so that a drop inside an async caller does not
     /// block its runtime's thread on this one), then stops the runtime
     /// without waiting for its tasks.
