@@ -207,15 +207,15 @@ impl Evictor {
         {
             return false;
         }
+        let usage = self.projected_bytes(now);
+        let starved =
+            usage >= self.spec.trigger_bytes && self.view.victims(usage, &self.spec).is_empty();
         match self.mode {
             Mode::EveryNode => {
                 now >= last + MIN_LISTING_GAP
-                    && self.view.listing_due(self.spec.listing_every_bytes)
+                    && (starved || self.view.listing_due(self.spec.listing_every_bytes))
             }
-            Mode::Lease => {
-                let usage = self.projected_bytes(now);
-                usage >= self.spec.trigger_bytes && self.view.victims(usage, &self.spec).is_empty()
-            }
+            Mode::Lease => starved,
         }
     }
 

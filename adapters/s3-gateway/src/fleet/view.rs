@@ -3,7 +3,7 @@
 //! rule of the victims ([`victims`]) (`docs/s3-gateway.md`, "The bucket
 //! bound").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -43,7 +43,8 @@ pub struct Entry {
     pub bytes: u64,
     /// When the store wrote it: the listing's `LastModified`, or for this
     /// node's own PUTs the `Date` of the store's answer (this node's clock
-    /// only where the store sent none).
+    /// only where the store sent none). Only listed objects are ordered by
+    /// it against each other ([`BucketView::victims`]).
     pub modified: SystemTime,
 }
 
@@ -84,9 +85,19 @@ enum Change {
 
 /// What the bound knows of the bucket: the last listing with this node's
 /// changes since on top.
+///
+/// The victims come from the listing only: an object this node stored
+/// since the listing began is counted in the usage but chosen only once a
+/// later listing shows it. Other nodes may have written objects since that
+/// listing too, which only a listing shows; so the oldest first holds by
+/// one clock, the store's `LastModified`, across every node, and a `Date`
+/// header is never compared with a `LastModified`.
 #[derive(Debug, Default)]
 pub struct BucketView {
     objects: HashMap<String, Entry>,
+    /// Keys this node stored since the last listing began: not victims
+    /// until a listing shows them.
+    unlisted: HashSet<String>,
     bytes: u64,
     /// Objects and bytes by cache identity tag (`""` for none).
     identities: BTreeMap<String, (u64, u64)>,
@@ -126,6 +137,7 @@ impl BucketView {
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Stored(key.clone(), entry));
         }
+        self.unlisted.insert(key.clone());
         self.insert(key, entry);
     }
 
@@ -134,6 +146,7 @@ impl BucketView {
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Removed(key.to_string()));
         }
+        self.unlisted.remove(key);
         self.remove(key);
     }
 
@@ -162,6 +175,7 @@ impl BucketView {
         let journal = self.journal.take().unwrap_or_default();
         let mut others = (0, 0);
         let before = std::mem::take(&mut self.objects);
+        self.unlisted.clear();
         self.bytes = 0;
         self.identities.clear();
         for object in listed {
@@ -177,18 +191,31 @@ impl BucketView {
         }
         for change in journal {
             match change {
-                Change::Stored(key, entry) => self.insert(key, entry),
-                Change::Removed(key) => self.remove(&key),
+                Change::Stored(key, entry) => {
+                    self.unlisted.insert(key.clone());
+                    self.insert(key, entry);
+                }
+                Change::Removed(key) => {
+                    self.unlisted.remove(&key);
+                    self.remove(&key);
+                }
             }
         }
         others
     }
 
-    /// The victims of [`victims`] among this view's objects for a usage
-    /// of `usage_bytes` (the view's bytes, or more where the bucket is
-    /// known to hold more than the view's objects).
+    /// The victims of [`victims`] among this view's listed objects (not
+    /// those this node stored since the listing) for a usage of
+    /// `usage_bytes` (the view's bytes, or more where the bucket is known
+    /// to hold more than the view's objects). Fewer than the usage calls
+    /// for, or none, when the listed objects run out: a new listing
+    /// brings the rest in order.
     pub fn victims(&self, usage_bytes: u64, bound: &BoundSpec) -> Vec<(String, u64)> {
-        let objects = self.objects.iter().map(|(k, e)| (k.as_str(), e));
+        let objects = self
+            .objects
+            .iter()
+            .filter(|(k, _)| !self.unlisted.contains(*k))
+            .map(|(k, e)| (k.as_str(), e));
         victims(objects, usage_bytes, bound)
             .into_iter()
             .map(|(key, bytes)| (key.to_string(), bytes))
@@ -304,6 +331,60 @@ mod tests {
             [(String::new(), 1, 10), (new.to_string(), 1, 7)]
         );
         assert_eq!((view.objects(), view.bytes()), (2, 17));
+    }
+
+    /// The store's `Date` 10 minutes behind its `LastModified`, and other
+    /// nodes' writes the view does not hold yet: this node's newest
+    /// objects (dated by `Date`, so they look oldest) are never chosen
+    /// before the listing shows them, and once it does the order is the
+    /// listing's alone.
+    #[test]
+    fn objects_this_node_stored_since_the_listing_wait_for_the_next_one() {
+        let bound = BoundSpec::new(100, 0.8, 0.2, BoundRole::Evictor);
+        let object = |key: &str, s| StoredObject {
+            key: key.into(),
+            bytes: 10,
+            modified: at(s),
+        };
+        let mut view = BucketView::default();
+        view.begin_listing();
+        view.finish_listing(
+            (0..5)
+                .map(|i| object(&format!("old{i}"), 1000 + i))
+                .collect(),
+        );
+        for i in 0..4 {
+            let date = Entry {
+                bytes: 10,
+                modified: at(400 + i),
+            };
+            view.stored(format!("mine{i}"), date);
+        }
+        let chosen = view.victims(95, &bound);
+        assert!(
+            chosen.iter().all(|(k, _)| k.starts_with("old")),
+            "{chosen:?}"
+        );
+        assert_eq!(chosen.len(), 4);
+        for (key, _) in view.victims(200, &bound) {
+            view.removed(&key);
+        }
+        assert!(view.victims(200, &bound).is_empty());
+        view.begin_listing();
+        let mut listed: Vec<StoredObject> = (0..4)
+            .map(|i| object(&format!("mine{i}"), 2000 + i))
+            .collect();
+        listed.push(object("other", 1500));
+        view.finish_listing(listed);
+        let chosen = view.victims(85, &bound);
+        assert_eq!(
+            chosen,
+            [
+                ("other".to_string(), 10),
+                ("mine0".to_string(), 10),
+                ("mine1".to_string(), 10)
+            ]
+        );
     }
 
     #[test]
