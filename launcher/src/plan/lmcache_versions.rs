@@ -25,10 +25,14 @@ use lmcache_tier_spec::Cascade;
 const NEXT: (u32, u32, u32) = (0, 5, 7);
 
 /// An LMCache version as its wheel states it (PEP 440): `0.5.6`,
-/// `0.5.7rc2`, `0.5.7.dev12+g1a2b3c`. Ordered by the release numbers, a
-/// pre-release or development build before its release.
+/// `0.5.7rc2`, `0.5.7.dev12+g1a2b3c`, `1!0.5.6`. Ordered by the epoch, then
+/// the release numbers, a pre-release or development build before its
+/// release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LmcacheRelease {
+    /// The PEP 440 epoch (`N!` before the release numbers; 0 without one):
+    /// a version of a higher epoch is later than any of a lower one.
+    pub epoch: u32,
     /// Major, minor and patch numbers (a missing one reads as 0).
     pub numbers: (u32, u32, u32),
     /// Whether it is a pre-release (`a`, `b`, `rc`) or a development build
@@ -39,12 +43,17 @@ pub struct LmcacheRelease {
 }
 
 impl LmcacheRelease {
-    /// Reads `text`; `None` when it does not start with a release number.
+    /// Reads `text`; `None` when it does not start with a release number
+    /// (after an optional epoch `N!`).
     pub fn parse(text: &str) -> Option<Self> {
-        let end = text
+        let (epoch, version) = match text.split_once('!') {
+            Some((epoch, version)) => (epoch.parse::<u32>().ok()?, version),
+            None => (0, text),
+        };
+        let end = version
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(text.len());
-        let (release, rest) = text.split_at(end);
+            .unwrap_or(version.len());
+        let (release, rest) = version.split_at(end);
         let release = release.trim_end_matches('.');
         let mut numbers = release.split('.').map(str::parse::<u32>);
         let major = numbers.next()?.ok()?;
@@ -52,6 +61,7 @@ impl LmcacheRelease {
         let patch = numbers.next().transpose().ok()?.unwrap_or(0);
         let pre_release = ["a", "b", "rc", "dev"].iter().any(|p| rest.starts_with(p));
         Some(LmcacheRelease {
+            epoch,
             numbers: (major, minor, patch),
             pre_release,
             text: text.to_string(),
@@ -61,7 +71,7 @@ impl LmcacheRelease {
     /// Whether this release has the changes of `numbers`: a pre-release of
     /// `numbers` has them (they are what it previews).
     fn has(&self, numbers: (u32, u32, u32)) -> bool {
-        self.numbers.cmp(&numbers) != Ordering::Less
+        (self.epoch, self.numbers).cmp(&(0, numbers)) != Ordering::Less
     }
 }
 
@@ -160,7 +170,11 @@ mod tests {
         assert_eq!(release("0.6").numbers, (0, 6, 0));
         assert_eq!(release("0.5.6+cu128").numbers, (0, 5, 6));
         assert!(!release("0.5.6+cu128").pre_release);
-        for bad in ["", "v0.5.6", "dev", ".5"] {
+        let epoch = release("1!0.5.6");
+        assert_eq!((epoch.epoch, epoch.numbers), (1, (0, 5, 6)));
+        assert_eq!(release("0!0.5.7rc2").numbers, (0, 5, 7));
+        assert!(release("0!0.5.7rc2").pre_release);
+        for bad in ["", "v0.5.6", "dev", ".5", "x!0.5.6", "1!", "!0.5.6"] {
             assert_eq!(LmcacheRelease::parse(bad), None, "{bad}");
         }
         assert_eq!(release("0.5.7rc2").to_string(), "0.5.7rc2 (a pre-release)");
@@ -172,7 +186,12 @@ mod tests {
             let r = rendering(Some(&release(old)));
             assert!(!r.api_key_file && !r.refuses_affinity_tag, "{old}");
         }
-        for new in ["0.5.7rc2", "0.5.7", "0.5.8", "0.6.0", "1.0"] {
+        for old in ["0!0.5.6", "0!0.4.9"] {
+            assert!(!rendering(Some(&release(old))).next_flags, "{old}");
+        }
+        for new in [
+            "0.5.7rc2", "0.5.7", "0.5.8", "0.6.0", "1.0", "1!0.5.6", "0!0.5.7",
+        ] {
             let r = rendering(Some(&release(new)));
             assert!(r.api_key_file && r.refuses_affinity_tag, "{new}");
             assert!(r.ignores_prefetch_max_in_flight, "{new}");

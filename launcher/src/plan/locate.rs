@@ -264,14 +264,27 @@ fn dist_info_version(site_packages: &Path, package: &str) -> Option<String> {
             let name = e.file_name().to_string_lossy().to_lowercase();
             name.starts_with(&prefix) && name.ends_with(".dist-info")
         })
-        .find_map(|e| {
-            let metadata = read_small_file(&e.path().join("METADATA"))?;
-            String::from_utf8_lossy(&metadata)
-                .lines()
-                .take_while(|l| !l.is_empty())
-                .find_map(|l| l.strip_prefix("Version: "))
-                .map(|v| v.trim().to_string())
-        })
+        .find_map(|e| metadata_version(&e.path()).or_else(|| name_version(&e.file_name(), &prefix)))
+}
+
+/// The `Version:` of the `METADATA` in the `.dist-info` directory `dist`.
+fn metadata_version(dist: &Path) -> Option<String> {
+    let metadata = read_small_file(&dist.join("METADATA"))?;
+    String::from_utf8_lossy(&metadata)
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix("Version: "))
+        .map(|v| v.trim().to_string())
+}
+
+/// The version in the name of a `<package>-<version>.dist-info` directory
+/// (`prefix` is `<package>-`), for one whose `METADATA` is missing or
+/// unreadable: the wheel format names the directory after the version it
+/// installs.
+fn name_version(name: &std::ffi::OsStr, prefix: &str) -> Option<String> {
+    let name = name.to_str()?;
+    let version = name.get(prefix.len()..)?.strip_suffix(".dist-info")?;
+    (!version.is_empty()).then(|| version.to_string())
 }
 
 /// The largest file read to find a version: a METADATA file is a few KiB.
@@ -404,13 +417,27 @@ mod tests {
         assert!(old
             .describe()
             .contains("is not a tested version (0.5.4, 0.5.5, 0.5.6, 0.5.7rc2)"));
-        // What is not a small regular file is not read.
+        // What is not a small regular file is not read: the directory's
+        // name gives the version then, as it does without a METADATA.
         fs::remove_file(dist.join("METADATA")).unwrap();
+        assert_eq!(lmcache_version(&inside).as_deref(), Some("0.5.5"));
         std::os::unix::fs::symlink("/dev/zero", dist.join("METADATA")).unwrap();
-        assert_eq!(lmcache_version(&inside), None);
+        assert_eq!(lmcache_version(&inside).as_deref(), Some("0.5.5"));
         fs::remove_file(dist.join("METADATA")).unwrap();
         nix::unistd::mkfifo(&dist.join("METADATA"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert_eq!(lmcache_version(&inside), None);
+        assert_eq!(lmcache_version(&inside).as_deref(), Some("0.5.5"));
+        let site = dist.parent().unwrap().to_path_buf();
+        fs::remove_dir_all(&dist).unwrap();
+        for (name, version) in [
+            ("lmcache-1!0.5.6.dist-info", Some("1!0.5.6")),
+            ("LMCache-0.5.7rc2.dist-info", Some("0.5.7rc2")),
+            ("lmcache-.dist-info", None),
+            ("lmcache_extra-9.0.dist-info", None),
+        ] {
+            fs::create_dir(site.join(name)).unwrap();
+            assert_eq!(lmcache_version(&inside).as_deref(), version, "{name}");
+            fs::remove_dir(site.join(name)).unwrap();
+        }
         let none = LmcacheInstall::at(&exe(&t.path().join("bare/bin"), "lmcache"));
         assert_eq!(none.version, None);
         assert!(none.describe().contains("cannot be read"));
