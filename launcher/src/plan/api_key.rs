@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The server's flag that names a key file, and its alias.
@@ -156,16 +156,20 @@ pub fn check_sources(
         match std::fs::symlink_metadata(file) {
             Ok(_) => {
                 read_file(file)?;
-                warn_if_shared(file);
+                warn_if_exposed(file);
             }
             Err(_) => check_room_for(file)?,
         }
     }
     for file in flag_files(extra_args) {
         read_file(&file)?;
+        warn_if_exposed(&file);
     }
     if let Some(source) = source(&[], lookup) {
         source.read(lookup)?;
+        if let ApiKeySource::File(file) = &source {
+            warn_if_exposed(file);
+        }
     }
     Ok(())
 }
@@ -189,18 +193,37 @@ fn check_room_for(path: &Path) -> Result<(), ApiKeyError> {
     }
 }
 
-/// A WARN when other users can read the key file at `path`.
-fn warn_if_shared(path: &Path) {
+/// A WARN for each way other users can reach the key file at `path`
+/// ([`exposures`]).
+fn warn_if_exposed(path: &Path) {
     let Ok(meta) = std::fs::metadata(path) else {
         return;
     };
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        tracing::warn!(
-            "the LMCache API key file {} has mode {mode:04o}, so other users can read the key: chmod 600 it",
-            path.display()
-        );
+    let euid = nix::unistd::geteuid().as_raw();
+    for problem in exposures(meta.permissions().mode(), meta.uid(), euid) {
+        tracing::warn!("the LMCache API key file {} {problem}", path.display());
     }
+}
+
+/// How a key file of `mode` owned by `owner` is open to other users than
+/// `euid` (this process's): readable by the group or others (they learn
+/// the key), or owned by another user than this one or root (that user can
+/// change the key the server checks). Each as the end of a sentence that
+/// names the file, with what to do.
+fn exposures(mode: u32, owner: u32, euid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    let mode = mode & 0o777;
+    if mode & 0o077 != 0 {
+        found.push(format!(
+            "has mode {mode:04o}, so other users can read the key: chmod 600 it"
+        ));
+    }
+    if owner != euid && owner != 0 {
+        found.push(format!(
+            "is owned by uid {owner}, not by this user (uid {euid}) or root, so that user can change the key the server checks: chown it to uid {euid}"
+        ));
+    }
+    found
 }
 
 impl ApiKeySource {
@@ -461,5 +484,19 @@ mod tests {
         assert_eq!(key.bearer(), "Bearer key");
         let missing = ApiKeySource::File(dir.path().join("none")).read(&|_| None);
         assert!(missing.unwrap_err().to_string().contains("cannot be read"));
+    }
+
+    #[test]
+    fn a_key_file_open_to_other_users_is_said_each_way() {
+        let me = 1000;
+        assert!(exposures(0o100600, me, me).is_empty());
+        assert!(exposures(0o600, 0, me).is_empty());
+        let read = exposures(0o644, me, me);
+        assert_eq!(read.len(), 1);
+        assert!(read[0].starts_with("has mode 0644") && read[0].ends_with("chmod 600 it"));
+        let owned = exposures(0o600, 1001, me);
+        assert_eq!(owned.len(), 1);
+        assert!(owned[0].contains("owned by uid 1001, not by this user (uid 1000)"));
+        assert_eq!(exposures(0o660, 1001, me).len(), 2);
     }
 }
