@@ -1046,12 +1046,16 @@ fn a_raw_block_tier_is_passed_as_written_with_its_device_measured() {
             device_path: "/dev/nvme1n1".into(),
             kind: DeviceKind::Block,
             size_bytes: Some(3840 * GIB),
+            in_use: Vec::new(),
+            sink: false,
         },
         TierDevice {
             position: 1,
             device_path: "/dev/nvme9n9".into(),
             kind: DeviceKind::Missing,
             size_bytes: None,
+            in_use: Vec::new(),
+            sink: false,
         },
     ];
     let host = HostFacts {
@@ -1078,4 +1082,27 @@ fn a_raw_block_tier_is_passed_as_written_with_its_device_measured() {
         warned[0]
     );
     assert_golden("raw_block", &node, &plan);
+    let mut busy = host.clone();
+    busy.raw_block_devices[0].in_use = vec!["its partition nvme1n1p1 is mounted at /data".into()];
+    let err = lmcache_launcher::plan(&facts(1), &node.vars, &busy)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("EREBINE_AGENT_LMCACHE_L2_ADAPTER")
+            && err.contains("L2 tier 0 (raw_block): device_path /dev/nvme1n1 is in use: its partition nvme1n1p1 is mounted at /data")
+            && err.contains("overwrites a raw_block device whole"),
+        "{err}"
+    );
+    let mut sink = host;
+    sink.raw_block_devices[1].kind = DeviceKind::Char;
+    sink.raw_block_devices[1].sink = true;
+    let plan = plan_on(&node, &facts(1), &sink);
+    assert!(
+        plan.decisions
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("L2 tier 1 (raw_block)") && w.contains("/dev/null or /dev/zero")),
+        "{:?}",
+        plan.decisions.warnings
+    );
 }

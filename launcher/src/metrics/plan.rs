@@ -166,12 +166,16 @@ mod tests {
                 device_path: "/dev/nvme1n1".into(),
                 kind: DeviceKind::Block,
                 size_bytes: Some(3 << 40),
+                in_use: Vec::new(),
+                sink: false,
             },
             TierDevice {
                 position: 2,
                 device_path: "/dev/gone\"\n".into(),
                 kind: DeviceKind::Missing,
                 size_bytes: None,
+                in_use: Vec::new(),
+                sink: false,
             },
         ];
         let text = NodeMetrics::new(Some(&plan))

@@ -36,6 +36,11 @@ pub enum ExtensionError {
         /// The block as written (at most 80 characters shown).
         block: String,
     },
+    /// A `raw_block` tier whose block device something else uses (a
+    /// mount, LVM, md): LMCache would overwrite it
+    /// ([`crate::plan::raw_block::refusal`] words it).
+    #[error("{0}")]
+    RawBlockInUse(String),
 }
 
 /// The eviction policies LMCache takes in a tier's `eviction` block:

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::node::extensions::{planned_tiers, PlannedTier};
+use crate::node::extensions::{planned_tiers, ExtensionError, PlannedTier};
 use lmcache_housekeeping::LaunchIdentity;
 use lmcache_sizing::rules::{self, OdirectProbe};
 use lmcache_sizing::{fmt_gib, Decision};
@@ -378,8 +378,10 @@ impl LaunchPlan {
 ///
 /// Errors: bad variables, zero L1 with no L2 tier, engine facts out of
 /// range, an extra `--chunk-size` that is not a multiple of a
-/// hybrid-attention model's block size, and [`PlanError::NotMeasured`]
-/// when the built-in disk tier is planned without disk facts.
+/// hybrid-attention model's block size, a `raw_block` tier whose device
+/// something else uses ([`raw_block::refusal`]), and
+/// [`PlanError::NotMeasured`] when the built-in disk tier is planned
+/// without disk facts.
 pub fn plan_launch(
     facts: &EngineFacts,
     node: &NodeEnv,
@@ -399,6 +401,11 @@ pub fn plan_launch(
         .warnings
         .extend(lmcache_sizing::engine::warning(&batched));
     check_writable(node, host, sizes.disk.as_ref())?;
+    if let Some(problem) = host.raw_block_devices.iter().find_map(raw_block::refusal) {
+        let variable = node.custom_tiers().map_or(env::L2_ADAPTER, |(v, _)| v);
+        let problem = ExtensionError::RawBlockInUse(problem);
+        return Err(ConfigError::Tier { variable, problem }.into());
+    }
     let release = host
         .lmcache_version
         .as_deref()
