@@ -171,9 +171,6 @@ pub fn route<'a>(
         });
     }
     let key = request_key(path)?;
-    if in_reserved(&key) {
-        return Err(Refusal::Reserved(key));
-    }
     Ok(Route {
         path: upstream_path(bucket, key_prefix, &key)?,
         query: object_query(query)?,
@@ -181,24 +178,43 @@ pub fn route<'a>(
     })
 }
 
-/// Whether `key` names the bucket bound's folder ([`crate::fleet::RESERVED`])
-/// or a key in it, as S3 reads keys (bytes) or as a store that maps keys
-/// to files reads them (`.` and empty segments dropped, `..` taking one
-/// back): `.lmcache-tier/lease`, `./.lmcache-tier/lease`,
-/// `x/../.lmcache-tier/lease` and `/.lmcache-tier//lease` all do.
-fn in_reserved(key: &str) -> bool {
-    let folder = crate::fleet::RESERVED.trim_end_matches('/');
-    let mut resolved: Vec<&str> = Vec::new();
+/// Refuses the object request for `path` (as received) when its key,
+/// under the tier's `object_prefix` (the key prefix and the cache
+/// identity's segment), names the bucket bound's folder
+/// ([`crate::fleet::RESERVED`] under `key_prefix`: its lease and the
+/// nodes' reports) or a key in it: as S3 reads keys (bytes), or as a store
+/// that maps keys to files reads them (`.` and empty segments dropped,
+/// `..` taking one back, also above the key's own start). With `p/` as
+/// both prefixes, `.lmcache-tier/lease`, `./.lmcache-tier/lease`,
+/// `x/../.lmcache-tier/lease` and `../p/.lmcache-tier/lease` are all
+/// refused.
+///
+/// # Errors
+/// [`Refusal::Reserved`] (403), or the path's own [`request_key`] error.
+pub fn refuse_reserved(path: &str, key_prefix: &str, object_prefix: &str) -> Result<(), Refusal> {
+    let key = request_key(path)?;
+    let full = format!("{object_prefix}{key}");
+    let folder = format!("{key_prefix}{}", crate::fleet::RESERVED);
+    let within = resolved(&full).starts_with(&resolved(&folder));
+    if full.starts_with(&folder) || within {
+        return Err(Refusal::Reserved(key));
+    }
+    Ok(())
+}
+
+/// The segments of `key` as a store that maps keys to files resolves them.
+fn resolved(key: &str) -> Vec<&str> {
+    let mut segments = Vec::new();
     for segment in key.split('/') {
         match segment {
             "" | "." => {}
             ".." => {
-                resolved.pop();
+                segments.pop();
             }
-            other => resolved.push(other),
+            other => segments.push(other),
         }
     }
-    key.starts_with(crate::fleet::RESERVED) || resolved.first() == Some(&folder)
+    segments
 }
 
 /// Whether every `%` in `text` starts a `%XX` escape.
@@ -454,7 +470,10 @@ mod tests {
 
     #[test]
     fn the_bound_s_own_folder_is_refused_in_every_spelling() {
-        let route_of = |path: &str| route("PUT", path, "", std::iter::empty(), "kvc", "p/");
+        let refused = |path: &str, prefix: &str, object: &str| {
+            refuse_reserved(path, prefix, object).map_err(|e| (e.status(), e.code()))
+        };
+        let denied = Err((403, "AccessDenied"));
         for path in [
             "/.lmcache-tier/lease",
             "/%2Elmcache-tier/reports/0123456789abcdef",
@@ -463,17 +482,35 @@ mod tests {
             "//.lmcache-tier//lease",
             "/m/../.lmcache-tier/lease",
             "/.lmcache-tier",
+            "/../p/.lmcache-tier/lease",
+            "/a/../../p/./.lmcache-tier/reports/x",
         ] {
-            let e = route_of(path).unwrap_err();
-            assert_eq!((e.status(), e.code()), (403, "AccessDenied"), "{path}");
+            assert_eq!(refused(path, "p/", "p/"), denied, "{path}");
         }
+        let identity = "p/cache-identity-0123456789abcdef/";
         for path in [
-            "/m@1@0@ab/.lmcache-tier/x",
-            "/.lmcache-tiers/x",
-            "/..lmcache-tier/x",
-            "/Qwen/Qwen2.5-7B@00010001@0@ab",
+            "/../.lmcache-tier/lease",
+            "/../../p/.lmcache-tier/lease",
+            "/x/../../.lmcache-tier/lease",
         ] {
-            assert!(route_of(path).is_ok(), "{path}");
+            assert_eq!(refused(path, "p/", identity), denied, "{path}");
+        }
+        assert_eq!(refused("/.lmcache-tier/lease", "", ""), denied);
+        assert_eq!(refused("/../.lmcache-tier/lease", "", ""), denied);
+        for (path, prefix, object) in [
+            ("/m@1@0@ab/.lmcache-tier/x", "p/", "p/"),
+            ("/.lmcache-tiers/x", "p/", "p/"),
+            ("/..lmcache-tier/x", "p/", "p/"),
+            ("/Qwen/Qwen2.5-7B@00010001@0@ab", "p/", "p/"),
+            ("/../models/llama@00010001@0@ab", "p/", "p/"),
+            ("/.lmcache-tier/lease", "p/", identity),
+            ("/../q/.lmcache-tier/lease", "p/", "p/"),
+        ] {
+            assert_eq!(
+                refused(path, prefix, object),
+                Ok(()),
+                "{path} under {object}"
+            );
         }
     }
 

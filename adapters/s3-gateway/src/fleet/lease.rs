@@ -128,6 +128,11 @@ enum Role {
         /// write.
         verify: bool,
     },
+    /// This node released the lease as it stops ([`Election::release`]):
+    /// it asks nothing more, and an answer to a request sent before (a
+    /// renewal, a read) changes nothing, so a release can never be taken
+    /// back by this node's own task.
+    Released,
 }
 
 /// The election's figures, for the gateway's state.
@@ -186,7 +191,7 @@ impl Election {
     pub fn holds_until(&self) -> Option<Duration> {
         match self.role {
             Role::Holder { renewed_at, .. } => Some(renewed_at + self.timing.hold()),
-            Role::Follower { .. } => None,
+            Role::Follower { .. } | Role::Released => None,
         }
     }
 
@@ -208,6 +213,7 @@ impl Election {
             Role::Follower { seen, .. } => seen
                 .as_ref()
                 .map(|(_, first_seen)| now.saturating_sub(*first_seen)),
+            Role::Released => None,
         }
     }
 
@@ -240,6 +246,7 @@ impl Election {
             ..published.clone()
         };
         match &self.role {
+            Role::Released => LeaseStep::Wait(Duration::MAX),
             Role::Follower { want: None, .. } => {
                 self.figures.reads += 1;
                 LeaseStep::Read
@@ -276,6 +283,9 @@ impl Election {
     /// The store answered the step [`Election::next`] gave at its `now`;
     /// `now` is when the answer came; `written` is the body of a write.
     pub fn answered(&mut self, now: Duration, answer: LeaseAnswer, written: Option<&LeaseBody>) {
+        if matches!(self.role, Role::Released) {
+            return;
+        }
         let timing = self.timing;
         let mine = match &answer {
             LeaseAnswer::Found(_, Some(body)) => self.mine(body),
@@ -360,37 +370,39 @@ impl Election {
                     self.saw(now, None, found, body);
                 }
             }
-            (Role::Holder { verify: false, .. }, LeaseAnswer::Found(..)) => {}
+            (Role::Holder { verify: false, .. }, LeaseAnswer::Found(..)) | (Role::Released, _) => {}
         }
     }
 
     /// Gives the lease up as this node stops: the write that releases it
     /// (its body with `released` set, `If-Match` its ETag), for the driver
-    /// to send once; `None` unless it holds the lease. This node deletes
-    /// no more from here on ([`Election::holds`] is false), and any node
-    /// that reads the released lease takes it over at once.
+    /// to send once; `None` unless it holds the lease. Either way this node
+    /// is done: it deletes no more ([`Election::holds`] is false), asks
+    /// nothing more, and ignores answers to requests sent before, so none
+    /// can make it a holder again. Any node that reads the released lease
+    /// takes it over at once.
     pub fn release(&mut self, published: &LeaseBody) -> Option<LeaseStep> {
+        let role = std::mem::replace(&mut self.role, Role::Released);
         let Role::Holder {
             etag,
             renewals,
             since_unix,
             ..
-        } = &self.role
+        } = role
         else {
             return None;
         };
-        let step = LeaseStep::Write {
-            condition: Condition::Matches(etag.clone()),
+        self.next_at = Duration::MAX;
+        Some(LeaseStep::Write {
+            condition: Condition::Matches(etag),
             body: LeaseBody {
                 holder: self.node.clone(),
-                renewals: *renewals,
-                since_unix: *since_unix,
+                renewals,
+                since_unix,
                 released: true,
                 ..published.clone()
             },
-        };
-        self.follow(None, None, Duration::MAX);
-        Some(step)
+        })
     }
 
     /// Whether `body` is this node's own lease, not given up: a write of
@@ -548,6 +560,23 @@ mod tests {
         assert!(body.released && body.holder == "a");
         assert!(!h.is_holder() && !h.holds(S));
         assert!(h.release(&LeaseBody::default()).is_none());
+        // A renewal or a read sent before the release answers after it:
+        // nothing changes, and the node asks nothing more.
+        for late in [
+            LeaseAnswer::Conflict,
+            LeaseAnswer::Written("e9".into()),
+            LeaseAnswer::Found("e2".into(), Some(body.clone())),
+            LeaseAnswer::Absent,
+            LeaseAnswer::Failed,
+        ] {
+            h.answered(8 * S, late.clone(), Some(&LeaseBody::default()));
+            assert!(!h.is_holder() && !h.holds(8 * S), "{late:?}");
+            assert_eq!(
+                step(&mut h, 9 * S),
+                LeaseStep::Wait(Duration::MAX),
+                "{late:?}"
+            );
+        }
         for node in ["b", "a"] {
             let mut f = Election::new(node.into(), timing(), 7 * S);
             assert_eq!(step(&mut f, 7 * S), LeaseStep::Read);

@@ -286,7 +286,8 @@ fn authenticate(
 /// Where the request goes in the bucket: its key under the tier's object
 /// prefix (the key prefix and the cache identity's segment,
 /// [`BucketTier::object_prefix`]), or the listing inside it
-/// ([`key::route`]). A refusal is logged.
+/// ([`key::route`]); a key in the bucket bound's own folder is refused
+/// ([`key::refuse_reserved`]). A refusal is logged.
 fn route(tier: &BucketTier, parts: &http::request::Parts) -> Result<Route, ForwardError> {
     let path = parts.uri.path();
     let names = parts.headers.keys().map(|name| name.as_str());
@@ -298,6 +299,12 @@ fn route(tier: &BucketTier, parts: &http::request::Parts) -> Result<Route, Forwa
         &tier.bucket,
         &tier.object_prefix(),
     )
+    .and_then(|route| {
+        if !route.listing {
+            key::refuse_reserved(path, &tier.key_prefix, &tier.object_prefix())?;
+        }
+        Ok(route)
+    })
     .map_err(|refusal| {
         tracing::warn!(
             tier = tier.position,
