@@ -192,12 +192,33 @@ impl Binaries {
     }
 }
 
-/// A loopback port nobody listens on right now, and one this test process
-/// has not handed out before: the kernel may give a just-released ephemeral
-/// port again, and two listeners of one launch must not share a port.
+/// A loopback port nobody listens on right now, one this test process has
+/// not handed out before, and one no ephemeral bind can take before the
+/// test's server binds it: drawn below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), which every `bind` to port
+/// 0 (a gateway, a store, a client's own end of a connection) draws from.
+/// A port from that range, released and then given to the server, could
+/// be taken meanwhile by such a bind. Where the range leaves no room below
+/// it (it starts under 12,000), an ephemeral port is the fallback.
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let low = ephemeral_start().unwrap_or(32768);
+    if low >= 12_000 {
+        let span = u32::from(low) - 10_000;
+        let mut draw = std::process::id().wrapping_mul(2_654_435_761)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+        for _ in 0..span {
+            draw = draw.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let port = (10_000 + (draw >> 8) % span) as u16;
+            if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
+                return port;
+            }
+        }
+    }
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -207,6 +228,12 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// The first port of the kernel's ephemeral range, if it can be read.
+fn ephemeral_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// A child process in its own process group, killed with its whole group
@@ -1299,5 +1326,39 @@ impl Drop for MemoryCgroup {
             std::thread::sleep(Duration::from_millis(100));
         }
         eprintln!("could not remove {}", self.dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ports handed out are distinct, bindable, and below the ephemeral
+    /// range, so no bind to port 0 can take one before its server binds it.
+    #[test]
+    fn free_ports_are_distinct_and_out_of_the_ephemeral_range() {
+        let low = ephemeral_start().unwrap_or(32768);
+        let ports: BTreeSet<u16> = (0..200).map(|_| free_port()).collect();
+        assert_eq!(ports.len(), 200);
+        for port in &ports {
+            assert!(
+                low < 12_000 || (10_000..low).contains(port),
+                "{port} (range from {low})"
+            );
+            assert!(TcpListener::bind(("127.0.0.1", *port)).is_ok(), "{port}");
+        }
+        let ephemeral: Vec<u16> = (0..50)
+            .map(|_| {
+                TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            })
+            .collect();
+        assert!(
+            ephemeral.iter().all(|p| !ports.contains(p)),
+            "{ephemeral:?}"
+        );
     }
 }
