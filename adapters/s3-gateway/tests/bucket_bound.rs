@@ -351,6 +351,15 @@ async fn until(
     }
 }
 
+/// The tier spec of an 8 MiB bound on `fleet/` of the bucket `kv-cache` of
+/// the s3s-fs on `port`, with `bucket_bound` as its block.
+fn small_bound(port: u16, bucket_bound: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{port}"),
+        "s3_bucket": "kv-cache", "s3_key_prefix": "fleet/", "s3_region": "us-east-1",
+        "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
+        "max_capacity_gb": 8.0 / 1024.0, "bucket_bound": bucket_bound})
+}
+
 /// A gateway that stops releases the prefix's lease, and the next one to
 /// start (here on the same node, as after a restart) takes it over at its
 /// first reading, not after the lease (30 s) and a reading period (10 s)
@@ -361,10 +370,7 @@ async fn a_stopping_gateway_hands_the_lease_to_the_next_start_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);
     let lease = tmp.path().join("s3s-fs/kv-cache/fleet/.lmcache-tier/lease");
-    let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
-        "s3_bucket": "kv-cache", "s3_key_prefix": "fleet/", "s3_region": "us-east-1",
-        "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
-        "max_capacity_gb": 8.0 / 1024.0, "bucket_bound": {"lease_seconds": 30}});
+    let spec = small_bound(s3.port, serde_json::json!({"lease_seconds": 30}));
     let holds = |b: &BoundState| b.evictor && b.lease_holder == b.node;
     for run in 0..3 {
         let gateways = gateway(&spec).await;
@@ -382,18 +388,14 @@ async fn a_stopping_gateway_hands_the_lease_to_the_next_start_at_once() {
 }
 
 /// LMCache's per-launch key reaches no key of the bound's own folder:
-/// neither the lease nor a report can be written, read or deleted through
-/// the gateway, in any spelling of the key, and the store's copy of the
-/// lease is untouched.
+/// neither the lease nor a report can be written through the gateway, in
+/// any spelling of the key, and the store's copy of the lease is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bound_s_own_keys_are_out_of_reach_of_the_per_launch_key() {
     let tmp = tempfile::tempdir().unwrap();
     let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);
     let lease = tmp.path().join("s3s-fs/kv-cache/fleet/.lmcache-tier/lease");
-    let spec = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{}", s3.port),
-        "s3_bucket": "kv-cache", "s3_key_prefix": "fleet/", "s3_region": "us-east-1",
-        "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
-        "max_capacity_gb": 8.0 / 1024.0});
+    let spec = small_bound(s3.port, serde_json::json!({}));
     let gateways = gateway(&spec).await;
     until(&gateways, Duration::from_secs(20), |b| b.evictor).await;
     let before = std::fs::read(&lease).unwrap();
