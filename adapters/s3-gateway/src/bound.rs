@@ -185,6 +185,7 @@ pub(crate) struct Bound {
     refusals: Mutex<Refusals>,
     said_oversized: std::sync::atomic::AtomicBool,
     said_oversized_report: std::sync::atomic::AtomicBool,
+    said_no_evictor: std::sync::atomic::AtomicBool,
 }
 
 /// Deletions the store refused, said at most once a [`REFUSAL_WARNING`].
@@ -227,6 +228,7 @@ impl Bound {
             refusals: Mutex::new(Refusals::default()),
             said_oversized: std::sync::atomic::AtomicBool::new(false),
             said_oversized_report: std::sync::atomic::AtomicBool::new(false),
+            said_no_evictor: std::sync::atomic::AtomicBool::new(false),
         });
         bound.changed();
         bound
@@ -352,6 +354,7 @@ impl Bound {
             lease,
             reports,
             unchanged,
+            no_evictor,
             models,
             identities,
         ) = {
@@ -378,6 +381,7 @@ impl Bound {
                 core.election.as_ref().map(Election::figures),
                 core.reporter.reports(),
                 core.election.as_ref().and_then(|e| e.unchanged_for(now)),
+                core.election.as_ref().and_then(|e| e.no_evictor_for(now)),
                 core.models.names(),
                 match keeps_view {
                     true => core.evictor.view().identities(),
@@ -392,6 +396,7 @@ impl Bound {
             f.identities = identities;
             f.reports_sent = reports;
             f.lease_unchanged_millis = unchanged.map(|d| d.as_millis() as u64);
+            f.no_evictor_millis = no_evictor.map(|d| d.as_millis() as u64);
             if let Some(lease) = lease {
                 f.lease = lease;
             }
@@ -415,8 +420,34 @@ impl Bound {
             }
             f.clone()
         };
+        self.say_no_evictor(no_evictor, state.spec.timing.lease);
         self.stats.set_bound(state, evictor_until);
         self.wake.notify_one();
+    }
+
+    /// Says once when this node has seen no evictor make progress for
+    /// twice the lease (`no_evictor`), and once when one does again.
+    fn say_no_evictor(&self, no_evictor: Option<Duration>, lease: Duration) {
+        let Some(for_) = no_evictor else {
+            return;
+        };
+        let over = for_ > lease * 2;
+        let said = self
+            .said_no_evictor
+            .swap(over, std::sync::atomic::Ordering::Relaxed);
+        if over && !said {
+            tracing::warn!(
+                tier = self.tier,
+                "S3 gateway bucket bound: no node of the prefix has renewed its lease for {} s (twice the lease is {} s): nothing keeps the bucket within its capacity. The store may refuse or fail the lease's conditional PUTs, or something else rewrites the lease; lmcache-tier inspect shows the lease as this node sees it",
+                for_.as_secs(),
+                (lease * 2).as_secs()
+            );
+        } else if said && !over {
+            tracing::info!(
+                tier = self.tier,
+                "S3 gateway bucket bound: an evictor renews the prefix's lease again"
+            );
+        }
     }
 
     /// Runs the bound until the runtime stops: the lease and the reports
@@ -647,7 +678,8 @@ impl Bound {
         for node in wanted {
             match self.store.get(&report_key(&node), SMALL_BODY).await {
                 Ok(Fetched::Body(etag, body)) => {
-                    if let Ok(report) = serde_json::from_slice::<ReportBody>(&body) {
+                    if let Ok(mut report) = serde_json::from_slice::<ReportBody>(&body) {
+                        report.node = node;
                         read.push((Some(etag).filter(|e| !e.is_empty()), report));
                     }
                 }
@@ -660,7 +692,18 @@ impl Bound {
             }
         }
         self.figures().reports_read += read.len() as u64;
-        self.core().reports_read(self.now(), &read);
+        let absurd = {
+            let mut core = self.core();
+            core.reports_read(self.now(), &read);
+            core.evictor.absurd_reports()
+        };
+        for (node, claimed) in absurd {
+            self.figures().absurd_reports += 1;
+            tracing::warn!(
+                tier = self.tier,
+                "S3 gateway bucket bound: the report of node {node:?} claims {claimed} bytes written since the last reading, more than the capacity: it counts as the capacity, and it brings a listing, never a deletion (said once per node; a node's counter is wrong, or something else wrote its report)"
+            );
+        }
     }
 
     /// Deletes the reports of nodes that left.

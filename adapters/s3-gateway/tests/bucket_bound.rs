@@ -418,3 +418,52 @@ async fn the_bound_s_own_keys_are_out_of_reach_of_the_per_launch_key() {
         .join("s3s-fs/kv-cache/fleet/.lmcache-tier/reports/ffffffffffffffff")
         .exists());
 }
+
+/// Reports are untrusted input: one claiming 10^15 bytes, written into the
+/// store as any process with the bucket's credentials could, and one whose
+/// counter keeps growing by as much, bring listings, and the log names
+/// their nodes once; the prefix, below its trigger by its listing, loses
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_that_lies_brings_listings_and_deletes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix_dir = tmp.path().join("s3s-fs/kv-cache/fleet");
+    for i in 0..4 {
+        let age = Duration::from_secs(600 - i as u64);
+        write_aged(&prefix_dir.join(key(2 * i)), &[7; MIB], age);
+    }
+    let s3 = S3sFs::start(tmp.path(), free_port(), (KEY_ID, SECRET), &["kv-cache"]);
+    let spec = small_bound(
+        s3.port,
+        serde_json::json!({"read_reports_seconds": 1, "models": ["test-model"]}),
+    );
+    let gateways = gateway(&spec).await;
+    let first = until(&gateways, Duration::from_secs(20), |b| b.evictor).await;
+    assert_eq!(first.usage_bytes, 4 * MIB as u64, "{first:?}");
+    let reports = prefix_dir.join(".lmcache-tier/reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    let lie = |node: &str, written: u64| {
+        let body = serde_json::json!({"node": "not-its-key", "written_bytes": written,
+            "recent_bytes": written, "reports": 1, "models": []});
+        std::fs::write(reports.join(node), body.to_string()).unwrap();
+    };
+    lie("1111111111111111", 10u64.pow(15));
+    let started = Instant::now();
+    let mut round = 1;
+    while started.elapsed() < Duration::from_secs(8) {
+        lie("2222222222222222", round * 10u64.pow(15));
+        round += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = until(&gateways, Duration::from_secs(20), |b| {
+        b.absurd_reports >= 2
+    })
+    .await;
+    assert_eq!(after.absurd_reports, 2, "each node once: {after:?}");
+    assert!(after.listings >= first.listings + 2, "{after:?}");
+    assert_eq!(after.evicted_objects, 0, "{after:?}");
+    let kept = (0..4)
+        .filter(|i| prefix_dir.join(key(2 * i)).exists())
+        .count();
+    assert_eq!(kept, 4);
+}

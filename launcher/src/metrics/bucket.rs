@@ -17,7 +17,7 @@ use super::tier_family::{TierFamily, TierLabels};
 type Bound = (usize, BoundState);
 
 /// The families read from each [`BoundState`].
-const BOUND_FAMILIES: [TierFamily<Bound>; 25] = [
+const BOUND_FAMILIES: [TierFamily<Bound>; 26] = [
     TierFamily {
         name: "gateway_bucket_usage",
         help: "Bytes of LMCache objects under the tier's prefix, as the gateway's last listing and this node's requests since count them",
@@ -187,6 +187,13 @@ const BOUND_FAMILIES: [TierFamily<Bound>; 25] = [
         value: |(_, b)| b.oversized_objects,
     },
     TierFamily {
+        name: "gateway_bucket_absurd_reports",
+        help: "Reports of other nodes that claimed more than the capacity written since the evictor's last reading: each counted as the capacity; reports bring a listing, never a deletion",
+        bytes: false,
+        counter: true,
+        value: |(_, b)| b.absurd_reports,
+    },
+    TierFamily {
         name: "gateway_bucket_upload_abort_failures",
         help: "Aborts of uploads left behind that failed (tried again at the next sweep)",
         bytes: false,
@@ -205,7 +212,7 @@ struct FloatFamily {
 }
 
 /// The float families read from each [`BoundState`].
-const FLOAT_FAMILIES: [FloatFamily; 4] = [
+const FLOAT_FAMILIES: [FloatFamily; 5] = [
     FloatFamily {
         name: names::GATEWAY_BUCKET_LAST_LISTING_DURATION,
         help: "How long the gateway's last listing of the tier's prefix took",
@@ -217,6 +224,12 @@ const FLOAT_FAMILIES: [FloatFamily; 4] = [
         help: "How long the prefix's lease has gone unchanged as this node sees it (the holder renews it every sixth of the lease period); past the period plus a third, the prefix has no evictor",
         unit: Some(Unit::Seconds),
         value: |b| b.lease_unchanged_millis.map(|ms| ms as f64 / 1e3),
+    },
+    FloatFamily {
+        name: names::GATEWAY_BUCKET_NO_EVICTOR,
+        help: "How long this node has seen no evictor of the prefix make progress: no renewal of its own lease, and no lease read whose holder changed or counted one more renewal; past twice the lease period the prefix has no evictor",
+        unit: Some(Unit::Seconds),
+        value: |b| b.no_evictor_millis.map(|ms| ms as f64 / 1e3),
     },
     FloatFamily {
         name: names::GATEWAY_BUCKET_LEASE_PERIOD,
@@ -387,6 +400,8 @@ mod tests {
             ],
             listing_skipped: 4,
             oversized_objects: 0,
+            absurd_reports: 3,
+            no_evictor_millis: Some(61_000),
         });
         let plain = answered(2, &[], 0, 0.0);
         for format in [Format::OpenMetrics, Format::Prometheus] {
@@ -423,6 +438,11 @@ mod tests {
                 sample(&text, &gauge("gateway_bucket_lease_unchanged_seconds")),
                 4.5
             );
+            assert_eq!(
+                sample(&text, &gauge("gateway_bucket_no_evictor_seconds")),
+                61.0
+            );
+            assert_eq!(sample(&text, &total("gateway_bucket_absurd_reports")), 3.0);
             assert_eq!(
                 sample(&text, &gauge("gateway_bucket_lease_period_seconds")),
                 30.0

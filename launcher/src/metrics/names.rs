@@ -144,6 +144,10 @@ pub(crate) const GATEWAY_BUCKET_LAST_LISTING_DURATION: FamilyName =
 /// seconds.
 pub(crate) const GATEWAY_BUCKET_LEASE_UNCHANGED: FamilyName =
     family!("gateway_bucket_lease_unchanged" "_seconds");
+/// How long a bucket bound's node has seen no evictor make progress,
+/// seconds.
+pub(crate) const GATEWAY_BUCKET_NO_EVICTOR: FamilyName =
+    family!("gateway_bucket_no_evictor" "_seconds");
 /// A bucket bound's lease period, seconds.
 pub(crate) const GATEWAY_BUCKET_LEASE_PERIOD: FamilyName =
     family!("gateway_bucket_lease_period" "_seconds");

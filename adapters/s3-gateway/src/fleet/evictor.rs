@@ -4,10 +4,13 @@
 //!
 //! In [`Mode::Lease`] only the lease's holder runs it. It lists the whole
 //! prefix when it takes the lease and then once a [`Timing::listing`];
-//! it reads the reports once a [`Timing::read_reports`]; and it evicts
-//! when the usage it projects ([`Evictor::projected_bytes`]: the listing,
-//! its own changes since, what the reports add, and the fleet's write
-//! rate over [`Timing::horizon`]) reaches the trigger. In
+//! it reads the reports once a [`Timing::read_reports`]. The reports are
+//! untrusted ([`Tally`]): when what they add on top of the listing
+//! ([`Evictor::known_bytes`]) reaches the trigger, the evictor lists
+//! again (at most once a reading period); it evicts only on what the
+//! store's own listings show ([`Evictor::justified_bytes`]: the last
+//! listing, its own changes since, and the growth the last two listings
+//! showed, as a rate, over [`Timing::horizon`]). In
 //! [`Mode::EveryNode`] every node runs it on its own view, listing after
 //! writing a fiftieth of the capacity (at most once a
 //! [`MIN_LISTING_GAP`]) or once a [`Timing::listing`].
@@ -64,6 +67,11 @@ pub struct Evictor {
     evict_backoff: Duration,
     jitter: u64,
     relist: bool,
+    /// When the listing in flight began, and the one before it.
+    listing_began: Option<Duration>,
+    previous_began: Option<Duration>,
+    /// The growth the last two listings showed, bytes a second.
+    listed_rate: u64,
 }
 
 impl Evictor {
@@ -74,7 +82,7 @@ impl Evictor {
             spec,
             mode,
             view: BucketView::default(),
-            tally: Tally::default(),
+            tally: Tally::new(spec.capacity_bytes),
             active: mode == Mode::EveryNode,
             listed: false,
             last_listing: None,
@@ -85,6 +93,9 @@ impl Evictor {
             evict_backoff: EVICT_BACKOFF,
             jitter: seed | 1,
             relist: false,
+            listing_began: None,
+            previous_began: None,
+            listed_rate: 0,
         }
     }
 
@@ -128,16 +139,29 @@ impl Evictor {
         self.tally.rate(now, self.timing().report * 2)
     }
 
-    /// The usage it acts on at `now`: [`Evictor::known_bytes`] and, in
-    /// [`Mode::Lease`], the fleet's write rate over [`Timing::horizon`],
-    /// what the fleet may have written that no report read shows yet.
-    pub fn projected_bytes(&mut self, now: Duration) -> u64 {
-        let known = self.known_bytes();
+    /// The usage it deletes on: its view (the last listing and its own
+    /// changes since) and, in [`Mode::Lease`], the growth the last two
+    /// listings showed, as a rate, over [`Timing::horizon`]. Nothing a
+    /// report says is in it.
+    pub fn justified_bytes(&self) -> u64 {
         if self.mode == Mode::EveryNode {
-            return known;
+            return self.view.bytes();
         }
-        let ahead = self.fleet_rate(now) as f64 * self.timing().horizon().as_secs_f64();
-        known.saturating_add(ahead as u64)
+        let ahead = self.listed_rate as f64 * self.timing().horizon().as_secs_f64();
+        self.view.bytes().saturating_add(ahead as u64)
+    }
+
+    /// The growth the last two listings showed, bytes a second: what the
+    /// later one found that this node had not stored, over the time
+    /// between their starts.
+    pub fn listed_rate(&self) -> u64 {
+        self.listed_rate
+    }
+
+    /// The nodes whose reports were absurd since the last call
+    /// ([`Tally::absurd`]), each with the bytes it claimed.
+    pub fn absurd_reports(&mut self) -> Vec<(String, u64)> {
+        self.tally.absurd()
     }
 
     fn timing(&self) -> Timing {
@@ -171,6 +195,7 @@ impl Evictor {
         if now >= self.list_after && self.listing_due(now) {
             self.view.begin_listing();
             self.tally.listing_began();
+            self.previous_began = self.listing_began.replace(now);
             return EvictStep::List;
         }
         if !self.listed {
@@ -183,7 +208,7 @@ impl Evictor {
             return EvictStep::ReadReports;
         }
         if now >= self.evict_after {
-            let usage = self.projected_bytes(now);
+            let usage = self.justified_bytes();
             let chosen = self.view.victims(usage, &self.spec);
             if !chosen.is_empty() {
                 return EvictStep::Evict(chosen);
@@ -207,15 +232,15 @@ impl Evictor {
         {
             return false;
         }
-        let usage = self.projected_bytes(now);
-        let starved =
-            usage >= self.spec.trigger_bytes && self.view.victims(usage, &self.spec).is_empty();
+        let usage = self.justified_bytes();
+        let trigger = self.spec.trigger_bytes;
+        let starved = usage >= trigger && self.view.victims(usage, &self.spec).is_empty();
         match self.mode {
             Mode::EveryNode => {
                 now >= last + MIN_LISTING_GAP
                     && (starved || self.view.listing_due(self.spec.listing_every_bytes))
             }
-            Mode::Lease => starved,
+            Mode::Lease => starved || (usage < trigger && self.known_bytes() >= trigger),
         }
     }
 
@@ -240,10 +265,12 @@ impl Evictor {
     fn forget(&mut self) {
         if self.active {
             self.view = BucketView::default();
-            self.tally = Tally::default();
+            self.tally = Tally::new(self.spec.capacity_bytes);
             self.active = false;
             self.listed = false;
             self.last_read = None;
+            self.listing_began = None;
+            self.listed_rate = 0;
         }
     }
 
@@ -254,11 +281,22 @@ impl Evictor {
     pub fn listed_at(&mut self, now: Duration, listing: Option<Vec<StoredObject>>) -> (u64, u64) {
         let Some(objects) = listing else {
             self.view.listing_failed();
+            self.listing_began = self.previous_began;
             self.list_after = now + self.list_retry;
             self.list_retry = (self.list_retry * 2).min(LISTING_RETRY);
             return (0, 0);
         };
         let others = self.view.finish_listing(objects);
+        self.listed_rate = match (
+            self.listed && !self.relist,
+            self.listing_began,
+            self.previous_began,
+        ) {
+            (true, Some(began), Some(before)) if began > before => {
+                (others.1 as f64 / (began - before).as_secs_f64()) as u64
+            }
+            _ => 0,
+        };
         self.listed = true;
         self.relist = false;
         self.last_listing = Some(now);
@@ -389,35 +427,75 @@ mod tests {
         }
     }
 
+    fn report(written: u64, recent: u64, reports: u64) -> ReportBody {
+        ReportBody {
+            node: "b".into(),
+            written_bytes: written,
+            recent_bytes: recent,
+            reports,
+            models: Vec::new(),
+        }
+    }
+
+    /// The reports bring a listing sooner; the listing, not the reports,
+    /// justifies the deletions, and the growth two listings show brings
+    /// the next eviction forward.
     #[test]
-    fn the_reports_and_the_fleets_rate_bring_the_eviction_forward() {
+    fn the_reports_bring_a_listing_and_the_listings_justify_the_eviction() {
         let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO, 7);
         assert_eq!(e.next(Duration::ZERO, true), EvictStep::List);
-        let objects = (0..5).map(|i| object(&format!("k{i}"), 100, i)).collect();
-        e.listed_at(Duration::ZERO, Some(objects));
+        let objects = |n: u64| (0..n).map(|i| object(&format!("k{i}"), 100, i)).collect();
+        e.listed_at(Duration::ZERO, Some(objects(5)));
         assert_eq!(e.next(Duration::ZERO, true), EvictStep::ReadReports);
-        let report = ReportBody {
-            node: "b".into(),
-            written_bytes: 60,
-            recent_bytes: 60,
-            reports: 0,
-            models: Vec::new(),
-        };
         e.reports_read(Duration::ZERO, &[]);
-        e.reports_read(Duration::ZERO, &[(Some("1".into()), report)]);
+        e.reports_read(Duration::ZERO, &[(Some("1".into()), report(60, 60, 0))]);
         assert_eq!(e.known_bytes(), 560);
         assert!(matches!(e.next(Duration::ZERO, true), EvictStep::Wait(_)));
-        let report = ReportBody {
-            node: "b".into(),
-            written_bytes: 260,
-            recent_bytes: 200,
-            reports: 1,
-            models: Vec::new(),
+        e.reports_read(10 * S, &[(Some("2".into()), report(360, 300, 1))]);
+        assert_eq!((e.known_bytes(), e.justified_bytes()), (860, 500));
+        assert_eq!(
+            e.next(10 * S, true),
+            EvictStep::List,
+            "the reports: a listing"
+        );
+        e.listed_at(10 * S, Some(objects(7)));
+        assert_eq!(e.listed_rate(), 200 / 10);
+        assert_eq!(e.justified_bytes(), 700 + 20 * 70);
+        let EvictStep::Evict(victims) = e.next(10 * S, true) else {
+            panic!("no eviction on the listing's growth")
         };
-        e.reports_read(10 * S, &[(Some("2".into()), report)]);
-        assert_eq!(e.known_bytes(), 760);
-        assert!(e.projected_bytes(10 * S) >= 800);
-        assert!(matches!(e.next(10 * S, true), EvictStep::Evict(_)));
+        assert_eq!(victims.len(), 7, "all the listed objects, oldest first");
+    }
+
+    /// A report claiming 10^15 bytes, the capacity per reading at most,
+    /// brings listings, never a deletion the listing does not justify.
+    #[test]
+    fn a_lying_report_deletes_nothing_the_listing_does_not_justify() {
+        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO, 7);
+        assert_eq!(e.next(Duration::ZERO, true), EvictStep::List);
+        let objects: Vec<_> = (0..5).map(|i| object(&format!("k{i}"), 100, i)).collect();
+        e.listed_at(Duration::ZERO, Some(objects.clone()));
+        e.reports_read(Duration::ZERO, &[]);
+        let mut listings = 0;
+        for t in 1..=60u32 {
+            let lie = report(10u64.pow(15) * u64::from(t), 10u64.pow(15), t.into());
+            e.reports_read(t * S, &[(Some(t.to_string()), lie)]);
+            match e.next(t * S, true) {
+                EvictStep::List => {
+                    listings += 1;
+                    e.listed_at(t * S, Some(objects.clone()));
+                }
+                EvictStep::Evict(v) => panic!("deleted {v:?} on a report"),
+                _ => {}
+            }
+            assert!(!matches!(e.next(t * S, true), EvictStep::Evict(_)));
+        }
+        assert!(
+            (5..=7).contains(&listings),
+            "a listing a reading period: {listings}"
+        );
+        assert_eq!(e.absurd_reports(), [("b".to_string(), 10u64.pow(15))]);
+        assert!(e.absurd_reports().is_empty());
     }
 
     #[test]

@@ -97,6 +97,17 @@ pub struct BoundState {
     /// the store's fault, neither counted nor evicted.
     #[serde(default)]
     pub oversized_objects: u64,
+    /// Reports that claimed more than the capacity written since the
+    /// evictor's last reading ([`Tally`](super::report::Tally)): each
+    /// counted as the capacity, its node named once in the log.
+    #[serde(default)]
+    pub absurd_reports: u64,
+    /// How long this node has seen no evictor make progress, milliseconds
+    /// ([`Election::no_evictor_for`](super::lease::Election::no_evictor_for));
+    /// `None` in [`Mode::EveryNode`]. Past twice the lease the log says
+    /// so and the alert `LMCacheBucketWithoutEvictor` fires.
+    #[serde(default)]
+    pub no_evictor_millis: Option<u64>,
 }
 
 impl BoundState {
@@ -136,6 +147,8 @@ impl BoundState {
             identities: Vec::new(),
             listing_skipped: 0,
             oversized_objects: 0,
+            absurd_reports: 0,
+            no_evictor_millis: None,
         }
     }
 }

@@ -160,6 +160,11 @@ pub struct Election {
     sent_at: Duration,
     holder: Option<LeaseBody>,
     figures: ElectionFigures,
+    /// When this node started, and when it last saw an evictor progress.
+    created: Duration,
+    progress_at: Option<Duration>,
+    /// The holder and renewal count of the last body read.
+    seen_renewals: Option<(String, u64)>,
 }
 
 impl Election {
@@ -176,6 +181,43 @@ impl Election {
             sent_at: now,
             holder: None,
             figures: ElectionFigures::default(),
+            created: now,
+            progress_at: None,
+            seen_renewals: None,
+        }
+    }
+
+    /// How long, at `now`, this node has seen no evictor make progress:
+    /// since its own last renewal that the store took while it holds the
+    /// lease, or since it read a body that is not released and whose
+    /// holder changed or counted one more renewal (a body rewritten with
+    /// a new ETag and the same count is no progress), or since its start
+    /// before either. `None` once it released the lease. Past twice the
+    /// lease the prefix has no evictor (`docs/s3-gateway.md`, "A fleet on
+    /// one bucket": the longest time without one after a fault ends is
+    /// [`Timing::lease`] plus [`Timing::follow`]).
+    pub fn no_evictor_for(&self, now: Duration) -> Option<Duration> {
+        if matches!(self.role, Role::Released) {
+            return None;
+        }
+        Some(now.saturating_sub(self.progress_at.unwrap_or(self.created)))
+    }
+
+    /// A body read at `now`: progress when its holder changed or counts
+    /// more renewals than the last one read.
+    fn progress_of(&mut self, now: Duration, body: Option<&LeaseBody>) {
+        let Some(body) = body.filter(|b| !b.released) else {
+            return;
+        };
+        let moved = self
+            .seen_renewals
+            .as_ref()
+            .is_none_or(|(holder, renewals)| *holder != body.holder || body.renewals > *renewals);
+        if moved {
+            if self.seen_renewals.is_some() {
+                self.progress_at = Some(now);
+            }
+            self.seen_renewals = Some((body.holder.clone(), body.renewals));
         }
     }
 
@@ -302,6 +344,7 @@ impl Election {
             }
             (Role::Follower { .. }, LeaseAnswer::Written(etag)) => {
                 self.figures.taken += 1;
+                self.progress_at = Some(self.sent_at);
                 let body = written.cloned().unwrap_or_default();
                 self.role = Role::Holder {
                     etag,
@@ -327,6 +370,7 @@ impl Election {
                 *renewed_at = self.sent_at;
                 *renewals += 1;
                 *verify = false;
+                self.progress_at = Some(self.sent_at);
                 self.holder = written.cloned();
                 self.next_at = self.sent_at + timing.renew();
             }
@@ -427,6 +471,7 @@ impl Election {
             _ => now,
         };
         let free = body.as_ref().is_some_and(|b| b.released || self.mine(b));
+        self.progress_of(now, body.as_ref());
         self.holder = body;
         let due = free || now >= first_seen + self.timing.lease;
         let want = due.then(|| Condition::Matches(etag.clone()));
@@ -670,5 +715,45 @@ mod tests {
             panic!("its own lease waits a whole lease")
         };
         assert_eq!(condition, Condition::Matches("e2".into()));
+    }
+
+    /// "No evictor" follows the fleet's progress, not the ETag: a body
+    /// rewritten with new ETags and the same renewal count is none, a
+    /// holder's renewals are.
+    #[test]
+    fn no_evictor_counts_from_the_last_progress_not_the_last_etag() {
+        let mut f = Election::new("b".into(), timing(), Duration::ZERO);
+        let body = |renewals| LeaseBody {
+            holder: "a".into(),
+            renewals,
+            ..LeaseBody::default()
+        };
+        for i in 0..12u32 {
+            let now = i * 10 * S;
+            assert_eq!(step(&mut f, now), LeaseStep::Read);
+            f.answered(
+                now,
+                LeaseAnswer::Found(format!("x{i}"), Some(body(3))),
+                None,
+            );
+        }
+        assert_eq!(f.no_evictor_for(110 * S), Some(110 * S));
+        assert!(
+            f.unchanged_for(110 * S) < Some(S),
+            "the ETag changed at each read"
+        );
+        assert_eq!(step(&mut f, 120 * S), LeaseStep::Read);
+        f.answered(
+            120 * S,
+            LeaseAnswer::Found("e5".into(), Some(body(5))),
+            None,
+        );
+        assert_eq!(f.no_evictor_for(125 * S), Some(5 * S));
+        let mut h = Election::new("a".into(), timing(), Duration::ZERO);
+        assert_eq!(h.no_evictor_for(4 * S), Some(4 * S), "from its start");
+        take(&mut h, 4 * S, "e1");
+        assert_eq!(h.no_evictor_for(9 * S), Some(5 * S));
+        h.release(&LeaseBody::default());
+        assert_eq!(h.no_evictor_for(9 * S), None);
     }
 }

@@ -15,9 +15,10 @@
 //!   the evictor reads them ([`report::Tally`]) instead of every node
 //!   listing the bucket.
 //! - [`evictor::Evictor`]: the holder's schedule: its listings, its
-//!   readings of the reports, and its eviction cycles on the view plus
-//!   what the reports say was written since, plus the fleet's write rate
-//!   over the time the reports lag ([`evictor::Evictor::projected_bytes`]).
+//!   readings of the reports, and its eviction cycles. The reports only
+//!   bring a listing sooner; deletions follow the store's own listings,
+//!   the holder's changes since and the growth the listings showed
+//!   ([`evictor::Evictor::justified_bytes`]).
 //!
 //! A store without conditional writes (OpenStack Swift's `s3api` answers
 //! them `501`) gets [`Mode::EveryNode`]: every gateway its own evictor, as

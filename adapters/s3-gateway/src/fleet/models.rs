@@ -9,64 +9,174 @@
 //! those of its tier's `bucket_bound.models`, those this node stored, those
 //! other nodes report ([`super::report::ReportBody::models`]) and those
 //! the lease's holder publishes ([`super::lease::LeaseBody::models`]).
+//!
+//! Reports and the lease are untrusted input, so a model they name is
+//! only a candidate until a listing shows a key of it: at most
+//! [`MAX_MODELS`] are known, a candidate gives way to a new one when the
+//! set is full, and a listing forgets the candidates it does not confirm
+//! once they are [`CANDIDATE_AGE`] old. A confirmed model (this node
+//! stored it, or a listing showed it) is forgotten once no listing nor
+//! write has shown it for [`MODEL_AGE`]. The configured models stay.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use lmcache_housekeeping::s3_key::parse_s3_key;
 
 use crate::identity::model_of;
 
-/// The most models one bound knows; a report or lease naming more adds
-/// none past it.
+/// The most models one bound knows, the configured ones included.
 pub const MAX_MODELS: usize = 256;
+/// A model a report or the lease named and no listing showed since is
+/// forgotten by the first listing past this age.
+pub const CANDIDATE_AGE: Duration = Duration::from_secs(600);
+/// A model seen in the store that no listing nor write has shown for this
+/// long is forgotten.
+pub const MODEL_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// A learned model: whether the store showed a key of it, and when it was
+/// last shown (or first named, for a candidate), on the node's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Learned {
+    in_store: bool,
+    at: Duration,
+}
 
 /// The models a bound counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Models {
-    known: BTreeSet<String>,
+    configured: BTreeSet<String>,
+    learned: BTreeMap<String, Learned>,
 }
 
 impl Models {
-    /// The models of the tier's `bucket_bound.models`.
+    /// The models of the tier's `bucket_bound.models` (at most
+    /// [`MAX_MODELS`]).
     pub fn new(configured: impl IntoIterator<Item = String>) -> Self {
-        let mut models = Models::default();
-        for model in configured {
-            models.learn(&model);
+        Models {
+            configured: configured.into_iter().take(MAX_MODELS).collect(),
+            learned: BTreeMap::new(),
         }
-        models
     }
 
-    /// Adds `model`; true when it is new.
-    pub fn learn(&mut self, model: &str) -> bool {
-        if self.known.len() >= MAX_MODELS || self.known.contains(model) {
+    fn knows(&self, model: &str) -> bool {
+        self.configured.contains(model) || self.learned.contains_key(model)
+    }
+
+    /// Makes room for one more model: a candidate gives way, the oldest
+    /// named first. False when every model is confirmed.
+    fn room(&mut self) -> bool {
+        if self.configured.len() + self.learned.len() < MAX_MODELS {
+            return true;
+        }
+        let oldest = self
+            .learned
+            .iter()
+            .filter(|(_, l)| !l.in_store)
+            .min_by_key(|(name, l)| (l.at, name.as_str()))
+            .map(|(name, _)| name.clone());
+        oldest.is_some_and(|name| self.learned.remove(&name).is_some())
+    }
+
+    /// `model` was named at `now` by a report or the lease: a candidate
+    /// when new. True when it is new.
+    pub fn named(&mut self, model: &str, now: Duration) -> bool {
+        if self.knows(model) || !self.room() {
             return false;
         }
-        self.known.insert(model.to_string())
+        let learned = Learned {
+            in_store: false,
+            at: now,
+        };
+        self.learned.insert(model.to_string(), learned);
+        true
     }
 
-    /// Adds the model of the LMCache key `key` (inside the prefix, its
-    /// cache identity's segment left out: [`model_of`]); true when it is
-    /// new. A key that does not decode adds nothing.
-    pub fn learn_key(&mut self, key: &str) -> bool {
-        parse_s3_key(key).is_ok_and(|name| self.learn(model_of(&name.model)))
-    }
-
-    /// Adds each of `models`; true when one is new.
-    pub fn learn_all(&mut self, models: &[String]) -> bool {
-        let added = models.iter().filter(|model| self.learn(model)).count();
+    /// Names each of `models` at `now` ([`Models::named`]); true when one
+    /// is new.
+    pub fn named_all(&mut self, models: &[String], now: Duration) -> bool {
+        let added = models.iter().filter(|m| self.named(m, now)).count();
         added > 0
+    }
+
+    /// This node stored the LMCache key `key` (inside the prefix, its
+    /// cache identity's segment left out: [`model_of`]) at `now`: its
+    /// model is confirmed. True when it is new. A key that does not
+    /// decode adds nothing.
+    pub fn stored_key(&mut self, key: &str, now: Duration) -> bool {
+        let Ok(name) = parse_s3_key(key) else {
+            return false;
+        };
+        let model = model_of(&name.model);
+        if self.configured.contains(model) {
+            return false;
+        }
+        let new = !self.learned.contains_key(model);
+        if new && !self.room() {
+            return false;
+        }
+        let learned = Learned {
+            in_store: true,
+            at: now,
+        };
+        self.learned.insert(model.to_string(), learned);
+        new
+    }
+
+    /// A listing of the prefix ended at `now` with `keys`: the learned
+    /// models it shows a key of are confirmed; candidates it does not
+    /// show are forgotten past [`CANDIDATE_AGE`], confirmed models past
+    /// [`MODEL_AGE`]. Returns the models forgotten.
+    pub fn listed<'a>(
+        &mut self,
+        now: Duration,
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<String> {
+        let mut shown = BTreeSet::new();
+        for key in keys {
+            if let Ok(name) = parse_s3_key(key) {
+                let model = model_of(&name.model);
+                if self.learned.contains_key(model) {
+                    shown.insert(model.to_string());
+                }
+            }
+        }
+        for model in &shown {
+            if let Some(l) = self.learned.get_mut(model) {
+                *l = Learned {
+                    in_store: true,
+                    at: now,
+                };
+            }
+        }
+        let old = |l: &Learned| {
+            let age = if l.in_store { MODEL_AGE } else { CANDIDATE_AGE };
+            now.saturating_sub(l.at) >= age
+        };
+        let gone: Vec<String> = self
+            .learned
+            .iter()
+            .filter(|(name, l)| !shown.contains(*name) && old(l))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &gone {
+            self.learned.remove(name);
+        }
+        gone
     }
 
     /// Whether the bound counts the object `key` (inside the prefix): it
     /// decodes as LMCache's and its model, under whichever cache identity
     /// ([`model_of`]), is known.
     pub fn counts(&self, key: &str) -> bool {
-        parse_s3_key(key).is_ok_and(|name| self.known.contains(model_of(&name.model)))
+        parse_s3_key(key).is_ok_and(|name| self.knows(model_of(&name.model)))
     }
 
-    /// The models, in order.
+    /// The models, in order: the configured and the learned, candidates
+    /// included.
     pub fn names(&self) -> Vec<String> {
-        self.known.iter().cloned().collect()
+        let all: BTreeSet<&String> = self.configured.iter().chain(self.learned.keys()).collect();
+        all.into_iter().cloned().collect()
     }
 }
 
@@ -75,6 +185,7 @@ mod tests {
     use super::*;
 
     const HASH: &str = "00ff";
+    const T0: Duration = Duration::ZERO;
 
     fn key(model: &str) -> String {
         format!("{model}@01000100@0@{HASH}")
@@ -95,9 +206,9 @@ mod tests {
         ] {
             assert!(!models.counts(&foreign), "{foreign:?} counted");
         }
-        assert!(models.learn_key(&key("meta-llama/Llama-3.1-8B")));
-        assert!(!models.learn_key(&key("meta-llama/Llama-3.1-8B")));
-        assert!(!models.learn_key("notes.txt"));
+        assert!(models.stored_key(&key("meta-llama/Llama-3.1-8B"), T0));
+        assert!(!models.stored_key(&key("meta-llama/Llama-3.1-8B"), T0));
+        assert!(!models.stored_key("notes.txt", T0));
         assert!(models.counts(&key("meta-llama/Llama-3.1-8B")));
         assert_eq!(models.names(), ["meta-llama/Llama-3.1-8B", "test-model"]);
     }
@@ -114,18 +225,49 @@ mod tests {
         assert!(models.counts(&key(&format!("{new}org/m"))));
         assert!(models.counts(&key("org/m")));
         assert!(!models.counts(&key(&format!("{new}org/other"))));
-        assert!(models.learn_key(&key(&format!("{new}org/other"))));
+        assert!(models.stored_key(&key(&format!("{new}org/other")), T0));
         assert!(models.counts(&key(&format!("{old}org/other"))));
         assert_eq!(models.names(), ["org/m", "org/other"]);
         assert!(!models.counts(&key("cache-identity-0123/org/m")));
     }
 
+    /// 256 made-up models named by a report fill the set only with
+    /// candidates: a model written here still enters, a listing that
+    /// shows none of them forgets them, and a named model the listing
+    /// shows stays.
     #[test]
-    fn a_report_naming_endless_models_adds_no_more_than_the_most() {
-        let mut models = Models::default();
-        let many: Vec<String> = (0..MAX_MODELS + 10).map(|i| format!("m{i}")).collect();
-        assert!(models.learn_all(&many));
+    fn made_up_models_give_way_and_a_listing_forgets_them() {
+        let mut models = Models::new(["mine".to_string()]);
+        let many: Vec<String> = (0..MAX_MODELS + 10)
+            .map(|i| format!("fake{i:03}"))
+            .collect();
+        assert!(models.named_all(&many, T0));
         assert_eq!(models.names().len(), MAX_MODELS);
-        assert!(!models.learn("one-more"));
+        assert!(models.named("real", T0 + Duration::from_secs(1)));
+        assert!(models.stored_key(&key("written"), T0));
+        assert_eq!(models.names().len(), MAX_MODELS);
+        assert!(models.counts(&key("real")) && models.counts(&key("written")));
+        let listing = [key("mine"), key("real"), key("fake100"), key("stranger")];
+        let gone = models.listed(T0 + CANDIDATE_AGE / 2, listing.iter().map(String::as_str));
+        assert!(gone.is_empty(), "young candidates wait a listing");
+        let later = T0 + CANDIDATE_AGE * 2;
+        let gone = models.listed(later, listing.iter().map(String::as_str));
+        assert_eq!(gone.len(), MAX_MODELS - 4, "fakes not shown; two gave way");
+        assert_eq!(models.names(), ["fake100", "mine", "real", "written"]);
+        assert!(!models.counts(&key("stranger")), "a listing never adds");
+        let gone = models.listed(later + MODEL_AGE, std::iter::empty());
+        assert_eq!(gone, ["fake100", "real", "written"]);
+        assert_eq!(models.names(), ["mine"], "the configured model stays");
+    }
+
+    #[test]
+    fn a_set_of_confirmed_models_takes_no_candidate() {
+        let mut models = Models::default();
+        for i in 0..MAX_MODELS {
+            assert!(models.stored_key(&key(&format!("m{i}")), T0));
+        }
+        assert!(!models.named("one-more", T0));
+        assert!(!models.stored_key(&key("one-more"), T0));
+        assert_eq!(models.names().len(), MAX_MODELS);
     }
 }

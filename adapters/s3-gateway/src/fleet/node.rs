@@ -69,18 +69,22 @@ impl Node {
         }
     }
 
-    /// Adds `models` (a report's or the lease's) to those counted; the
-    /// evictor lists again when one is new, to count its objects.
-    fn learn(&mut self, models: &[String]) {
-        if self.models.learn_all(models) {
+    /// Names `models` (a report's or the lease's) at `now` as candidates
+    /// to count ([`Models::named`]); the evictor lists again when one is
+    /// new, to count its objects.
+    fn learn(&mut self, models: &[String], now: Duration) {
+        if self.models.named_all(models, now) {
             self.evictor.relist();
         }
     }
 
-    /// A listing ended at `now` ([`Evictor::listed_at`]), the objects of
-    /// models this node does not count left out.
+    /// A listing ended at `now` ([`Evictor::listed_at`]): it confirms or
+    /// ages the models ([`Models::listed`]), and the objects of models
+    /// this node does not count are left out.
     pub fn listed_at(&mut self, now: Duration, listing: Option<Vec<StoredObject>>) -> (u64, u64) {
         let counted = listing.map(|mut objects| {
+            self.models
+                .listed(now, objects.iter().map(|o| o.key.as_str()));
             objects.retain(|o| self.models.counts(&o.key));
             objects
         });
@@ -88,10 +92,10 @@ impl Node {
     }
 
     /// The reports read at `now` ([`Evictor::reports_read`]); the models
-    /// they name are counted from now on.
+    /// they name are candidates from now on.
     pub fn reports_read(&mut self, now: Duration, reports: &[(Option<String>, ReportBody)]) {
         for (_, body) in reports {
-            self.learn(&body.models);
+            self.learn(&body.models, now);
         }
         self.evictor.reports_read(now, reports);
     }
@@ -106,7 +110,7 @@ impl Node {
     /// `now`: counted for its reports and in its evictor's view. Returns
     /// whether a report is due, to wake the task that sends them.
     pub fn stored(&mut self, now: Duration, key: String, entry: Entry) -> bool {
-        if self.models.learn_key(&key) {
+        if self.models.stored_key(&key, now) {
             self.evictor.relist();
         }
         self.reporter.written(entry.bytes);
@@ -161,7 +165,7 @@ impl Node {
         election.answered(now, answer, written);
         let is = election.is_holder();
         let published = election.holder().map(|b| b.models.clone());
-        self.learn(&published.unwrap_or_default());
+        self.learn(&published.unwrap_or_default(), now);
         match (was, is) {
             (false, true) => LeaseChange::Took,
             (true, false) => LeaseChange::Lost,

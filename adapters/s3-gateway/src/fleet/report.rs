@@ -25,6 +25,9 @@ pub const MIN_REPORT_GAP: Duration = Duration::from_secs(1);
 /// A report unchanged this long is a node that left: the evictor deletes
 /// it and forgets the node.
 pub const STALE_REPORT: Duration = Duration::from_secs(3600);
+/// The most reports one reading GETs; the others wait for the next
+/// reading (a fleet of 1,000 nodes changes about 170 a reading).
+pub const MAX_REPORTS_READ: usize = 1000;
 
 /// One node's report (JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,8 +139,19 @@ struct Seen {
 }
 
 /// The evictor's reading of the reports.
+///
+/// A report is untrusted input: any process that can write the prefix can
+/// write one. What the reports add only brings a listing sooner
+/// ([`super::evictor::Evictor`]); no deletion follows from them alone.
+/// One that adds more than the capacity in one reading is absurd (no node
+/// writes a whole bound between two readings without the listing showing
+/// it): it adds the capacity and its node is named once
+/// ([`Tally::absurd`]).
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
+    capacity_bytes: u64,
+    absurd: Vec<(String, u64)>,
+    named: std::collections::HashSet<String>,
     seen: HashMap<String, Seen>,
     unlisted_bytes: u64,
     window: VecDeque<(Duration, u64)>,
@@ -147,6 +161,21 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// The tally of a bound of `capacity_bytes`.
+    pub fn new(capacity_bytes: u64) -> Self {
+        Tally {
+            capacity_bytes,
+            ..Tally::default()
+        }
+    }
+
+    /// The nodes whose reports were absurd since the last call, each with
+    /// the bytes its report claimed in one reading; each node once per
+    /// tally.
+    pub fn absurd(&mut self) -> Vec<(String, u64)> {
+        std::mem::take(&mut self.absurd)
+    }
+
     /// A whole reading of the reports ended. The first one after this
     /// evictor started is its baseline: it adds nothing and no rate (what
     /// the reports say was written before then is in the listing that
@@ -176,7 +205,7 @@ impl Tally {
 
     /// Of the reports listed as (node, ETag), those to read: new ones and
     /// those whose ETag changed (all of them when the store lists no
-    /// ETag, as s3s-fs).
+    /// ETag, as s3s-fs), at most [`MAX_REPORTS_READ`].
     pub fn to_read<'a>(&self, listed: &'a [(String, Option<String>)]) -> Vec<&'a str> {
         listed
             .iter()
@@ -184,20 +213,26 @@ impl Tally {
                 etag.is_none() || self.seen.get(node).is_none_or(|s| s.etag != *etag)
             })
             .map(|(node, _)| node.as_str())
+            .take(MAX_REPORTS_READ)
             .collect()
     }
 
-    /// The report of `node` (ETag `etag`) read at `now`: the bytes it adds
-    /// since the last reading. A node seen for the first time (or
-    /// restarted, with a count below the last) adds its `recent_bytes`.
+    /// The report of `body.node` (the node its key names; ETag `etag`)
+    /// read at `now`: the bytes it adds since the last reading, at most
+    /// the capacity. A node seen for the first time (or restarted, with a
+    /// count below the last) adds its `recent_bytes`.
     pub fn read(&mut self, now: Duration, etag: Option<String>, body: &ReportBody) {
-        let added = match self.seen.get(&body.node) {
+        let claimed = match self.seen.get(&body.node) {
             Some(s) if s.written_bytes <= body.written_bytes => {
                 body.written_bytes - s.written_bytes
             }
             _ if !self.primed => 0,
             _ => body.recent_bytes,
         };
+        let added = claimed.min(self.capacity_bytes.max(1));
+        if added < claimed && self.named.insert(body.node.clone()) {
+            self.absurd.push((body.node.clone(), claimed));
+        }
         let changed_at = match self.seen.get(&body.node) {
             Some(s) if added == 0 && s.etag == etag => s.changed_at,
             _ => now,
@@ -279,7 +314,7 @@ mod tests {
 
     #[test]
     fn the_tally_adds_what_each_report_adds_and_a_restart_its_recent_bytes() {
-        let mut t = Tally::default();
+        let mut t = Tally::new(5000);
         let body = |node: &str, written, recent| ReportBody {
             node: node.into(),
             written_bytes: written,
@@ -311,5 +346,35 @@ mod tests {
         stale.sort();
         assert_eq!(stale, ["b", "z"]);
         assert_eq!(t.reporters(), 1);
+        assert!(t.absurd().is_empty());
+    }
+
+    #[test]
+    fn an_absurd_report_adds_the_capacity_and_its_node_is_named_once() {
+        let mut t = Tally::new(1000);
+        let body = |node: &str, written: u64| ReportBody {
+            node: node.into(),
+            written_bytes: written,
+            recent_bytes: written,
+            reports: 0,
+            models: Vec::new(),
+        };
+        t.reading_done();
+        for (i, claimed) in [u64::MAX, 10u64.pow(15), 1001].into_iter().enumerate() {
+            let before = t.unlisted_bytes();
+            let node = format!("liar{i}");
+            t.read(S, Some("1".into()), &body(&node, claimed));
+            assert_eq!(t.unlisted_bytes() - before, 1000, "{claimed}");
+            assert_eq!(t.absurd(), [(node.clone(), claimed)]);
+            t.read(2 * S, Some("2".into()), &body(&node, 0));
+            t.read(3 * S, Some("3".into()), &body(&node, claimed));
+            assert!(t.absurd().is_empty(), "{node} named once");
+        }
+        t.read(S, Some("1".into()), &body("honest", 1000));
+        assert!(t.absurd().is_empty());
+        let many: Vec<(String, Option<String>)> = (0..MAX_REPORTS_READ + 5)
+            .map(|i| (format!("n{i}"), None))
+            .collect();
+        assert_eq!(t.to_read(&many).len(), MAX_REPORTS_READ);
     }
 }
