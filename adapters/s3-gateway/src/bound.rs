@@ -718,22 +718,41 @@ impl Bound {
         }
     }
 
-    /// One eviction cycle: deletes `chosen`, [`DELETES_IN_FLIGHT`] at a
-    /// time while this node may delete; the cycle ends at the first batch
-    /// the store refused a deletion of (the next one backs off).
+    /// One eviction cycle: deletes `chosen` in order, keeping
+    /// [`DELETES_IN_FLIGHT`] in flight (a new one as each answer comes, so
+    /// one slow answer holds up one slot, not a batch), each while this
+    /// node may delete; once the store has failed more of them than it
+    /// took, no new deletion is sent (a store that refuses them all stops
+    /// the cycle at its first answer; the next cycle backs off when this
+    /// one deleted none, [`crate::fleet::evictor::Evictor::evicted`]).
     async fn evict(&self, chosen: Vec<(String, u64)>) {
+        use futures_util::StreamExt;
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
         let before = self.core().evictor.known_bytes();
-        let mut results = Vec::with_capacity(chosen.len());
-        let mut refusal = None;
-        for batch in chosen.chunks(DELETES_IN_FLIGHT) {
-            for (key, bytes, done) in self.delete_batch(batch).await {
-                results.push((key, bytes, done.is_ok()));
-                if let Err(e) = done {
-                    refusal.get_or_insert(e);
+        let (deleted, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+        let (deleted, failed) = (&deleted, &failed);
+        let outcomes: Vec<_> = futures_util::stream::iter(chosen)
+            .map(|(key, bytes)| async move {
+                if failed.load(Relaxed) > deleted.load(Relaxed) {
+                    return None;
                 }
-            }
-            if refusal.is_some() {
-                break;
+                let done = self.delete_one(&key).await;
+                match done {
+                    Ok(()) => deleted.fetch_add(1, Relaxed),
+                    Err(_) => failed.fetch_add(1, Relaxed),
+                };
+                Some((key, bytes, done))
+            })
+            .buffer_unordered(DELETES_IN_FLIGHT)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        let mut refusal = None;
+        let mut results = Vec::with_capacity(outcomes.len());
+        for (key, bytes, done) in outcomes {
+            results.push((key, bytes, done.is_ok()));
+            if let Err(e) = done {
+                refusal.get_or_insert(e);
             }
         }
         let deleted = results.iter().filter(|r| r.2).count() as u64;
@@ -749,28 +768,17 @@ impl Bound {
         }
     }
 
-    /// Deletes one batch of victims at once, each while this node may.
-    async fn delete_batch(
-        &self,
-        batch: &[(String, u64)],
-    ) -> Vec<(String, u64, Result<(), StoreError>)> {
-        use futures_util::StreamExt;
-        futures_util::stream::iter(batch.iter().cloned())
-            .map(|(key, bytes)| async move {
-                let done = if self.core().holds(self.now()) {
-                    self.store.delete(&key).await
-                } else {
-                    Err(StoreError {
-                        operation: "DeleteObject",
-                        status: None,
-                        detail: "not sent: this node no longer holds the lease".into(),
-                    })
-                };
-                (key, bytes, done)
+    /// Deletes one victim, if this node may delete now.
+    async fn delete_one(&self, key: &str) -> Result<(), StoreError> {
+        if self.core().holds(self.now()) {
+            self.store.delete(key).await
+        } else {
+            Err(StoreError {
+                operation: "DeleteObject",
+                status: None,
+                detail: "not sent: this node no longer holds the lease".into(),
             })
-            .buffer_unordered(DELETES_IN_FLIGHT)
-            .collect()
-            .await
+        }
     }
 
     fn say_evicted(&self, deleted: u64, freed: u64, before: u64) {
@@ -829,11 +837,11 @@ impl Bound {
             };
             match step {
                 LeaseStep::Read => {
-                    let answer = self.read_lease().await;
+                    let answer = self.in_time(self.read_lease()).await;
                     self.answered(answer, None);
                 }
                 LeaseStep::Write { condition, body } => {
-                    let answer = self.write_lease(&condition, &body).await;
+                    let answer = self.in_time(self.write_lease(&condition, &body)).await;
                     self.answered(answer, Some(&body));
                 }
                 LeaseStep::Wait(until) => {
@@ -843,6 +851,20 @@ impl Bound {
                 }
             }
         }
+    }
+
+    /// A lease request's answer, or [`LeaseAnswer::Failed`] once it has
+    /// taken a renewal period ([`Timing::renew`](crate::fleet::Timing::renew),
+    /// 5 s by default): the holder then reads the lease before its next
+    /// write, well within its hold, whether or not the store applied it.
+    async fn in_time(
+        &self,
+        request: impl std::future::Future<Output = LeaseAnswer>,
+    ) -> LeaseAnswer {
+        let within = self.spec.timing.renew();
+        tokio::time::timeout(within, request)
+            .await
+            .unwrap_or(LeaseAnswer::Failed)
     }
 
     /// Gives the prefix's lease up as the gateway stops, if this node

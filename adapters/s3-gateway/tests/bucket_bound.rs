@@ -375,9 +375,13 @@ async fn a_stopping_gateway_hands_the_lease_to_the_next_start_at_once() {
     for run in 0..3 {
         let gateways = gateway(&spec).await;
         let started = Instant::now();
-        let bound = until(&gateways, Duration::from_secs(20), holds).await;
+        let bound = until(&gateways, Duration::from_secs(40), holds).await;
         let took = started.elapsed();
-        assert!(took < Duration::from_secs(10), "run {run}: took {took:?}");
+        // The first start creates the lease and deletes from half a lease
+        // (15 s) after; the next ones take the released lease over.
+        let within = Duration::from_secs(if run == 0 { 25 } else { 10 });
+        assert!(took < within, "run {run}: took {took:?}");
+        assert!(run > 0 || took >= Duration::from_secs(15), "{took:?}");
         assert_eq!(put_through(&gateways, &key(run), vec![1; MIB]).await, 200);
         drop(gateways);
         let body: serde_json::Value = serde_json::from_slice(&std::fs::read(&lease).unwrap())

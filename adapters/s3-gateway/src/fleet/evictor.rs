@@ -15,10 +15,12 @@
 //! writing a fiftieth of the capacity (at most once a
 //! [`MIN_LISTING_GAP`]) or once a [`Timing::listing`].
 //!
-//! Deletions that fail are not sent again at once: the next cycle waits
-//! [`EVICT_BACKOFF`], doubled at each failing cycle up to
-//! [`MAX_EVICT_BACKOFF`], each pause drawn between half of that and all of
-//! it, so that nodes refused together do not come back together.
+//! Deletions that fail are not sent again at once: after a cycle that
+//! deleted nothing, the next waits [`EVICT_BACKOFF`], doubled at each such
+//! cycle up to [`MAX_EVICT_BACKOFF`], each pause drawn between half of
+//! that and all of it, so that nodes refused together do not come back
+//! together. A cycle that deleted some (a store that fails a share of its
+//! requests) is followed by the next at once.
 
 use std::time::Duration;
 
@@ -322,13 +324,14 @@ impl Evictor {
     }
 
     /// The deletions of [`EvictStep::Evict`] ended at `now`: each key, its
-    /// bytes and whether the store deleted it.
+    /// bytes and whether the store deleted it. A cycle that deleted none
+    /// backs off; one that deleted some is followed by the next at once.
     pub fn evicted(&mut self, now: Duration, results: &[(String, u64, bool)]) {
-        let failed = results.iter().any(|(_, _, ok)| !ok);
+        let refused = !results.is_empty() && results.iter().all(|(_, _, ok)| !ok);
         for (key, _, _) in results.iter().filter(|(_, _, ok)| *ok) {
             self.view.removed(key);
         }
-        if failed {
+        if refused {
             self.evict_after = now + self.jittered(self.evict_backoff);
             self.evict_backoff = (self.evict_backoff * 2).min(MAX_EVICT_BACKOFF);
         } else {

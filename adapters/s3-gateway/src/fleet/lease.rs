@@ -127,6 +127,10 @@ enum Role {
         /// A write's answer was unknown: read the lease before the next
         /// write.
         verify: bool,
+        /// It deletes from this time on: half a lease after it created the
+        /// lease (or took back one of its own, which may have been its
+        /// creation), at once after it took another's over.
+        deletes_from: Duration,
     },
     /// This node released the lease as it stops ([`Election::release`]):
     /// it asks nothing more, and an answer to a request sent before (a
@@ -165,6 +169,9 @@ pub struct Election {
     progress_at: Option<Duration>,
     /// The holder and renewal count of the last body read.
     seen_renewals: Option<(String, u64)>,
+    /// The write it wants takes back a lease of its own (one whose answer
+    /// was lost): it may have been its creation, so it waits as a creator.
+    own: bool,
 }
 
 impl Election {
@@ -184,6 +191,7 @@ impl Election {
             created: now,
             progress_at: None,
             seen_renewals: None,
+            own: false,
         }
     }
 
@@ -222,9 +230,15 @@ impl Election {
     }
 
     /// Whether this node may delete at `now`: it holds the lease and sent
-    /// its last renewal that the store took less than [`Timing::hold`] ago.
+    /// its last renewal that the store took less than [`Timing::hold`] ago;
+    /// and, when it created the lease (none was there), it sent that
+    /// creation [`Timing::hold`] ago or more. A lease is absent at start,
+    /// or because something deleted it under its holder, which may go on
+    /// deleting for up to [`Timing::hold`] from its last renewal: the
+    /// creator waits that out.
     pub fn holds(&self, now: Duration) -> bool {
-        matches!(self.role, Role::Holder { renewed_at, .. } if now < renewed_at + self.timing.hold())
+        matches!(self.role, Role::Holder { renewed_at, deletes_from, .. }
+            if now >= deletes_from && now < renewed_at + self.timing.hold())
     }
 
     /// Until when (on the same clock as `now`) this node may delete if
@@ -342,9 +356,10 @@ impl Election {
                 let seen = seen.take();
                 self.saw(now, seen, etag, body);
             }
-            (Role::Follower { .. }, LeaseAnswer::Written(etag)) => {
+            (Role::Follower { want, .. }, LeaseAnswer::Written(etag)) => {
                 self.figures.taken += 1;
                 self.progress_at = Some(self.sent_at);
+                let created = matches!(want, Some(Condition::Absent)) || self.own;
                 let body = written.cloned().unwrap_or_default();
                 self.role = Role::Holder {
                     etag,
@@ -352,6 +367,7 @@ impl Election {
                     since_unix: body.since_unix,
                     renewals: body.renewals,
                     verify: false,
+                    deletes_from: self.sent_at + timing.hold() * u32::from(created),
                 };
                 self.holder = Some(body);
                 self.next_at = self.sent_at + timing.renew();
@@ -470,7 +486,8 @@ impl Election {
             Some((known, since)) if known == etag => since,
             _ => now,
         };
-        let free = body.as_ref().is_some_and(|b| b.released || self.mine(b));
+        self.own = body.as_ref().is_some_and(|b| self.mine(b));
+        let free = self.own || body.as_ref().is_some_and(|b| b.released);
         self.progress_of(now, body.as_ref());
         self.holder = body;
         let due = free || now >= first_seen + self.timing.lease;
@@ -507,6 +524,22 @@ mod tests {
 
     fn take(e: &mut Election, now: Duration, etag: &str) {
         assert_eq!(step(e, now), LeaseStep::Read);
+        let released = LeaseBody {
+            holder: "z".into(),
+            released: true,
+            ..LeaseBody::default()
+        };
+        e.answered(now, LeaseAnswer::Found("e0".into(), Some(released)), None);
+        let LeaseStep::Write { condition, body } = step(e, now) else {
+            panic!("no write")
+        };
+        assert_eq!(condition, Condition::Matches("e0".into()));
+        e.answered(now, LeaseAnswer::Written(etag.into()), Some(&body));
+    }
+
+    /// Creates the lease for `e` at `now` (none was there).
+    fn create(e: &mut Election, now: Duration, etag: &str) {
+        assert_eq!(step(e, now), LeaseStep::Read);
         e.answered(now, LeaseAnswer::Absent, None);
         let LeaseStep::Write { condition, body } = step(e, now) else {
             panic!("no write")
@@ -518,8 +551,8 @@ mod tests {
     #[test]
     fn a_node_alone_creates_the_lease_renews_it_and_holds_while_it_renews() {
         let mut e = Election::new("a".into(), timing(), Duration::ZERO);
-        take(&mut e, Duration::ZERO, "e1");
-        assert!(e.holds(Duration::ZERO) && e.holds(14 * S) && !e.holds(15 * S));
+        create(&mut e, Duration::ZERO, "e1");
+        assert!(e.is_holder() && !e.holds(Duration::ZERO) && !e.holds(14 * S));
         assert_eq!(step(&mut e, 2 * S), LeaseStep::Wait(5 * S));
         let LeaseStep::Write { condition, body } = step(&mut e, 5 * S) else {
             panic!()
@@ -693,7 +726,15 @@ mod tests {
         };
         assert_eq!(condition, Condition::Absent);
         h.answered(5 * S, LeaseAnswer::Written("e3".into()), Some(&body));
-        assert!(h.holds(5 * S));
+        assert!(
+            h.is_holder() && !h.holds(5 * S),
+            "a creator waits half a lease"
+        );
+        let LeaseStep::Write { body, .. } = step(&mut h, 10 * S) else {
+            panic!("no renewal")
+        };
+        h.answered(10 * S, LeaseAnswer::Written("e4".into()), Some(&body));
+        assert!(!h.holds(19 * S) && h.holds(20 * S) && !h.holds(25 * S));
     }
 
     #[test]

@@ -213,10 +213,15 @@ mod tests {
     }
 
     /// Takes the lease for `n` at `now` as the store would answer a node
-    /// alone: no lease, then its creation.
+    /// after another released it: the released lease, then its takeover.
     fn take(n: &mut Node, now: Duration) -> LeaseChange {
         assert_eq!(n.lease_step(now, 0), Some(LeaseStep::Read));
-        n.lease_answered(now, LeaseAnswer::Absent, None);
+        let released = LeaseBody {
+            holder: "z".into(),
+            released: true,
+            ..LeaseBody::default()
+        };
+        n.lease_answered(now, LeaseAnswer::Found("e0".into(), Some(released)), None);
         let Some(LeaseStep::Write { body, .. }) = n.lease_step(now, 0) else {
             panic!("no write")
         };

@@ -26,17 +26,25 @@
 //! Each node's monotonic clock has its own origin, and its wall clock its
 //! own offset from the store's: neither changes a decision.
 //!
+//! [`Config::faults`] gives each request a fate drawn from the seed
+//! ([`Faults`]: slow, lost, late, refused), and the scenario can delete
+//! the lease, make it unreadable or forge reports; [`chaos`] draws both
+//! from one seed. The store checks every deletion of an evictor against
+//! the rules ([`Checks`]).
+//!
 //! [`run`] gives an [`Outcome`]: the peak of the prefix's LMCache bytes
 //! (sampled after every change of the store), the requests by class, and
 //! with a lease its takeovers, the time without a node that
 //! [`Node::holds`] and the moments with two.
 
+mod faults;
 mod outcome;
 mod store;
 mod tasks;
 
+pub use faults::{chaos, Fate, Faults};
 pub use outcome::{LeaseFigures, Outcome};
-pub use store::{MemStore, PutAnswer, Requests, PAGE};
+pub use store::{Checks, MemStore, PutAnswer, Requests, PAGE};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -45,13 +53,23 @@ use std::time::{Duration, SystemTime};
 use super::lease::{Condition, LeaseStep};
 use super::models::Models;
 use super::node::{Node, DELETES_IN_FLIGHT};
+use super::report::ReportBody;
 use super::rule::{BoundRole, BoundSpec};
-use super::{lease_key, probe_key, Mode};
+use super::{lease_key, probe_key, report_key, Mode};
 use outcome::Watch;
 
 /// The model of every object the simulated fleet writes, which every node
 /// counts from its start (as a launch names its own model).
 const SIM_MODEL: &str = "sim-model";
+/// Objects under the prefix older than every LMCache object of the fleet
+/// that no node may delete: another tier's file, an LMCache object of a
+/// model no node writes, and keys that look like the bound's own.
+const FOREIGN: [&str; 4] = [
+    "other-tier/notes.txt",
+    "other-model@00000000@0@00ff",
+    ".lmcache-tier/reports-old",
+    "sim-model",
+];
 use tasks::{EvictWork, LeaseWork};
 
 /// LMCache's object size by default: 4 MiB, bytes.
@@ -89,7 +107,10 @@ pub struct Config {
     pub uptime_spread: Duration,
     /// What happens, and when.
     pub scenario: Vec<Happening>,
-    /// The seed of the keys and of the nodes' ids and write phases.
+    /// The store's faults ([`Faults::NONE`] by default).
+    pub faults: Faults,
+    /// The seed of the keys, of the nodes' ids and write phases, and of
+    /// the requests' fates.
     pub seed: u64,
 }
 
@@ -118,6 +139,7 @@ impl Config {
             wall_clock_spread: Duration::ZERO,
             uptime_spread: Duration::ZERO,
             scenario: Vec::new(),
+            faults: Faults::NONE,
             seed: 1,
         }
     }
@@ -168,6 +190,17 @@ pub enum What {
     Leave {
         /// The node.
         node: Target,
+    },
+    /// Someone deletes the lease object by hand.
+    DeleteLease,
+    /// Someone rewrites the lease with a body no node can read (over the
+    /// read's cap, or without a length).
+    UnreadableLease,
+    /// Another writer forges a report that claims 10^15 bytes more at each
+    /// of ten writes, 10 s apart, naming `models` made-up models.
+    ForgedReport {
+        /// Made-up model names in it.
+        models: usize,
     },
 }
 
@@ -264,6 +297,10 @@ enum Due {
     Start,
     /// The scenario's event of this index.
     Happening(usize),
+    /// The late write of this index reaches the store.
+    Late(usize),
+    /// The `n`th write of the forged report of this index.
+    Forge(usize, u32),
     /// A task of the node of this slot goes on, if its generation is
     /// still this one.
     Task(usize, Kind, u64),
@@ -293,6 +330,10 @@ struct Member {
     tasks: [Task; 3],
     lease_work: LeaseWork,
     evict_work: EvictWork,
+    /// When its listing in flight began and its last listing began, by the
+    /// store's clock.
+    listing_from: SystemTime,
+    listed_from: SystemTime,
 }
 
 impl Member {
@@ -320,6 +361,8 @@ struct Sim<'a> {
     holders: Vec<usize>,
     watch: Watch,
     lease_key: String,
+    /// Writes the store applies late ([`Fate::Late`]), by index.
+    late: Vec<Option<tasks::LateWrite>>,
 }
 
 impl<'a> Sim<'a> {
@@ -338,7 +381,12 @@ impl<'a> Sim<'a> {
             holders: Vec::new(),
             watch: Watch::default(),
             lease_key: lease_key(),
+            late: Vec::new(),
         };
+        if config.faults.whole_seconds {
+            sim.store.whole_seconds();
+        }
+        sim.store.count_model(SIM_MODEL);
         sim.prefill();
         for _ in 0..config.nodes {
             sim.push(Duration::ZERO, Due::Start);
@@ -357,6 +405,10 @@ impl<'a> Sim<'a> {
             let key = self.rng.lmcache_key();
             self.store.prefill(key, self.config.object_bytes, at);
         }
+        let oldest = self.store_time(Duration::ZERO) - Duration::from_secs(objects + 60);
+        for foreign in FOREIGN {
+            self.store.prefill(foreign.to_string(), 1 << 20, oldest);
+        }
     }
 
     fn run(mut self) -> Outcome {
@@ -367,12 +419,17 @@ impl<'a> Sim<'a> {
             match due {
                 Due::Start => self.start(at),
                 Due::Happening(i) => self.happen(i, at),
+                Due::Late(i) => self.land(i, at),
+                Due::Forge(i, n) => self.forge(i, n, at),
                 Due::Task(slot, kind, generation) => self.wake(slot, kind, generation, at),
             }
             self.sample(at);
         }
         self.sample(self.config.duration);
-        Outcome::new(self.config, &self.store, &self.members_modes(), self.watch)
+        let foreign_left = FOREIGN.iter().filter(|k| self.store.holds(k)).count();
+        let mut outcome = Outcome::new(self.config, &self.store, &self.members_modes(), self.watch);
+        outcome.checks.foreign_deleted += (FOREIGN.len() - foreign_left) as u64;
+        outcome
     }
 
     fn members_modes(&self) -> Vec<Mode> {
@@ -430,6 +487,8 @@ impl<'a> Sim<'a> {
             tasks: [Task::default(); 3],
             lease_work: LeaseWork::Idle,
             evict_work: EvictWork::Idle,
+            listing_from: SystemTime::UNIX_EPOCH,
+            listed_from: SystemTime::UNIX_EPOCH,
         });
         self.resume(slot, Kind::Evict, ready);
         if mode == Mode::Lease {
@@ -500,6 +559,35 @@ impl<'a> Sim<'a> {
                     self.stop(slot);
                 }
             }
+            What::DeleteLease => self.store.drop_lease(&self.lease_key),
+            What::UnreadableLease => {
+                let stamp = self.store_time(at);
+                self.store.spoil_lease(&self.lease_key, stamp);
+            }
+            What::ForgedReport { .. } => self.forge(i, 0, at),
+        }
+    }
+
+    /// The `n`th write of the forged report of the scenario's event `i`.
+    fn forge(&mut self, i: usize, n: u32, at: Duration) {
+        let What::ForgedReport { models } = self.config.scenario[i].what else {
+            return;
+        };
+        let claimed = 10u64.pow(15) * u64::from(n + 1);
+        let body = ReportBody {
+            node: format!("forged-{i}"),
+            written_bytes: claimed,
+            recent_bytes: claimed,
+            reports: u64::from(n),
+            models: (0..models)
+                .map(|m| format!("made-up-{i}-{n}-{m}"))
+                .collect(),
+        };
+        let stamp = self.store_time(at);
+        self.store
+            .forge_report(&report_key(&format!("forged-{i}")), stamp, &body);
+        if n < 9 {
+            self.push(at + Duration::from_secs(10), Due::Forge(i, n + 1));
         }
     }
 
@@ -583,7 +671,9 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Counts the running nodes that hold the lease at `at`.
+    /// Counts the running nodes that hold the lease at `at`. While no
+    /// node runs, none writes, and none need evict: that is not counted
+    /// as a time without an evictor.
     fn sample(&mut self, at: Duration) {
         if !self.config.conditional_writes {
             return;
@@ -593,6 +683,10 @@ impl<'a> Sim<'a> {
             .iter()
             .filter(|&&s| self.members[s].node.holds(self.members[s].local(at)))
             .count();
+        let holding = match self.members.iter().any(|m| m.running) {
+            true => holding,
+            false => 1,
+        };
         self.watch.sample(at, holding);
     }
 }
@@ -647,8 +741,11 @@ mod tests {
 
     #[test]
     fn a_node_alone_takes_the_lease_and_keeps_the_prefix_under_its_trigger() {
+        // Filled to half: the creator of the lease waits half a lease (15
+        // s, 150 objects) before it lists and deletes.
         let config = Config {
             duration: Duration::from_secs(600),
+            prefill: 0.5,
             ..Config::new(1, 1000)
         };
         let out = run(&config);

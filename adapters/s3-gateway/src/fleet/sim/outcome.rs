@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Config, MemStore, Requests};
+use super::{Checks, Config, MemStore, Requests};
 use crate::fleet::Mode;
 
 /// The lease's figures of a run on a store with conditional writes.
@@ -92,6 +92,8 @@ pub struct Outcome {
     pub duration: Duration,
     /// The lease's figures; `None` on a store without conditional writes.
     pub lease: Option<LeaseFigures>,
+    /// The evictors' deletions against the rules.
+    pub checks: Checks,
 }
 
 impl Outcome {
@@ -107,6 +109,7 @@ impl Outcome {
             requests: store.requests(),
             duration: config.duration,
             lease: config.conditional_writes.then_some(watch.figures),
+            checks: store.checks(),
         }
     }
 

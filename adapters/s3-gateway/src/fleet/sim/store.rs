@@ -3,9 +3,9 @@
 //! counted by class (`docs/s3-gateway.md`, "A fleet on one bucket", "What
 //! it costs").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Bound::{Excluded, Included, Unbounded};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use lmcache_housekeeping::s3_key::parse_s3_key;
 
@@ -66,6 +66,19 @@ pub enum PutAnswer {
     Unsupported,
 }
 
+/// What the store saw of the evictors' deletions, against the rules
+/// (`docs/s3-gateway.md`, "The simulation's faults").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checks {
+    /// Deletions of keys that are not LMCache objects of the counted
+    /// model: the bound's own keys, other tiers' objects, other models'.
+    pub foreign_deleted: u64,
+    /// Deletions of an object while an older one of the counted model,
+    /// written before the deleting evictor's last listing began and never
+    /// chosen by it, stayed: victims out of the stated order.
+    pub out_of_order: u64,
+}
+
 /// One prefix in memory; keys are inside the tier's prefix.
 #[derive(Debug)]
 pub struct MemStore {
@@ -76,6 +89,13 @@ pub struct MemStore {
     lmcache_bytes: u64,
     peak_bytes: u64,
     evicted: u64,
+    whole_seconds: bool,
+    /// The counted model's key prefix (`<model>@`), its objects by date,
+    /// and those an evictor chose whose deletion failed.
+    counted: String,
+    by_date: BTreeSet<(SystemTime, String)>,
+    spared: HashSet<String>,
+    checks: Checks,
 }
 
 impl MemStore {
@@ -90,7 +110,91 @@ impl MemStore {
             lmcache_bytes: 0,
             peak_bytes: 0,
             evicted: 0,
+            whole_seconds: false,
+            counted: String::new(),
+            by_date: BTreeSet::new(),
+            spared: HashSet::new(),
+            checks: Checks::default(),
         }
+    }
+
+    /// Dates objects in whole seconds from now on, as SeaweedFS lists them.
+    pub fn whole_seconds(&mut self) {
+        self.whole_seconds = true;
+    }
+
+    /// Checks the evictors' deletions against the objects of `model`
+    /// ([`MemStore::evict`]).
+    pub fn count_model(&mut self, model: &str) {
+        self.counted = format!("{model}@");
+    }
+
+    /// Whether the store holds `key`.
+    pub fn holds(&self, key: &str) -> bool {
+        self.objects.contains_key(key)
+    }
+
+    /// The checks so far.
+    pub fn checks(&self) -> Checks {
+        self.checks
+    }
+
+    /// `at` as the store dates it.
+    pub fn date(&self, at: SystemTime) -> SystemTime {
+        if !self.whole_seconds {
+            return at;
+        }
+        let since = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs())
+    }
+
+    /// An evictor's DELETE of `key`, whose last listing began at `listed`
+    /// (store time); `applied` false for one the store refused (`500`):
+    /// its object is then spared by the order check until deleted.
+    /// Checked: the key is an LMCache object of the counted model, and no
+    /// older one written before `listed` stays unchosen.
+    pub fn evict(&mut self, key: &str, listed: SystemTime, applied: bool) {
+        let object = self.objects.get(key);
+        let ours = object.is_some_and(|o| o.lmcache) && key.starts_with(&self.counted);
+        if object.is_some() && !ours {
+            self.checks.foreign_deleted += 1;
+        }
+        if let Some(modified) = object.filter(|_| ours).map(|o| o.modified) {
+            let before = modified.min(self.date(listed));
+            let older = self
+                .by_date
+                .iter()
+                .take_while(|(at, _)| *at < before)
+                .any(|(_, k)| k != key && !self.spared.contains(k));
+            self.checks.out_of_order += u64::from(older);
+        }
+        if applied {
+            self.delete(key);
+        } else {
+            self.requests.delete += 1;
+            self.spared.insert(key.to_string());
+        }
+    }
+
+    /// Someone deletes the lease by hand: no request of the bound's.
+    pub fn drop_lease(&mut self, key: &str) {
+        self.objects.remove(key);
+    }
+
+    /// Someone rewrites the lease with a body no node can read (over the
+    /// read's cap, or sent without a length): a new ETag.
+    pub fn spoil_lease(&mut self, key: &str, at: SystemTime) {
+        if self.objects.contains_key(key) {
+            self.store(key.to_string(), 300 << 20, at, Payload::Opaque);
+        }
+    }
+
+    /// Another writer's report at `key`: no request of the bound's.
+    pub fn forge_report(&mut self, key: &str, at: SystemTime, body: &ReportBody) {
+        let payload = Payload::Report(body.clone());
+        self.store(key.to_string(), json_bytes(body), at, payload);
     }
 
     /// The requests so far.
@@ -135,7 +239,7 @@ impl MemStore {
     /// A PUT of the bound's: `condition` as `If-None-Match: *` or
     /// `If-Match`, answered `501` by a store without conditional writes.
     /// An `If-Match` of a key that does not exist is a `412` here (S3
-    /// answers `404`; the bound never sends one).
+    /// answers `404`, as [`MemStore::put_lease`] does).
     pub fn put(
         &mut self,
         key: &str,
@@ -146,7 +250,8 @@ impl MemStore {
         self.put_payload(key, condition, at, bytes, Payload::Opaque)
     }
 
-    /// A PUT of the lease, answered as the driver reads it.
+    /// A PUT of the lease, answered as the driver reads it: an `If-Match`
+    /// of a lease that is gone is S3's `404`, read as absent.
     pub fn put_lease(
         &mut self,
         key: &str,
@@ -156,6 +261,11 @@ impl MemStore {
     ) -> LeaseAnswer {
         let bytes = json_bytes(body);
         let payload = Payload::Lease(body.clone());
+        let matches = matches!(condition, Condition::Matches(_));
+        if matches && self.conditional_writes && !self.objects.contains_key(key) {
+            self.requests.put += 1;
+            return LeaseAnswer::Absent;
+        }
         match self.put_payload(key, Some(condition), at, bytes, payload) {
             PutAnswer::Written(etag) => LeaseAnswer::Written(etag),
             PutAnswer::Conflict => LeaseAnswer::Conflict,
@@ -222,7 +332,9 @@ impl MemStore {
     /// A DELETE; one of a key that is gone succeeds too, as on S3.
     pub fn delete(&mut self, key: &str) {
         self.requests.delete += 1;
+        self.spared.remove(key);
         if let Some(gone) = self.objects.remove(key) {
+            self.by_date.remove(&(gone.modified, key.to_string()));
             if gone.lmcache {
                 self.lmcache_bytes -= gone.bytes;
                 self.evicted += 1;
@@ -289,6 +401,10 @@ impl MemStore {
         self.etags += 1;
         let etag = format!("\"{}\"", self.etags);
         let lmcache = parse_s3_key(&key).is_ok();
+        let at = self.date(at);
+        if lmcache && !self.counted.is_empty() && key.starts_with(&self.counted) {
+            self.by_date.insert((at, key.clone()));
+        }
         let object = Object {
             bytes,
             modified: at,
@@ -296,7 +412,10 @@ impl MemStore {
             lmcache,
             payload,
         };
-        if let Some(old) = self.objects.insert(key, object) {
+        if let Some(old) = self.objects.insert(key.clone(), object) {
+            if old.modified != at {
+                self.by_date.remove(&(old.modified, key));
+            }
             if old.lmcache {
                 self.lmcache_bytes -= old.bytes;
             }

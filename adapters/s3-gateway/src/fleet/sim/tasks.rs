@@ -5,11 +5,12 @@
 //! [`Config::latency`](super::Config::latency) later.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use super::{Kind, Sim, DELETES_IN_FLIGHT};
+use super::faults::{draw, Fate};
+use super::{Due, Kind, Sim, DELETES_IN_FLIGHT};
 use crate::fleet::evictor::EvictStep;
-use crate::fleet::lease::{LeaseAnswer, LeaseBody, LeaseStep};
+use crate::fleet::lease::{Condition, LeaseAnswer, LeaseBody, LeaseStep};
 use crate::fleet::node::LeaseChange;
 use crate::fleet::report::ReportBody;
 use crate::fleet::view::{Entry, StoredObject};
@@ -23,9 +24,18 @@ pub(super) enum LeaseWork {
     Idle,
     /// A lease request was sent: its answer, and the body of a write.
     Answer(LeaseAnswer, Option<LeaseBody>),
-    /// A report was sent; then it waits until the election's time (the
-    /// node's monotonic clock).
-    Reported(ReportBody, Duration),
+    /// A report was sent, and whether the node saw it stored; then it
+    /// waits until the election's time (the node's monotonic clock).
+    Reported(ReportBody, bool, Duration),
+}
+
+/// A write the store applies late ([`Fate::Late`]).
+#[derive(Debug)]
+pub(super) enum LateWrite {
+    /// A write of the lease.
+    Lease(Condition, LeaseBody),
+    /// A node's report.
+    Report(ReportBody),
 }
 
 /// Where a listing is: not begun, after a key, or all its pages in.
@@ -52,6 +62,8 @@ pub(super) enum EvictWork {
     Listing(Vec<StoredObject>, Cursor),
     /// A listing of the reports' folder, (node, ETag) so far.
     Folder(Vec<(String, Option<String>)>, Cursor),
+    /// The listing failed: the evictor is told so.
+    ListingFailed,
     /// The reports to GET, and those read.
     Reading(VecDeque<String>, Vec<(Option<String>, ReportBody)>),
     /// The victims left, and the deletions done (key, bytes, deleted).
@@ -66,8 +78,9 @@ impl Sim<'_> {
     pub(super) fn write(&mut self, slot: usize, at: Duration) {
         let key = self.rng.lmcache_key();
         let bytes = self.config.object_bytes;
-        let modified = self.store_time(at);
-        self.store.put_data(key.clone(), bytes, modified);
+        let stamp = self.store_time(at);
+        self.store.put_data(key.clone(), bytes, stamp);
+        let modified = stamp - self.config.faults.date_behind;
         let m = &mut self.members[slot];
         let now = m.local(at);
         if m.node.stored(now, key, Entry { bytes, modified }) {
@@ -91,8 +104,8 @@ impl Sim<'_> {
                 self.lease_changed(slot, change);
                 self.notify(slot, Kind::Evict, at);
             }
-            LeaseWork::Reported(body, until) => {
-                m.node.reporter.sent(now, &body, true);
+            LeaseWork::Reported(body, stored, until) => {
+                m.node.reporter.sent(now, &body, stored);
                 let report_at = m.node.reporter.next_at(now);
                 let until = m.global(until.min(report_at));
                 self.notify(slot, Kind::Evict, at);
@@ -120,19 +133,76 @@ impl Sim<'_> {
         let Some(step) = self.members[slot].node.lease_step(now, unix_now) else {
             return;
         };
-        let work = match step {
-            LeaseStep::Read => LeaseWork::Answer(self.store.get_lease(&self.lease_key), None),
+        let (work, fate) = match step {
+            LeaseStep::Read => {
+                let fate = self.lease_fate(false);
+                let answer = match fate {
+                    Fate::Answered(_) => self.store.get_lease(&self.lease_key),
+                    _ => LeaseAnswer::Failed,
+                };
+                (LeaseWork::Answer(answer, None), fate)
+            }
             LeaseStep::Write { condition, body } => {
+                let fate = self.lease_fate(true);
                 let stamp = self.store_time(at);
-                let answer = self
-                    .store
-                    .put_lease(&self.lease_key, &condition, stamp, &body);
-                LeaseWork::Answer(answer, Some(body))
+                let answer = match fate {
+                    Fate::Answered(_) | Fate::Lost(_) => {
+                        self.store
+                            .put_lease(&self.lease_key, &condition, stamp, &body)
+                    }
+                    Fate::Late(after, _) => {
+                        self.late_write(at + after, LateWrite::Lease(condition, body.clone()));
+                        LeaseAnswer::Failed
+                    }
+                    Fate::Refused(_) => LeaseAnswer::Failed,
+                };
+                let answer = if fate.answered() {
+                    answer
+                } else {
+                    LeaseAnswer::Failed
+                };
+                (LeaseWork::Answer(answer, Some(body)), fate)
             }
             LeaseStep::Wait(until) => return self.report(slot, at, until),
         };
         self.members[slot].lease_work = work;
-        self.resume(slot, Kind::Lease, at + self.config.latency);
+        let after = fate.after();
+        self.resume(slot, Kind::Lease, at + after);
+    }
+
+    /// The fate of a request ([`draw`]).
+    pub(super) fn fate(&mut self, late_ok: bool) -> Fate {
+        let f = &self.config.faults;
+        draw(f, self.config.latency, &mut self.rng, late_ok, f.timeout)
+    }
+
+    /// The fate of a lease request, which the driver gives up after a
+    /// renewal period.
+    fn lease_fate(&mut self, late_ok: bool) -> Fate {
+        let f = &self.config.faults;
+        let renew = self.config.spec.timing.renew();
+        draw(f, self.config.latency, &mut self.rng, late_ok, renew)
+    }
+
+    fn late_write(&mut self, at: Duration, write: LateWrite) {
+        self.late.push(Some(write));
+        let i = self.late.len() - 1;
+        self.push(at, Due::Late(i));
+    }
+
+    /// The late write `i` reaches the store at `at`.
+    pub(super) fn land(&mut self, i: usize, at: Duration) {
+        let stamp = self.store_time(at);
+        match self.late[i].take() {
+            Some(LateWrite::Lease(condition, body)) => {
+                self.store
+                    .put_lease(&self.lease_key, &condition, stamp, &body);
+            }
+            Some(LateWrite::Report(body)) => {
+                self.store.put_report(&report_key(&body.node), stamp, &body);
+            }
+            None => {}
+        }
     }
 
     /// The election waits until `until` (the node's clock): the node
@@ -147,9 +217,17 @@ impl Sim<'_> {
             return self.wait(slot, Kind::Lease, at, until);
         };
         let stamp = self.store_time(at);
-        self.store.put_report(&report_key(&body.node), stamp, &body);
-        self.members[slot].lease_work = LeaseWork::Reported(body, until);
-        self.resume(slot, Kind::Lease, at + self.config.latency);
+        let fate = self.fate(true);
+        match fate {
+            Fate::Answered(_) | Fate::Lost(_) => {
+                self.store.put_report(&report_key(&body.node), stamp, &body);
+            }
+            Fate::Late(after, _) => self.late_write(at + after, LateWrite::Report(body.clone())),
+            Fate::Refused(_) => {}
+        }
+        self.members[slot].lease_work = LeaseWork::Reported(body, fate.answered(), until);
+        let after = fate.after();
+        self.resume(slot, Kind::Lease, at + after);
     }
 
     /// The evictor's task at `at`: goes on with its step, or takes the
@@ -158,7 +236,10 @@ impl Sim<'_> {
         let m = &mut self.members[slot];
         let work = match std::mem::take(&mut m.evict_work) {
             EvictWork::Idle => match m.node.evict_step(m.local(at)) {
-                EvictStep::List => EvictWork::Listing(Vec::new(), Cursor::Start),
+                EvictStep::List => {
+                    m.listing_from = SystemTime::UNIX_EPOCH + super::STORE_EPOCH + at;
+                    EvictWork::Listing(Vec::new(), Cursor::Start)
+                }
                 EvictStep::ReadReports => EvictWork::Folder(Vec::new(), Cursor::Start),
                 EvictStep::Evict(chosen) => EvictWork::Evicting(chosen.into(), Vec::new()),
                 EvictStep::DeleteReports(nodes) => EvictWork::Dropping(nodes.into()),
@@ -170,9 +251,9 @@ impl Sim<'_> {
             going => going,
         };
         match self.send(slot, at, work) {
-            Some(work) => {
+            Some((work, after)) => {
                 self.members[slot].evict_work = work;
-                self.resume(slot, Kind::Evict, at + self.config.latency);
+                self.resume(slot, Kind::Evict, at + after);
             }
             None => {
                 self.members[slot].tasks[Kind::Evict as usize].permit = true;
@@ -181,20 +262,38 @@ impl Sim<'_> {
         }
     }
 
-    /// Sends `work`'s next request at `at` and returns where it is then;
-    /// `None` once its answers are all in and given to the evictor.
-    fn send(&mut self, slot: usize, at: Duration, work: EvictWork) -> Option<EvictWork> {
+    /// Sends `work`'s next request at `at` and returns where it is then
+    /// and when its answer comes; `None` once its answers are all in and
+    /// given to the evictor.
+    fn send(
+        &mut self,
+        slot: usize,
+        at: Duration,
+        work: EvictWork,
+    ) -> Option<(EvictWork, Duration)> {
         let now = self.members[slot].local(at);
+        let latency = self.config.latency;
         match work {
             EvictWork::Idle => None,
+            EvictWork::ListingFailed => {
+                self.members[slot].node.listed_at(now, None);
+                None
+            }
             EvictWork::Listing(found, Cursor::Done) => {
-                self.members[slot].node.listed_at(now, Some(found));
+                let m = &mut self.members[slot];
+                m.listed_from = m.listing_from;
+                m.node.listed_at(now, Some(found));
                 None
             }
             EvictWork::Listing(mut found, cursor) => {
+                let fate = self.fate(false);
+                if !fate.answered() {
+                    self.store.check_listing();
+                    return Some((EvictWork::ListingFailed, fate.after()));
+                }
                 let (page, next) = self.store.list_page(after(&cursor));
                 found.extend(page);
-                Some(EvictWork::Listing(found, Cursor::after(next)))
+                Some((EvictWork::Listing(found, Cursor::after(next)), fate.after()))
             }
             EvictWork::Folder(listed, Cursor::Done) => {
                 let evictor = &self.members[slot].node.evictor;
@@ -203,16 +302,28 @@ impl Sim<'_> {
                 self.send(slot, at, reading)
             }
             EvictWork::Folder(mut listed, cursor) => {
+                let fate = self.fate(false);
+                if !fate.answered() {
+                    self.store.check_listing();
+                    let none = EvictWork::Reading(VecDeque::new(), Vec::new());
+                    return Some((none, fate.after()));
+                }
                 let folder = reports_folder();
                 let (page, next) = self.store.list_folder_page(&folder, after(&cursor));
                 listed.extend(page);
-                Some(EvictWork::Folder(listed, Cursor::after(next)))
+                Some((EvictWork::Folder(listed, Cursor::after(next)), fate.after()))
             }
             EvictWork::Reading(mut wanted, mut read) => match wanted.pop_front() {
                 Some(node) => {
+                    let fate = self.fate(false);
                     let report = self.store.get_report(&report_key(&node));
-                    read.extend(report.map(|(etag, body)| (Some(etag), body)));
-                    Some(EvictWork::Reading(wanted, read))
+                    if fate.answered() {
+                        read.extend(report.map(|(etag, mut body)| {
+                            body.node = node;
+                            (Some(etag), body)
+                        }));
+                    }
+                    Some((EvictWork::Reading(wanted, read), fate.after()))
                 }
                 None => {
                     self.members[slot].node.reports_read(now, &read);
@@ -223,38 +334,66 @@ impl Sim<'_> {
             EvictWork::Dropping(mut left) => {
                 let node = left.pop_front()?;
                 self.store.delete(&report_key(&node));
-                Some(EvictWork::Dropping(left))
+                Some((EvictWork::Dropping(left), latency))
             }
         }
     }
 
-    /// Sends the next [`DELETES_IN_FLIGHT`] deletions of a cycle at `at`,
-    /// each only while the node holds the lease (as the driver checks
-    /// before each one); `None` once the cycle's answers are all in.
+    /// Sends the cycle's deletions from `at` as the driver does: in
+    /// order, [`DELETES_IN_FLIGHT`] in flight, a new one as each answer
+    /// comes (each with its own fate), each only while the node holds the
+    /// lease at its sending, none once more answers have failed than
+    /// succeeded. The
+    /// store applies each at once; the task goes on when the last answer
+    /// is in, and gives the results to the evictor then.
     fn delete_some(
         &mut self,
         slot: usize,
         at: Duration,
-        mut left: VecDeque<(String, u64)>,
+        left: VecDeque<(String, u64)>,
         mut results: Vec<(String, u64, bool)>,
-    ) -> Option<EvictWork> {
-        let m = &mut self.members[slot];
-        let now = m.local(at);
+    ) -> Option<(EvictWork, Duration)> {
         if left.is_empty() {
+            let m = &mut self.members[slot];
+            let now = m.local(at);
             m.node.evictor.evicted(now, &results);
             return None;
         }
-        for _ in 0..DELETES_IN_FLIGHT {
-            let Some((key, bytes)) = left.pop_front() else {
+        let listed = self.members[slot].listed_from;
+        let mut free = [at; DELETES_IN_FLIGHT];
+        let mut answers: Vec<(Duration, bool)> = Vec::new();
+        let mut last = at;
+        for (key, bytes) in left {
+            let (i, start) = free
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|(_, t)| *t)
+                .expect("slots");
+            let known = answers.iter().filter(|(t, _)| *t <= start);
+            let (ok, bad) = known.fold((0, 0), |(ok, bad), (_, d)| match d {
+                true => (ok + 1, bad),
+                false => (ok, bad + 1),
+            });
+            if bad > ok {
                 break;
-            };
-            let holds = self.members[slot].node.holds(now);
-            if holds {
-                self.store.delete(&key);
             }
-            results.push((key, bytes, holds));
+            let m = &self.members[slot];
+            let holds = m.node.holds(m.local(start));
+            let mut deleted = false;
+            let mut answer = start;
+            if holds {
+                let fate = self.fate(false);
+                self.store.evict(&key, listed, fate.applied());
+                deleted = fate.answered();
+                answer = start + fate.after();
+            }
+            answers.push((answer, deleted));
+            free[i] = answer;
+            last = last.max(answer);
+            results.push((key, bytes, deleted));
         }
-        Some(EvictWork::Evicting(left, results))
+        Some((EvictWork::Evicting(VecDeque::new(), results), last - at))
     }
 }
 
