@@ -372,6 +372,7 @@ impl From<&Ended> for ExitStatus {
             Ended::HelpWithoutStock => ExitStatus::Success,
             Ended::Server(code) => ExitStatus::of_server(*code),
             Ended::AdapterFailed(e) => e.exit_status(),
+            Ended::StoppedBeforeStart(signal) => ExitStatus::of_server(128 + signal),
         }
     }
 }

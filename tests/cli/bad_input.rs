@@ -1522,3 +1522,43 @@ fn a_weights_fingerprint_that_cannot_be_one_is_refused() {
     let out = Case::new().run(&["launch", "--dry-run", "--hf-overrides", &long]);
     assert_fails(&out, 2, &["--hf-overrides", "4096 bytes"]);
 }
+
+/// A SIGTERM while a gateway's start-up check waits on a store that does
+/// not answer (it takes connections and says nothing) stops
+/// `erebine-lmcache` with 128 + 15, as if the server had ended on it; the
+/// server is never started.
+#[test]
+fn a_sigterm_during_the_gateways_start_starts_no_server() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let tier = serde_json::json!({"type": "s3", "s3_endpoint": format!("127.0.0.1:{port}"),
+        "s3_bucket": "kv-cache", "s3_region": "us-east-1", "disable_tls": true,
+        "aws_access_key_id": "AK", "aws_secret_access_key": "REAL-SECRET-VALUE"});
+    let case = Case::new();
+    let child = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+        .env_clear()
+        .envs(&case.vars)
+        .args(["server", "--l1-size-gb", "1", "--eviction-policy", "LRU"])
+        .args(["--l2-adapter", &tier.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("SIGTERM came while the tiers' adapters started"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !case.path().join("stand-in-ran").exists(),
+        "LMCache was started"
+    );
+    drop(silent);
+}

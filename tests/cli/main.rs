@@ -11,3 +11,4 @@ mod cli_pipes;
 mod inspect_cli;
 mod inspect_watch_cli;
 mod one_verdict;
+mod pid_one;

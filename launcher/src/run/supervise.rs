@@ -439,6 +439,34 @@ async fn reap_tree(tree: &str, grace: Duration) {
 }
 
 /// The processes whose parent is `parent`, from `/proc`.
+/// Reaps this process's children that have exited, but `keep` (the
+/// server, which its own [`Supervised::wait`] reaps): orphans adopted by
+/// a process that runs as PID 1 in a container, whose exit nobody else
+/// waits for, so that they do not stay zombies. Returns how many it
+/// reaped. A child is reaped only once `/proc` shows it exited (state
+/// `Z`), never waited on while it runs.
+pub(crate) fn reap_exited_children(keep: i32) -> usize {
+    let me = std::process::id() as i32;
+    children_of(me)
+        .into_iter()
+        .filter(|&pid| pid != keep && exited(pid))
+        .filter(|&pid| {
+            let pid = Pid::from_raw(pid);
+            nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)).is_ok()
+        })
+        .count()
+}
+
+/// Whether `/proc` shows `pid` exited and not yet reaped (a zombie).
+fn exited(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    stat.rfind(')')
+        .and_then(|end| stat.get(end + 2..end + 3))
+        .is_some_and(|state| state == "Z")
+}
+
 fn children_of(parent: i32) -> Vec<i32> {
     process_parents()
         .into_iter()

@@ -32,7 +32,9 @@ use crate::plan::locate::{find_stock_lmcache, NotFound};
 use crate::plan::server_python::{check_module, needed_modules, python_of, ModuleError};
 use crate::process::ProcessError;
 use crate::run::guards::{launch_guard_owner, without_launch_guarded};
-use crate::run::supervise::{exit_code, Output, Supervised, TerminatingSignals};
+use crate::run::supervise::{
+    exit_code, reap_exited_children, Output, Supervised, TerminatingSignals,
+};
 use crate::run::tiers::{AdapterError, RunningAdapters, TierAdapters};
 use crate::status::events::Event;
 
@@ -59,6 +61,11 @@ pub enum Ended {
     /// could not start once the server listened: said, and the server
     /// stopped.
     AdapterFailed(DropInError),
+    /// This terminating signal came while the tiers' adapters started (a
+    /// gateway's start-up checks can take seconds): what had started was
+    /// stopped, and the server never started: 128 + the signal's number,
+    /// as if the server had ended on it.
+    StoppedBeforeStart(i32),
 }
 
 /// Why `erebine-lmcache` ends before the server it runs does, or without
@@ -241,7 +248,15 @@ pub async fn serve(server: DropIn, vars: Vars) -> Result<Ended, DropInError> {
     }
     let _endpoint = start_metrics(&server, &vars, &metrics)?;
     let grace = stop_grace(&vars)?;
-    let (mut child, adapters) = start_server(server, &vars, &metrics).await?;
+    let (command, adapters) = tokio::select! {
+        biased;
+        number = signals.recv() => return Ok(stopped_before_start(number)),
+        prepared = prepare_server(server, &vars, &metrics) => prepared?,
+    };
+    if let Some(number) = signals.already_received().await {
+        return Ok(stopped_before_start(number));
+    }
+    let mut child = spawn_server(command)?;
     metrics.server().started(1);
     let mut run = Run {
         child: &mut child,
@@ -279,11 +294,27 @@ fn stop_grace(vars: &Vars) -> Result<Duration, DropInError> {
 /// with the specs they rewrote (every other argument byte for byte) and the
 /// environment they need (the gateways' per-launch key); returns the server
 /// and the adapters, which serve until dropped.
-async fn start_server(
+/// A terminating signal came before the server started: said, and the
+/// adapters that had started are stopped as the caller drops them.
+fn stopped_before_start(number: i32) -> Ended {
+    say(&format!(
+        "{} came while the tiers' adapters started: the server is not started",
+        crate::run::supervise::signal_name(number)
+    ));
+    Ended::StoppedBeforeStart(number)
+}
+
+/// Starts the tiers' adapters and checks the server's Python for the
+/// modules they need: the server's command, ready to spawn, and the
+/// adapters.
+///
+/// # Errors
+/// An adapter that cannot start, or a module the server lacks.
+async fn prepare_server(
     server: DropIn,
     vars: &Vars,
     metrics: &NodeMetrics,
-) -> Result<(Supervised, RunningAdapters), DropInError> {
+) -> Result<(ServerCommand, RunningAdapters), DropInError> {
     let env = |name: &str| text_var(vars, name);
     let cascade = server.specs.cascade();
     let adapters = server
@@ -313,12 +344,24 @@ async fn start_server(
             None => command.env_remove(variable),
         };
     }
-    let child =
-        Supervised::spawn(command, Output::Inherit).map_err(|source| DropInError::CannotStart {
-            stock: server.stock.clone(),
-            source,
-        })?;
-    Ok((child, adapters))
+    let stock = server.stock;
+    Ok((ServerCommand { stock, command }, adapters))
+}
+
+/// The stock `lmcache` and its command, ready to spawn.
+struct ServerCommand {
+    stock: PathBuf,
+    command: tokio::process::Command,
+}
+
+/// Spawns the server's command under supervision.
+///
+/// # Errors
+/// [`DropInError::CannotStart`].
+fn spawn_server(server: ServerCommand) -> Result<Supervised, DropInError> {
+    let ServerCommand { stock, command } = server;
+    Supervised::spawn(command, Output::Inherit)
+        .map_err(|source| DropInError::CannotStart { stock, source })
 }
 
 /// A running server and what its supervision needs.
@@ -340,12 +383,21 @@ impl Run<'_> {
     async fn supervise(&mut self, mut adapters: RunningAdapters) -> Result<Ended, DropInError> {
         let mut listening = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
+        // As a container's PID 1 this process adopts every orphan of the
+        // container, and must reap them (`docs/operations.md`,
+        // "Stopping").
+        let init = std::process::id() == 1;
+        let mut children = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+            .map_err(DropInError::Signals)?;
         // `adapters` are stopped (guards' last status written) when
         // dropped, after the server exits.
         loop {
             let killing = kill_at.unwrap_or_else(tokio::time::Instant::now);
             tokio::select! {
                 status = self.child.wait() => return self.exited(status),
+                _ = children.recv(), if init => {
+                    reap_exited_children(self.child.pid());
+                }
                 number = self.signals.recv() => {
                     self.child.forward(number);
                     kill_at.get_or_insert_with(|| self.told_to_stop(number));
