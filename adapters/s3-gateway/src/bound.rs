@@ -855,13 +855,14 @@ impl Bound {
 
     /// A lease request's answer, or [`LeaseAnswer::Failed`] once it has
     /// taken a renewal period ([`Timing::renew`](crate::fleet::Timing::renew),
-    /// 5 s by default): the holder then reads the lease before its next
-    /// write, well within its hold, whether or not the store applied it.
+    /// 5 s by default, at least 1 s): the holder then reads the lease
+    /// before its next write, within its hold, whether or not the store
+    /// applied it.
     async fn in_time(
         &self,
         request: impl std::future::Future<Output = LeaseAnswer>,
     ) -> LeaseAnswer {
-        let within = self.spec.timing.renew();
+        let within = self.spec.timing.renew().max(Duration::from_secs(1));
         tokio::time::timeout(within, request)
             .await
             .unwrap_or(LeaseAnswer::Failed)

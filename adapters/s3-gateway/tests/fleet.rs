@@ -289,9 +289,10 @@ fn two_hundred_seeds_of_store_faults_and_node_events_keep_the_rules() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The simulation's checks can fail: a run whose store lies about
-/// nothing but whose nodes never evict (a capacity of one object with
-/// deletions all refused) is caught.
+/// The checks can fail: a store that fails every request (no lease is
+/// ever taken, nothing evicted) breaks the bounds on the time without an
+/// evictor and on the bucket. (The store's own checks of each deletion
+/// are unit-tested in `fleet::sim::store`.)
 #[test]
 fn the_seeded_checks_catch_a_bucket_past_its_bound() {
     let config = Config {

@@ -188,7 +188,7 @@ const BOUND_FAMILIES: [TierFamily<Bound>; 26] = [
     },
     TierFamily {
         name: "gateway_bucket_absurd_reports",
-        help: "Reports of other nodes that claimed more than the capacity written since the evictor's last reading: each counted as the capacity; reports bring a listing, never a deletion",
+        help: "Nodes whose report claimed more than the capacity written since the evictor's last reading, each counted once while this node evicts: such a report counts as the capacity, and reports bring a listing, never a deletion",
         bytes: false,
         counter: true,
         value: |(_, b)| b.absurd_reports,

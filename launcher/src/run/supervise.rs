@@ -438,13 +438,14 @@ async fn reap_tree(tree: &str, grace: Duration) {
     }
 }
 
-/// The processes whose parent is `parent`, from `/proc`.
 /// Reaps this process's children that have exited, but `keep` (the
 /// server, which its own [`Supervised::wait`] reaps): orphans adopted by
 /// a process that runs as PID 1 in a container, whose exit nobody else
 /// waits for, so that they do not stay zombies. Returns how many it
 /// reaped. A child is reaped only once `/proc` shows it exited (state
-/// `Z`), never waited on while it runs.
+/// `Z`), never waited on while it runs. It takes the exit status of every
+/// child but `keep`: call it only while this process waits on no other
+/// child of its own.
 pub(crate) fn reap_exited_children(keep: i32) -> usize {
     let me = std::process::id() as i32;
     children_of(me)
@@ -467,6 +468,7 @@ fn exited(pid: i32) -> bool {
         .is_some_and(|state| state == "Z")
 }
 
+/// The processes whose parent is `parent`, from `/proc`.
 fn children_of(parent: i32) -> Vec<i32> {
     process_parents()
         .into_iter()

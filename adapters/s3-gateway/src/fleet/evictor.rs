@@ -289,11 +289,9 @@ impl Evictor {
             return (0, 0);
         };
         let others = self.view.finish_listing(objects);
-        self.listed_rate = match (
-            self.listed && !self.relist,
-            self.listing_began,
-            self.previous_began,
-        ) {
+        self.listed_rate = match (self.listed, self.listing_began, self.previous_began) {
+            // Newly counted models: what it found is not growth.
+            (true, _, _) if self.relist => self.listed_rate,
             (true, Some(began), Some(before)) if began > before => {
                 (others.1 as f64 / (began - before).as_secs_f64()) as u64
             }

@@ -97,9 +97,10 @@ pub struct BoundState {
     /// the store's fault, neither counted nor evicted.
     #[serde(default)]
     pub oversized_objects: u64,
-    /// Reports that claimed more than the capacity written since the
-    /// evictor's last reading ([`Tally`](super::report::Tally)): each
-    /// counted as the capacity, its node named once in the log.
+    /// Nodes whose report claimed more than the capacity written since
+    /// the evictor's last reading ([`Tally`](super::report::Tally)), each
+    /// counted once while this node evicts: the report counts as the
+    /// capacity, and the node is named once in the log.
     #[serde(default)]
     pub absurd_reports: u64,
     /// How long this node has seen no evictor make progress, milliseconds

@@ -198,8 +198,8 @@ impl Election {
     /// How long, at `now`, this node has seen no evictor make progress:
     /// since its own last renewal that the store took while it holds the
     /// lease, or since it read a body that is not released and whose
-    /// holder changed or counted one more renewal (a body rewritten with
-    /// a new ETag and the same count is no progress), or since its start
+    /// holder or renewal count changed (a body rewritten with a new ETag
+    /// and the same count is no progress), or since its start
     /// before either. `None` once it released the lease. Past twice the
     /// lease the prefix has no evictor (`docs/s3-gateway.md`, "A fleet on
     /// one bucket": the longest time without one after a fault ends is
@@ -212,7 +212,8 @@ impl Election {
     }
 
     /// A body read at `now`: progress when its holder changed or counts
-    /// more renewals than the last one read.
+    /// other renewals than the last one read (more, or fewer: a holder
+    /// that created the lease again after it was deleted counts from 0).
     fn progress_of(&mut self, now: Duration, body: Option<&LeaseBody>) {
         let Some(body) = body.filter(|b| !b.released) else {
             return;
@@ -220,7 +221,7 @@ impl Election {
         let moved = self
             .seen_renewals
             .as_ref()
-            .is_none_or(|(holder, renewals)| *holder != body.holder || body.renewals > *renewals);
+            .is_none_or(|(holder, renewals)| *holder != body.holder || body.renewals != *renewals);
         if moved {
             if self.seen_renewals.is_some() {
                 self.progress_at = Some(now);
@@ -790,6 +791,14 @@ mod tests {
             None,
         );
         assert_eq!(f.no_evictor_for(125 * S), Some(5 * S));
+        assert_eq!(step(&mut f, 130 * S), LeaseStep::Read);
+        let again = "the holder created the lease again after it was deleted";
+        f.answered(
+            130 * S,
+            LeaseAnswer::Found("e6".into(), Some(body(0))),
+            None,
+        );
+        assert_eq!(f.no_evictor_for(131 * S), Some(S), "{again}");
         let mut h = Election::new("a".into(), timing(), Duration::ZERO);
         assert_eq!(h.no_evictor_for(4 * S), Some(4 * S), "from its start");
         take(&mut h, 4 * S, "e1");

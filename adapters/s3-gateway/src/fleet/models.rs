@@ -172,6 +172,19 @@ impl Models {
         parse_s3_key(key).is_ok_and(|name| self.knows(model_of(&name.model)))
     }
 
+    /// The models to publish in the lease and in reports, in order: the
+    /// configured ones and those the store showed, never a candidate (a
+    /// name only a report gave, which every reader would name on).
+    pub fn confirmed(&self) -> Vec<String> {
+        let shown = self.learned.iter().filter(|(_, l)| l.in_store);
+        let all: BTreeSet<&String> = self
+            .configured
+            .iter()
+            .chain(shown.map(|(n, _)| n))
+            .collect();
+        all.into_iter().cloned().collect()
+    }
+
     /// The models, in order: the configured and the learned, candidates
     /// included.
     pub fn names(&self) -> Vec<String> {
@@ -247,6 +260,11 @@ mod tests {
         assert!(models.stored_key(&key("written"), T0));
         assert_eq!(models.names().len(), MAX_MODELS);
         assert!(models.counts(&key("real")) && models.counts(&key("written")));
+        assert_eq!(
+            models.confirmed(),
+            ["mine", "written"],
+            "candidates unpublished"
+        );
         let listing = [key("mine"), key("real"), key("fake100"), key("stranger")];
         let gone = models.listed(T0 + CANDIDATE_AGE / 2, listing.iter().map(String::as_str));
         assert!(gone.is_empty(), "young candidates wait a listing");
@@ -255,6 +273,7 @@ mod tests {
         assert_eq!(gone.len(), MAX_MODELS - 4, "fakes not shown; two gave way");
         assert_eq!(models.names(), ["fake100", "mine", "real", "written"]);
         assert!(!models.counts(&key("stranger")), "a listing never adds");
+        assert_eq!(models.confirmed(), ["fake100", "mine", "real", "written"]);
         let gone = models.listed(later + MODEL_AGE, std::iter::empty());
         assert_eq!(gone, ["fake100", "real", "written"]);
         assert_eq!(models.names(), ["mine"], "the configured model stays");

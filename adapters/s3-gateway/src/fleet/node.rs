@@ -127,7 +127,7 @@ impl Node {
             objects: self.evictor.view().objects() as u64,
             fleet_write_bytes_per_s: self.evictor.fleet_rate(now),
             reporters: self.evictor.reporters() as u64,
-            models: self.models.names(),
+            models: self.models.confirmed(),
             ..LeaseBody::default()
         }
     }
@@ -188,7 +188,7 @@ impl Node {
             self.reporter.absorb();
         }
         let mut body = self.reporter.due(now)?;
-        body.models = self.models.names();
+        body.models = self.models.confirmed();
         Some(body)
     }
 }
@@ -389,6 +389,10 @@ mod tests {
         assert_eq!(follower.models.names(), ["m1"]);
         follower.stored(S, "m2@01000100@0@00aa".into(), entry(7));
         let report = follower.report_due(S).expect("a follower reports");
-        assert_eq!(report.models, ["m1", "m2"]);
+        assert_eq!(
+            report.models,
+            ["m2"],
+            "its own; a name it only read stays a candidate, never passed on"
+        );
     }
 }

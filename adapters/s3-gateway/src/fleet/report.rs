@@ -136,6 +136,7 @@ struct Seen {
     etag: Option<String>,
     written_bytes: u64,
     changed_at: Duration,
+    read_at: Duration,
 }
 
 /// The evictor's reading of the reports.
@@ -205,15 +206,22 @@ impl Tally {
 
     /// Of the reports listed as (node, ETag), those to read: new ones and
     /// those whose ETag changed (all of them when the store lists no
-    /// ETag, as s3s-fs), at most [`MAX_REPORTS_READ`].
+    /// ETag, as s3s-fs), at most [`MAX_REPORTS_READ`]: new ones first,
+    /// then those read longest ago, so that every report is read within
+    /// a few readings however many changed.
     pub fn to_read<'a>(&self, listed: &'a [(String, Option<String>)]) -> Vec<&'a str> {
-        listed
+        let mut wanted: Vec<(Option<Duration>, &str)> = listed
             .iter()
             .filter(|(node, etag)| {
                 etag.is_none() || self.seen.get(node).is_none_or(|s| s.etag != *etag)
             })
-            .map(|(node, _)| node.as_str())
+            .map(|(node, _)| (self.seen.get(node).map(|s| s.read_at), node.as_str()))
+            .collect();
+        wanted.sort();
+        wanted
+            .into_iter()
             .take(MAX_REPORTS_READ)
+            .map(|(_, node)| node)
             .collect()
     }
 
@@ -243,6 +251,7 @@ impl Tally {
                 etag,
                 written_bytes: body.written_bytes,
                 changed_at,
+                read_at: now,
             },
         );
         self.unlisted_bytes = self.unlisted_bytes.saturating_add(added);
@@ -341,7 +350,7 @@ mod tests {
             ("b".to_string(), Some("9".to_string())),
             ("c".to_string(), None),
         ];
-        assert_eq!(t.to_read(&listed), ["b", "c"]);
+        assert_eq!(t.to_read(&listed), ["c", "b"], "new ones first");
         let mut stale = t.stale(3600 * S);
         stale.sort();
         assert_eq!(stale, ["b", "z"]);
@@ -373,8 +382,14 @@ mod tests {
         t.read(S, Some("1".into()), &body("honest", 1000));
         assert!(t.absurd().is_empty());
         let many: Vec<(String, Option<String>)> = (0..MAX_REPORTS_READ + 5)
-            .map(|i| (format!("n{i}"), None))
+            .map(|i| (format!("n{i:04}"), None))
             .collect();
-        assert_eq!(t.to_read(&many).len(), MAX_REPORTS_READ);
+        let first = t.to_read(&many);
+        assert_eq!(first.len(), MAX_REPORTS_READ);
+        for node in &first {
+            t.read(4 * S, None, &body(node, 1));
+        }
+        let next = t.to_read(&many);
+        assert_eq!(&next[..5], ["n1000", "n1001", "n1002", "n1003", "n1004"]);
     }
 }
