@@ -423,10 +423,11 @@ async fn the_bound_s_own_keys_are_out_of_reach_of_the_per_launch_key() {
         .exists());
 }
 
-/// Reports are untrusted input: one claiming 10^15 bytes, written into the
-/// store as any process with the bucket's credentials could, and one whose
-/// counter keeps growing by as much, bring listings, and the log names
-/// their nodes once; the prefix, below its trigger by its listing, loses
+/// Reports are untrusted input: two whose counters grow by 10^15 bytes at
+/// each write, written into the store as any process with the bucket's
+/// credentials could (the first reading of a report is the evictor's
+/// baseline; growth after it counts), bring listings, and each node is
+/// named once; the prefix, below its trigger by its listing, loses
 /// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_that_lies_brings_listings_and_deletes_nothing() {
@@ -451,10 +452,10 @@ async fn a_report_that_lies_brings_listings_and_deletes_nothing() {
             "recent_bytes": written, "reports": 1, "models": []});
         std::fs::write(reports.join(node), body.to_string()).unwrap();
     };
-    lie("1111111111111111", 10u64.pow(15));
     let started = Instant::now();
     let mut round = 1;
     while started.elapsed() < Duration::from_secs(8) {
+        lie("1111111111111111", round * 10u64.pow(15));
         lie("2222222222222222", round * 10u64.pow(15));
         round += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
