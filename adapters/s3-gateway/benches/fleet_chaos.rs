@@ -4,34 +4,18 @@
 //! applied late, 500 and 503 answers, whole-second dates, a `Date` 10
 //! minutes behind, crashes, stalls, restarts, joins, leaves, the lease
 //! deleted or made unreadable, forged reports), on the fleet of
-//! `adapters/s3-gateway/tests/fleet.rs` (`chaos_fleet`): 4 nodes, a
-//! capacity of 1,000 objects of 4 MiB, 4 objects a second, 15 simulated
-//! minutes. Prints the worst seed of each figure and the rules broken
+//! `fleet::sim::Config::chaos` (as `adapters/s3-gateway/tests/fleet.rs`):
+//! 4 nodes, a capacity of 1,000 objects of 4 MiB, 4 objects a second, 15
+//! simulated minutes. Prints the worst seed of each figure and the rules broken
 //! (`docs/s3-gateway.md`, "The simulation's faults"; results in
 //! `docs/performance.md`, "The fleet simulation under faults").
 //!
 //! Run: `cargo bench -p lmcache-s3-gateway --bench fleet_chaos`
 //! (`FLEET_CHAOS_SEEDS` sets the number of seeds, 2,000 by default).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use lmcache_s3_gateway::fleet::sim::{self, Config, Outcome, OBJECT_BYTES};
-
-fn chaos_fleet(seed: u64) -> Config {
-    let base = Config::new(4, 1000);
-    let minutes = Duration::from_secs(900);
-    let (faults, scenario) = sim::chaos(seed, minutes, base.spec.timing.lease);
-    Config {
-        fleet_bytes_per_s: 4 * OBJECT_BYTES,
-        duration: minutes,
-        faults,
-        scenario,
-        seed,
-        wall_clock_spread: Duration::from_secs(600),
-        uptime_spread: Duration::from_secs(30 * 86_400),
-        ..base
-    }
-}
+use lmcache_s3_gateway::fleet::sim::{self, Config, Outcome};
 
 /// The worst seed of one figure: its value and the seed's row.
 #[derive(Default)]
@@ -63,7 +47,7 @@ fn main() {
     let (mut over_goal, mut broken) = (0u64, 0u64);
     let mut peaks = Vec::new();
     for seed in 0..seeds {
-        let out = sim::run(&chaos_fleet(seed));
+        let out = sim::run(&Config::chaos(seed));
         let lease = out.lease.expect("a lease");
         Worst::see(&mut peak, out.peak_share(), seed, &out);
         Worst::see(&mut none, lease.longest_no_holder.as_secs_f64(), seed, &out);

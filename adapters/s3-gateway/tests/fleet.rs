@@ -221,26 +221,6 @@ fn a_holder_that_stops_cleanly_hands_the_lease_over_within_a_follow() {
     assert!(out.peak_bytes <= lease_goal(&out), "{out}");
 }
 
-/// The fleet of the seeded runs: 4 nodes on a capacity of 1,000 objects
-/// writing 4 objects a second together (14 capacities an hour), 15
-/// simulated minutes, with the faults and events [`sim::chaos`] draws from
-/// `seed`, wall clocks up to 10 min ahead of the store's.
-pub fn chaos_fleet(seed: u64) -> Config {
-    let base = Config::new(4, 1000);
-    let minutes = Duration::from_secs(900);
-    let (faults, scenario) = sim::chaos(seed, minutes, base.spec.timing.lease);
-    Config {
-        fleet_bytes_per_s: 4 * sim::OBJECT_BYTES,
-        duration: minutes,
-        faults,
-        scenario,
-        seed,
-        wall_clock_spread: Duration::from_secs(600),
-        uptime_spread: Duration::from_secs(30 * 86_400),
-        ..base
-    }
-}
-
 /// What every seeded run keeps (`docs/s3-gateway.md`, "The simulation's
 /// faults"): never two nodes that may delete at once; nothing deleted
 /// that is not an LMCache object of the counted model; victims oldest
@@ -277,7 +257,7 @@ fn two_hundred_seeds_of_store_faults_and_node_events_keep_the_rules() {
         let half = |from: u64| {
             s.spawn(move || {
                 (from..from + 100)
-                    .filter_map(|seed| kept(seed, &sim::run(&chaos_fleet(seed))).err())
+                    .filter_map(|seed| kept(seed, &sim::run(&Config::chaos(seed))).err())
                     .collect::<Vec<_>>()
             })
         };
@@ -300,7 +280,7 @@ fn the_seeded_checks_catch_a_bucket_past_its_bound() {
             errors: 1.0,
             ..sim::Faults::NONE
         },
-        ..chaos_fleet(1)
+        ..Config::chaos(1)
     };
     let out = sim::run(&config);
     assert!(kept(1, &out).is_err(), "{out}");

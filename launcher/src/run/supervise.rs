@@ -441,31 +441,22 @@ async fn reap_tree(tree: &str, grace: Duration) {
 /// Reaps this process's children that have exited, but `keep` (the
 /// server, which its own [`Supervised::wait`] reaps): orphans adopted by
 /// a process that runs as PID 1 in a container, whose exit nobody else
-/// waits for, so that they do not stay zombies. Returns how many it
-/// reaped. A child is reaped only once `/proc` shows it exited (state
-/// `Z`), never waited on while it runs. It takes the exit status of every
+/// waits for, so that they do not stay zombies. A child is reaped only
+/// once `/proc` shows it exited (state `Z`), never waited on while it
+/// runs. It takes the exit status of every
 /// child but `keep`: call it only while this process waits on no other
 /// child of its own.
-pub(crate) fn reap_exited_children(keep: i32) -> usize {
+pub(crate) fn reap_exited_children(keep: i32) {
     let me = std::process::id() as i32;
-    children_of(me)
+    for (pid, _, _) in process_stats()
         .into_iter()
-        .filter(|&pid| pid != keep && exited(pid))
-        .filter(|&pid| {
-            let pid = Pid::from_raw(pid);
-            nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)).is_ok()
-        })
-        .count()
-}
-
-/// Whether `/proc` shows `pid` exited and not yet reaped (a zombie).
-fn exited(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    stat.rfind(')')
-        .and_then(|end| stat.get(end + 2..end + 3))
-        .is_some_and(|state| state == "Z")
+        .filter(|&(pid, ppid, state)| ppid == me && pid != keep && state == 'Z')
+    {
+        let _ = nix::sys::wait::waitpid(
+            Pid::from_raw(pid),
+            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+        );
+    }
 }
 
 /// The processes whose parent is `parent`, from `/proc`.
@@ -533,6 +524,15 @@ fn tree_holds(root: i32, inodes: &[String]) -> bool {
 
 /// Every process in `/proc` with its parent's id.
 fn process_parents() -> Vec<(i32, i32)> {
+    process_stats()
+        .into_iter()
+        .map(|(pid, ppid, _)| (pid, ppid))
+        .collect()
+}
+
+/// Each process's id, parent id and state letter (`Z` for one that exited
+/// and was not reaped), from `/proc/<pid>/stat`.
+fn process_stats() -> Vec<(i32, i32, char)> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -541,13 +541,10 @@ fn process_parents() -> Vec<(i32, i32)> {
             let pid: i32 = e.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
             // pid (comm) state ppid ...: comm may hold spaces and parentheses.
-            let ppid = stat
-                .get(stat.rfind(')')? + 2..)?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((pid, ppid))
+            let mut fields = stat.get(stat.rfind(')')? + 2..)?.split_whitespace();
+            let state = fields.next()?.chars().next()?;
+            let ppid = fields.next()?.parse().ok()?;
+            Some((pid, ppid, state))
         })
         .collect()
 }

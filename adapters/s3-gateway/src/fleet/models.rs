@@ -42,6 +42,13 @@ struct Learned {
     at: Duration,
 }
 
+impl Learned {
+    /// Shown by the store (a listing, or this node's own write) at `at`.
+    fn shown(at: Duration) -> Self {
+        Learned { in_store: true, at }
+    }
+}
+
 /// The models a bound counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Models {
@@ -84,11 +91,11 @@ impl Models {
         if self.knows(model) || !self.room() {
             return false;
         }
-        let learned = Learned {
+        let candidate = Learned {
             in_store: false,
             at: now,
         };
-        self.learned.insert(model.to_string(), learned);
+        self.learned.insert(model.to_string(), candidate);
         true
     }
 
@@ -115,40 +122,37 @@ impl Models {
         if new && !self.room() {
             return false;
         }
-        let learned = Learned {
-            in_store: true,
-            at: now,
-        };
-        self.learned.insert(model.to_string(), learned);
+        self.learned.insert(model.to_string(), Learned::shown(now));
         new
     }
 
-    /// A listing of the prefix ended at `now` with `keys`: the learned
-    /// models it shows a key of are confirmed; candidates it does not
-    /// show are forgotten past [`CANDIDATE_AGE`], confirmed models past
-    /// [`MODEL_AGE`]. Returns the models forgotten.
-    pub fn listed<'a>(
+    /// A listing of the prefix ended at `now` with `objects` (`key` gives
+    /// each one's key inside the prefix), each key decoded once: the objects of models this bound does not count are
+    /// left out; the learned models it shows an object of are confirmed;
+    /// candidates it does not show are forgotten past [`CANDIDATE_AGE`],
+    /// confirmed models past [`MODEL_AGE`]. Returns the models forgotten.
+    pub fn listed<T>(
         &mut self,
         now: Duration,
-        keys: impl IntoIterator<Item = &'a str>,
+        objects: &mut Vec<T>,
+        key: impl Fn(&T) -> &str,
     ) -> Vec<String> {
-        let mut shown = BTreeSet::new();
-        for key in keys {
-            if let Ok(name) = parse_s3_key(key) {
-                let model = model_of(&name.model);
-                if self.learned.contains_key(model) {
-                    shown.insert(model.to_string());
-                }
+        let mut shown: BTreeSet<String> = BTreeSet::new();
+        let (configured, learned) = (&self.configured, &mut self.learned);
+        objects.retain(|object| {
+            let Ok(name) = parse_s3_key(key(object)) else {
+                return false;
+            };
+            let model = model_of(&name.model);
+            let Some(seen) = learned.get_mut(model) else {
+                return configured.contains(model);
+            };
+            *seen = Learned::shown(now);
+            if !shown.contains(model) {
+                shown.insert(model.to_string());
             }
-        }
-        for model in &shown {
-            if let Some(l) = self.learned.get_mut(model) {
-                *l = Learned {
-                    in_store: true,
-                    at: now,
-                };
-            }
-        }
+            true
+        });
         let old = |l: &Learned| {
             let age = if l.in_store { MODEL_AGE } else { CANDIDATE_AGE };
             now.saturating_sub(l.at) >= age
@@ -265,16 +269,21 @@ mod tests {
             ["mine", "written"],
             "candidates unpublished"
         );
-        let listing = [key("mine"), key("real"), key("fake100"), key("stranger")];
-        let gone = models.listed(T0 + CANDIDATE_AGE / 2, listing.iter().map(String::as_str));
+        let listing = || {
+            let keys = [key("mine"), key("real"), key("fake100"), key("stranger")];
+            keys.to_vec()
+        };
+        let mut kept = listing();
+        let gone = models.listed(T0 + CANDIDATE_AGE / 2, &mut kept, String::as_str);
+        assert_eq!(kept.len(), 3, "the stranger's object left out");
         assert!(gone.is_empty(), "young candidates wait a listing");
         let later = T0 + CANDIDATE_AGE * 2;
-        let gone = models.listed(later, listing.iter().map(String::as_str));
+        let gone = models.listed(later, &mut listing(), String::as_str);
         assert_eq!(gone.len(), MAX_MODELS - 4, "fakes not shown; two gave way");
         assert_eq!(models.names(), ["fake100", "mine", "real", "written"]);
         assert!(!models.counts(&key("stranger")), "a listing never adds");
         assert_eq!(models.confirmed(), ["fake100", "mine", "real", "written"]);
-        let gone = models.listed(later + MODEL_AGE, std::iter::empty());
+        let gone = models.listed(later + MODEL_AGE, &mut Vec::<String>::new(), String::as_str);
         assert_eq!(gone, ["fake100", "real", "written"]);
         assert_eq!(models.names(), ["mine"], "the configured model stays");
     }

@@ -83,9 +83,7 @@ impl Node {
     /// this node does not count are left out.
     pub fn listed_at(&mut self, now: Duration, listing: Option<Vec<StoredObject>>) -> (u64, u64) {
         let counted = listing.map(|mut objects| {
-            self.models
-                .listed(now, objects.iter().map(|o| o.key.as_str()));
-            objects.retain(|o| self.models.counts(&o.key));
+            self.models.listed(now, &mut objects, |o| o.key.as_str());
             objects
         });
         self.evictor.listed_at(now, counted)

@@ -290,10 +290,6 @@ fn stop_grace(vars: &Vars) -> Result<Duration, DropInError> {
         })
 }
 
-/// Starts the adapters of the command's tiers, then the stock `lmcache`
-/// with the specs they rewrote (every other argument byte for byte) and the
-/// environment they need (the gateways' per-launch key); returns the server
-/// and the adapters, which serve until dropped.
 /// A terminating signal came before the server started: said, and the
 /// adapters that had started are stopped as the caller drops them.
 fn stopped_before_start(number: i32) -> Ended {
@@ -304,9 +300,11 @@ fn stopped_before_start(number: i32) -> Ended {
     Ended::StoppedBeforeStart(number)
 }
 
-/// Starts the tiers' adapters and checks the server's Python for the
-/// modules they need: the server's command, ready to spawn, and the
-/// adapters.
+/// Starts the adapters of the command's tiers and checks the server's
+/// Python for the modules they need; returns the stock `lmcache`'s command,
+/// ready to spawn, with the specs the adapters rewrote (every other
+/// argument byte for byte) and the environment they need (the gateways'
+/// per-launch key), and the adapters, which serve until dropped.
 ///
 /// # Errors
 /// An adapter that cannot start, or a module the server lacks.

@@ -145,6 +145,30 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The fleet of the seeded runs (`tests/fleet.rs`,
+    /// `benches/fleet_chaos.rs`): 4 nodes on a capacity of 1,000 objects
+    /// writing 4 objects a second together (14 capacities an hour), 15
+    /// simulated minutes, wall clocks up to 10 min ahead of the store's and
+    /// monotonic clocks of origins up to 30 days apart, with the faults and
+    /// events [`chaos`] draws from `seed`.
+    pub fn chaos(seed: u64) -> Self {
+        let base = Config::new(4, 1000);
+        let minutes = Duration::from_secs(900);
+        let (faults, scenario) = chaos(seed, minutes, base.spec.timing.lease);
+        Config {
+            fleet_bytes_per_s: 4 * OBJECT_BYTES,
+            duration: minutes,
+            faults,
+            scenario,
+            seed,
+            wall_clock_spread: Duration::from_secs(600),
+            uptime_spread: Duration::from_secs(30 * 86_400),
+            ..base
+        }
+    }
+}
+
 /// Which node an event hits, at its time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {

@@ -4,7 +4,8 @@
 //! to the store in memory one after another, each answered
 //! [`Config::latency`](super::Config::latency) later.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use super::faults::{draw, Fate};
@@ -361,7 +362,10 @@ impl Sim<'_> {
         }
         let listed = self.members[slot].listed_from;
         let mut free = [at; DELETES_IN_FLIGHT];
-        let mut answers: Vec<(Duration, bool)> = Vec::new();
+        // Answers not yet come at the sending in hand, by time; those come
+        // are counted (deleted, failed).
+        let mut pending: BinaryHeap<Reverse<(Duration, bool)>> = BinaryHeap::new();
+        let (mut ok, mut bad) = (0u64, 0u64);
         let mut last = at;
         for (key, bytes) in left {
             let (i, start) = free
@@ -370,11 +374,12 @@ impl Sim<'_> {
                 .enumerate()
                 .min_by_key(|(_, t)| *t)
                 .expect("slots");
-            let known = answers.iter().filter(|(t, _)| *t <= start);
-            let (ok, bad) = known.fold((0, 0), |(ok, bad), (_, d)| match d {
-                true => (ok + 1, bad),
-                false => (ok, bad + 1),
-            });
+            while pending.peek().is_some_and(|Reverse((t, _))| *t <= start) {
+                match pending.pop() {
+                    Some(Reverse((_, true))) => ok += 1,
+                    _ => bad += 1,
+                }
+            }
             if bad > ok {
                 break;
             }
@@ -388,7 +393,7 @@ impl Sim<'_> {
                 deleted = fate.answered();
                 answer = start + fate.after();
             }
-            answers.push((answer, deleted));
+            pending.push(Reverse((answer, deleted)));
             free[i] = answer;
             last = last.max(answer);
             results.push((key, bytes, deleted));
