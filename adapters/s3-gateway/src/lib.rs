@@ -17,9 +17,7 @@ pub mod bound;
 mod client;
 mod client_fault;
 pub mod credentials;
-pub mod fleet;
 mod gateway;
-pub mod identity;
 pub mod key;
 pub mod peer;
 pub mod sigv4;
@@ -28,6 +26,11 @@ pub mod state;
 mod store;
 
 pub use gateway::{COMPLETE_SILENCE, UPSTREAM_SILENCE};
+/// The fleet's machines (`lmcache-bucket-fleet`), which [`bound`] drives
+/// against the real store, and the layout of a bound's prefix, the cache
+/// identity's segments included: the gateway's state and spec carry their
+/// types.
+pub use lmcache_bucket_fleet::{self as fleet, identity};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -178,8 +181,13 @@ impl Gateways {
         let mut bucket_tiers = Vec::new();
         for (position, spec) in tiers.tiers().iter().enumerate() {
             if let Some(tier) = BucketTier::from_spec(spec, position, env)? {
-                let bound = match bound::BoundSpec::from_spec(spec, position)? {
-                    Some(bound) => Some((bound, fleet::rule::models_of(spec, position)?)),
+                let bound = match bound::BoundSpec::from_spec(spec, position)
+                    .map_err(BucketSpecError::from)?
+                {
+                    Some(bound) => {
+                        let models = fleet::rule::models_of(spec, position);
+                        Some((bound, models.map_err(BucketSpecError::from)?))
+                    }
                     None => None,
                 };
                 bucket_tiers.push((tier, bound));

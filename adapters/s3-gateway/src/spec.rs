@@ -14,7 +14,8 @@ use serde_json::Value;
 use super::credentials::{ChainSettings, CredentialSource};
 use super::sigv4::KeyPair;
 use crate::TierSpec;
-use lmcache_tier_spec::TierKind;
+use lmcache_bucket_fleet::rule::BoundSpecError;
+use lmcache_tier_spec::{shown_value, TierKind};
 
 /// Keys this project adds to the `s3` adapter; LMCache never sees them.
 pub const EXTENSION_KEYS: &[&str] = &[
@@ -44,6 +45,25 @@ pub struct BucketSpecError {
     pub problem: String,
     /// What to do.
     pub fix: String,
+}
+
+impl From<BoundSpecError> for BucketSpecError {
+    /// A key the bucket bound reads, at fault: the same tier, key, problem
+    /// and fix.
+    fn from(e: BoundSpecError) -> Self {
+        let BoundSpecError {
+            position,
+            key,
+            problem,
+            fix,
+        } = e;
+        BucketSpecError {
+            position,
+            key,
+            problem,
+            fix,
+        }
+    }
 }
 
 /// Everything the gateway needs about one `s3` tier with `s3_bucket`.
@@ -351,10 +371,10 @@ pub fn check_overlapping_prefixes(tiers: &[TierSpec]) -> Result<(), BucketSpecEr
                     key: "s3_key_prefix",
                     problem: format!(
                         "{} overlaps the prefix {} of L2 tier {} in the same bucket {}: each tier would take the other's objects for its own, and a bucket bound would evict them",
-                        quoted(&b.3),
-                        quoted(&a.3),
+                        shown_value(&b.3),
+                        shown_value(&a.3),
                         a.0,
-                        quoted(&b.2)
+                        shown_value(&b.2)
                     ),
                     fix: "Give each tier of a bucket a prefix of its own that is not the start of another's, ending with /, such as \"node-a/\" and \"node-b/\".".into(),
                 });
@@ -474,23 +494,6 @@ fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
         return Err("has no host");
     }
     Ok(())
-}
-
-/// The longest part of an operator's value an error quotes, in
-/// characters.
-const QUOTED_CHARS: usize = 80;
-
-/// `text` quoted for an error message: in double quotes with control
-/// characters escaped, at most [`QUOTED_CHARS`] characters of it and the
-/// size of the rest.
-pub(crate) fn quoted(text: &str) -> String {
-    let shown: String = text.chars().take(QUOTED_CHARS).collect();
-    let left = text.len() - shown.len();
-    if left == 0 {
-        format!("{shown:?}")
-    } else {
-        format!("{shown:?}... ({} bytes in all)", text.len())
-    }
 }
 
 #[cfg(test)]

@@ -127,7 +127,7 @@ fn check_bucket_bounds(cascade: &Cascade) -> Result<(), ExtensionError> {
     check_overlapping_prefixes(cascade.tiers())?;
     let bucket_tiers = cascade.tiers().iter().enumerate();
     for (position, tier) in bucket_tiers.filter(|(_, t)| t.kind().is_bucket()) {
-        BoundSpec::from_spec(tier, position)?;
+        BoundSpec::from_spec(tier, position).map_err(BucketSpecError::from)?;
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The bucket bound's machines in a fleet, through the simulation
-//! (`lmcache_s3_gateway::fleet::sim`): gateways on one prefix of about
+//! (`lmcache_bucket_fleet::sim`): gateways on one prefix of about
 //! 10^4 objects of capacity, a simulated hour each, through crashes,
 //! stalls and restarts (`docs/s3-gateway.md`, "A fleet on one bucket").
 //! With conditional writes the bucket stays within its bound and the
@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use lmcache_s3_gateway::fleet::sim::{self, Config, Happening, Outcome, Target, What};
+use lmcache_bucket_fleet::sim::{self, Config, Happening, Outcome, Target, What};
 
 /// The capacity, objects of 4 MiB (41.9 GB).
 const CAPACITY_OBJECTS: u64 = 10_000;

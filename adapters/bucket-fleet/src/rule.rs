@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Timing;
-use crate::spec::BucketSpecError;
 use lmcache_tier_spec::capacity::{
     capacity_bytes, capacity_gib, eviction_fraction, CapacityRule, DEFAULT_EVICTION_RATIO,
     DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, MAX_CAPACITY_GB, TRIGGER_WATERMARK,
@@ -35,6 +34,23 @@ pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
 /// the gateway ([`BoundRole::Evictor`]: no `eviction` block); the rule is
 /// `lmcache-tier-spec`'s, shared with the capacity guard.
 pub use lmcache_tier_spec::capacity::BoundRole;
+
+/// A key of an `s3` tier the bound reads (`max_capacity_gb`, `eviction`,
+/// `bucket_bound`, `s3_key_prefix`) that cannot work; the gateway reports
+/// it as its own spec error, at the same place in the cascade.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("L2 tier {position} (s3): {key}: {problem}. {fix}")]
+pub struct BoundSpecError {
+    /// The tier's 0-based position in the cascade.
+    pub position: usize,
+    /// The key at fault (`bucket_bound.models` for a key inside the block).
+    pub key: &'static str,
+    /// What is wrong, the value quoted as
+    /// [`shown_value`](lmcache_tier_spec::shown_value) quotes it.
+    pub problem: String,
+    /// What to do.
+    pub fix: String,
+}
 
 /// When the gateway evicts from a bucket, and to where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,13 +94,13 @@ const TIMING_KEYS: [(&str, TimingField); 5] = [
 /// # Errors
 /// A block that is not an object, an unknown key, or a value that is not
 /// a whole number of seconds from 1 to 86,400, naming the key.
-pub fn timing_of(spec: &TierSpec, position: usize) -> Result<Timing, BucketSpecError> {
+pub fn timing_of(spec: &TierSpec, position: usize) -> Result<Timing, BoundSpecError> {
     let mut timing = Timing::default();
     let block = match spec.as_object().get(BUCKET_BOUND) {
         None | Some(Value::Null) => return Ok(timing),
         Some(Value::Object(block)) => block,
         Some(other) => {
-            return Err(BucketSpecError {
+            return Err(BoundSpecError {
                 position,
                 key: BUCKET_BOUND,
                 problem: format!("{other} is not an object"),
@@ -94,7 +110,7 @@ pub fn timing_of(spec: &TierSpec, position: usize) -> Result<Timing, BucketSpecE
     };
     for (name, value) in block.iter().filter(|(name, _)| *name != MODELS) {
         let Some((key, field)) = TIMING_KEYS.iter().find(|(k, _)| k == name) else {
-            return Err(BucketSpecError {
+            return Err(BoundSpecError {
                 position,
                 key: BUCKET_BOUND,
                 problem: format!("{name:?} is not one of its keys"),
@@ -106,7 +122,7 @@ pub fn timing_of(spec: &TierSpec, position: usize) -> Result<Timing, BucketSpecE
         };
         let seconds = value.as_u64().filter(|s| (1..=86_400).contains(s));
         let Some(seconds) = seconds else {
-            return Err(BucketSpecError {
+            return Err(BoundSpecError {
                 position,
                 key: BUCKET_BOUND,
                 problem: format!(
@@ -132,7 +148,7 @@ pub const MODELS: &str = "models";
 /// A value that is not an array of at most
 /// [`MAX_MODELS`](super::models::MAX_MODELS) non-empty strings of at most
 /// 1,024 bytes, naming the key.
-pub fn models_of(spec: &TierSpec, position: usize) -> Result<Vec<String>, BucketSpecError> {
+pub fn models_of(spec: &TierSpec, position: usize) -> Result<Vec<String>, BoundSpecError> {
     let block = spec
         .as_object()
         .get(BUCKET_BOUND)
@@ -149,12 +165,12 @@ pub fn models_of(spec: &TierSpec, position: usize) -> Result<Vec<String>, Bucket
     });
     match models {
         Some(models) if models.len() <= super::models::MAX_MODELS => Ok(models),
-        _ => Err(BucketSpecError {
+        _ => Err(BoundSpecError {
             position,
             key: "bucket_bound.models",
             problem: format!(
                 "{} is not a list of model names",
-                crate::spec::quoted(&value.to_string())
+                lmcache_tier_spec::shown_value(&value.to_string())
             ),
             fix: format!(
                 "Give the models whose objects the bound counts as vLLM's --model names them, at most {}, such as [\"meta-llama/Llama-3.1-8B\"].",
@@ -171,7 +187,7 @@ pub fn models_of(spec: &TierSpec, position: usize) -> Result<Vec<String>, Bucket
 ///
 /// # Errors
 /// A `s3_key_prefix` that is not empty and does not end with `/`.
-fn check_bound_prefix(spec: &TierSpec, position: usize) -> Result<(), BucketSpecError> {
+fn check_bound_prefix(spec: &TierSpec, position: usize) -> Result<(), BoundSpecError> {
     let prefix = spec
         .as_object()
         .get("s3_key_prefix")
@@ -180,16 +196,16 @@ fn check_bound_prefix(spec: &TierSpec, position: usize) -> Result<(), BucketSpec
     if prefix.is_empty() || prefix.ends_with('/') {
         return Ok(());
     }
-    Err(BucketSpecError {
+    Err(BoundSpecError {
         position,
         key: "s3_key_prefix",
         problem: format!(
             "{} does not end with / on a tier with max_capacity_gb: the bucket bound would count and evict every key that starts with it, other tiers' included",
-            crate::spec::quoted(prefix)
+            lmcache_tier_spec::shown_value(prefix)
         ),
         fix: format!(
             "End s3_key_prefix with /, such as {}.",
-            crate::spec::quoted(&format!("{prefix}/"))
+            lmcache_tier_spec::shown_value(&format!("{prefix}/"))
         ),
     })
 }
@@ -210,9 +226,9 @@ impl BoundSpec {
     /// `eviction.eviction_ratio` that is not a number in range, a bad
     /// `bucket_bound` block, or a `s3_key_prefix` that does not end with
     /// `/` (`docs/s3-gateway.md`, "What it counts"), naming it.
-    pub fn from_spec(spec: &TierSpec, position: usize) -> Result<Option<Self>, BucketSpecError> {
+    pub fn from_spec(spec: &TierSpec, position: usize) -> Result<Option<Self>, BoundSpecError> {
         let object = spec.as_object();
-        let err = |key: &'static str, value: &Value, range: &str| BucketSpecError {
+        let err = |key: &'static str, value: &Value, range: &str| BoundSpecError {
             position,
             key,
             problem: format!("{value} is not a number {range}"),

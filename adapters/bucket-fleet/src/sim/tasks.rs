@@ -1,6 +1,6 @@
 //! A simulated node's tasks, as the gateway's driver runs them
 //! ([`crate::bound`]): LMCache's writer, the lease and reports, the
-//! evictor. Each sends its [`Node`](crate::fleet::node::Node)'s requests
+//! evictor. Each sends its [`Node`](crate::node::Node)'s requests
 //! to the store in memory one after another, each answered
 //! [`Config::latency`](super::Config::latency) later.
 
@@ -10,12 +10,12 @@ use std::time::{Duration, SystemTime};
 
 use super::faults::{draw, Fate};
 use super::{Due, Kind, Sim, DELETES_IN_FLIGHT};
-use crate::fleet::evictor::EvictStep;
-use crate::fleet::lease::{Condition, LeaseAnswer, LeaseBody, LeaseStep};
-use crate::fleet::node::LeaseChange;
-use crate::fleet::report::ReportBody;
-use crate::fleet::view::{Entry, StoredObject};
-use crate::fleet::{report_key, reports_folder};
+use crate::evictor::EvictStep;
+use crate::lease::{Condition, LeaseAnswer, LeaseBody, LeaseStep};
+use crate::node::LeaseChange;
+use crate::report::ReportBody;
+use crate::view::{Entry, StoredObject};
+use crate::{report_key, reports_folder};
 
 /// Where the lease-and-reports task is.
 #[derive(Debug, Default)]

@@ -1,6 +1,10 @@
 //! The bucket bound for a fleet: the decisions of every gateway that
 //! shares one prefix, as pure state machines driven by time and the
-//! store's answers (`docs/s3-gateway.md`, "A fleet on one bucket").
+//! store's answers (`docs/s3-gateway.md`, "A fleet on one bucket"), and
+//! the layout of a bound's prefix they read: its reserved folder
+//! ([`RESERVED`]) and the cache identity's segments ([`identity`]). No
+//! I/O: the S3 gateway (`lmcache-s3-gateway`) sends the requests these
+//! machines ask for and hands them the answers.
 //!
 //! - [`lease::Election`]: one evictor per prefix, elected through the
 //!   store itself. A lease object in the reserved key [`lease_key`] is
@@ -26,13 +30,15 @@
 //! per writing node.
 //!
 //! [`node::Node`] joins one node's machines. The gateway's driver
-//! ([`crate::bound`]) and the fleet simulation ([`sim`]; run by
-//! `adapters/s3-gateway/tests/fleet.rs` and `benches/fleet_sim.rs`) run
+//! (`bound.rs` of `lmcache-s3-gateway`) and the fleet simulation
+//! ([`sim`]; run by `tests/fleet.rs`, `benches/fleet_sim.rs` and
+//! `benches/fleet_chaos.rs` of this crate) run
 //! that same [`node::Node`], one against the real store, one against a
 //! store in memory.
 
 pub mod evictor;
 pub mod figures;
+pub mod identity;
 pub mod lease;
 pub mod models;
 pub mod node;

@@ -2,7 +2,7 @@
 //! real [`Election`](super::lease::Election),
 //! [`Reporter`](super::report::Reporter),
 //! [`Evictor`](super::evictor::Evictor) and [`victims`](super::view::victims)),
-//! driven as the gateway's driver ([`crate::bound`]) drives them, against
+//! driven as the gateway's driver (`bound.rs` of `lmcache-s3-gateway`) drives them, against
 //! a store in memory ([`MemStore`]) on a simulated clock
 //! (`docs/s3-gateway.md`, "A fleet on one bucket").
 //!

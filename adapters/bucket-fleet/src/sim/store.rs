@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 
 use lmcache_housekeeping::s3_key::parse_s3_key;
 
-use crate::fleet::lease::{Condition, LeaseAnswer, LeaseBody};
-use crate::fleet::report::ReportBody;
-use crate::fleet::view::StoredObject;
+use crate::lease::{Condition, LeaseAnswer, LeaseBody};
+use crate::report::ReportBody;
+use crate::view::StoredObject;
 
 /// Keys a ListObjectsV2 page holds at most (S3's default and maximum).
 pub const PAGE: usize = 1000;

@@ -2,7 +2,7 @@
 //! reports and its evictor, and the rules that join them
 //! (`docs/s3-gateway.md`, "A fleet on one bucket").
 //!
-//! The gateway's driver ([`crate::bound`]) and the fleet simulation
+//! The gateway's driver (`bound.rs` of `lmcache-s3-gateway`) and the fleet simulation
 //! ([`super::sim`]) both run a [`Node`]: they send what it asks to a store
 //! (the real one, or one in memory) and give it the answers, and decide
 //! nothing themselves. The rules of the glue:
@@ -194,7 +194,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::rule::BoundRole;
+    use crate::rule::BoundRole;
     use std::time::SystemTime;
 
     const S: Duration = Duration::from_secs(1);

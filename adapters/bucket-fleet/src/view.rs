@@ -259,7 +259,7 @@ impl BucketView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::rule::BoundRole;
+    use crate::rule::BoundRole;
     use proptest::prelude::*;
     use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The fleet simulation's table: 1, 10, 100 and 1,000 gateways on one
 //! prefix for a simulated hour, each the bound's real machines
-//! (`lmcache_s3_gateway::fleet::sim`), against a store in memory with
+//! (`lmcache_bucket_fleet::sim`), against a store in memory with
 //! conditional writes (mode `lease`) and without them (`every_node`), on
 //! two bucket sizes, through the scenario of crashes, stalls, restarts,
 //! joins and leaves of `fleet::sim::scenario`, with the nodes' wall clocks
@@ -8,11 +8,11 @@
 //! (`docs/s3-gateway.md`, "A fleet on one bucket"; results in
 //! `docs/performance.md`, "The fleet simulation").
 //!
-//! Run: `cargo bench -p lmcache-s3-gateway --bench fleet_sim`.
+//! Run: `cargo bench -p lmcache-bucket-fleet --bench fleet_sim`.
 
 use std::time::{Duration, Instant};
 
-use lmcache_s3_gateway::fleet::sim::{self, Config, Outcome, OBJECT_BYTES};
+use lmcache_bucket_fleet::sim::{self, Config, Outcome, OBJECT_BYTES};
 
 /// A bucket of the table: its capacity, what the fleet writes into it,
 /// and the most nodes simulated without conditional writes.

@@ -354,7 +354,7 @@ impl Evictor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::rule::BoundRole;
+    use crate::rule::BoundRole;
     use std::time::SystemTime;
 
     const S: Duration = Duration::from_secs(1);

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::{Checks, Config, MemStore, Requests};
-use crate::fleet::Mode;
+use crate::Mode;
 
 /// The lease's figures of a run on a store with conditional writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -14,7 +14,7 @@ pub struct LeaseFigures {
     /// Times a node took the lease: its creation, then each takeover.
     pub took: u64,
     /// Simulated time with no running node that
-    /// [`Node::holds`](crate::fleet::node::Node::holds), seconds
+    /// [`Node::holds`](crate::node::Node::holds), seconds
     /// ([`Duration`]); the start's election included.
     pub no_holder: Duration,
     /// The longest such stretch.

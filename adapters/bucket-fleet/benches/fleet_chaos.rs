@@ -4,18 +4,18 @@
 //! applied late, 500 and 503 answers, whole-second dates, a `Date` 10
 //! minutes behind, crashes, stalls, restarts, joins, leaves, the lease
 //! deleted or made unreadable, forged reports), on the fleet of
-//! `fleet::sim::Config::chaos` (as `adapters/s3-gateway/tests/fleet.rs`):
+//! `fleet::sim::Config::chaos` (as `adapters/bucket-fleet/tests/fleet.rs`):
 //! 4 nodes, a capacity of 1,000 objects of 4 MiB, 4 objects a second, 15
 //! simulated minutes. Prints the worst seed of each figure and the rules broken
 //! (`docs/s3-gateway.md`, "The simulation's faults"; results in
 //! `docs/performance.md`, "The fleet simulation under faults").
 //!
-//! Run: `cargo bench -p lmcache-s3-gateway --bench fleet_chaos`
+//! Run: `cargo bench -p lmcache-bucket-fleet --bench fleet_chaos`
 //! (`FLEET_CHAOS_SEEDS` sets the number of seeds, 2,000 by default).
 
 use std::time::Instant;
 
-use lmcache_s3_gateway::fleet::sim::{self, Config, Outcome};
+use lmcache_bucket_fleet::sim::{self, Config, Outcome};
 
 /// The worst seed of one figure: its value and the seed's row.
 #[derive(Default)]
