@@ -283,12 +283,14 @@ impl Evictor {
     pub fn listed_at(&mut self, now: Duration, listing: Option<Vec<StoredObject>>) -> (u64, u64) {
         let Some(objects) = listing else {
             self.view.listing_failed();
+            self.tally.listing_failed();
             self.listing_began = self.previous_began;
             self.list_after = now + self.list_retry;
             self.list_retry = (self.list_retry * 2).min(LISTING_RETRY);
             return (0, 0);
         };
         let others = self.view.finish_listing(objects);
+        self.tally.listing_done();
         self.listed_rate = match (self.listed, self.listing_began, self.previous_began) {
             // Newly counted models: what it found is not growth.
             (true, _, _) if self.relist => self.listed_rate,

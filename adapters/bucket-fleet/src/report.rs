@@ -28,6 +28,12 @@ pub const STALE_REPORT: Duration = Duration::from_secs(3600);
 /// The most reports one reading GETs; the others wait for the next
 /// reading (a fleet of 1,000 nodes changes about 170 a reading).
 pub const MAX_REPORTS_READ: usize = 1000;
+/// The most nodes a tally follows. Any writer of the prefix can create
+/// report keys, so the tally's memory is bounded by this, not by the keys
+/// in the store: past it, a new node's report is not read until a followed
+/// one goes stale. Its writes then bring no listing sooner; the periodic
+/// listing still counts them.
+pub const MAX_REPORTERS: usize = 10_000;
 
 /// One node's report (JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,6 +161,9 @@ pub struct Tally {
     named: std::collections::HashSet<String>,
     seen: HashMap<String, Seen>,
     unlisted_bytes: u64,
+    /// What the reports had added when the listing in flight began: added
+    /// back if it fails.
+    before_listing: u64,
     window: VecDeque<(Duration, u64)>,
     /// Whether a first reading is in: the reports of that reading were
     /// written before the evictor's first listing, which holds their bytes.
@@ -191,7 +200,20 @@ impl Tally {
     /// is then counted twice (in the listing and in its next report) until
     /// the next listing: more than the bucket holds, never less.
     pub fn listing_began(&mut self) {
-        self.unlisted_bytes = 0;
+        self.before_listing = std::mem::take(&mut self.unlisted_bytes);
+    }
+
+    /// The listing in flight failed: what the reports added before it
+    /// began is unlisted still, and counts again.
+    pub fn listing_failed(&mut self) {
+        let before = std::mem::take(&mut self.before_listing);
+        self.unlisted_bytes = self.unlisted_bytes.saturating_add(before);
+    }
+
+    /// The listing in flight is in: it holds what the reports had added
+    /// before it began.
+    pub fn listing_done(&mut self) {
+        self.before_listing = 0;
     }
 
     /// Bytes the reports say were written since the last listing began.
@@ -208,12 +230,19 @@ impl Tally {
     /// those whose ETag changed (all of them when the store lists no
     /// ETag, as s3s-fs), at most [`MAX_REPORTS_READ`]: new ones first,
     /// then those read longest ago, so that every report is read within
-    /// a few readings however many changed.
+    /// a few readings however many changed. New nodes only up to
+    /// [`MAX_REPORTERS`] followed in all.
     pub fn to_read<'a>(&self, listed: &'a [(String, Option<String>)]) -> Vec<&'a str> {
+        let mut room = MAX_REPORTERS.saturating_sub(self.seen.len());
         let mut wanted: Vec<(Option<Duration>, &str)> = listed
             .iter()
-            .filter(|(node, etag)| {
-                etag.is_none() || self.seen.get(node).is_none_or(|s| s.etag != *etag)
+            .filter(|(node, etag)| match self.seen.get(node) {
+                Some(s) => etag.is_none() || s.etag != *etag,
+                None if room > 0 => {
+                    room -= 1;
+                    true
+                }
+                None => false,
             })
             .map(|(node, _)| (self.seen.get(node).map(|s| s.read_at), node.as_str()))
             .collect();
@@ -229,7 +258,11 @@ impl Tally {
     /// read at `now`: the bytes it adds since the last reading, at most
     /// the capacity. A node seen for the first time (or restarted, with a
     /// count below the last) adds its `recent_bytes`.
+    /// A new node past [`MAX_REPORTERS`] is not followed.
     pub fn read(&mut self, now: Duration, etag: Option<String>, body: &ReportBody) {
+        if self.seen.len() >= MAX_REPORTERS && !self.seen.contains_key(&body.node) {
+            return;
+        }
         let claimed = match self.seen.get(&body.node) {
             Some(s) if s.written_bytes <= body.written_bytes => {
                 body.written_bytes - s.written_bytes
@@ -290,6 +323,7 @@ impl Tally {
             .collect();
         for node in &stale {
             self.seen.remove(node);
+            self.named.remove(node);
         }
         stale
     }
@@ -356,6 +390,64 @@ mod tests {
         assert_eq!(stale, ["b", "z"]);
         assert_eq!(t.reporters(), 1);
         assert!(t.absurd().is_empty());
+    }
+
+    fn report(node: &str, written: u64) -> ReportBody {
+        ReportBody {
+            node: node.into(),
+            written_bytes: written,
+            recent_bytes: written,
+            reports: 0,
+            models: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn what_the_reports_added_before_a_failed_listing_counts_again() {
+        let mut t = Tally::new(5000);
+        t.read(Duration::ZERO, None, &report("a", 0));
+        t.reading_done();
+        t.read(S, None, &report("a", 300));
+        t.listing_began();
+        t.read(2 * S, None, &report("a", 350));
+        assert_eq!(t.unlisted_bytes(), 50);
+        t.listing_failed();
+        assert_eq!(
+            t.unlisted_bytes(),
+            350,
+            "the failed listing holds none of it"
+        );
+        t.listing_began();
+        t.listing_failed();
+        assert_eq!(t.unlisted_bytes(), 350, "nor does the next that fails");
+        t.listing_began();
+        t.read(3 * S, None, &report("a", 360));
+        t.listing_done();
+        t.listing_failed();
+        assert_eq!(t.unlisted_bytes(), 10, "a listing that is in holds it");
+    }
+
+    #[test]
+    fn a_tally_follows_at_most_its_number_of_nodes_whatever_the_store_holds() {
+        let mut t = Tally::new(5000);
+        t.reading_done();
+        for i in 0..MAX_REPORTERS {
+            t.read(S, None, &report(&format!("n{i}"), 1));
+        }
+        let listed = vec![
+            ("n0".to_string(), None),
+            ("x1".to_string(), None),
+            ("x2".to_string(), None),
+        ];
+        assert_eq!(t.to_read(&listed), ["n0"], "no room for new nodes");
+        let before = t.unlisted_bytes();
+        t.read(2 * S, None, &report("x1", 4000));
+        assert_eq!((t.reporters(), t.unlisted_bytes()), (MAX_REPORTERS, before));
+        t.read(3 * S, None, &report("n0", 9000));
+        assert_eq!(t.absurd().len(), 1);
+        assert_eq!(t.stale(3603 * S).len(), MAX_REPORTERS);
+        assert!(t.named.is_empty(), "a stale node is forgotten whole");
+        assert_eq!(t.to_read(&listed).len(), 3);
     }
 
     #[test]

@@ -43,7 +43,7 @@ mod store;
 mod tasks;
 
 pub use faults::{chaos, Fate, Faults};
-pub use outcome::{LeaseFigures, Outcome};
+pub use outcome::{LeaseFigures, Outcome, SETTLE};
 pub use store::{Checks, MemStore, PutAnswer, Requests, PAGE};
 
 use std::cmp::Reverse;
@@ -387,6 +387,8 @@ struct Sim<'a> {
     lease_key: String,
     /// Writes the store applies late ([`Fate::Late`]), by index.
     late: Vec<Option<tasks::LateWrite>>,
+    /// The most nodes that ran at once.
+    most_running: usize,
 }
 
 impl<'a> Sim<'a> {
@@ -406,6 +408,7 @@ impl<'a> Sim<'a> {
             watch: Watch::default(),
             lease_key: lease_key(),
             late: Vec::new(),
+            most_running: 0,
         };
         if config.faults.whole_seconds {
             sim.store.whole_seconds();
@@ -451,7 +454,9 @@ impl<'a> Sim<'a> {
         }
         self.sample(self.config.duration);
         let foreign_left = FOREIGN.iter().filter(|k| self.store.holds(k)).count();
-        let mut outcome = Outcome::new(self.config, &self.store, &self.members_modes(), self.watch);
+        let modes = self.members_modes();
+        let mut outcome = Outcome::new(self.config, &self.store, &modes, self.watch);
+        outcome.most_running = self.most_running;
         outcome.checks.foreign_deleted += (FOREIGN.len() - foreign_left) as u64;
         outcome
     }
@@ -495,6 +500,8 @@ impl<'a> Sim<'a> {
                 .wall_clock_spread
                 .mul_f64(spread(slot, 0xbf58_476d_1ce4_e5b9)),
         };
+        let running = 1 + self.members.iter().filter(|m| m.running).count();
+        self.most_running = self.most_running.max(running);
         self.members.push(Member {
             node: Node::new(
                 id,
@@ -702,16 +709,18 @@ impl<'a> Sim<'a> {
         if !self.config.conditional_writes {
             return;
         }
-        let holding = self
+        let holding: Vec<&Member> = self
             .holders
             .iter()
-            .filter(|&&s| self.members[s].node.holds(self.members[s].local(at)))
-            .count();
-        let holding = match self.members.iter().any(|m| m.running) {
-            true => holding,
-            false => 1,
+            .map(|&s| &self.members[s])
+            .filter(|m| m.node.holds(m.local(at)))
+            .collect();
+        let awake = holding.iter().filter(|m| m.stopped_until <= at).count();
+        let (holding, awake) = match self.members.iter().any(|m| m.running) {
+            true => (holding.len(), awake),
+            false => (1, 1),
         };
-        self.watch.sample(at, holding);
+        self.watch.sample(at, holding, awake);
     }
 }
 

@@ -8,14 +8,21 @@ use std::time::Duration;
 use super::{Checks, Config, MemStore, Requests};
 use crate::Mode;
 
+/// How long an evictor takes, once there is one again, to bring the
+/// bucket back under its trigger: half a lease before a new lease's
+/// creator deletes (`docs/s3-gateway.md`, "The election", rule 1), and a
+/// listing and deletions through the slowest answers of the seeded
+/// faults (5 s).
+pub const SETTLE: Duration = Duration::from_secs(20);
+
 /// The lease's figures of a run on a store with conditional writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeaseFigures {
     /// Times a node took the lease: its creation, then each takeover.
     pub took: u64,
-    /// Simulated time with no running node that
-    /// [`Node::holds`](crate::node::Node::holds), seconds
-    /// ([`Duration`]); the start's election included.
+    /// Simulated time with no running node awake that
+    /// [`Node::holds`](crate::node::Node::holds) (a stalled holder deletes
+    /// nothing); the start's election included.
     pub no_holder: Duration,
     /// The longest such stretch.
     pub longest_no_holder: Duration,
@@ -39,7 +46,7 @@ impl LeaseFigures {
 pub(super) struct Watch {
     figures: LeaseFigures,
     last: Duration,
-    last_holding: usize,
+    last_awake: usize,
     stretch: Duration,
 }
 
@@ -49,23 +56,25 @@ impl Watch {
         self.figures.took += 1;
     }
 
-    /// `holding` running nodes hold the lease at `at`.
-    pub(super) fn sample(&mut self, at: Duration, holding: usize) {
+    /// `holding` running nodes hold the lease at `at`, `awake` of them not
+    /// stalled: a stalled holder deletes nothing, so the time without an
+    /// evictor counts until a holder is awake.
+    pub(super) fn sample(&mut self, at: Duration, holding: usize, awake: usize) {
         let span = at.saturating_sub(self.last);
-        if self.last_holding == 0 || holding == 0 {
+        if self.last_awake == 0 || awake == 0 {
             self.figures.no_holder += span;
             self.stretch += span;
             let longest = &mut self.figures.longest_no_holder;
             *longest = (*longest).max(self.stretch);
         }
-        if holding > 0 {
+        if awake > 0 {
             self.stretch = Duration::ZERO;
         }
         if holding > 1 {
             self.figures.two_holders += 1;
         }
         self.last = at;
-        self.last_holding = holding;
+        self.last_awake = awake;
     }
 }
 
@@ -78,8 +87,14 @@ pub struct Outcome {
     pub started: usize,
     /// Of those, nodes that ran [`Mode::EveryNode`].
     pub every_node: usize,
+    /// The most nodes that ran at once.
+    pub most_running: usize,
+    /// What one node writes, bytes a second.
+    pub node_bytes_per_s: u64,
     /// The bound's capacity, bytes.
     pub capacity_bytes: u64,
+    /// Its trigger, bytes.
+    pub trigger_bytes: u64,
     /// The size of LMCache's objects, bytes.
     pub object_bytes: u64,
     /// The most bytes of LMCache objects the prefix held.
@@ -102,7 +117,10 @@ impl Outcome {
             nodes: config.nodes,
             started: modes.len(),
             every_node: modes.iter().filter(|&&m| m == Mode::EveryNode).count(),
+            most_running: config.nodes,
+            node_bytes_per_s: config.fleet_bytes_per_s / config.nodes.max(1) as u64,
             capacity_bytes: config.spec.capacity_bytes,
+            trigger_bytes: config.spec.trigger_bytes,
             object_bytes: config.object_bytes,
             peak_bytes: store.peak_bytes(),
             evicted: store.evicted(),
@@ -111,6 +129,29 @@ impl Outcome {
             lease: config.conditional_writes.then_some(watch.figures),
             checks: store.checks(),
         }
+    }
+
+    /// The bound the bucket keeps with an evictor at work: 1.05 times the
+    /// capacity and one object per node started (`docs/s3-gateway.md`, "A
+    /// fleet on one bucket").
+    pub fn goal_bytes(&self) -> u64 {
+        let goal = self.capacity_bytes + self.capacity_bytes / 20;
+        goal + self.started as u64 * self.object_bytes
+    }
+
+    /// The bound the bucket keeps (`docs/s3-gateway.md`, "The simulation's
+    /// faults"): 1.05 times the capacity and one object per node started,
+    /// or, where the nodes went without an evictor, the trigger and what
+    /// the most nodes that ran write over the longest stretch without one
+    /// and [`SETTLE`] more, whichever is more.
+    pub fn stated_bound_bytes(&self) -> u64 {
+        let goal = self.goal_bytes();
+        let Some(lease) = self.lease else {
+            return goal;
+        };
+        let rate = self.node_bytes_per_s * self.most_running as u64;
+        let unbounded = (lease.longest_no_holder + SETTLE).as_secs_f64() * rate as f64;
+        goal.max(self.trigger_bytes + unbounded as u64)
     }
 
     /// The capacity in objects.
@@ -226,15 +267,24 @@ mod tests {
     #[test]
     fn stretches_without_a_holder_are_counted_from_the_last_moment_one_was_seen() {
         let mut w = Watch::default();
-        w.sample(2 * S, 0);
-        w.sample(3 * S, 1);
-        w.sample(10 * S, 1);
-        w.sample(12 * S, 0);
-        w.sample(20 * S, 0);
-        w.sample(21 * S, 2);
+        w.sample(2 * S, 0, 0);
+        w.sample(3 * S, 1, 1);
+        w.sample(10 * S, 1, 1);
+        w.sample(12 * S, 0, 0);
+        w.sample(20 * S, 0, 0);
+        w.sample(21 * S, 2, 2);
         assert_eq!(w.figures.no_holder, 3 * S + 11 * S);
         assert_eq!(w.figures.longest_no_holder, 11 * S);
         assert_eq!(w.figures.two_holders, 1);
+        w.sample(25 * S, 1, 0);
+        w.sample(30 * S, 2, 1);
+        assert_eq!(w.figures.longest_no_holder, 11 * S, "{:?}", w.figures);
+        assert_eq!(
+            w.figures.no_holder,
+            14 * S + 9 * S,
+            "a stalled holder deletes nothing"
+        );
+        assert_eq!(w.figures.two_holders, 2);
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
     }
