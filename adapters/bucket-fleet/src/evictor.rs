@@ -36,6 +36,74 @@ pub const MAX_EVICT_BACKOFF: Duration = Duration::from_secs(60);
 /// The longest pause between two tries of a listing that fails.
 pub const LISTING_RETRY: Duration = Duration::from_secs(10);
 
+/// Deletions of one eviction cycle in flight at once, in either driver.
+pub const DELETES_IN_FLIGHT: usize = 8;
+
+/// One eviction cycle's deletions, as every driver sends them
+/// (`docs/s3-gateway.md`, "Eviction cycles on a failing store"): the
+/// victims in their order, [`DELETES_IN_FLIGHT`] in flight, a new one as
+/// each answer comes, none once the store has failed more of them than it
+/// took. The driver sends what [`EvictCycle::send`] gives, tells each
+/// answer to [`EvictCycle::answered`], and hands
+/// [`EvictCycle::results`] to [`Evictor::evicted`] when
+/// [`EvictCycle::send`] gives nothing and no answer is awaited.
+#[derive(Debug, Clone, Default)]
+pub struct EvictCycle {
+    left: std::collections::VecDeque<(String, u64)>,
+    in_flight: usize,
+    deleted: u64,
+    failed: u64,
+    results: Vec<(String, u64, bool)>,
+}
+
+impl EvictCycle {
+    /// The cycle of `victims` (key inside the prefix, bytes), in the order
+    /// [`EvictStep::Evict`] gave them.
+    pub fn new(victims: Vec<(String, u64)>) -> Self {
+        EvictCycle {
+            left: victims.into(),
+            ..EvictCycle::default()
+        }
+    }
+
+    /// The next deletion to send now: `None` while [`DELETES_IN_FLIGHT`]
+    /// are in flight, when none is left, or once more answers have failed
+    /// than succeeded (then none is sent again).
+    pub fn send(&mut self) -> Option<(String, u64)> {
+        if self.failed > self.deleted {
+            self.left.clear();
+        }
+        if self.in_flight >= DELETES_IN_FLIGHT {
+            return None;
+        }
+        let next = self.left.pop_front()?;
+        self.in_flight += 1;
+        Some(next)
+    }
+
+    /// The answer to the deletion of `key` (`bytes`) came: `deleted`
+    /// when the store took it.
+    pub fn answered(&mut self, key: String, bytes: u64, deleted: bool) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        match deleted {
+            true => self.deleted += 1,
+            false => self.failed += 1,
+        }
+        self.results.push((key, bytes, deleted));
+    }
+
+    /// Answers awaited.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Each deletion sent, in the order of its answer: key, bytes and
+    /// whether the store took it.
+    pub fn results(self) -> Vec<(String, u64, bool)> {
+        self.results
+    }
+}
+
 /// What the evictor asks of the store next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EvictStep {
@@ -371,6 +439,39 @@ mod tests {
 
     fn spec() -> BoundSpec {
         BoundSpec::new(1000, 0.8, 0.2, BoundRole::Evictor)
+    }
+
+    #[test]
+    fn a_cycle_keeps_eight_in_flight_and_stops_once_failures_lead() {
+        let victims: Vec<_> = (0..20).map(|i| (format!("k{i:02}"), 10)).collect();
+        let mut cycle = EvictCycle::new(victims);
+        let sent: Vec<_> = std::iter::from_fn(|| cycle.send()).collect();
+        assert_eq!(sent.len(), DELETES_IN_FLIGHT);
+        assert_eq!(sent[0].0, "k00", "oldest first");
+        cycle.answered(sent[0].0.clone(), 10, true);
+        assert_eq!(
+            cycle.send().map(|v| v.0),
+            Some("k08".into()),
+            "one per answer"
+        );
+        cycle.answered(sent[1].0.clone(), 10, false);
+        assert!(
+            cycle.send().is_some(),
+            "one failure of two: not more failed"
+        );
+        cycle.answered(sent[2].0.clone(), 10, false);
+        assert_eq!(cycle.send(), None, "two failed, one taken: no more");
+        assert_eq!(cycle.in_flight(), 7);
+        for (key, bytes) in sent[3..].iter().cloned() {
+            cycle.answered(key, bytes, true);
+        }
+        cycle.answered("k08".into(), 10, true);
+        cycle.answered("k09".into(), 10, true);
+        assert_eq!(cycle.send(), None, "none again, though taken lead again");
+        assert_eq!(cycle.in_flight(), 0);
+        let results = cycle.results();
+        assert_eq!(results.len(), 10);
+        assert_eq!(results.iter().filter(|r| !r.2).count(), 2);
     }
 
     #[test]

@@ -25,9 +25,6 @@ use super::rule::BoundSpec;
 use super::view::{Entry, StoredObject};
 use super::Mode;
 
-/// Deletions of one eviction cycle in flight at once, in either driver.
-pub const DELETES_IN_FLIGHT: usize = 8;
-
 /// The decisions of one node (one start of a gateway) on a prefix.
 #[derive(Debug)]
 pub struct Node {

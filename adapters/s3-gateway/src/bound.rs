@@ -36,10 +36,10 @@ use super::credentials::RealCredentials;
 use super::spec::{BucketSpecError, BucketTier};
 use super::state::Stats;
 use super::store::{Fetched, PutAnswer, Store, StoreError};
-use crate::fleet::evictor::EvictStep;
+use crate::fleet::evictor::{EvictCycle, EvictStep};
 use crate::fleet::lease::{Election, LeaseAnswer, LeaseBody, LeaseStep};
 use crate::fleet::models::Models;
-use crate::fleet::node::{LeaseChange, Node, DELETES_IN_FLIGHT};
+use crate::fleet::node::{LeaseChange, Node};
 use crate::fleet::report::ReportBody;
 use crate::fleet::sweep::Sweep;
 use crate::fleet::{lease_key, report_key, reports_folder, Mode};
@@ -718,43 +718,34 @@ impl Bound {
         }
     }
 
-    /// One eviction cycle: deletes `chosen` in order, keeping
-    /// [`DELETES_IN_FLIGHT`] in flight (a new one as each answer comes, so
-    /// one slow answer holds up one slot, not a batch), each while this
-    /// node may delete; once the store has failed more of them than it
-    /// took, no new deletion is sent (a store that refuses them all stops
-    /// the cycle at its first answer; the next cycle backs off when this
-    /// one deleted none, [`crate::fleet::evictor::Evictor::evicted`]).
+    /// One eviction cycle: deletes `chosen` as the fleet's
+    /// [`EvictCycle`] sends them (in order, eight in flight, a new one as
+    /// each answer comes, none once the store has failed more than it
+    /// took), each while this node may delete; the next cycle backs off
+    /// when this one deleted none
+    /// ([`crate::fleet::evictor::Evictor::evicted`]).
     async fn evict(&self, chosen: Vec<(String, u64)>) {
-        use futures_util::StreamExt;
-        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        use futures_util::stream::{FuturesUnordered, StreamExt};
         let before = self.core().evictor.known_bytes();
-        let (deleted, failed) = (AtomicU64::new(0), AtomicU64::new(0));
-        let (deleted, failed) = (&deleted, &failed);
-        let outcomes: Vec<_> = futures_util::stream::iter(chosen)
-            .map(|(key, bytes)| async move {
-                if failed.load(Relaxed) > deleted.load(Relaxed) {
-                    return None;
-                }
-                let done = self.delete_one(&key).await;
-                match done {
-                    Ok(()) => deleted.fetch_add(1, Relaxed),
-                    Err(_) => failed.fetch_add(1, Relaxed),
-                };
-                Some((key, bytes, done))
-            })
-            .buffer_unordered(DELETES_IN_FLIGHT)
-            .filter_map(std::future::ready)
-            .collect()
-            .await;
+        let mut cycle = EvictCycle::new(chosen);
+        let mut flying = FuturesUnordered::new();
         let mut refusal = None;
-        let mut results = Vec::with_capacity(outcomes.len());
-        for (key, bytes, done) in outcomes {
-            results.push((key, bytes, done.is_ok()));
+        loop {
+            while let Some((key, bytes)) = cycle.send() {
+                flying.push(async move {
+                    let done = self.delete_one(&key).await;
+                    (key, bytes, done)
+                });
+            }
+            let Some((key, bytes, done)) = flying.next().await else {
+                break;
+            };
+            cycle.answered(key, bytes, done.is_ok());
             if let Err(e) = done {
                 refusal.get_or_insert(e);
             }
         }
+        let results = cycle.results();
         let deleted = results.iter().filter(|r| r.2).count() as u64;
         let freed = results
             .iter()

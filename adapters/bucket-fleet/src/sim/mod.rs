@@ -12,7 +12,7 @@
 //! follows it), the lease-and-reports task and the evictor's task. Every
 //! request takes [`Config::latency`]: a listing's pages and a reading's
 //! GETs go one after another, deletions eight at a time
-//! ([`DELETES_IN_FLIGHT`]). A task that waits is woken as the driver's
+//! ([`DELETES_IN_FLIGHT`](crate::evictor::DELETES_IN_FLIGHT)). A task that waits is woken as the driver's
 //! `Notify` wakes it (a write wakes the evictor, and the reports' task
 //! when a report is due). The loop is discrete-event: a heap of the
 //! tasks' wake times, so an hour of 1,000 nodes takes seconds.
@@ -52,7 +52,7 @@ use std::time::{Duration, SystemTime};
 
 use super::lease::{Condition, LeaseStep};
 use super::models::Models;
-use super::node::{Node, DELETES_IN_FLIGHT};
+use super::node::Node;
 use super::report::ReportBody;
 use super::rule::{BoundRole, BoundSpec};
 use super::{lease_key, probe_key, report_key, Mode};

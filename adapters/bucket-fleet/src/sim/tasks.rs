@@ -9,8 +9,8 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use super::faults::{draw, Fate};
-use super::{Due, Kind, Sim, DELETES_IN_FLIGHT};
-use crate::evictor::EvictStep;
+use super::{Due, Kind, Sim};
+use crate::evictor::{EvictCycle, EvictStep};
 use crate::lease::{Condition, LeaseAnswer, LeaseBody, LeaseStep};
 use crate::node::LeaseChange;
 use crate::report::ReportBody;
@@ -340,19 +340,17 @@ impl Sim<'_> {
         }
     }
 
-    /// Sends the cycle's deletions from `at` as the driver does: in
-    /// order, [`DELETES_IN_FLIGHT`] in flight, a new one as each answer
-    /// comes (each with its own fate), each only while the node holds the
-    /// lease at its sending, none once more answers have failed than
-    /// succeeded. The
-    /// store applies each at once; the task goes on when the last answer
-    /// is in, and gives the results to the evictor then.
+    /// Sends the cycle's deletions from `at` as the driver does, through
+    /// the same [`EvictCycle`]: each with its own fate, each only while
+    /// the node holds the lease at its sending. The store applies each at
+    /// once; the task goes on when the last answer is in, and gives the
+    /// results to the evictor then.
     fn delete_some(
         &mut self,
         slot: usize,
         at: Duration,
         left: VecDeque<(String, u64)>,
-        mut results: Vec<(String, u64, bool)>,
+        results: Vec<(String, u64, bool)>,
     ) -> Option<(EvictWork, Duration)> {
         if left.is_empty() {
             let m = &mut self.members[slot];
@@ -361,44 +359,30 @@ impl Sim<'_> {
             return None;
         }
         let listed = self.members[slot].listed_from;
-        let mut free = [at; DELETES_IN_FLIGHT];
-        // Answers not yet come at the sending in hand, by time; those come
-        // are counted (deleted, failed).
-        let mut pending: BinaryHeap<Reverse<(Duration, bool)>> = BinaryHeap::new();
-        let (mut ok, mut bad) = (0u64, 0u64);
-        let mut last = at;
-        for (key, bytes) in left {
-            let (i, start) = free
-                .iter()
-                .copied()
-                .enumerate()
-                .min_by_key(|(_, t)| *t)
-                .expect("slots");
-            while pending.peek().is_some_and(|Reverse((t, _))| *t <= start) {
-                match pending.pop() {
-                    Some(Reverse((_, true))) => ok += 1,
-                    _ => bad += 1,
+        let mut cycle = EvictCycle::new(left.into());
+        // Answers not yet come, by time (and sending, to keep the order).
+        let mut pending = BinaryHeap::new();
+        let mut now = at;
+        loop {
+            while let Some((key, bytes)) = cycle.send() {
+                let m = &self.members[slot];
+                let (mut deleted, mut answer) = (false, now);
+                if m.node.holds(m.local(now)) {
+                    let fate = self.fate(false);
+                    self.store.evict(&key, listed, fate.applied());
+                    deleted = fate.answered();
+                    answer = now + fate.after();
                 }
+                pending.push(Reverse((answer, pending.len(), key, bytes, deleted)));
             }
-            if bad > ok {
+            let Some(Reverse((answer, _, key, bytes, deleted))) = pending.pop() else {
                 break;
-            }
-            let m = &self.members[slot];
-            let holds = m.node.holds(m.local(start));
-            let mut deleted = false;
-            let mut answer = start;
-            if holds {
-                let fate = self.fate(false);
-                self.store.evict(&key, listed, fate.applied());
-                deleted = fate.answered();
-                answer = start + fate.after();
-            }
-            pending.push(Reverse((answer, deleted)));
-            free[i] = answer;
-            last = last.max(answer);
-            results.push((key, bytes, deleted));
+            };
+            now = answer;
+            cycle.answered(key, bytes, deleted);
         }
-        Some((EvictWork::Evicting(VecDeque::new(), results), last - at))
+        let results = cycle.results();
+        Some((EvictWork::Evicting(VecDeque::new(), results), now - at))
     }
 }
 
