@@ -226,7 +226,7 @@ fn main() {
         ));
     }
     let (_, gateways) = runtime
-        .block_on(Gateways::start_args(&args, &|_| None))
+        .block_on(Gateways::start_args(&args, &|_| None, None))
         .unwrap();
     metrics.watch_guards(specs);
     metrics.watch_gateways(gateways.view());

@@ -190,7 +190,7 @@ fn start_gateway(endpoint: &str) -> (Local, Gateways) {
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (args, gateways) = runtime
-        .block_on(Gateways::start_args(&args, &|_| None))
+        .block_on(Gateways::start_args(&args, &|_| None, None))
         .unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
     let key = gateways.key().unwrap();

@@ -345,7 +345,11 @@ fn prometheus_reads_the_workloads_quantile_from_the_gateway_answer_histogram() {
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (args, gateways) = runtime
-        .block_on(lmcache_s3_gateway::Gateways::start_args(&args, &|_| None))
+        .block_on(lmcache_s3_gateway::Gateways::start_args(
+            &args,
+            &|_| None,
+            None,
+        ))
         .unwrap();
     let local: Value = serde_json::from_str(&args[1]).unwrap();
     let host = local["s3_endpoint"].as_str().unwrap().to_string();

@@ -258,6 +258,20 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     assert_eq!(gateway["tier"], 1);
     assert_eq!(gateway["upstream"], format!("http://127.0.0.1:{s3_port}"));
     assert_eq!(gateway["credential_source"], "the tier's aws_access_key_id");
+    // The bound's node id is kept in the fenced disk tier's directory, for
+    // a restart after a crash (docs/s3-gateway.md, "Node ids").
+    let kept: Vec<PathBuf> = std::fs::read_dir(&fs_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(lmcache_s3_gateway::node_id::FILE_PREFIX)
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let body: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&kept[0]).unwrap()).unwrap();
+    assert_eq!(body["node"], gateway["bucket_bound"]["node"], "{body}");
     let requests = &gateway["requests"];
     let stores = requests["put"].as_u64().unwrap() + requests["post"].as_u64().unwrap();
     assert!(stores >= 1, "no store counted: {gateway:#}");
@@ -577,7 +591,11 @@ fn listings_page_through_the_key_prefix_and_an_unreachable_upstream_answers_503(
         .unwrap();
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (args, gateways) = runtime
-        .block_on(lmcache_s3_gateway::Gateways::start_args(&args, &|_| None))
+        .block_on(lmcache_s3_gateway::Gateways::start_args(
+            &args,
+            &|_| None,
+            None,
+        ))
         .unwrap();
     let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
     let host = local["s3_endpoint"].as_str().unwrap().to_string();

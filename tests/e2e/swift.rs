@@ -197,7 +197,7 @@ impl Local {
             .unwrap();
         let args = vec!["--l2-adapter".to_string(), tier.to_string()];
         let (args, gateways) = runtime
-            .block_on(Gateways::start_args(&args, &|_| None))
+            .block_on(Gateways::start_args(&args, &|_| None, None))
             .map_err(|e| e.to_string())?;
         let local: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
         let key = gateways.key().unwrap();

@@ -114,10 +114,17 @@ fn single_faults(seeds: u64) {
             },
         ),
         (
-            "holder crashed, restarted after 5 s",
+            "holder crashed, a new id after 5 s",
             What::Crash {
                 node: Target::Holder,
                 restart_after: Some(Duration::from_secs(5)),
+            },
+        ),
+        (
+            "holder killed, back with its id after 5 s",
+            What::Kill {
+                node: Target::Holder,
+                restart_after: Duration::from_secs(5),
             },
         ),
         (

@@ -17,7 +17,8 @@ pub struct BoundState {
     /// How the fleet shares the eviction: `lease` (one evictor) or
     /// `every_node` (the store takes no conditional writes).
     pub mode: Mode,
-    /// This node's id in the lease and the reports (new at each start).
+    /// This node's id in the lease and the reports (kept across restarts
+    /// of one boot where the gateway has a directory for it).
     pub node: String,
     /// Whether this node holds the lease and may delete now.
     pub evictor: bool,

@@ -50,7 +50,7 @@ pub enum LeaseChange {
 }
 
 impl Node {
-    /// The node `node` (its id, new at each start) of the bound `spec` in
+    /// The node `node` (its id: 16 hex digits) of the bound `spec` in
     /// `mode`, at `now` on its monotonic clock, counting the objects of
     /// `models` and of those it learns.
     pub fn new(node: String, spec: BoundSpec, mode: Mode, now: Duration, models: Models) -> Self {

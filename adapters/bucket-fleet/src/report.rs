@@ -38,7 +38,7 @@ pub const MAX_REPORTERS: usize = 10_000;
 /// One node's report (JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReportBody {
-    /// The node's id (new at every start of its gateway).
+    /// The node's id (16 hex digits).
     pub node: String,
     /// Bytes of LMCache objects it stored since its start.
     pub written_bytes: u64,

@@ -215,6 +215,40 @@ fn a_holder_that_stops_cleanly_hands_the_lease_over_within_a_follow() {
     assert!(out.peak_bytes <= out.goal_bytes(), "{out}");
 }
 
+/// A holder killed and started again with the node id it kept takes its
+/// lease back at its first reading, then deletes from half a lease on
+/// (`docs/s3-gateway.md`, "The election", rule 7); one that comes back
+/// with a new id waits, like every other node, for the lease to lapse.
+#[test]
+fn a_holder_killed_and_back_with_its_id_takes_its_lease_back_at_once() {
+    let t = Config::new(1, 1).spec.timing;
+    let back = Duration::from_secs(5);
+    let run = |what| {
+        let config = Config {
+            duration: Duration::from_secs(600),
+            scenario: vec![Happening {
+                at: Duration::from_secs(300),
+                what,
+            }],
+            ..fleet(10)
+        };
+        sim::run(&config)
+    };
+    let kept = run(What::Kill {
+        node: Target::Holder,
+        restart_after: back,
+    });
+    let new = run(What::Crash {
+        node: Target::Holder,
+        restart_after: Some(back),
+    });
+    let (k, n) = (kept.lease.expect("a lease"), new.lease.expect("a lease"));
+    assert_eq!((k.two_holders, n.two_holders), (0, 0), "{kept}\n{new}");
+    assert!(k.longest_no_holder <= back + t.hold() + STEP * 2, "{k:?}");
+    assert!(n.longest_no_holder >= t.lease, "{n:?}");
+    assert!(kept.peak_bytes <= kept.goal_bytes(), "{kept}");
+}
+
 /// What every seeded run keeps (`docs/s3-gateway.md`, "The simulation's
 /// faults"): never two nodes that may delete at once; nothing deleted
 /// that is not an LMCache object of the counted model; victims oldest

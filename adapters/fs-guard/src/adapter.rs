@@ -215,6 +215,7 @@ mod tests {
         StartContext {
             env: &|_| None,
             owner: "owner-1",
+            node_dir: None,
         }
     }
 

@@ -95,7 +95,7 @@ fn main() -> Result<(), Error> {
         .enable_all()
         .build()?;
     let started = Instant::now();
-    let (_, gateways) = runtime.block_on(Gateways::start_args(&args, &|_| None))?;
+    let (_, gateways) = runtime.block_on(Gateways::start_args(&args, &|_| None, None))?;
     let serving = started.elapsed();
     let bound = loop {
         let bound = gateways.view().states()[0]

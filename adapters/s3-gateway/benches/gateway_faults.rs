@@ -99,7 +99,8 @@ async fn serve_gateway() -> Result<(), Error> {
         "disable_tls": true,
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (rewritten, gateways) = Gateways::start_args(&args, &|k| std::env::var(k).ok()).await?;
+    let (rewritten, gateways) =
+        Gateways::start_args(&args, &|k| std::env::var(k).ok(), None).await?;
     println!("{}", with_key(&rewritten[1], &gateways)?);
     std::io::stdout().flush()?;
     tokio::task::spawn_blocking(|| {

@@ -124,15 +124,16 @@ async fn serve_gateway() -> Result<(), Error> {
         "disable_tls": true,
     });
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    let (rewritten, gateways) = Gateways::start_args(&args, &|k| std::env::var(k).ok()).await?;
+    let (rewritten, gateways) =
+        Gateways::start_args(&args, &|k| std::env::var(k).ok(), None).await?;
     let (scraped, scraped_gateways) =
-        Gateways::start_args(&args, &|k| std::env::var(k).ok()).await?;
+        Gateways::start_args(&args, &|k| std::env::var(k).ok(), None).await?;
     let mut bounded_spec = spec.clone();
     bounded_spec["s3_key_prefix"] = BOUND_PREFIX.into();
     bounded_spec["max_capacity_gb"] = env(BOUND_GB_VAR)?.parse::<f64>()?.into();
     let bounded_args = vec!["--l2-adapter".to_string(), bounded_spec.to_string()];
     let (bounded, bounded_gateways) =
-        Gateways::start_args(&bounded_args, &|k| std::env::var(k).ok()).await?;
+        Gateways::start_args(&bounded_args, &|k| std::env::var(k).ok(), None).await?;
     let every = Duration::from_millis(env_or("GATEWAY_BENCH_SCRAPE_MS", 10)? as u64);
     let view = scraped_gateways.view();
     std::thread::spawn(move || loop {

@@ -44,7 +44,7 @@ impl TierAdapter for GatewayTiers {
     /// [`Gateways::start`], with the server's environment as the source of
     /// the credential variables.
     async fn start(self, context: &StartContext<'_>) -> Result<Gateways, GatewayError> {
-        let (_, gateways) = Gateways::start(&self.cascade, context.env).await?;
+        let (_, gateways) = Gateways::start(&self.cascade, context.env, context.node_dir).await?;
         Ok(gateways)
     }
 }

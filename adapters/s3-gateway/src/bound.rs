@@ -43,6 +43,7 @@ use crate::fleet::node::{LeaseChange, Node};
 use crate::fleet::report::ReportBody;
 use crate::fleet::sweep::Sweep;
 use crate::fleet::{lease_key, report_key, reports_folder, Mode};
+use crate::node_id::NodeId;
 use lmcache_housekeeping::s3_key::parse_s3_key;
 
 pub use crate::fleet::figures::BoundState;
@@ -76,6 +77,7 @@ pub(crate) async fn start(
     credentials: RealCredentials,
     spec: BoundSpec,
     models: Models,
+    node: NodeId,
     stats: Arc<Stats>,
 ) -> Result<Arc<Bound>, BucketSpecError> {
     let started = Instant::now();
@@ -111,8 +113,8 @@ pub(crate) async fn start(
         ),
         None => {}
     }
-    let node = node_id();
-    let probe = tokio::time::timeout(CHECK_TIMEOUT, store.takes_conditional_writes(&node)).await;
+    let probe = tokio::time::timeout(CHECK_TIMEOUT, store.takes_conditional_writes(&node.id));
+    let probe = probe.await;
     let probe = probe.unwrap_or_else(|_| {
         Err(StoreError {
             operation: "PutObject",
@@ -154,19 +156,6 @@ fn listing_advice(status: Option<u16>) -> &'static str {
     }
 }
 
-/// A new node id: 16 hex digits from the system's random source (the
-/// clock where it fails).
-fn node_id() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::getrandom(&mut bytes).is_err() {
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        bytes = (nanos ^ u64::from(std::process::id())).to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The running bound of one gateway.
 pub(crate) struct Bound {
     spec: BoundSpec,
@@ -186,6 +175,9 @@ pub(crate) struct Bound {
     said_oversized: std::sync::atomic::AtomicBool,
     said_oversized_report: std::sync::atomic::AtomicBool,
     said_no_evictor: std::sync::atomic::AtomicBool,
+    /// This node's id, and the file that keeps it for a restart, held
+    /// while the bound runs.
+    _node: NodeId,
 }
 
 /// Deletions the store refused, said at most once a [`REFUSAL_WARNING`].
@@ -203,13 +195,13 @@ impl Bound {
         spec: BoundSpec,
         store: Store,
         tier: &BucketTier,
-        node: String,
+        node: NodeId,
         mode: Mode,
         models: Models,
         stats: Arc<Stats>,
     ) -> Arc<Bound> {
-        let core = Node::new(node.clone(), spec, mode, Duration::ZERO, models);
-        let figures = BoundState::new(spec, mode, node);
+        let core = Node::new(node.id.clone(), spec, mode, Duration::ZERO, models);
+        let figures = BoundState::new(spec, mode, node.id.clone());
         let bound = Arc::new(Bound {
             spec,
             store,
@@ -229,6 +221,7 @@ impl Bound {
             said_oversized: std::sync::atomic::AtomicBool::new(false),
             said_oversized_report: std::sync::atomic::AtomicBool::new(false),
             said_no_evictor: std::sync::atomic::AtomicBool::new(false),
+            _node: node,
         });
         bound.changed();
         bound

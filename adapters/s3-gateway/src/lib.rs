@@ -19,6 +19,7 @@ mod client_fault;
 pub mod credentials;
 mod gateway;
 pub mod key;
+pub mod node_id;
 pub mod peer;
 pub mod sigv4;
 pub mod spec;
@@ -33,6 +34,7 @@ pub use gateway::{COMPLETE_SILENCE, UPSTREAM_SILENCE};
 pub use lmcache_bucket_fleet::{self as fleet, identity};
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lmcache_tier_spec::{Cascade, L2AdapterArgs, TierSpec};
@@ -175,6 +177,7 @@ impl Gateways {
     pub async fn start(
         tiers: &Cascade,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
+        node_dir: Option<&Path>,
     ) -> Result<(Cascade, Gateways), GatewayError> {
         spec::check_default_chain(tiers.tiers().iter())?;
         spec::check_overlapping_prefixes(tiers.tiers())?;
@@ -216,8 +219,10 @@ impl Gateways {
         let server_uid = nix::unistd::geteuid().as_raw();
         for (tier, bound) in bucket_tiers {
             let position = tier.position;
+            let node_file = node_dir
+                .map(|dir| node_id::file_in(dir, &tier.endpoint, &tier.bucket, &tier.key_prefix));
             let started = handle
-                .spawn(start_one(tier, bound, key.clone(), server_uid))
+                .spawn(start_one(tier, bound, node_file, key.clone(), server_uid))
                 .await
                 .map_err(std::io::Error::other)??;
             let Started {
@@ -268,9 +273,10 @@ impl Gateways {
     pub async fn start_args(
         args: &[String],
         env: &(dyn Fn(&str) -> Option<String> + Sync),
+        node_dir: Option<&Path>,
     ) -> Result<(Vec<String>, Gateways), GatewayError> {
         let specs = L2AdapterArgs::parse(args);
-        let (tiers, gateways) = Self::start(&specs.cascade(), env).await?;
+        let (tiers, gateways) = Self::start(&specs.cascade(), env, node_dir).await?;
         Ok((specs.render(args, &tiers), gateways))
     }
 
@@ -366,6 +372,7 @@ struct Started {
 async fn start_one(
     tier: BucketTier,
     bound: Option<(bound::BoundSpec, Vec<String>)>,
+    node_file: Option<PathBuf>,
     key: KeyPair,
     server_uid: u32,
 ) -> Result<Started, GatewayError> {
@@ -375,7 +382,9 @@ async fn start_one(
     if let Some((spec, models)) = bound {
         let (tier, credentials) = upstream.tier_and_credentials();
         let models = fleet::models::Models::new(models);
-        upstream.bound = Some(bound::start(tier, credentials, spec, models, stats.clone()).await?);
+        let node = node_id::claim(node_file.as_deref(), tier.position);
+        let started = bound::start(tier, credentials, spec, models, node, stats.clone()).await?;
+        upstream.bound = Some(started);
     }
     let upstream = Arc::new(upstream);
     upstream.note_credential_expiry(&stats).await;
@@ -439,7 +448,7 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let (out, gateways) = Gateways::start_args(&args, &|_| None).await.unwrap();
+        let (out, gateways) = Gateways::start_args(&args, &|_| None, None).await.unwrap();
         assert_eq!(out, args);
         assert!(gateways.addresses().is_empty());
         assert!(gateways.server_env().is_empty());
@@ -457,7 +466,7 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let e = Gateways::start_args(&args, &|_| None)
+        let e = Gateways::start_args(&args, &|_| None, None)
             .await
             .unwrap_err()
             .to_string();
@@ -480,7 +489,7 @@ mod tests {
                 r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"S"}}"#
             ),
         ];
-        let e = Gateways::start_args(&args, &|_| None)
+        let e = Gateways::start_args(&args, &|_| None, None)
             .await
             .unwrap_err()
             .to_string();
@@ -509,7 +518,7 @@ mod tests {
             "--l2-adapter".to_string(),
             r#"{"type":"s3","s3_endpoint":"127.0.0.1:1","s3_bucket":"kvc","s3_region":"r","disable_tls":true}"#.to_string(),
         ];
-        let e = Gateways::start_args(&args, &env)
+        let e = Gateways::start_args(&args, &env, None)
             .await
             .unwrap_err()
             .to_string();
@@ -538,11 +547,14 @@ mod tests {
             "--l2-adapter".to_string(),
             r#"{"type":"s3","s3_endpoint":"127.0.0.1:1","s3_bucket":"kvc","s3_region":"r","disable_tls":true}"#.to_string(),
         ];
-        let e = tokio::time::timeout(Duration::from_secs(10), Gateways::start_args(&args, &env))
-            .await
-            .expect("the start-up hung on the FIFO")
-            .unwrap_err()
-            .to_string();
+        let e = tokio::time::timeout(
+            Duration::from_secs(10),
+            Gateways::start_args(&args, &env, None),
+        )
+        .await
+        .expect("the start-up hung on the FIFO")
+        .unwrap_err()
+        .to_string();
         assert!(
             e.starts_with(&format!(
                 "L2 tier 0 (s3): aws_access_key_id: web identity (role arn:aws:iam::1:role/r, token {token}) failed: "
@@ -560,7 +572,7 @@ mod tests {
                 r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_key_prefix":"p/","s3_region":"r","disable_tls":true,"aws_access_key_id":"AKIATOPSECRETID","aws_secret_access_key":"TOPSECRET"}}"#
             ),
         ];
-        let (_, gateways) = Gateways::start_args(&args, &|_| None).await.unwrap();
+        let (_, gateways) = Gateways::start_args(&args, &|_| None, None).await.unwrap();
         let (_, addr) = gateways.addresses()[0];
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let refused = client
@@ -624,7 +636,7 @@ mod tests {
                     r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{port}","s3_bucket":"kvc","s3_region":"r","disable_tls":true,"aws_access_key_id":"A","aws_secret_access_key":"TOPSECRET"}}"#
                 ),
             ];
-            let e = Gateways::start_args(&args, &|_| None)
+            let e = Gateways::start_args(&args, &|_| None, None)
                 .await
                 .unwrap_err()
                 .to_string();

@@ -53,7 +53,10 @@ fn write_aged(path: &Path, bytes: &[u8], age: Duration) {
 /// Starts one gateway for the tier `spec`.
 async fn gateway(spec: &serde_json::Value) -> Gateways {
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
-    Gateways::start_args(&args, &|_| None).await.unwrap().1
+    Gateways::start_args(&args, &|_| None, None)
+        .await
+        .unwrap()
+        .1
 }
 
 /// The bound's figures once its first eviction cycle has ended (at most

@@ -160,7 +160,7 @@ fn start_tier_as(
     }
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (out, gateways) = runtime
-        .block_on(Gateways::start_args(&args, &|_| None))
+        .block_on(Gateways::start_args(&args, &|_| None, None))
         .unwrap();
     let rewritten: serde_json::Value = serde_json::from_str(&out[1]).unwrap();
     assert!(

@@ -117,7 +117,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn start(runtime: &tokio::runtime::Runtime, spec: &serde_json::Value) -> Gateways {
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     runtime
-        .block_on(Gateways::start_args(&args, &|_| None))
+        .block_on(Gateways::start_args(&args, &|_| None, None))
         .expect("the gateway starts")
         .1
 }

@@ -53,7 +53,7 @@ fn an_object_put_through_the_gateway_is_in_seaweedfs_and_reads_back() {
         "disable_tls": true, "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET});
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (_, gateways) = runtime
-        .block_on(Gateways::start_args(&args, &|_| None))
+        .block_on(Gateways::start_args(&args, &|_| None, None))
         .unwrap();
 
     let key = format!("test-model@01000100@0@{:064x}", 0x5eed);

@@ -78,7 +78,7 @@ fn an_abandoned_upload_is_aborted_after_the_age_and_a_live_one_is_not(access: &S
             "models": ["test-model"]}});
     let args = vec!["--l2-adapter".to_string(), spec.to_string()];
     let (_, gateways) = runtime
-        .block_on(Gateways::start_args(&args, &|_| None))
+        .block_on(Gateways::start_args(&args, &|_| None, None))
         .unwrap();
 
     wait_for(&gateways, "swept once", |b| b.upload_listings >= 1);

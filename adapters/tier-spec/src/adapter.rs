@@ -35,6 +35,11 @@ pub struct StartContext<'a> {
     /// The owner of what the adapters write for the metrics to read (the
     /// capacity guards' status files): whose endpoint serves it.
     pub owner: &'a str,
+    /// A directory of this machine that outlives the launch and that only
+    /// this launch uses while it runs (the disk tier's, under its lock);
+    /// `None` for none. The gateways keep their bucket bound's node ids
+    /// there, so a restart after a crash takes its lease back at once.
+    pub node_dir: Option<&'a std::path::Path>,
 }
 
 /// The adapter of one tier kind, for the tiers of one cascade: built from

@@ -940,7 +940,7 @@ mod tests {
                 r#"{{"type":"s3","s3_endpoint":"127.0.0.1:{store}","s3_bucket":"kv-cache","s3_region":"us-east-1","disable_tls":true,"aws_access_key_id":"AKIAINSPECTKEY","aws_secret_access_key":"INSPECT-SECRET"}}"#
             ),
         ];
-        let (_, gateways) = lmcache_s3_gateway::Gateways::start_args(&args, &|_| None)
+        let (_, gateways) = lmcache_s3_gateway::Gateways::start_args(&args, &|_| None, None)
             .await
             .unwrap();
         let (_, gateway) = gateways.addresses()[0];

@@ -3,6 +3,7 @@
 
 use std::net::Ipv4Addr;
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -363,8 +364,9 @@ struct Prepared {
     /// The disk tier's lock: no other launch or housekeeping may touch the
     /// directory while the server runs.
     _lock: Option<lmcache_housekeeping::TierLock>,
-    /// The locks of the fenced tiers ([`fence_tiers`]), held as long.
-    _fences: Vec<TierLock>,
+    /// The fenced tiers' directories and locks ([`fence_tiers`]), held as
+    /// long.
+    _fences: Vec<(PathBuf, TierLock)>,
 }
 
 /// The server's listeners: the plan's, less the metrics endpoint, which
@@ -412,8 +414,14 @@ async fn prepare(
     let fences = fence_tiers(plan)?;
     let started = Instant::now();
     let owner = metrics.guard_owner();
+    // A disk tier's directory, held under its lock from here on: the
+    // built-in tier's, else the first fenced tier's.
+    let housekept = lock.as_ref().and(plan.housekeeping.as_ref());
+    let node_dir = housekept
+        .map(|hk| hk.path.as_path())
+        .or_else(|| fences.first().map(|(path, _)| path.as_path()));
     let adapters = adapters(plan, scans)
-        .start(&lookup, &owner, metrics)
+        .start(&lookup, &owner, node_dir, metrics)
         .await?;
     tracing::debug!(
         "started the tiers' adapters in {} ms",
@@ -472,11 +480,12 @@ fn housekeep(
 /// ([`LaunchPlan::fenced_tiers`]): each directory made if missing (0700),
 /// locked, purged whole when its identity manifest records another
 /// identity (or is unusable), then given this launch's manifest; the
-/// report and a purge's warning are logged. Returns the tiers' locks.
+/// report and a purge's warning are logged. Returns each tier's directory
+/// and lock.
 ///
 /// # Errors
 /// A directory that cannot be made, locked, scanned or cleaned.
-fn fence_tiers(plan: &LaunchPlan) -> Result<Vec<TierLock>, LaunchError> {
+fn fence_tiers(plan: &LaunchPlan) -> Result<Vec<(PathBuf, TierLock)>, LaunchError> {
     let policy = TierPolicy {
         fence_only: true,
         ..TierPolicy::default()
@@ -498,7 +507,7 @@ fn fence_tiers(plan: &LaunchPlan) -> Result<Vec<TierLock>, LaunchError> {
         if let Some(warning) = done.report.purge_warning() {
             tracing::warn!("L2 tier {}: {warning}", tier.position);
         }
-        locks.extend(done.lock);
+        locks.extend(done.lock.map(|lock| (tier.path.clone(), lock)));
     }
     Ok(locks)
 }

@@ -17,6 +17,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 
 use lmcache_capacity_guard::adapter::GuardTiers;
@@ -62,8 +63,9 @@ impl TierAdapters {
     }
 
     /// Starts every adapter in order, each watched by `metrics` from its
-    /// start, with the server's environment `env` and `owner` as the owner
-    /// of what they write for the metrics.
+    /// start, with the server's environment `env`, `owner` as the owner
+    /// of what they write for the metrics and `node_dir` as the
+    /// directory the launch alone uses ([`StartContext::node_dir`]).
     ///
     /// # Errors
     /// The first adapter that could not start; those started before it
@@ -72,9 +74,14 @@ impl TierAdapters {
         self,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
         owner: &str,
+        node_dir: Option<&Path>,
         metrics: &NodeMetrics,
     ) -> Result<RunningAdapters, AdapterError> {
-        let context = StartContext { env, owner };
+        let context = StartContext {
+            env,
+            owner,
+            node_dir,
+        };
         let mut running = RunningAdapters(Vec::with_capacity(self.0.len()));
         for adapter in self.0 {
             let started = adapter.start(&context).await?;
@@ -242,7 +249,10 @@ mod tests {
         let (cascade, adapters) = adapters_of(&[disk(dir.path(), "0.001"), bucket(store, "")]);
         adapters.check().unwrap();
         let metrics = NodeMetrics::new(None);
-        let running = adapters.start(&|_| None, "owner", &metrics).await.unwrap();
+        let running = adapters
+            .start(&|_| None, "owner", None, &metrics)
+            .await
+            .unwrap();
         let server = running.server_tiers(&cascade);
         assert_eq!(
             server.tiers()[0],

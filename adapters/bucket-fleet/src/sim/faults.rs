@@ -125,7 +125,7 @@ pub(super) fn draw(
 /// answers, 2% late writes, 10% slow answers of up to 5 s; whole-second
 /// dates and a `Date` 10 minutes behind, each on half the seeds; and two
 /// to ten events between the first minute and five minutes before the
-/// end: crashes (restarted or not), stalls of up to two leases, clean
+/// end: crashes (restarted or not, with a new id or the kept one), stalls of up to two leases, clean
 /// restarts, joins, leaves, the lease deleted or made unreadable, and
 /// reports forged with absurd counts or made-up models.
 pub fn chaos(seed: u64, duration: Duration, lease: Duration) -> (Faults, Vec<Happening>) {
@@ -162,10 +162,14 @@ fn event(rng: &mut SplitMix, lease: Duration) -> What {
         n => Target::Other(n as usize),
     };
     let up_to = |rng: &mut SplitMix, d: Duration| d.mul_f64(rng.unit());
-    match rng.next() % 10 {
+    match rng.next() % 11 {
         0 => What::Crash {
             node,
             restart_after: Some(up_to(rng, Duration::from_secs(60))),
+        },
+        10 => What::Kill {
+            node,
+            restart_after: up_to(rng, Duration::from_secs(60)),
         },
         1 => What::Crash {
             node,

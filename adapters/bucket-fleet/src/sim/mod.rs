@@ -183,13 +183,23 @@ pub enum Target {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum What {
     /// The node is killed: its lease and report stay in the store. With
-    /// `restart_after`, a new node (a new id, as each start of the
-    /// gateway picks) starts that much later.
+    /// `restart_after`, a new node (a new id, as a gateway without a
+    /// directory to keep its id picks) starts that much later.
     Crash {
         /// The node.
         node: Target,
         /// When its replacement starts, after the crash.
         restart_after: Option<Duration>,
+    },
+    /// The node is killed and its launch starts again on the same machine
+    /// `restart_after` later, with the node id it kept (`docs/s3-gateway.md`,
+    /// "Node ids"): its lease and report stay in the store, and requests it
+    /// sent before the kill may still land.
+    Kill {
+        /// The node.
+        node: Target,
+        /// When it starts again, after the kill.
+        restart_after: Duration,
     },
     /// The node is stopped (SIGSTOP) for `length`, then goes on with its
     /// old state; its monotonic clock goes on meanwhile.
@@ -319,6 +329,8 @@ enum Kind {
 enum Due {
     /// A node starts.
     Start,
+    /// A node starts again with the id of the node of this slot.
+    StartAs(usize),
     /// The scenario's event of this index.
     Happening(usize),
     /// The late write of this index reaches the store.
@@ -343,6 +355,8 @@ struct Task {
 /// One node of the fleet, from its start.
 #[derive(Debug)]
 struct Member {
+    /// Its node id.
+    id: String,
     node: Node,
     /// When its monotonic clock read `uptime` (its start).
     start: Duration,
@@ -444,7 +458,8 @@ impl<'a> Sim<'a> {
                 break;
             }
             match due {
-                Due::Start => self.start(at),
+                Due::Start => self.start(at, None),
+                Due::StartAs(slot) => self.start(at, Some(slot)),
                 Due::Happening(i) => self.happen(i, at),
                 Due::Late(i) => self.land(i, at),
                 Due::Forge(i, n) => self.forge(i, n, at),
@@ -483,9 +498,14 @@ impl<'a> Sim<'a> {
     /// A node starts at `at`: the gateway's start-up checks (one LIST; the
     /// probe of conditional writes, as the gateway's store sends it), then
     /// its tasks.
-    fn start(&mut self, at: Duration) {
+    /// A node starts at `at`: with the id of the node of slot `as_slot`,
+    /// or a new one.
+    fn start(&mut self, at: Duration, as_slot: Option<usize>) {
         let slot = self.members.len();
-        let id = format!("{:016x}", self.rng.next());
+        let id = match as_slot {
+            Some(kept) => self.members[kept].id.clone(),
+            None => format!("{:016x}", self.rng.next()),
+        };
         self.store.check_listing();
         let (mode, requests) = self.probe(&id, at);
         let ready = at + self.config.latency * (1 + requests);
@@ -503,6 +523,7 @@ impl<'a> Sim<'a> {
         let running = 1 + self.members.iter().filter(|m| m.running).count();
         self.most_running = self.most_running.max(running);
         self.members.push(Member {
+            id: id.clone(),
             node: Node::new(
                 id,
                 self.config.spec,
@@ -583,7 +604,16 @@ impl<'a> Sim<'a> {
                     self.push(at + after, Due::Start);
                 }
             }
-            What::Join => self.start(at),
+            What::Kill {
+                node,
+                restart_after,
+            } => {
+                if let Some(slot) = self.target(node) {
+                    self.stop(slot);
+                    self.push(at + restart_after, Due::StartAs(slot));
+                }
+            }
+            What::Join => self.start(at, None),
             What::Leave { node } => {
                 if let Some(slot) = self.target(node) {
                     self.release(slot, at);

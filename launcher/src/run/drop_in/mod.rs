@@ -317,7 +317,7 @@ async fn prepare_server(
     let cascade = server.specs.cascade();
     let adapters = server
         .adapters
-        .start(&env, &metrics.guard_owner(), metrics)
+        .start(&env, &metrics.guard_owner(), None, metrics)
         .await?;
     let rewritten = server
         .specs
