@@ -49,6 +49,12 @@ pub const GUARD_STATUS_FILE_NAME: &str = ".lmcache-tier-guard.json";
 /// to delete.
 pub const GUARD_STATUS_TEMP_FILE_NAME: &str = ".lmcache-tier-guard.json.tmp";
 
+/// The start of the name of the file in which an S3 gateway keeps its
+/// bucket bound's node id across restarts (`lmcache-s3-gateway`, one per
+/// bucket and prefix; `docs/s3-gateway.md`, "Node ids"): ours, never an
+/// object, never foreign.
+pub const BUCKET_NODE_FILE_PREFIX: &str = ".lmcache-tier-bucket-node-";
+
 /// Names handed to a stat worker at a time.
 const BATCH_ENTRIES: usize = 4096;
 
@@ -144,6 +150,8 @@ pub enum EntryClass<'a> {
     Lock,
     /// The capacity guard's status file.
     GuardStatus,
+    /// An S3 gateway's node id file ([`BUCKET_NODE_FILE_PREFIX`]).
+    BucketNode,
     /// Anything else.
     Foreign,
 }
@@ -173,6 +181,7 @@ pub fn classify(name: &OsStr, is_regular_file: bool) -> EntryClass<'_> {
         _ if name.ends_with(TEMP_SUFFIX) && parse_temp_name(name).is_ok() => {
             EntryClass::StaleTemp(TempOrigin::Lmcache)
         }
+        _ if name.starts_with(BUCKET_NODE_FILE_PREFIX) => EntryClass::BucketNode,
         _ => EntryClass::Foreign,
     }
 }
@@ -489,9 +498,10 @@ fn stat_one(dir: &TierDir, part: &mut Inventory, cname: &CStr) {
             // classify only says StaleTemp for UTF-8 names.
             part.add_temp(&name.to_string_lossy(), origin, stats);
         }
-        EntryClass::Manifest | EntryClass::Lock | EntryClass::GuardStatus => {
-            part.ours.add(stats.allocated_bytes)
-        }
+        EntryClass::Manifest
+        | EntryClass::Lock
+        | EntryClass::GuardStatus
+        | EntryClass::BucketNode => part.ours.add(stats.allocated_bytes),
         EntryClass::Foreign => {
             let kind = match format {
                 libc::S_IFREG => ForeignKind::File,
@@ -540,6 +550,8 @@ mod tests {
         fs::write(tmp.path().join(LOCK_FILE_NAME), b"").unwrap();
         fs::write(tmp.path().join(GUARD_STATUS_FILE_NAME), b"{}").unwrap();
         fs::write(tmp.path().join(GUARD_STATUS_TEMP_FILE_NAME), b"{").unwrap();
+        let node_file = format!("{BUCKET_NODE_FILE_PREFIX}0123456789abcdef");
+        fs::write(tmp.path().join(node_file), b"{}").unwrap();
         fs::write(tmp.path().join("model.safetensors"), b"weights").unwrap();
         fs::write(tmp.path().join("notes.tmp"), b"not an object").unwrap();
         fs::create_dir(tmp.path().join(&names[1])).unwrap();
@@ -552,7 +564,7 @@ mod tests {
         assert_eq!(totals.objects.count as usize, names.len() - 1);
         assert!(totals.objects.bytes >= 8192 * (names.len() as u64 - 1));
         assert_eq!(totals.stale_temps.count, 3);
-        assert_eq!(totals.ours.count, 3);
+        assert_eq!(totals.ours.count, 4);
         assert_eq!(totals.foreign.count, 5);
         assert_eq!(
             inventory.reclaimable_bytes(),

@@ -92,11 +92,6 @@ impl EvictCycle {
         self.results.push((key, bytes, deleted));
     }
 
-    /// Answers awaited.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-
     /// Each deletion sent, in the order of its answer: key, bytes and
     /// whether the store took it.
     pub fn results(self) -> Vec<(String, u64, bool)> {
@@ -461,14 +456,12 @@ mod tests {
         );
         cycle.answered(sent[2].0.clone(), 10, false);
         assert_eq!(cycle.send(), None, "two failed, one taken: no more");
-        assert_eq!(cycle.in_flight(), 7);
         for (key, bytes) in sent[3..].iter().cloned() {
             cycle.answered(key, bytes, true);
         }
         cycle.answered("k08".into(), 10, true);
         cycle.answered("k09".into(), 10, true);
         assert_eq!(cycle.send(), None, "none again, though taken lead again");
-        assert_eq!(cycle.in_flight(), 0);
         let results = cycle.results();
         assert_eq!(results.len(), 10);
         assert_eq!(results.iter().filter(|r| !r.2).count(), 2);

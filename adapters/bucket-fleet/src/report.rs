@@ -30,10 +30,17 @@ pub const STALE_REPORT: Duration = Duration::from_secs(3600);
 pub const MAX_REPORTS_READ: usize = 1000;
 /// The most nodes a tally follows. Any writer of the prefix can create
 /// report keys, so the tally's memory is bounded by this, not by the keys
-/// in the store: past it, a new node's report is not read until a followed
-/// one goes stale. Its writes then bring no listing sooner; the periodic
-/// listing still counts them.
+/// in the store ([`MAX_REPORT_KEYS`] caps a reading's listing too): past
+/// it, a new node's report is not read until a followed one goes stale.
+/// Its writes then bring no listing sooner; the periodic listing still
+/// counts them.
 pub const MAX_REPORTERS: usize = 10_000;
+/// The most keys a reading lists of the reports' folder: the first
+/// [`MAX_REPORTERS`] in key order (ten pages of 1,000). A reading holds at
+/// most these, whatever the folder holds; a folder filled with more by
+/// another writer can hide a node's report from the evictor, which then
+/// counts its writes at the next periodic listing.
+pub const MAX_REPORT_KEYS: usize = MAX_REPORTERS;
 
 /// One node's report (JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +148,7 @@ impl Reporter {
 struct Seen {
     etag: Option<String>,
     written_bytes: u64,
+    reports: u64,
     changed_at: Duration,
     read_at: Duration,
 }
@@ -256,15 +264,16 @@ impl Tally {
 
     /// The report of `body.node` (the node its key names; ETag `etag`)
     /// read at `now`: the bytes it adds since the last reading, at most
-    /// the capacity. A node seen for the first time (or restarted, with a
-    /// count below the last) adds its `recent_bytes`.
+    /// the capacity. A node seen for the first time, or restarted (a count
+    /// of bytes or of reports below the last: a node keeps its id across a
+    /// restart, its counts start again), adds its `recent_bytes`.
     /// A new node past [`MAX_REPORTERS`] is not followed.
     pub fn read(&mut self, now: Duration, etag: Option<String>, body: &ReportBody) {
         if self.seen.len() >= MAX_REPORTERS && !self.seen.contains_key(&body.node) {
             return;
         }
         let claimed = match self.seen.get(&body.node) {
-            Some(s) if s.written_bytes <= body.written_bytes => {
+            Some(s) if s.written_bytes <= body.written_bytes && s.reports <= body.reports => {
                 body.written_bytes - s.written_bytes
             }
             _ if !self.primed => 0,
@@ -283,6 +292,7 @@ impl Tally {
             Seen {
                 etag,
                 written_bytes: body.written_bytes,
+                reports: body.reports,
                 changed_at,
                 read_at: now,
             },
@@ -400,6 +410,25 @@ mod tests {
             reports: 0,
             models: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_node_back_with_its_id_is_a_restart_by_its_count_of_reports() {
+        let mut t = Tally::new(5000);
+        t.reading_done();
+        let before = ReportBody {
+            reports: 3,
+            recent_bytes: 0,
+            ..report("n", 100)
+        };
+        t.read(S, None, &before);
+        let unlisted = t.unlisted_bytes();
+        t.read(2 * S, None, &report("n", 900));
+        assert_eq!(
+            t.unlisted_bytes() - unlisted,
+            900,
+            "more bytes than before, but its first report: all recent"
+        );
     }
 
     #[test]

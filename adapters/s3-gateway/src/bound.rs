@@ -40,7 +40,7 @@ use crate::fleet::evictor::{EvictCycle, EvictStep};
 use crate::fleet::lease::{Election, LeaseAnswer, LeaseBody, LeaseStep};
 use crate::fleet::models::Models;
 use crate::fleet::node::{LeaseChange, Node};
-use crate::fleet::report::ReportBody;
+use crate::fleet::report::{ReportBody, MAX_REPORT_KEYS};
 use crate::fleet::sweep::Sweep;
 use crate::fleet::{lease_key, report_key, reports_folder, Mode};
 use crate::node_id::NodeId;
@@ -648,7 +648,8 @@ impl Bound {
 
     /// Lists the reports' folder and reads the reports that changed.
     async fn read_reports(&self) {
-        let listed = match self.store.list_folder(&reports_folder()).await {
+        let folder = reports_folder();
+        let listed = match self.store.list_folder(&folder, MAX_REPORT_KEYS).await {
             Ok((listed, pages)) => {
                 self.figures().listing_pages += pages;
                 listed

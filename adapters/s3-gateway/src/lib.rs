@@ -382,7 +382,10 @@ async fn start_one(
     if let Some((spec, models)) = bound {
         let (tier, credentials) = upstream.tier_and_credentials();
         let models = fleet::models::Models::new(models);
-        let node = node_id::claim(node_file.as_deref(), tier.position);
+        let position = tier.position;
+        let claimed =
+            tokio::task::spawn_blocking(move || node_id::claim(node_file.as_deref(), position));
+        let node = claimed.await.map_err(std::io::Error::other)?;
         let started = bound::start(tier, credentials, spec, models, node, stats.clone()).await?;
         upstream.bound = Some(started);
     }

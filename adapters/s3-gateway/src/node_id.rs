@@ -19,7 +19,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -27,9 +27,10 @@ use sha2::{Digest, Sha256};
 
 /// The start of the name of a node id file in the state directory; the
 /// rest is 16 hex digits of the bucket's endpoint, name and prefix.
-pub const FILE_PREFIX: &str = ".lmcache-tier-bucket-node-";
+/// Housekeeping counts these files as the project's own.
+pub use lmcache_housekeeping::scan::BUCKET_NODE_FILE_PREFIX as FILE_PREFIX;
 
-/// The most bytes read of a node id file (it holds about 150).
+/// The most bytes read of a node id file (it holds about 200).
 const MOST_READ: u64 = 4096;
 
 /// What a node id file holds (JSON).
@@ -41,6 +42,29 @@ struct Kept {
     boot_id: String,
     /// The host it was written on.
     hostname: String,
+    /// The file's device and inode when it was written: a copy of the
+    /// file (a copied directory or volume) is another file, whose id is
+    /// not reused.
+    dev: u64,
+    ino: u64,
+}
+
+/// Why a node id is not kept: it is new, and a crash costs a lapse of the
+/// lease.
+#[derive(Debug, thiserror::Error)]
+enum KeepError {
+    #[error("cannot open it: {0}")]
+    Open(std::io::Error),
+    #[error("it is not a plain file with one link (a symbolic link, a directory, a hard link to another file)")]
+    NotPlain,
+    #[error("another process of this machine holds it (a gateway of an earlier start still running, stopped or exiting)")]
+    Held,
+    #[error("cannot lock it: {0}")]
+    Lock(std::io::Error),
+    #[error("this machine's boot id cannot be read from /proc/sys/kernel/random/boot_id")]
+    NoBootId,
+    #[error("cannot write it: {0}")]
+    Write(std::io::Error),
 }
 
 /// A node id, and the held file that keeps it (none for a fresh id that
@@ -61,10 +85,11 @@ pub(crate) fn file_in(dir: &Path, endpoint: &str, bucket: &str, key_prefix: &str
     dir.join(format!("{FILE_PREFIX}{hex}"))
 }
 
-/// The node id kept at `path` when this boot and host wrote it and no
-/// other process holds it; else a fresh one, written there when it can
-/// be (`path` `None`: a fresh one, not kept). Never fails; says in a log
-/// line what it did, naming `tier`.
+/// The node id kept at `path` when this boot and host wrote it into this
+/// very file and no other process holds it; else a fresh one, written
+/// there when it can be (`path` `None`: a fresh one, not kept). Never
+/// fails; says in a log line what it did, naming `tier`. Blocking file
+/// I/O: call it off the runtime's threads.
 pub(crate) fn claim(path: Option<&Path>, tier: usize) -> NodeId {
     let Some(path) = path else {
         let id = fresh();
@@ -104,66 +129,83 @@ pub(crate) fn claim(path: Option<&Path>, tier: usize) -> NodeId {
 
 /// Opens and locks `path`, and returns the id it keeps, or a fresh one
 /// written into it; with the held file and whether the id was kept.
-fn keep(path: &Path) -> Result<(String, File, bool), String> {
-    let mut file = OpenOptions::new()
+fn keep(path: &Path) -> Result<(String, File, bool), KeepError> {
+    let mut file = open_locked(path)?;
+    let here = this_machine()?;
+    let meta = file.metadata().map_err(KeepError::Open)?;
+    let (dev, ino) = (meta.dev(), meta.ino());
+    let kept = read_kept(&mut file).filter(|k| {
+        let place = (&k.boot_id, &k.hostname, k.dev, k.ino);
+        is_node_id(&k.node) && place == (&here.0, &here.1, dev, ino)
+    });
+    if let Some(kept) = kept {
+        return Ok((kept.node, file, true));
+    }
+    let body = Kept {
+        node: fresh(),
+        boot_id: here.0,
+        hostname: here.1,
+        dev,
+        ino,
+    };
+    write_kept(&mut file, &body).map_err(KeepError::Write)?;
+    Ok((body.node, file, false))
+}
+
+/// Opens `path` (created 0600 if missing; never through a symbolic link,
+/// never blocking on a FIFO), checks that it is a plain file with one
+/// link, and locks it (`flock`, exclusive, not waiting).
+fn open_locked(path: &Path) -> Result<File, KeepError> {
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.file_type().is_file() {
-        return Err("not a plain file".into());
+        .map_err(KeepError::Open)?;
+    let meta = file.metadata().map_err(KeepError::Open)?;
+    if !meta.file_type().is_file() || meta.nlink() != 1 {
+        return Err(KeepError::NotPlain);
     }
     match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err("another process of this machine holds it".into())
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(e.to_string()),
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(KeepError::Held),
+        Err(std::fs::TryLockError::Error(e)) => Err(KeepError::Lock(e)),
     }
-    let here = this_machine();
-    let mut text = String::new();
-    // A file that is not UTF-8, too long or not ours is written over.
-    let read = (&mut file).take(MOST_READ).read_to_string(&mut text);
-    let kept = read
-        .ok()
-        .and_then(|_| serde_json::from_str::<Kept>(&text).ok());
-    if let Some(kept) =
-        kept.filter(|k| is_node_id(&k.node) && (&k.boot_id, &k.hostname) == (&here.0, &here.1))
-    {
-        return Ok((kept.node, file, true));
-    }
-    let id = fresh();
-    let body = Kept {
-        node: id.clone(),
-        boot_id: here.0,
-        hostname: here.1,
-    };
-    let mut text = serde_json::to_string(&body).map_err(|e| e.to_string())?;
-    text.push('\n');
-    let write = |file: &mut File| -> std::io::Result<()> {
-        file.set_len(0)?;
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(text.as_bytes())?;
-        file.sync_data()
-    };
-    write(&mut file).map_err(|e| e.to_string())?;
-    Ok((id, file, false))
 }
 
-/// This machine's boot id and host name (`""` where either cannot be
-/// read: then only a file written with the same blank matches).
-fn this_machine() -> (String, String) {
+/// What `file` keeps, when it holds one (at most [`MOST_READ`] bytes
+/// read; anything else is written over).
+fn read_kept(file: &mut File) -> Option<Kept> {
+    let mut text = String::new();
+    file.take(MOST_READ).read_to_string(&mut text).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Writes `body` over `file`'s content, and syncs it.
+fn write_kept(file: &mut File, body: &Kept) -> std::io::Result<()> {
+    let mut text = serde_json::to_string(body).map_err(std::io::Error::other)?;
+    text.push('\n');
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(text.as_bytes())?;
+    file.sync_data()
+}
+
+/// This machine's boot id and host name (`""` for a host name that
+/// cannot be read). No id is kept without the boot id: two kernels could
+/// then share one.
+fn this_machine() -> Result<(String, String), KeepError> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
-        .unwrap_or_default();
+        .ok()
+        .filter(|b| !b.is_empty())
+        .ok_or(KeepError::NoBootId)?;
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
-    (boot, host)
+    Ok((boot, host))
 }
 
 /// Whether `id` is a node id: 16 lowercase hex digits.
@@ -226,7 +268,7 @@ mod tests {
     fn an_id_of_another_boot_or_host_or_a_file_not_ours_is_not_reused() {
         let d = dir();
         let path = file_in(d.path(), "e", "b", "");
-        let (boot, host) = this_machine();
+        let (boot, host) = this_machine().unwrap();
         for (text, why) in [
             (
                 format!(r#"{{"node":"0123456789abcdef","boot_id":"other","hostname":"{host}"}}"#),
@@ -261,10 +303,27 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_the_file_elsewhere_gives_a_new_id() {
+        let (a, b) = (dir(), dir());
+        let path = file_in(a.path(), "e", "b", "p/");
+        let first = claim(Some(&path), 0);
+        let copy = file_in(b.path(), "e", "b", "p/");
+        std::fs::copy(&path, &copy).unwrap();
+        let beside = claim(Some(&copy), 0);
+        assert_ne!(beside.id, first.id, "a copied directory or volume");
+        drop(first);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::copy(&copy, &path).unwrap();
+        assert_ne!(claim(Some(&path), 0).id, beside.id, "copied back");
+    }
+
+    #[test]
     fn a_link_a_directory_or_no_directory_gives_a_fresh_id_and_touches_nothing() {
         let d = dir();
         let target = d.path().join("elsewhere");
         std::fs::write(&target, "keep me").unwrap();
+        let hard = file_in(d.path(), "e", "b", "hard/");
+        std::fs::hard_link(&target, &hard).unwrap();
         let link = file_in(d.path(), "e", "b", "link/");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let dir_path = file_in(d.path(), "e", "b", "dir/");

@@ -509,15 +509,16 @@ impl Store {
     }
 
     /// The keys (inside `folder`, itself inside the tier's prefix) and
-    /// ETags of the objects under `folder` (ListObjectsV2, paged), and the
-    /// pages it took. The ETag is `None` where the listing gives none
-    /// (s3s-fs).
+    /// ETags of the objects under `folder` (ListObjectsV2, paged; no page
+    /// more once `most` keys are in), and the pages it took. The ETag is
+    /// `None` where the listing gives none (s3s-fs).
     ///
     /// # Errors
     /// [`StoreError`] of the first page that failed after retries.
     pub(crate) async fn list_folder(
         &self,
         folder: &str,
+        most: usize,
     ) -> Result<(Vec<(String, Option<String>)>, u64), StoreError> {
         let full = format!("{}{folder}", self.key_prefix);
         let mut pages = self
@@ -528,7 +529,10 @@ impl Store {
             .into_paginator()
             .send();
         let (mut found, mut count) = (Vec::new(), 0);
-        while let Some(page) = pages.next().await {
+        while found.len() < most {
+            let Some(page) = pages.next().await else {
+                break;
+            };
             let page = page.map_err(|e| failed("ListObjectsV2", e))?;
             count += 1;
             for object in page.contents() {

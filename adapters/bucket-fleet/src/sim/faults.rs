@@ -125,9 +125,10 @@ pub(super) fn draw(
 /// answers, 2% late writes, 10% slow answers of up to 5 s; whole-second
 /// dates and a `Date` 10 minutes behind, each on half the seeds; and two
 /// to ten events between the first minute and five minutes before the
-/// end: crashes (restarted or not, with a new id or the kept one), stalls of up to two leases, clean
-/// restarts, joins, leaves, the lease deleted or made unreadable, and
-/// reports forged with absurd counts or made-up models.
+/// end: crashes (restarted or not, with a new id or the kept one), stalls
+/// of up to two leases, clean restarts, joins, leaves, the lease deleted
+/// or made unreadable, and reports forged with absurd counts or made-up
+/// models.
 pub fn chaos(seed: u64, duration: Duration, lease: Duration) -> (Faults, Vec<Happening>) {
     let mut rng = SplitMix(seed ^ 0x5eed_cafe_f00d_d00d);
     let faults = Faults {

@@ -12,7 +12,8 @@
 //! follows it), the lease-and-reports task and the evictor's task. Every
 //! request takes [`Config::latency`]: a listing's pages and a reading's
 //! GETs go one after another, deletions eight at a time
-//! ([`DELETES_IN_FLIGHT`](crate::evictor::DELETES_IN_FLIGHT)). A task that waits is woken as the driver's
+//! ([`DELETES_IN_FLIGHT`](crate::evictor::DELETES_IN_FLIGHT)). A task
+//! that waits is woken as the driver's
 //! `Notify` wakes it (a write wakes the evictor, and the reports' task
 //! when a report is due). The loop is discrete-event: a heap of the
 //! tasks' wake times, so an hour of 1,000 nodes takes seconds.
@@ -21,7 +22,8 @@
 //! the probe of conditional writes (three PUTs and a DELETE); a store
 //! without them ([`Config::conditional_writes`] false) answers `501`, and
 //! the node runs [`Mode::EveryNode`]. The [`Config::scenario`] kills
-//! nodes (a restart is a new node with a new id), stops them for a while
+//! nodes (restarted with a new id, or with the id the launch kept),
+//! stops them for a while
 //! (as SIGSTOP: their monotonic clocks go on), adds and removes nodes.
 //! Each node's monotonic clock has its own origin, and its wall clock its
 //! own offset from the store's: neither changes a decision.

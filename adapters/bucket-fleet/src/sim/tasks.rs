@@ -13,7 +13,7 @@ use super::{Due, Kind, Sim};
 use crate::evictor::{EvictCycle, EvictStep};
 use crate::lease::{Condition, LeaseAnswer, LeaseBody, LeaseStep};
 use crate::node::LeaseChange;
-use crate::report::ReportBody;
+use crate::report::{ReportBody, MAX_REPORT_KEYS};
 use crate::view::{Entry, StoredObject};
 use crate::{report_key, reports_folder};
 
@@ -312,6 +312,7 @@ impl Sim<'_> {
                 let folder = reports_folder();
                 let (page, next) = self.store.list_folder_page(&folder, after(&cursor));
                 listed.extend(page);
+                let next = next.filter(|_| listed.len() < MAX_REPORT_KEYS);
                 Some((EvictWork::Folder(listed, Cursor::after(next)), fate.after()))
             }
             EvictWork::Reading(mut wanted, mut read) => match wanted.pop_front() {
@@ -360,11 +361,12 @@ impl Sim<'_> {
         }
         let listed = self.members[slot].listed_from;
         let mut cycle = EvictCycle::new(left.into());
-        // Answers not yet come, by time (and sending, to keep the order).
+        // Answers not yet come, by time, then by sending.
         let mut pending = BinaryHeap::new();
-        let mut now = at;
+        let (mut now, mut sent) = (at, 0u64);
         loop {
             while let Some((key, bytes)) = cycle.send() {
+                sent += 1;
                 let m = &self.members[slot];
                 let (mut deleted, mut answer) = (false, now);
                 if m.node.holds(m.local(now)) {
@@ -373,7 +375,7 @@ impl Sim<'_> {
                     deleted = fate.answered();
                     answer = now + fate.after();
                 }
-                pending.push(Reverse((answer, pending.len(), key, bytes, deleted)));
+                pending.push(Reverse((answer, sent, key, bytes, deleted)));
             }
             let Some(Reverse((answer, _, key, bytes, deleted))) = pending.pop() else {
                 break;
