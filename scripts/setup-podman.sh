@@ -41,9 +41,7 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "setup-podman: reusing podman $(podman --version | sed 's/.* //')" >&2
 else
   echo "setup-podman: installing podman, runc, catatonit and debootstrap with apt-get (about a minute)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >&2
-  apt-get install -y -q podman runc catatonit debootstrap uidmap >&2
+  "$(dirname "$0")/apt-install.sh" setup-podman podman runc catatonit debootstrap uidmap
 fi
 
 venv="$dir/podman-compose-$compose_version"

@@ -6,9 +6,9 @@
 # (lmcache-tier-e2e's `Swift`), on free loopback ports under their own
 # temporary directory: nothing here configures or starts a server.
 #
-# The packages' postinst scripts try to start their services; where no init
-# system runs them (containers, policy-rc.d denying), nothing starts, and
-# nothing needs to. Installing needs root and apt; about a minute.
+# The packages' services are neither started nor left enabled
+# (scripts/apt-install.sh). Installing needs root, or sudo, and apt; about a
+# minute.
 set -euo pipefail
 bins=(swift-proxy-server swift-account-server swift-container-server
   swift-object-server swift-ring-builder memcached)
@@ -22,9 +22,7 @@ if [ ${#missing[@]} -eq 0 ] && /usr/bin/python3 -c 'import swift.common.middlewa
   echo "setup-swift: reusing swift $(dpkg-query -W -f '${Version}' swift 2>/dev/null) in $(dirname "$(command -v swift-proxy-server)")" >&2
 else
   echo "setup-swift: installing swift, swift-proxy, swift-account, swift-container, swift-object and memcached with apt-get (about a minute)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >&2
-  apt-get install -y -q swift swift-proxy swift-account swift-container swift-object memcached >&2
+  "$(dirname "$0")/apt-install.sh" setup-swift swift swift-proxy swift-account swift-container swift-object memcached
 fi
 for bin in "${bins[@]}"; do
   command -v "$bin" >/dev/null || { echo "setup-swift: $bin is still missing after the install" >&2; exit 1; }

@@ -52,6 +52,63 @@ pub fn lmcache_missing() -> Option<String> {
     })
 }
 
+/// The wall time of one end-to-end test, from [`time_test!`] to the end
+/// of the test's body (passed or failed), appended as one line
+/// `<test>\t<seconds>` to the file `$EREBINE_TEST_TIMES` names
+/// (`scripts/test.sh` sets it and prints the slowest tests from it);
+/// nothing without that variable. The test is named by its thread, as the
+/// test harness names it (`<module>::<test>`), else by its module.
+#[derive(Debug)]
+pub struct TestTime {
+    test: String,
+    started: Instant,
+}
+
+impl TestTime {
+    /// Starts the clock of the test running on this thread, in `module`;
+    /// `None` without `$EREBINE_TEST_TIMES`.
+    pub fn start(module: &str) -> Option<TestTime> {
+        std::env::var_os("EREBINE_TEST_TIMES")?;
+        let thread = std::thread::current();
+        let test = thread.name().filter(|n| *n != "main").unwrap_or(module);
+        Some(TestTime {
+            test: test.to_string(),
+            started: Instant::now(),
+        })
+    }
+}
+
+impl Drop for TestTime {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let Some(path) = std::env::var_os("EREBINE_TEST_TIMES") else {
+            return;
+        };
+        let line = format!(
+            "{}\t{:.1}\n",
+            self.test,
+            self.started.elapsed().as_secs_f64()
+        );
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path);
+        // One short write with O_APPEND: lines of tests that end together
+        // do not mix.
+        let _ = file.and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+}
+
+/// Starts the clock of this test ([`TestTime`]), kept until the end of the
+/// calling block: the first statement of every end-to-end test, through
+/// [`require_lmcache!`] or on its own.
+#[macro_export]
+macro_rules! time_test {
+    () => {
+        let _test_time = $crate::TestTime::start(::core::module_path!());
+    };
+}
+
 /// The first statement of an end-to-end test: without the real LMCache
 /// ([`lmcache_missing`]) the test writes `skipped (<module>): <why>` to
 /// stderr, past the test harness's capture so that `cargo test` shows it,
@@ -61,6 +118,7 @@ pub fn lmcache_missing() -> Option<String> {
 #[macro_export]
 macro_rules! require_lmcache {
     () => {
+        $crate::time_test!();
         if let Some(why) = $crate::lmcache_missing() {
             $crate::say_skipped(::core::module_path!(), &why);
             return;

@@ -289,11 +289,14 @@ fn restarts_and_a_new_image_keep_the_cache_and_another_model_purges_it() {
     drop(first);
 
     // A new container from a rebuilt image (a new version label) on the
-    // same volume.
+    // same volume, built in docker format as the image is: podman's OCI
+    // format drops the HEALTHCHECK.
     let next = format!("localhost/lmcache-tier:{}", unique_name("next"));
     let mut build = podman
         .command()
-        .args(["build", "--tag", &next, "-f", "-", "."])
+        .args([
+            "build", "--format", "docker", "--tag", &next, "-f", "-", ".",
+        ])
         .current_dir(std::env::temp_dir())
         .stdin(std::process::Stdio::piped())
         .spawn()
@@ -314,6 +317,11 @@ fn restarts_and_a_new_image_keep_the_cache_and_another_model_purges_it() {
     assert!(build.wait().unwrap().success(), "podman build of {next}");
     let upgraded = Container::run(&podman, &next, &options, &MODEL);
     upgraded.wait_ready(READY);
+    let health = podman.run(&["healthcheck", "run", &upgraded.name]);
+    assert!(
+        health.status.success(),
+        "the rebuilt image's health check: {health:?}"
+    );
     assert_eq!(
         upgraded.inspect("{{index .Config.Labels \"org.opencontainers.image.version\"}}"),
         next

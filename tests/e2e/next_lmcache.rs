@@ -97,6 +97,7 @@ fn inspect(
 
 #[test]
 fn the_api_key_is_made_passed_by_file_and_carried_by_every_request_of_ours() {
+    lmcache_tier_e2e::time_test!();
     let venv = match next_venv() {
         Ok(venv) => venv,
         Err(why) => return say_skipped(module_path!(), &why),
@@ -186,6 +187,7 @@ fn the_api_key_is_made_passed_by_file_and_carried_by_every_request_of_ours() {
 
 #[test]
 fn a_key_the_server_would_refuse_is_refused_before_anything_is_made() {
+    lmcache_tier_e2e::time_test!();
     let venv = match next_venv() {
         Ok(venv) => venv,
         Err(why) => return say_skipped(module_path!(), &why),
