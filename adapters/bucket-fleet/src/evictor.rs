@@ -7,7 +7,8 @@
 //! it reads the reports once a [`Timing::read_reports`]. The reports are
 //! untrusted ([`Tally`]): when what they add on top of the listing
 //! ([`Evictor::known_bytes`]) reaches the trigger, the evictor lists
-//! again (at most once a reading period); it evicts only on what the
+//! again (at most once a reading period, and once per
+//! [`RELIST_GAP_LISTINGS`] listing lengths); it evicts only on what the
 //! store's own listings show ([`Evictor::justified_bytes`]: the last
 //! listing, its own changes since, and the growth the last two listings
 //! showed, as a rate, over [`Timing::horizon`]). In
@@ -35,6 +36,11 @@ pub const EVICT_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_EVICT_BACKOFF: Duration = Duration::from_secs(60);
 /// The longest pause between two tries of a listing that fails.
 pub const LISTING_RETRY: Duration = Duration::from_secs(10);
+/// With a lease, a listing the reports bring (or a starved evictor's)
+/// starts at least this many times the last listing's length after that
+/// listing began, so that such listings take at most a fifth of the
+/// evictor's time: a bucket of 10^6 objects lists in about 1,000 pages.
+pub const RELIST_GAP_LISTINGS: u32 = 5;
 
 /// Deletions of one eviction cycle in flight at once, in either driver.
 pub const DELETES_IN_FLIGHT: usize = 8;
@@ -137,6 +143,8 @@ pub struct Evictor {
     previous_began: Option<Duration>,
     /// The growth the last two listings showed, bytes a second.
     listed_rate: u64,
+    /// How long the last listing that came in took.
+    listing_took: Duration,
 }
 
 impl Evictor {
@@ -161,6 +169,7 @@ impl Evictor {
             listing_began: None,
             previous_began: None,
             listed_rate: 0,
+            listing_took: Duration::ZERO,
         }
     }
 
@@ -293,8 +302,10 @@ impl Evictor {
         if now >= last + self.timing().listing {
             return true;
         }
-        if now < last + MIN_LISTING_GAP.max(self.timing().read_reports) && self.mode == Mode::Lease
-        {
+        let gap = MIN_LISTING_GAP.max(self.timing().read_reports);
+        let began = self.listing_began.unwrap_or(last);
+        let relist_at = (last + gap).max(began + self.listing_took * RELIST_GAP_LISTINGS);
+        if now < relist_at && self.mode == Mode::Lease {
             return false;
         }
         let usage = self.justified_bytes();
@@ -336,6 +347,7 @@ impl Evictor {
             self.last_read = None;
             self.listing_began = None;
             self.listed_rate = 0;
+            self.listing_took = Duration::ZERO;
         }
     }
 
@@ -362,6 +374,9 @@ impl Evictor {
             }
             _ => 0,
         };
+        self.listing_took = self
+            .listing_began
+            .map_or(Duration::ZERO, |b| now.saturating_sub(b));
         self.listed = true;
         self.relist = false;
         self.last_listing = Some(now);
@@ -593,6 +608,38 @@ mod tests {
         );
         assert_eq!(e.absurd_reports(), [("b".to_string(), 10u64.pow(15))]);
         assert!(e.absurd_reports().is_empty());
+    }
+
+    /// On a bucket whose listing takes 20 s (about 1,000 pages), the
+    /// listings the reports bring start 100 s apart at least.
+    #[test]
+    fn listings_the_reports_bring_take_at_most_a_fifth_of_the_time() {
+        let mut e = Evictor::new(spec(), Mode::Lease, Duration::ZERO, 7);
+        let objects: Vec<_> = (0..5).map(|i| object(&format!("k{i}"), 100, i)).collect();
+        let took = 20 * S;
+        assert_eq!(e.next(Duration::ZERO, true), EvictStep::List);
+        e.listed_at(took, Some(objects.clone()));
+        e.reports_read(took, &[]);
+        let (mut t, mut began) = (took, vec![Duration::ZERO]);
+        for n in 1..=600u32 {
+            t += S;
+            let lie = report(10u64.pow(15) * u64::from(n), 10u64.pow(15), n.into());
+            e.reports_read(t, &[(Some(n.to_string()), lie)]);
+            if e.next(t, true) == EvictStep::List {
+                began.push(t);
+                t += took;
+                e.listed_at(t, Some(objects.clone()));
+            }
+        }
+        let gaps: Vec<_> = began.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.iter().all(|g| *g >= took * RELIST_GAP_LISTINGS),
+            "{gaps:?}"
+        );
+        assert!(
+            gaps.len() >= 5,
+            "the reports still bring listings: {gaps:?}"
+        );
     }
 
     #[test]
