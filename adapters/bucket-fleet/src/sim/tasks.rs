@@ -53,6 +53,20 @@ impl Cursor {
     }
 }
 
+/// A deletion's answer to come: when, its sending's number, key, bytes
+/// and whether the store deleted it.
+type Answer = (Duration, u64, String, u64, bool);
+
+/// An eviction cycle in the simulation: the driver's rule
+/// ([`EvictCycle`]) and the answers not yet come, by time, then by
+/// sending.
+#[derive(Debug, Default)]
+pub(super) struct Cycle {
+    cycle: EvictCycle,
+    pending: BinaryHeap<Reverse<Answer>>,
+    sent: u64,
+}
+
 /// Where the evictor's task is: the step it works through.
 #[derive(Debug, Default)]
 pub(super) enum EvictWork {
@@ -67,8 +81,8 @@ pub(super) enum EvictWork {
     ListingFailed,
     /// The reports to GET, and those read.
     Reading(VecDeque<String>, Vec<(Option<String>, ReportBody)>),
-    /// The victims left, and the deletions done (key, bytes, deleted).
-    Evicting(VecDeque<(String, u64)>, Vec<(String, u64, bool)>),
+    /// An eviction cycle's deletions in flight.
+    Evicting(Box<Cycle>),
     /// The reports of nodes that left, to delete.
     Dropping(VecDeque<String>),
 }
@@ -242,7 +256,10 @@ impl Sim<'_> {
                     EvictWork::Listing(Vec::new(), Cursor::Start)
                 }
                 EvictStep::ReadReports => EvictWork::Folder(Vec::new(), Cursor::Start),
-                EvictStep::Evict(chosen) => EvictWork::Evicting(chosen.into(), Vec::new()),
+                EvictStep::Evict(chosen) => EvictWork::Evicting(Box::new(Cycle {
+                    cycle: EvictCycle::new(chosen),
+                    ..Cycle::default()
+                })),
                 EvictStep::DeleteReports(nodes) => EvictWork::Dropping(nodes.into()),
                 EvictStep::Wait(until) => {
                     let until = m.global(until);
@@ -332,7 +349,7 @@ impl Sim<'_> {
                     None
                 }
             },
-            EvictWork::Evicting(left, results) => self.delete_some(slot, at, left, results),
+            EvictWork::Evicting(cycle) => self.delete_some(slot, at, cycle),
             EvictWork::Dropping(mut left) => {
                 let node = left.pop_front()?;
                 self.store.delete(&report_key(&node));
@@ -341,50 +358,55 @@ impl Sim<'_> {
         }
     }
 
-    /// Sends the cycle's deletions from `at` as the driver does, through
-    /// the same [`EvictCycle`]: each with its own fate, each only while
-    /// the node holds the lease at its sending. The store applies each at
-    /// once; the task goes on when the last answer is in, and gives the
-    /// results to the evictor then.
+    /// Goes on with an eviction cycle at `at`, as the driver does, through
+    /// the same [`EvictCycle`]: takes the answers come by then, sends what
+    /// the cycle gives (each with its own fate, each only while the node
+    /// holds the lease at its sending; the store applies each at once),
+    /// and waits for the next answer, while the node's other tasks go on.
+    /// Once no answer is awaited, gives the results to the evictor.
     fn delete_some(
         &mut self,
         slot: usize,
         at: Duration,
-        left: VecDeque<(String, u64)>,
-        results: Vec<(String, u64, bool)>,
+        mut c: Box<Cycle>,
     ) -> Option<(EvictWork, Duration)> {
-        if left.is_empty() {
-            let m = &mut self.members[slot];
-            let now = m.local(at);
-            m.node.evictor.evicted(now, &results);
-            return None;
-        }
         let listed = self.members[slot].listed_from;
-        let mut cycle = EvictCycle::new(left.into());
-        // Answers not yet come, by time, then by sending.
-        let mut pending = BinaryHeap::new();
-        let (mut now, mut sent) = (at, 0u64);
         loop {
-            while let Some((key, bytes)) = cycle.send() {
-                sent += 1;
+            while c.pending.peek().is_some_and(|Reverse(p)| p.0 <= at) {
+                let Reverse((_, _, key, bytes, deleted)) = c.pending.pop()?;
+                c.cycle.answered(key, bytes, deleted);
+            }
+            let mut answered_now = false;
+            while let Some((key, bytes)) = c.cycle.send() {
+                c.sent += 1;
                 let m = &self.members[slot];
-                let (mut deleted, mut answer) = (false, now);
-                if m.node.holds(m.local(now)) {
+                let (mut deleted, mut answer) = (false, at);
+                if m.node.holds(m.local(at)) {
                     let fate = self.fate(false);
                     self.store.evict(&key, listed, fate.applied());
                     deleted = fate.answered();
-                    answer = now + fate.after();
+                    answer = at + fate.after();
                 }
-                pending.push(Reverse((answer, sent, key, bytes, deleted)));
+                answered_now |= answer <= at;
+                c.pending
+                    .push(Reverse((answer, c.sent, key, bytes, deleted)));
             }
-            let Some(Reverse((answer, _, key, bytes, deleted))) = pending.pop() else {
+            if !answered_now {
                 break;
-            };
-            now = answer;
-            cycle.answered(key, bytes, deleted);
+            }
         }
-        let results = cycle.results();
-        Some((EvictWork::Evicting(VecDeque::new(), results), now - at))
+        match c.pending.peek() {
+            Some(Reverse(next)) => {
+                let after = next.0 - at;
+                Some((EvictWork::Evicting(c), after))
+            }
+            None => {
+                let m = &mut self.members[slot];
+                let now = m.local(at);
+                m.node.evictor.evicted(now, &c.cycle.results());
+                None
+            }
+        }
     }
 }
 
