@@ -37,6 +37,11 @@ use serde::{Deserialize, Serialize};
 
 use super::Timing;
 
+/// The longest wait a released lease can pass on, milliseconds: half of
+/// the longest lease (`lease_seconds` at most 86,400), so that a body from
+/// another writer cannot stop eviction for longer than a lapse would.
+const MAX_WAIT_MS: u64 = 43_200_000;
+
 /// The lease object's body (JSON): who holds it and what it sees, for the
 /// other nodes' state and `inspect`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +70,17 @@ pub struct LeaseBody {
     /// at once ([`Election::release`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released: bool,
+    /// With `released`: how long the node that takes the lease over waits
+    /// before it deletes, milliseconds from its reading of this body: what
+    /// was left of the releaser's own wait (a creator deletes only from
+    /// half a lease after its creation, rule 1 of `docs/s3-gateway.md`,
+    /// "The election"), 0 for none. Durations only: no clock is compared.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wait_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The condition of a write of the lease.
@@ -172,6 +188,9 @@ pub struct Election {
     /// The write it wants takes back a lease of its own (one whose answer
     /// was lost): it may have been its creation, so it waits as a creator.
     own: bool,
+    /// The write it wants takes over a released lease whose releaser was
+    /// still waiting to delete: it waits until then too.
+    wait_until: Duration,
 }
 
 impl Election {
@@ -192,6 +211,7 @@ impl Election {
             progress_at: None,
             seen_renewals: None,
             own: false,
+            wait_until: Duration::ZERO,
         }
     }
 
@@ -368,7 +388,8 @@ impl Election {
                     since_unix: body.since_unix,
                     renewals: body.renewals,
                     verify: false,
-                    deletes_from: self.sent_at + timing.hold() * u32::from(created),
+                    deletes_from: (self.sent_at + timing.hold() * u32::from(created))
+                        .max(self.wait_until),
                 };
                 self.holder = Some(body);
                 self.next_at = self.sent_at + timing.renew();
@@ -442,18 +463,20 @@ impl Election {
     /// nothing more, and ignores answers to requests sent before, so none
     /// can make it a holder again. Any node that reads the released lease
     /// takes it over at once.
-    pub fn release(&mut self, published: &LeaseBody) -> Option<LeaseStep> {
+    pub fn release(&mut self, now: Duration, published: &LeaseBody) -> Option<LeaseStep> {
         let role = std::mem::replace(&mut self.role, Role::Released);
         let Role::Holder {
             etag,
             renewals,
             since_unix,
+            deletes_from,
             ..
         } = role
         else {
             return None;
         };
         self.next_at = Duration::MAX;
+        let wait = deletes_from.saturating_sub(now);
         Some(LeaseStep::Write {
             condition: Condition::Matches(etag),
             body: LeaseBody {
@@ -461,6 +484,7 @@ impl Election {
                 renewals,
                 since_unix,
                 released: true,
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                 ..published.clone()
             },
         })
@@ -488,7 +512,10 @@ impl Election {
             _ => now,
         };
         self.own = body.as_ref().is_some_and(|b| self.mine(b));
-        let free = self.own || body.as_ref().is_some_and(|b| b.released);
+        let released = body.as_ref().filter(|b| b.released);
+        let wait = released.map_or(0, |b| b.wait_ms.min(MAX_WAIT_MS));
+        self.wait_until = now + Duration::from_millis(wait);
+        let free = self.own || released.is_some();
         self.progress_of(now, body.as_ref());
         self.holder = body;
         let due = free || now >= first_seen + self.timing.lease;
@@ -632,13 +659,13 @@ mod tests {
     fn a_released_lease_is_taken_over_at_the_first_reading() {
         let mut h = Election::new("a".into(), timing(), Duration::ZERO);
         take(&mut h, Duration::ZERO, "e1");
-        let Some(LeaseStep::Write { condition, body }) = h.release(&LeaseBody::default()) else {
+        let Some(LeaseStep::Write { condition, body }) = h.release(S, &LeaseBody::default()) else {
             panic!("no release")
         };
         assert_eq!(condition, Condition::Matches("e1".into()));
         assert!(body.released && body.holder == "a");
         assert!(!h.is_holder() && !h.holds(S));
-        assert!(h.release(&LeaseBody::default()).is_none());
+        assert!(h.release(S, &LeaseBody::default()).is_none());
         // A renewal or a read sent before the release answers after it:
         // nothing changes, and the node asks nothing more.
         for late in [
@@ -669,6 +696,49 @@ mod tests {
             };
             assert_eq!(condition, Condition::Matches("e2".into()));
         }
+    }
+
+    /// A creator that stops before its half lease is up passes what is
+    /// left of its wait to the node that takes the released lease over:
+    /// the holder the lease was deleted under may still delete until then.
+    #[test]
+    fn a_released_lease_passes_on_what_is_left_of_its_creators_wait() {
+        let mut a = Election::new("a".into(), timing(), Duration::ZERO);
+        assert_eq!(step(&mut a, Duration::ZERO), LeaseStep::Read);
+        a.answered(Duration::ZERO, LeaseAnswer::Absent, None);
+        let LeaseStep::Write { condition, body } = step(&mut a, Duration::ZERO) else {
+            panic!("no creation")
+        };
+        assert_eq!(condition, Condition::Absent);
+        a.answered(S, LeaseAnswer::Written("e1".into()), Some(&body));
+        assert!(a.is_holder() && !a.holds(5 * S), "a creator waits");
+        let Some(LeaseStep::Write { body, .. }) = a.release(5 * S, &LeaseBody::default()) else {
+            panic!("no release")
+        };
+        assert_eq!(body.wait_ms, 10_000, "15 s from its sending, 5 s gone");
+        let text = serde_json::to_string(&body).unwrap();
+        let back: LeaseBody = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, body);
+        let mut b = Election::new("b".into(), timing(), 6 * S);
+        assert_eq!(step(&mut b, 6 * S), LeaseStep::Read);
+        b.answered(6 * S, LeaseAnswer::Found("e2".into(), Some(body)), None);
+        let LeaseStep::Write { body: taken, .. } = step(&mut b, 6 * S) else {
+            panic!("a released lease is taken over at once")
+        };
+        b.answered(6 * S, LeaseAnswer::Written("e3".into()), Some(&taken));
+        assert!(b.is_holder() && !b.holds(15 * S), "it waits what was left");
+        assert!(b.holds(16 * S));
+        let forged = LeaseBody {
+            released: true,
+            wait_ms: u64::MAX,
+            ..LeaseBody::default()
+        };
+        let mut c = Election::new("c".into(), timing(), Duration::ZERO);
+        step(&mut c, Duration::ZERO);
+        let forged = LeaseAnswer::Found("f".into(), Some(forged));
+        c.answered(Duration::ZERO, forged, None);
+        let cap = Duration::from_millis(MAX_WAIT_MS);
+        assert_eq!(c.wait_until, cap, "a forged wait is capped");
     }
 
     #[test]
@@ -803,7 +873,7 @@ mod tests {
         assert_eq!(h.no_evictor_for(4 * S), Some(4 * S), "from its start");
         take(&mut h, 4 * S, "e1");
         assert_eq!(h.no_evictor_for(9 * S), Some(5 * S));
-        h.release(&LeaseBody::default());
+        h.release(S, &LeaseBody::default());
         assert_eq!(h.no_evictor_for(9 * S), None);
     }
 }

@@ -142,7 +142,7 @@ impl Node {
     /// unless this node holds the lease. It deletes no more from here on.
     pub fn release(&mut self, now: Duration) -> Option<LeaseStep> {
         let published = self.published(now);
-        self.election.as_mut()?.release(&published)
+        self.election.as_mut()?.release(now, &published)
     }
 
     /// The store answered the lease request at `now`; `written` is the
