@@ -430,11 +430,14 @@ fn a_guard_whose_stderr_is_closed_still_bounds_its_tier() {
     let mut server = Proc::spawn(erebine(&args, ">&- 2>&-"), &tmp.path().join("out.log"));
     let url = format!("http://127.0.0.1:{http_port}/status");
     wait_for_status(&url, &mut server, Duration::from_secs(180));
-    // 0.01 GiB is 10.7 MB: the guard trims to its watermark below that.
-    wait_for("the guard's trim", Duration::from_secs(60), || {
-        objects_in(&tier) <= 10
-    });
+    // 0.01 GiB is 10.7 MB: the guard trims to its watermark below that,
+    // and writes its status file (after the trim: wait for both).
     let status_file = tier.join(".lmcache-tier-guard.json");
+    wait_for(
+        "the guard's trim and status",
+        Duration::from_secs(60),
+        || objects_in(&tier) <= 10 && status_file.is_file(),
+    );
     let state: serde_json::Value =
         serde_json::from_slice(&fs::read(&status_file).unwrap()).expect("the status is JSON");
     assert!(state.is_object(), "{state}");
