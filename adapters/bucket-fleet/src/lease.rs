@@ -37,11 +37,6 @@ use serde::{Deserialize, Serialize};
 
 use super::Timing;
 
-/// The longest wait a released lease can pass on, milliseconds: half of
-/// the longest lease (`lease_seconds` at most 86,400), so that a body from
-/// another writer cannot stop eviction for longer than a lapse would.
-const MAX_WAIT_MS: u64 = 43_200_000;
-
 /// The lease object's body (JSON): who holds it and what it sees, for the
 /// other nodes' state and `inspect`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,7 +69,8 @@ pub struct LeaseBody {
     /// before it deletes, milliseconds from its reading of this body: what
     /// was left of the releaser's own wait (a creator deletes only from
     /// half a lease after its creation, rule 1 of `docs/s3-gateway.md`,
-    /// "The election"), 0 for none. Durations only: no clock is compared.
+    /// "The election"), 0 for none; never more than half a lease is waited,
+    /// whatever it says. Durations only: no clock is compared.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wait_ms: u64,
 }
@@ -513,8 +509,10 @@ impl Election {
         };
         self.own = body.as_ref().is_some_and(|b| self.mine(b));
         let released = body.as_ref().filter(|b| b.released);
-        let wait = released.map_or(0, |b| b.wait_ms.min(MAX_WAIT_MS));
-        self.wait_until = now + Duration::from_millis(wait);
+        // A releaser never waits more than half a lease (rule 1); a body
+        // from another writer cannot make the taker wait longer.
+        let wait = released.map_or(Duration::ZERO, |b| Duration::from_millis(b.wait_ms));
+        self.wait_until = now + wait.min(self.timing.hold());
         let free = self.own || released.is_some();
         self.progress_of(now, body.as_ref());
         self.holder = body;
@@ -737,8 +735,7 @@ mod tests {
         step(&mut c, Duration::ZERO);
         let forged = LeaseAnswer::Found("f".into(), Some(forged));
         c.answered(Duration::ZERO, forged, None);
-        let cap = Duration::from_millis(MAX_WAIT_MS);
-        assert_eq!(c.wait_until, cap, "a forged wait is capped");
+        assert_eq!(c.wait_until, timing().hold(), "a forged wait: half a lease");
     }
 
     #[test]
