@@ -258,19 +258,34 @@ impl Binaries {
 /// A port from that range, released and then given to the server, could
 /// be taken meanwhile by such a bind. Where the range leaves no room below
 /// it (it starts under 12,000), an ephemeral port is the fallback.
+///
+/// Where `EREBINE_TEST_PORTS` names a range (`first-last`, inclusive; set by
+/// `scripts/test.sh` to a slice of its own for each test process it runs
+/// beside others), ports are drawn from that range only, so two test
+/// processes never draw the same port (once it is all in use, an
+/// ephemeral port is the fallback). A value that does not parse is a panic
+/// naming it.
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    let low = ephemeral_start().unwrap_or(32768);
-    if low >= 12_000 {
-        let span = u32::from(low) - 10_000;
+    let (first, end) = match std::env::var("EREBINE_TEST_PORTS") {
+        Ok(range) => port_range(&range).unwrap_or_else(|| {
+            panic!("EREBINE_TEST_PORTS={range:?}: expected first-last, e.g. 10000-14999")
+        }),
+        Err(_) => match u32::from(ephemeral_start().unwrap_or(32768)) {
+            low if low >= 12_000 => (10_000, low),
+            _ => (0, 0),
+        },
+    };
+    if end > first {
+        let span = end - first;
         let mut draw = std::process::id().wrapping_mul(2_654_435_761)
             ^ std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
         for _ in 0..span {
             draw = draw.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            let port = (10_000 + (draw >> 8) % span) as u16;
+            let port = (first + (draw >> 8) % span) as u16;
             if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
                 given.insert(port);
                 return port;
@@ -286,6 +301,14 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// `first-last` (inclusive) as `(first, last + 1)`, if it is a range of
+/// ports.
+fn port_range(range: &str) -> Option<(u32, u32)> {
+    let (first, last) = range.trim().split_once('-')?;
+    let (first, last): (u16, u16) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    (first > 0 && first <= last).then_some((first.into(), u32::from(last) + 1))
 }
 
 /// The first port of the kernel's ephemeral range, if it can be read.
@@ -710,6 +733,30 @@ pub fn run_bench(dir: &Path, mp_port: u16, http_port: u16, start: u32, end: u32)
         end,
         &BenchOptions::default(),
     )
+}
+
+/// A one-layer KV shape for the CPU bench (`--kvcache-shape-spec`): 4 KiB
+/// of KV a token, 1/32 of the bench's default, with the same chunks,
+/// objects, keys and hits. Tests that count objects, keys or hits rather
+/// than bytes use it ([`run_one_layer_bench`]): every byte they would
+/// move is copied, signed and stored by real servers (some in Python) on a
+/// small machine.
+pub const ONE_LAYER: &str = "(2,1024,16,8,128):float16:1";
+
+/// [`run_bench`] with the [`ONE_LAYER`] shape: a sequence of 1024 tokens
+/// is 4 MiB of KV instead of 128 MiB.
+pub fn run_one_layer_bench(
+    dir: &Path,
+    mp_port: u16,
+    http_port: u16,
+    start: u32,
+    end: u32,
+) -> BenchRun {
+    let options = BenchOptions {
+        kvcache_shape_spec: Some(ONE_LAYER),
+        ..BenchOptions::default()
+    };
+    run_bench_with(dir, mp_port, http_port, start, end, &options)
 }
 
 /// [`run_bench`] with `options` ([`bench_command_with`]).
@@ -1418,5 +1465,17 @@ mod tests {
             ephemeral.iter().all(|p| !ports.contains(p)),
             "{ephemeral:?}"
         );
+    }
+
+    /// A range from `EREBINE_TEST_PORTS` reads as given; anything else is
+    /// refused.
+    #[test]
+    fn a_port_range_reads_first_to_last_inclusive() {
+        assert_eq!(port_range("10000-14999"), Some((10_000, 15_000)));
+        assert_eq!(port_range(" 20000 - 20000 "), Some((20_000, 20_001)));
+        assert_eq!(port_range("1-65535"), Some((1, 65_536)));
+        for bad in ["", "10000", "10000-", "-5", "5-4", "0-10", "1-65536", "a-b"] {
+            assert_eq!(port_range(bad), None, "{bad:?}");
+        }
     }
 }

@@ -30,7 +30,7 @@ use lmcache_tier_e2e::bucket::{BucketClient, Listed, StoreAccess};
 use lmcache_tier_e2e::swift::{Swift, SwiftOptions, KV, SWIFT_REGION};
 use lmcache_tier_e2e::{
     binaries, free_port, get_json, run_bench_with, stop_launch, wait_for_status, BenchOptions,
-    Binaries, Proc, S3sFs,
+    Binaries, Proc, S3sFs, ONE_LAYER,
 };
 
 const BINS: Binaries = binaries!();
@@ -59,11 +59,9 @@ fn bucket_bound(every_node: bool) -> serde_json::Value {
 }
 /// The tier's `max_capacity_gb`: 53.7 MB, 12.8 objects.
 const CAPACITY_GB: f64 = 0.05;
-/// One chunk of the CPU bench with [`SHAPE`] (4 KiB of KV a token) at
+/// One chunk of the CPU bench with [`ONE_LAYER`] (4 KiB of KV a token) at
 /// the launch's 1024-token chunks, one a sequence: one PUT each.
 const OBJECT_BYTES: u64 = 4 << 20;
-/// The bench's KV shape: one layer.
-const SHAPE: &str = "(2,1024,16,8,128):float16:1";
 /// Seconds between two sequences of one bench: at most 4.2 MB/s a node,
 /// so that the three nodes together write at most 12.6 MB in the second
 /// between two listings of a writing gateway (`MIN_LISTING_GAP`), about
@@ -265,7 +263,7 @@ impl Node {
     fn bench(&self, start: u32, end: u32) -> usize {
         let options = BenchOptions {
             interval: INTERVAL,
-            kvcache_shape_spec: Some(SHAPE),
+            kvcache_shape_spec: Some(ONE_LAYER),
             model: (self.model != "test-model").then_some(self.model),
         };
         let run = run_bench_with(

@@ -13,8 +13,8 @@ use lmcache_s3_gateway::identity;
 use lmcache_tier_e2e::bucket::{BucketClient, StoreAccess};
 use lmcache_tier_e2e::seaweedfs::SeaweedFs;
 use lmcache_tier_e2e::{
-    binaries, data_objects, free_port, run_bench, stop_launch, wait_for_status, BenchRun, Binaries,
-    Proc, S3sFs,
+    binaries, data_objects, free_port, run_one_layer_bench, stop_launch, wait_for_status, BenchRun,
+    Binaries, Proc, S3sFs,
 };
 
 const BINS: Binaries = binaries!();
@@ -30,14 +30,16 @@ const CHUNKS: usize = 4 * 1024 / 32;
 
 /// A launch in `dir/<name>` with the bucket tier alone (so every hit of
 /// its bench comes from the bucket) and `extra` engine flags; the CPU
-/// bench's sequences 0..4 run against it, and it is stopped once the
-/// bucket holds `settled` LMCache objects and has not changed for 5 s.
+/// bench's sequences 0..4 run against it (one layer: the objects, keys and
+/// hits of the default shape at 1/32 of the bytes), and it is stopped once
+/// the bucket holds `settled` LMCache objects and has not changed for 5 s
+/// (at once where `settled` is `None`: a node that only reads).
 fn bench_node(
     dir: &Path,
     name: &str,
     store: &StoreAccess,
     extra: &[&str],
-    settled: usize,
+    settled: Option<usize>,
 ) -> BenchRun {
     let node = dir.join(name);
     std::fs::create_dir_all(&node).unwrap();
@@ -56,13 +58,15 @@ fn bench_node(
     let mut launch = Proc::spawn(cmd, &node.join("launch.log"));
     let url = format!("http://127.0.0.1:{http_port}/status");
     wait_for_status(&url, &mut launch, Duration::from_secs(300));
-    let run = run_bench(&node, mp_port, http_port, 0, 4);
+    let run = run_one_layer_bench(&node, mp_port, http_port, 0, 4);
     assert!(
         run.status.success(),
         "{name}: bench failed:\n{}",
         run.output
     );
-    settle(&BucketClient::new(store, BUCKET), settled);
+    if let Some(settled) = settled {
+        settle(&BucketClient::new(store, BUCKET), settled);
+    }
     stop_launch(&mut launch);
     run
 }
@@ -112,7 +116,7 @@ fn tags(bucket: &BucketClient) -> Vec<(String, usize)> {
 /// finds every one, so a fleet of one identity still shares.
 fn identities_are_kept_apart(dir: &Path, store: &StoreAccess) {
     let bucket = BucketClient::new(store, BUCKET);
-    let a = bench_node(dir, "node-a", store, &[], CHUNKS);
+    let a = bench_node(dir, "node-a", store, &[], Some(CHUNKS));
     assert_eq!(a.full_cold_hits(), 0, "{}", a.output);
     let after_a = tags(&bucket);
     assert_eq!(after_a.len(), 1, "{after_a:?}");
@@ -122,12 +126,12 @@ fn identities_are_kept_apart(dir: &Path, store: &StoreAccess) {
         "node-b",
         store,
         &["--kv-cache-dtype", "fp8"],
-        2 * CHUNKS,
+        Some(2 * CHUNKS),
     );
     assert_eq!(b.full_cold_hits(), 0, "fp8 read auto's KV:\n{}", b.output);
     let after_b: BTreeSet<String> = tags(&bucket).into_iter().map(|(t, _)| t).collect();
     assert_eq!(after_b.len(), 2, "{after_b:?}");
-    let c = bench_node(dir, "node-c", store, &[], 2 * CHUNKS);
+    let c = bench_node(dir, "node-c", store, &[], None);
     assert_eq!(c.full_cold_hits(), 4, "{}", c.output);
 }
 
@@ -181,7 +185,7 @@ fn a_hub_id_at_a_new_commit_purges_the_disk_tier_naming_both_commits() {
         (launch, mp_port, http_port)
     };
     let (mut first, mp_port, http_port) = launch(&old);
-    let run = run_bench(dir, mp_port, http_port, 0, 2);
+    let run = run_one_layer_bench(dir, mp_port, http_port, 0, 2);
     assert!(run.status.success(), "{}", run.output);
     let cache = dir.join("cache");
     let started = Instant::now();
@@ -231,7 +235,7 @@ fn a_custom_fs_tier_is_fenced_by_its_manifest_and_purged_under_another_kv_dtype(
     };
     let (mut first, mp_port, http_port) = launch(&[], "first");
     assert!(tier.join(".lmcache-tier-identity.json").is_file());
-    let run = run_bench(dir, mp_port, http_port, 0, 2);
+    let run = run_one_layer_bench(dir, mp_port, http_port, 0, 2);
     assert!(run.status.success(), "{}", run.output);
     let started = Instant::now();
     while data_objects(&tier).is_empty() && started.elapsed() < Duration::from_secs(60) {

@@ -1,15 +1,19 @@
-//! End to end with the real server: the capacity guard holds a 1 GiB disk
-//! tier while the CPU bench worker stores more than three times that, across
+//! End to end with the real server: the capacity guard holds a disk tier
+//! while the CPU bench worker stores more than three times its capacity, across
 //! a restart, for an `fs` tier given through EREBINE_AGENT_LMCACHE_L2_ADAPTER
 //! and for the node's built-in `fs_native` tier; the same bound on a volume
 //! mounted over a running tier's directory (root: it mounts a tmpfs); and a
 //! launch on a built-in tier at or over its capacity trims it once, to where
 //! the guard leaves it.
 //!
-//! L1 is 1 GiB too and keeps chunks after they reach L2, so the hits after a
+//! L1 is 1 GiB and keeps chunks after they reach L2, so the hits after a
 //! restart (L1 empty) are what the disk tier kept; the bound is sampled on
 //! the disk itself, `du`-style (allocated blocks of every entry, temp files
-//! in flight included) every 200 ms.
+//! in flight included) every 200 ms. An `fs` tier is 0.5 GiB and the
+//! bench's KV has 16 layers there (half its default): the guard's bound
+//! scales with the capacity and the object, so half the bytes on half the
+//! capacity are the same test at half the cost. The built-in tier is 1 GiB,
+//! the least the launch gives it, with the bench's default shape.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -21,15 +25,62 @@ use std::thread;
 use std::time::Duration;
 
 use lmcache_tier_e2e::{
-    binaries, free_port, get_text, run_bench, stop_launch, wait_for_status, Binaries, Proc, Tmpfs,
+    binaries, free_port, get_text, run_bench_with, stop_launch, wait_for_status, BenchOptions,
+    BenchRun, Binaries, Proc, Tmpfs,
 };
 
 const BINS: Binaries = binaries!();
 
 const GIB: u64 = 1 << 30;
-const OBJECT: u64 = 32 << 20;
-/// Sequences per fill: 28 x 4 chunks x 32 MiB = 3.5 GiB.
+/// Sequences per fill: 28 x 4 chunks, 3.5 capacities of either [`Scale`].
 const FILL: u32 = 28;
+
+/// A tier's capacity and the bench's objects for it.
+struct Scale {
+    /// The capacity in bytes.
+    capacity: u64,
+    /// The capacity as `max_capacity_gb` or the disk size variable gives
+    /// it, in GiB.
+    capacity_gb: &'static str,
+    /// The bench's KV shape (`None`: its default, 32 layers).
+    shape: Option<&'static str>,
+    /// One object: a 256-token chunk of `shape`, in bytes.
+    object: u64,
+}
+
+/// An `fs` tier: 0.5 GiB, 16 MiB objects (16 layers, 64 KiB of KV a
+/// token): 1.75 GiB a fill.
+const FS_TIER: Scale = Scale {
+    capacity: GIB / 2,
+    capacity_gb: "0.5",
+    shape: Some("(2,1024,16,8,128):float16:16"),
+    object: 16 << 20,
+};
+
+/// The built-in tier: 1 GiB, the least the launch gives it (below it the
+/// server runs L1 only), 32 MiB objects: 3.5 GiB a fill.
+const BUILT_IN: Scale = Scale {
+    capacity: GIB,
+    capacity_gb: "1",
+    shape: None,
+    object: 32 << 20,
+};
+
+/// The CPU bench's sequences `start..end` in `node`'s shape against it.
+fn bench(node: &Node, start: u32, end: u32) -> BenchRun {
+    let options = BenchOptions {
+        kvcache_shape_spec: node.scale.shape,
+        ..BenchOptions::default()
+    };
+    run_bench_with(
+        &node.dir,
+        node.mp_port,
+        node.http_port,
+        start,
+        end,
+        &options,
+    )
+}
 
 /// Allocated bytes of every entry of `dir`, as `du` counts them (entries that
 /// vanish while counted are skipped).
@@ -119,18 +170,18 @@ fn status(tier: &Path) -> serde_json::Value {
 }
 
 /// The guard's bound: 5% over the capacity, or one object, whichever is larger.
-fn bound(capacity: u64) -> u64 {
-    capacity + (capacity / 20).max(OBJECT)
+fn bound(scale: &Scale) -> u64 {
+    scale.capacity + (scale.capacity / 20).max(scale.object)
 }
 
 /// Checks that `most`, the largest `du` of the tier a fill saw, stayed
-/// within the guard's bound for `capacity` (bytes); the guard's status
-/// `seen` and the launch's log are in the message.
-fn assert_within_bound(most: u64, capacity: u64, seen: &serde_json::Value, launch: &Proc) {
+/// within the guard's bound for `scale`; the guard's status `seen` and the
+/// launch's log are in the message.
+fn assert_within_bound(most: u64, scale: &Scale, seen: &serde_json::Value, launch: &Proc) {
     assert!(
-        most <= bound(capacity),
+        most <= bound(scale),
         "du reached {most} bytes, over the bound {}: {seen:#}\n{}",
-        bound(capacity),
+        bound(scale),
         launch.output()
     );
 }
@@ -144,6 +195,7 @@ fn assert_evicted(seen: &serde_json::Value) {
 }
 
 struct Node {
+    scale: &'static Scale,
     dir: PathBuf,
     tier: PathBuf,
     mp_port: u16,
@@ -172,7 +224,7 @@ impl Node {
     /// largest sample.
     fn fill(&self, start: u32) -> u64 {
         let sampler = Sampler::start(&self.tier);
-        let run = run_bench(&self.dir, self.mp_port, self.http_port, start, start + FILL);
+        let run = bench(self, start, start + FILL);
         assert!(run.status.success(), "{}", run.output);
         // Let the last stores reach the disk before the samples end:
         // LMCache writes to L2 behind the bench, later on a loaded host.
@@ -203,7 +255,7 @@ impl Node {
     }
 
     fn cold_hits(&self, start: u32, end: u32) -> usize {
-        let run = run_bench(&self.dir, self.mp_port, self.http_port, start, end);
+        let run = bench(self, start, end);
         assert!(run.status.success(), "{}", run.output);
         run.full_cold_hits()
     }
@@ -221,8 +273,8 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
     let most = node.fill(0);
     let first = status(&node.tier);
     let capacity = first["capacity_bytes"].as_u64().unwrap();
-    assert_eq!(capacity, GIB, "{first:#}");
-    assert_within_bound(most, capacity, &first, &launch);
+    assert_eq!(capacity, node.scale.capacity, "{first:#}");
+    assert_within_bound(most, node.scale, &first, &launch);
     let stored =
         first["evictions"]["bytes"].as_u64().unwrap() + first["tracked"]["bytes"].as_u64().unwrap();
     if must_evict_first_fill {
@@ -244,7 +296,7 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
                 node.tier.display()
             )
         });
-    assert_eq!(disk["guard"]["capacity_bytes"], GIB, "{inspected:#}");
+    assert_eq!(disk["guard"]["capacity_bytes"], capacity, "{inspected:#}");
     // The tier's row shows its capacity whether LMCache evicts it (fs_native
     // with an eviction block) or only the guard does (fs).
     let tier = inspected["tiers"]
@@ -253,7 +305,7 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
         .iter()
         .find(|t| t["location"] == node.tier.display().to_string())
         .unwrap_or_else(|| panic!("no tier row for {}: {inspected:#}", node.tier.display()));
-    assert_eq!(tier["capacity_bytes"], GIB, "{inspected:#}");
+    assert_eq!(tier["capacity_bytes"], capacity, "{inspected:#}");
     stop_launch(&mut launch);
     let (count, bytes) = objects(&node.tier);
     assert!(count > 0, "nothing stayed in the tier");
@@ -283,7 +335,7 @@ fn holds_the_capacity_across_a_restart(node: &Node, must_evict_first_fill: bool)
     );
     let most = node.fill(100);
     let second = status(&node.tier);
-    assert_within_bound(most, capacity, &second, &launch);
+    assert_within_bound(most, node.scale, &second, &launch);
     assert_evicted(&second);
     assert!(launch.output().contains("capacity guard, L2 tier 0"));
     stop_launch(&mut launch);
@@ -298,10 +350,12 @@ fn an_fs_tier_with_max_capacity_gb_stays_within_it() {
     let dir = tmp.path().to_path_buf();
     let tier = dir.join("fs-tier");
     let adapter = format!(
-        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
-        tier.display()
+        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}"#,
+        tier.display(),
+        FS_TIER.capacity_gb
     );
     let node = Node {
+        scale: &FS_TIER,
         dir,
         tier,
         mp_port: free_port(),
@@ -317,24 +371,28 @@ fn the_builtin_fs_native_tier_stays_within_its_capacity_across_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let node = Node {
+        scale: &BUILT_IN,
         tier: dir.join("cache"),
         dir,
         mp_port: free_port(),
         http_port: free_port(),
-        env: vec![("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1".into())],
+        env: vec![(
+            "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB",
+            BUILT_IN.capacity_gb.into(),
+        )],
     };
     // LMCache evicts on its own count first; the guard is the bound behind it.
     holds_the_capacity_across_a_restart(&node, false);
 }
 
 /// Writes `count` objects of the launch identity (`test-model`, TP 1) of
-/// `OBJECT` allocated bytes each into `tier`, oldest first.
+/// one [`BUILT_IN`] object's allocated bytes each into `tier`, oldest first.
 fn fill_with_objects(tier: &Path, count: u32) {
     use nix::fcntl::{fallocate, FallocateFlags};
     for i in 0..count {
         let path = tier.join(format!("test-model@0x01000100@0@{i:064x}.data"));
         let file = fs::File::create(&path).unwrap();
-        fallocate(&file, FallocateFlags::empty(), 0, OBJECT as i64).unwrap();
+        fallocate(&file, FallocateFlags::empty(), 0, BUILT_IN.object as i64).unwrap();
         let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + u64::from(i));
         file.set_times(fs::FileTimes::new().set_accessed(at).set_modified(at))
             .unwrap();
@@ -353,17 +411,21 @@ fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let node = Node {
+            scale: &BUILT_IN,
             tier: dir.join("cache"),
             dir,
             mp_port: free_port(),
             http_port: free_port(),
-            env: vec![("EREBINE_AGENT_LMCACHE_DISK_SIZE_GB", "1".into())],
+            env: vec![(
+                "EREBINE_AGENT_LMCACHE_DISK_SIZE_GB",
+                BUILT_IN.capacity_gb.into(),
+            )],
         };
         // A first launch records the identity the objects are written under.
         let mut launch = node.launch("launch-1");
         stop_launch(&mut launch);
         fill_with_objects(&node.tier, count);
-        assert_eq!(objects(&node.tier).1, u64::from(count) * OBJECT);
+        assert_eq!(objects(&node.tier).1, u64::from(count) * BUILT_IN.object);
 
         let mut launch = node.launch("launch-2");
         let first = status(&node.tier);
@@ -371,7 +433,7 @@ fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
         let ratio = (0.2 * first["capacity_bytes"].as_u64().unwrap() as f64).ceil() as u64;
         let target = first["trigger_bytes"].as_u64().unwrap() - ratio;
         assert!(
-            kept <= target && kept + OBJECT > target,
+            kept <= target && kept + BUILT_IN.object > target,
             "{count} objects: {first:#}"
         );
         // The guard's first status is written after any cycle at its start.
@@ -401,7 +463,7 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 /// guarded (1.2 GiB on a 1 GiB tier, and the guard's status and metrics
 /// gone from the path). The server writes into the mount (LMCache opens
 /// `base_path/<name>` at every store); the guard takes it up, holds the
-/// bench's 3.5 GiB to the capacity there, measures its line on that volume,
+/// bench's 1.75 GiB to the capacity there, measures its line on that volume,
 /// and the metrics endpoint serves its series. Mounts a 2 GiB tmpfs: root.
 #[test]
 fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics() {
@@ -410,11 +472,13 @@ fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics()
     let dir = tmp.path().to_path_buf();
     let tier = dir.join("fs-tier");
     let adapter = format!(
-        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1}}"#,
-        tier.display()
+        r#"{{"type":"fs","base_path":"{}","max_capacity_gb":{}}}"#,
+        tier.display(),
+        FS_TIER.capacity_gb
     );
     let metrics_port = free_port();
     let node = Node {
+        scale: &FS_TIER,
         dir,
         tier,
         mp_port: free_port(),
@@ -441,7 +505,7 @@ fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics()
     let volume = Tmpfs::mount(&node.tier, 2 << 20);
     let most = node.fill(0);
     let guarded = status(&node.tier);
-    assert_within_bound(most, GIB, &guarded, &launch);
+    assert_within_bound(most, &FS_TIER, &guarded, &launch);
     assert_evicted(&guarded);
     assert_eq!(
         guarded["free_space"]["volume_bytes"],
@@ -452,7 +516,7 @@ fn a_volume_mounted_over_a_running_tiers_directory_is_guarded_with_its_metrics()
         .expect("the metrics endpoint answers");
     let usage = sample(&page, r#"lmcache_tier_guard_usage_bytes{tier="0"}"#)
         .unwrap_or_else(|| panic!("no guard usage series:\n{page}"));
-    assert!(usage <= GIB as f64, "{usage}");
+    assert!(usage <= FS_TIER.capacity as f64, "{usage}");
     // The free space of the mounted volume, not of the one under it.
     let free = sample(&page, r#"lmcache_tier_guard_volume_free_bytes{tier="0"}"#)
         .unwrap_or_else(|| panic!("no free space series:\n{page}"));

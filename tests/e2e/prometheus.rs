@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
     binaries, children_of, free_port, get_json, get_openmetrics, get_text, prometheus_binary,
-    run_bench, stop_launch, strict_openmetrics, wait_for_status, Binaries, Proc, S3Server, S3sFs,
+    run_one_layer_bench, stop_launch, strict_openmetrics, wait_for_status, Binaries, Proc,
+    S3Server, S3sFs,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -209,7 +210,7 @@ fn prometheus_scrapes_two_nodes_and_every_dashboard_query_returns_a_series() {
         Duration::from_secs(30),
     );
     for node in [&a, &b] {
-        let bench = run_bench(dir, node.mp_port, node.http_port, 0, 2);
+        let bench = run_one_layer_bench(dir, node.mp_port, node.http_port, 0, 2);
         assert!(bench.status.success(), "bench failed:\n{}", bench.output);
     }
     let long = Duration::from_secs(60);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use lmcache_tier_e2e::{
     binaries, children_of, cmdline_and_environ, data_objects, free_port, get_text, lmcache_venv,
-    run_bench, stop_launch, wait_for_status, Binaries, Proc, S3Server, TlsFiles,
+    run_one_layer_bench, stop_launch, wait_for_status, Binaries, Proc, S3Server, TlsFiles,
 };
 
 const BINS: Binaries = binaries!();
@@ -229,7 +229,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     let (key_id, secret) = gateway_key_of(server);
     assert_on_no_command_line(&[&key_id, &secret]);
 
-    let bench = run_bench(dir, mp_port, http_port, 0, 3);
+    let bench = run_one_layer_bench(dir, mp_port, http_port, 0, 3);
     assert!(bench.status.success(), "bench failed:\n{}", bench.output);
     assert!(!data_objects(&fs_dir).is_empty(), "nothing in the fs tier");
     let gateway_port = gateway_port_of(&launch.output());
@@ -315,7 +315,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     // Outage: the bucket goes away mid-run; the node keeps serving from the
     // fs tier and the S3 errors do not hang it.
     s3.kill();
-    let during = run_bench(dir, mp_port, http_port, 3, 6);
+    let during = run_one_layer_bench(dir, mp_port, http_port, 3, 6);
     assert!(
         during.status.success(),
         "bench during the outage:\n{}",
@@ -342,7 +342,7 @@ fn launch_with_fs_then_s3_bucket_cascade_stores_in_both_keeps_keys_off_lmcache_a
     // The upstream returns (empty, as moto keeps nothing): new chunks reach it.
     let s3 = S3Server::start(dir, s3_port);
     s3.create_bucket("kv-cache");
-    let after = run_bench(dir, mp_port, http_port, 6, 9);
+    let after = run_one_layer_bench(dir, mp_port, http_port, 6, 9);
     assert!(
         after.status.success(),
         "bench after the outage:\n{}",

@@ -16,8 +16,8 @@ use lmcache_s3_gateway::state::{GatewayState, STATE_PATH};
 use lmcache_s3_gateway::Gateways;
 use lmcache_tier_e2e::swift::{Swift, SwiftOptions, KV, OTHER, SWIFT_REGION};
 use lmcache_tier_e2e::{
-    bench_command, binaries, free_port, get_json, get_text, lmcache_venv, run_bench, stop_launch,
-    wait_for_status, BenchRun, Binaries, Proc,
+    bench_command, binaries, free_port, get_json, get_text, lmcache_venv, run_one_layer_bench,
+    stop_launch, wait_for_status, BenchRun, Binaries, Proc,
 };
 
 const BINS: Binaries = binaries!();
@@ -82,11 +82,11 @@ fn a_launch_stores_and_loads_the_cpu_benchs_chunks_in_swift_and_bench_l2_round_t
     // second node, with a cache directory of its own, loads every chunk
     // from there.
     let expected = stored.len() + 4 * SEQUENCE_CHUNKS;
-    let store = run_node(dir, &swift, "node-a", 0, 4, expected);
+    let store = run_node(dir, &swift, "node-a", 0, 4, Some(expected));
     assert!(store.status.success(), "bench failed:\n{}", store.output);
     let after_store = lmcache_objects(&swift);
     assert_eq!(after_store.len(), expected, "{after_store:?}");
-    let load = run_node(dir, &swift, "node-b", 0, 4, expected);
+    let load = run_node(dir, &swift, "node-b", 0, 4, None);
     assert!(load.status.success(), "bench failed:\n{}", load.output);
     assert_eq!(load.full_cold_hits(), 4, "{}", load.output);
 }
@@ -96,23 +96,27 @@ fn a_launch_stores_and_loads_the_cpu_benchs_chunks_in_swift_and_bench_l2_round_t
 const SEQUENCE_CHUNKS: usize = 1024 / 32;
 
 /// A launch named `name` under `dir` with the tier on `swift` alone, the
-/// CPU bench's sequences `start..end` run against it, and the launch
-/// stopped once the bucket holds `expected` LMCache objects and has
-/// settled ([`settle`]).
+/// CPU bench's sequences `start..end` run against it (one layer: the
+/// objects, keys and hits of the default shape at 1/32 of the bytes), and
+/// the launch stopped once the bucket holds `expected` LMCache objects and
+/// has settled ([`settle`]), or at once where `expected` is `None` (a node
+/// that only reads).
 fn run_node(
     dir: &Path,
     swift: &Swift,
     name: &str,
     start: u32,
     end: u32,
-    expected: usize,
+    expected: Option<usize>,
 ) -> BenchRun {
     let node = dir.join(name);
     std::fs::create_dir_all(&node).unwrap();
     let (mp_port, http_port) = (free_port(), free_port());
     let mut launch = launch(&node, mp_port, http_port, &swift_tier(swift), &[]);
-    let run = run_bench(&node, mp_port, http_port, start, end);
-    settle(swift, expected);
+    let run = run_one_layer_bench(&node, mp_port, http_port, start, end);
+    if let Some(expected) = expected {
+        settle(swift, expected);
+    }
     stop_launch(&mut launch);
     run
 }
@@ -514,7 +518,7 @@ fn credentials_swift_revokes_while_a_launch_runs_are_warned_counted_shown_and_ex
         metrics_port.to_string(),
     )];
     let mut launch = launch(dir, mp_port, http_port, &swift_tier(&swift), &metrics);
-    let stored = run_bench(dir, mp_port, http_port, 0, 2);
+    let stored = run_one_layer_bench(dir, mp_port, http_port, 0, 2);
     assert!(stored.status.success(), "bench failed:\n{}", stored.output);
     let before = lmcache_objects(&swift).len();
     assert!(before > 0, "nothing stored before the key was rotated");
