@@ -138,7 +138,9 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
-(while sleep 2; do awk '/^MemAvailable:/ {print $2}' /proc/meminfo; done >"$times/memory.tsv") &
+# The memory the machine has available now, in KiB.
+available_kib() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
+(while sleep 2; do available_kib; done >"$times/memory.tsv") &
 
 # 1. Setup beside the build. Each setup script prints what the tests read
 #    from its variable; the value waits in $times/setup until both end.
@@ -163,6 +165,10 @@ setup_all() {
 [ $# -gt 0 ] && slots=1
 tmpdirs=()
 ports=()
+# Ports below the kernel's ephemeral range (where every bind to port 0
+# draws), split evenly between the slots.
+low="$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+span=$(((low - 10000) / slots))
 for ((slot = 0; slot < slots; slot++)); do
   if [ -n "${EREBINE_TEST_TMPDIR:-}" ]; then
     dir="$EREBINE_TEST_TMPDIR/slot-$slot"
@@ -178,10 +184,6 @@ for ((slot = 0; slot < slots; slot++)); do
     volumes+=("$dir")
   fi
   tmpdirs+=("$dir")
-  # Ports below the kernel's ephemeral range (where every bind to port 0
-  # draws), split evenly between the slots.
-  low="$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
-  span=$(((low - 10000) / slots))
   [ "$span" -ge 100 ] && ports+=("$((10000 + slot * span))-$((10000 + (slot + 1) * span - 1))") || ports+=("")
 done
 cd "$root"
@@ -313,7 +315,6 @@ finish_one() {
 # machine has EREBINE_TEST_JOB_MEMORY_GIB (default 8) of memory available:
 # some jobs hold several LMCache servers and tmpfs volumes of gigabytes.
 room_kib=$((${EREBINE_TEST_JOB_MEMORY_GIB:-8} * 1048576))
-available_kib() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
 # The index in `pending` of the first job that may start now, if any.
 # While timing jobs are left, at most two jobs run: the timing jobs one
 # after another, each beside one other job.
