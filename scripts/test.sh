@@ -58,6 +58,10 @@ slots="${EREBINE_TEST_JOBS:-$((slots_default > 0 ? slots_default : 1))}"
 case "$slots" in
   '' | *[!0-9]* | 0) echo "test.sh: EREBINE_TEST_JOBS=$slots: give a whole number of jobs from 1 up" >&2; exit 2 ;;
 esac
+job_memory_gib="${EREBINE_TEST_JOB_MEMORY_GIB:-8}"
+case "$job_memory_gib" in
+  '' | *[!0-9]*) echo "test.sh: EREBINE_TEST_JOB_MEMORY_GIB=$job_memory_gib: give a whole number of GiB (0 for no gate)" >&2; exit 2 ;;
+esac
 # The last run's step times order this run's jobs, longest first.
 previous="$(cat "$times/steps.tsv" 2>/dev/null || true)"
 rm -rf "$times"
@@ -314,7 +318,7 @@ finish_one() {
 # A job starts while a slot is free and, beside a running job, while the
 # machine has EREBINE_TEST_JOB_MEMORY_GIB (default 8) of memory available:
 # some jobs hold several LMCache servers and tmpfs volumes of gigabytes.
-room_kib=$((${EREBINE_TEST_JOB_MEMORY_GIB:-8} * 1048576))
+room_kib=$((job_memory_gib * 1048576))
 # The index in `pending` of the first job that may start now, if any.
 # While timing jobs are left, at most two jobs run: the timing jobs one
 # after another, each beside one other job.
