@@ -20,7 +20,7 @@
 //! [`KV`] and [`OTHER`]; an S3 access key is `account:user`, its secret the
 //! user's key), each in a process group of its own, all killed when the
 //! [`Swift`] is dropped. One replica, rings of part power 6 built with
-//! `swift-ring-builder`, one device: a plain directory under `dir` (the
+//! Swift's `RingBuilder`, one device: a plain directory under `dir` (the
 //! tests' ext4 volume: Swift keeps object metadata in user xattrs;
 //! `mount_check = false`). [`Swift::start`] returns once every server
 //! answers its `/healthcheck`.
@@ -186,7 +186,6 @@ const BINARIES: &[&str] = &[
     "swift-account-server",
     "swift-container-server",
     "swift-object-server",
-    "swift-ring-builder",
     "memcached",
 ];
 
@@ -213,7 +212,7 @@ impl Swift {
             object: free_port(),
             memcached: free_port(),
         };
-        build_rings(&bin, &etc, &ports);
+        build_rings(&etc, &ports);
         write_configs(&root, &ports, &options);
         let mut memcached = Command::new(bin.join("memcached"));
         memcached.args(["-l", "127.0.0.1", "-U", "0", "-m", "64"]);
@@ -422,41 +421,37 @@ fn spawn_server(bin: &Path, root: &Path, server: &str) -> Proc {
     Proc::spawn(cmd, &root.join(format!("{server}.log")))
 }
 
-/// Builds the account, container and object rings in `etc` with
-/// `swift-ring-builder` (part power 6, one replica, one device `d1` on
-/// 127.0.0.1 at the server's port), the three side by side.
-fn build_rings(bin: &Path, etc: &Path, ports: &Ports) {
-    let rings = [
-        ("account", ports.account),
-        ("container", ports.container),
-        ("object", ports.object),
-    ];
-    std::thread::scope(|scope| {
-        for (ring, port) in rings {
-            scope.spawn(move || {
-                let builder = format!("{ring}.builder");
-                let device = format!("r1z1-127.0.0.1:{port}/d1");
-                let steps: [&[&str]; 3] = [
-                    &[&builder, "create", "6", "1", "1"],
-                    &[&builder, "add", &device, "100"],
-                    &[&builder, "rebalance"],
-                ];
-                for args in steps {
-                    let out = Command::new(bin.join("swift-ring-builder"))
-                        .args(args)
-                        .current_dir(etc)
-                        .output()
-                        .expect("swift-ring-builder runs");
-                    // `rebalance` exits 1 for a warning (e.g. one device).
-                    assert!(
-                        out.status.code().is_some_and(|c| c <= 1),
-                        "swift-ring-builder {args:?}: {out:?}"
-                    );
-                }
-            });
-        }
-    });
+/// Builds the account, container and object rings in `etc` with Swift's
+/// own `RingBuilder` in one run of the system Python (what
+/// `swift-ring-builder create 6 1 1`, `add r1z1-127.0.0.1:<port>/d1 100`
+/// and `rebalance` write: part power 6, one replica, one device `d1` on
+/// 127.0.0.1 at the server's port): one import of Swift instead of nine.
+fn build_rings(etc: &Path, ports: &Ports) {
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", BUILD_RINGS])
+        .arg(format!("account={}", ports.account))
+        .arg(format!("container={}", ports.container))
+        .arg(format!("object={}", ports.object))
+        .current_dir(etc)
+        .output()
+        .expect("/usr/bin/python3 runs");
+    assert!(out.status.success(), "building the rings: {out:?}");
 }
+
+/// The rings of [`build_rings`]: one `name=port` argument a ring.
+const BUILD_RINGS: &str = r#"
+import sys
+from swift.common.ring import RingBuilder
+for arg in sys.argv[1:]:
+    name, port = arg.split("=")
+    builder = RingBuilder(6, 1, 1)
+    builder.add_dev({"region": 1, "zone": 1, "ip": "127.0.0.1", "port": int(port),
+                     "replication_ip": "127.0.0.1", "replication_port": int(port),
+                     "device": "d1", "weight": 100, "meta": ""})
+    builder.rebalance()
+    builder.get_ring().save(name + ".ring.gz")
+    builder.save(name + ".builder")
+"#;
 
 /// The user the servers run as: the test's own.
 fn user() -> String {
