@@ -16,6 +16,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,9 @@ const BINS: Binaries = binaries!();
 const MIB: u64 = 1 << 20;
 /// One stored chunk: 256 tokens of the CPU bench's KV shape.
 const OBJECT: u64 = 32 * MIB;
+/// Sequences of one bench of [`Node::bench_until`]: 512 MiB, about 5 s
+/// alone.
+const BATCH: u32 = 4;
 
 struct Node {
     dir: PathBuf,
@@ -74,6 +79,23 @@ impl Node {
     fn bench(&self, start: u32, end: u32) -> thread::JoinHandle<BenchRun> {
         let (dir, mp, http) = (self.dir.clone(), self.mp_port, self.http_port);
         thread::spawn(move || run_bench(&dir, mp, http, start, end))
+    }
+
+    /// Benches of [`BATCH`] sequences each, from sequence `first` on, one
+    /// after another on a thread of its own until `done` is set: stores go
+    /// on however long the faults take on a loaded host. Returns every run.
+    fn bench_until(&self, first: u32, done: Arc<AtomicBool>) -> thread::JoinHandle<Vec<BenchRun>> {
+        let (dir, mp, http) = (self.dir.clone(), self.mp_port, self.http_port);
+        thread::spawn(move || {
+            let mut runs = Vec::new();
+            for start in (first..).step_by(BATCH as usize) {
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+                runs.push(run_bench(&dir, mp, http, start, start + BATCH));
+            }
+            runs
+        })
     }
 
     /// The guard's status file, `null` while there is none.
@@ -251,7 +273,8 @@ fn a_full_volume_is_freed_and_the_tier_stores_again_without_a_restart() {
     node.wait_status("stored", &launch, |s| {
         s["tracked"]["objects"].as_u64() > Some(4)
     });
-    let bench = node.bench(100, 170);
+    let done = Arc::new(AtomicBool::new(false));
+    let bench = node.bench_until(100, done.clone());
     node.next_store(&launch, "the bench's first store");
     let outside = node.volume.path().join("download.part");
     let written = node.volume.fill_at_once(&outside);
@@ -285,8 +308,15 @@ fn a_full_volume_is_freed_and_the_tier_stores_again_without_a_restart() {
     }
     let resumed = node.next_store(&launch, "a store after the volume was freed");
     eprintln!("volume freed: stores resumed {resumed:?} after");
-    let run = bench.join().unwrap();
-    assert!(run.status.success(), "{}", run.output);
+    done.store(true, Ordering::Relaxed);
+    let runs = bench.join().unwrap();
+    for run in &runs {
+        assert!(run.status.success(), "{}", run.output);
+    }
+    eprintln!(
+        "{} benches of {BATCH} sequences stored through the faults",
+        runs.len()
+    );
 
     let status = node.wait_status("freed, and short once", &launch, |s| {
         s["free_space"]["evictions"]["cycles"].as_u64() > Some(0)
