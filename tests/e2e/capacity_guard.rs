@@ -10,10 +10,11 @@
 //! restart (L1 empty) are what the disk tier kept; the bound is sampled on
 //! the disk itself, `du`-style (allocated blocks of every entry, temp files
 //! in flight included) every 200 ms. An `fs` tier is 0.5 GiB and the
-//! bench's KV has 16 layers there (half its default): the guard's bound
-//! scales with the capacity and the object, so half the bytes on half the
-//! capacity are the same test at half the cost. The built-in tier is 1 GiB,
-//! the least the launch gives it, with the bench's default shape.
+//! bench's KV has 16 layers (half its default): the guard's bound scales
+//! with the capacity and the object, so half the bytes on half the capacity
+//! are the same test at half the cost. The built-in tier is 1 GiB, the least
+//! the launch gives it, with the same 16 MiB objects: each fill stores 1.75
+//! times its capacity, 3.5 times across the restart.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -32,7 +33,8 @@ use lmcache_tier_e2e::{
 const BINS: Binaries = binaries!();
 
 const GIB: u64 = 1 << 30;
-/// Sequences per fill: 28 x 4 chunks, 3.5 capacities of either [`Scale`].
+/// Sequences per fill: 28 x 4 chunks of 16 MiB, 1.75 GiB: 3.5 capacities of
+/// [`FS_TIER`], 1.75 of [`BUILT_IN`].
 const FILL: u32 = 28;
 
 /// A tier's capacity and the bench's objects for it.
@@ -42,8 +44,8 @@ struct Scale {
     /// The capacity as `max_capacity_gb` or the disk size variable gives
     /// it, in GiB.
     capacity_gb: &'static str,
-    /// The bench's KV shape (`None`: its default, 32 layers).
-    shape: Option<&'static str>,
+    /// The bench's KV shape (`--kvcache-shape-spec`).
+    shape: &'static str,
     /// One object: a 256-token chunk of `shape`, in bytes.
     object: u64,
 }
@@ -53,23 +55,27 @@ struct Scale {
 const FS_TIER: Scale = Scale {
     capacity: GIB / 2,
     capacity_gb: "0.5",
-    shape: Some("(2,1024,16,8,128):float16:16"),
+    shape: "(2,1024,16,8,128):float16:16",
     object: 16 << 20,
 };
 
 /// The built-in tier: 1 GiB, the least the launch gives it (below it the
-/// server runs L1 only), 32 MiB objects: 3.5 GiB a fill.
+/// server runs L1 only), 16 MiB objects as [`FS_TIER`]'s.
 const BUILT_IN: Scale = Scale {
     capacity: GIB,
     capacity_gb: "1",
-    shape: None,
-    object: 32 << 20,
+    shape: FS_TIER.shape,
+    object: FS_TIER.object,
 };
+
+/// The objects a trimmed tier is filled with: one chunk of the bench's
+/// default shape (32 layers), 32 MiB.
+const TRIMMED_OBJECT: u64 = 32 << 20;
 
 /// The CPU bench's sequences `start..end` in `node`'s shape against it.
 fn bench(node: &Node, start: u32, end: u32) -> BenchRun {
     let options = BenchOptions {
-        kvcache_shape_spec: node.scale.shape,
+        kvcache_shape_spec: Some(node.scale.shape),
         ..BenchOptions::default()
     };
     run_bench_with(
@@ -386,13 +392,13 @@ fn the_builtin_fs_native_tier_stays_within_its_capacity_across_a_restart() {
 }
 
 /// Writes `count` objects of the launch identity (`test-model`, TP 1) of
-/// one [`BUILT_IN`] object's allocated bytes each into `tier`, oldest first.
+/// [`TRIMMED_OBJECT`]'s allocated bytes each into `tier`, oldest first.
 fn fill_with_objects(tier: &Path, count: u32) {
     use nix::fcntl::{fallocate, FallocateFlags};
     for i in 0..count {
         let path = tier.join(format!("test-model@0x01000100@0@{i:064x}.data"));
         let file = fs::File::create(&path).unwrap();
-        fallocate(&file, FallocateFlags::empty(), 0, BUILT_IN.object as i64).unwrap();
+        fallocate(&file, FallocateFlags::empty(), 0, TRIMMED_OBJECT as i64).unwrap();
         let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + u64::from(i));
         file.set_times(fs::FileTimes::new().set_accessed(at).set_modified(at))
             .unwrap();
@@ -425,7 +431,7 @@ fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
         let mut launch = node.launch("launch-1");
         stop_launch(&mut launch);
         fill_with_objects(&node.tier, count);
-        assert_eq!(objects(&node.tier).1, u64::from(count) * BUILT_IN.object);
+        assert_eq!(objects(&node.tier).1, u64::from(count) * TRIMMED_OBJECT);
 
         let mut launch = node.launch("launch-2");
         let first = status(&node.tier);
@@ -433,7 +439,7 @@ fn a_launch_on_a_full_tier_trims_it_once_to_where_the_guard_leaves_it() {
         let ratio = (0.2 * first["capacity_bytes"].as_u64().unwrap() as f64).ceil() as u64;
         let target = first["trigger_bytes"].as_u64().unwrap() - ratio;
         assert!(
-            kept <= target && kept + BUILT_IN.object > target,
+            kept <= target && kept + TRIMMED_OBJECT > target,
             "{count} objects: {first:#}"
         );
         // The guard's first status is written after any cycle at its start.
