@@ -27,10 +27,13 @@ const BINS: Binaries = binaries!();
 /// and one forwarded variable's bytes, and on SIGTERM whether the tier's
 /// lock is still held at that moment. The trap is set before the pid is written: the test signals once the
 /// pid is there, and a SIGTERM before the trap would end the shell unseen.
+/// Each file is written whole under another name and renamed into place,
+/// so that a file the test finds is complete.
 const STAND_IN: &str = r#"#!/bin/sh
-trap 'if flock -n "$EREBINE_TEST_LOCK" true; then echo released; else echo held; fi > "$EREBINE_TEST_STATE/at-stop"; exit 0' TERM
-printf '%s' "$EREBINE_TEST_BYTES" > "$EREBINE_TEST_STATE/bytes"
-echo $$ > "$EREBINE_TEST_STATE/pid"
+put() { cat > "$EREBINE_TEST_STATE/$1.part" && mv "$EREBINE_TEST_STATE/$1.part" "$EREBINE_TEST_STATE/$1"; }
+trap 'if flock -n "$EREBINE_TEST_LOCK" true; then echo released; else echo held; fi | put at-stop; exit 0' TERM
+printf '%s' "$EREBINE_TEST_BYTES" | put bytes
+echo $$ | put pid
 while :; do sleep 0.1; done
 "#;
 
@@ -240,10 +243,11 @@ fn the_lock_is_held_until_the_servers_processes_are_gone_when_the_wrapper_dies_f
 }
 
 /// A stand-in for the stock `lmcache` that ignores SIGTERM, as a server
-/// stuck in a system call or a handler would: only SIGKILL ends it.
+/// stuck in a system call or a handler would: only SIGKILL ends it. Its pid
+/// file is renamed into place once written, as [`STAND_IN`]'s.
 const DEAF_SERVER: &str = r#"#!/bin/sh
 trap '' TERM
-echo $$ > "$EREBINE_TEST_STATE/pid"
+echo $$ > "$EREBINE_TEST_STATE/pid.part" && mv "$EREBINE_TEST_STATE/pid.part" "$EREBINE_TEST_STATE/pid"
 while :; do sleep 0.1; done
 "#;
 
