@@ -1127,8 +1127,11 @@ impl S3sFs {
 /// model constant (`server_bench.helpers._MODEL_NAME`, read when the worker
 /// registers and makes its keys), then runs LMCache's own command line, so
 /// every store and load still goes through LMCache's real adapter and
-/// server. Its `python3` is the real environment's, which the launcher asks
-/// for boto3.
+/// server. `$BENCH_MODEL` may name several models, one a line: the command
+/// then runs once for each, in order, in one process (one import of
+/// LMCache), each run after a line `bench model: <model>`; it exits with
+/// the first failing run's status. Its `python3` is the real environment's,
+/// which the launcher asks for boto3.
 pub fn venv_with_bench_model(dir: &Path) -> PathBuf {
     let venv = dir.join("bench-model-venv");
     std::fs::create_dir_all(venv.join("bin")).expect("venv directory");
@@ -1138,14 +1141,22 @@ pub fn venv_with_bench_model(dir: &Path) -> PathBuf {
 exec {python} -c '
 import sys
 import lmcache.cli.commands.bench.l2_adapter_bench.data as data
-model = sys.argv.pop(1)
-data.make_object_keys.__defaults__ = (model, 0)
-if sys.argv[1:3] == ["bench", "server"]:
-    import lmcache.cli.commands.bench.server_bench.helpers as helpers
-    helpers._MODEL_NAME = model
 from lmcache.cli.main import main
+models = sys.argv.pop(1).split("\n")
 sys.argv[0] = "lmcache"
-sys.exit(main())
+status = 0
+for model in models:
+    print("bench model: " + model, flush=True)
+    data.make_object_keys.__defaults__ = (model, 0)
+    if sys.argv[1:3] == ["bench", "server"]:
+        import lmcache.cli.commands.bench.server_bench.helpers as helpers
+        helpers._MODEL_NAME = model
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code
+    status = status or code
+sys.exit(status)
 ' "$BENCH_MODEL" "$@"
 "#,
         python = python.display()

@@ -18,16 +18,17 @@ const KEY_ID: &str = "AKIAE2EOPERATORKEY01";
 const SECRET: &str = "e2e-operator-secret-0123456789abcdefghij";
 const PREFIX: &str = "node-a/";
 
-/// Runs `bench l2` on `spec` with keys named after `model`: 2 objects of
-/// 64 KiB stored, looked up, loaded and compared. Panics unless all succeed.
-fn bench_l2_with_model(dir: &Path, spec: &serde_json::Value, model: &str) {
+/// Runs `bench l2` on `spec` once for each of [`MODELS`], keys named after
+/// the model, in one process: 2 objects of 64 KiB stored, looked up,
+/// loaded and compared a model. Panics unless every run succeeds.
+fn bench_l2_with_models(dir: &Path, spec: &serde_json::Value) {
     let out = Command::new(BINS.erebine_lmcache())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", dir)
         .env("VIRTUAL_ENV", venv_with_bench_model(dir))
         .env("LMCACHE_TRACK_USAGE", "false")
-        .env("BENCH_MODEL", model)
+        .env("BENCH_MODEL", MODELS.join("\n"))
         .args(["bench", "l2", "--l2-adapter", &spec.to_string()])
         .args(["--num-keys", "2", "--rounds", "1", "--warmup-rounds", "0"])
         .args(["--data-size-kb", "64", "--no-skip-verify"])
@@ -38,13 +39,18 @@ fn bench_l2_with_model(dir: &Path, spec: &serde_json::Value, model: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{model}: {text}");
-    for needle in [
-        "success_keys=2/2",
-        "loaded=2/2",
-        "All 2 keys data verified OK",
-    ] {
-        assert!(text.contains(needle), "{model}: no {needle:?} in:\n{text}");
+    assert!(out.status.success(), "{text}");
+    let runs: Vec<&str> = text.split("bench model: ").skip(1).collect();
+    assert_eq!(runs.len(), MODELS.len(), "{text}");
+    for (model, run) in MODELS.iter().zip(runs) {
+        assert!(run.starts_with(model), "{model}: {run}");
+        for needle in [
+            "success_keys=2/2",
+            "loaded=2/2",
+            "All 2 keys data verified OK",
+        ] {
+            assert!(run.contains(needle), "{model}: no {needle:?} in:\n{run}");
+        }
     }
 }
 
@@ -66,11 +72,8 @@ fn every_model_shape_is_stored_and_loaded_under_its_exact_key_in_moto() {
         "s3_key_prefix": PREFIX, "s3_region": "us-east-1", "disable_tls": true,
         "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
     });
-    let mut expected = Vec::new();
-    for model in MODELS {
-        bench_l2_with_model(dir, &spec, model);
-        expected.extend(expected_keys(model));
-    }
+    bench_l2_with_models(dir, &spec);
+    let mut expected: Vec<String> = MODELS.iter().flat_map(|m| expected_keys(m)).collect();
     let mut keys = s3.list_keys("kv-cache");
     keys.sort();
     expected.sort();
@@ -88,7 +91,5 @@ fn every_model_shape_is_stored_and_loaded_through_s3s_fs_which_checks_signatures
         "s3_key_prefix": PREFIX, "s3_region": "us-east-1", "disable_tls": true,
         "aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET,
     });
-    for model in MODELS {
-        bench_l2_with_model(dir, &spec, model);
-    }
+    bench_l2_with_models(dir, &spec);
 }
