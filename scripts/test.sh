@@ -15,8 +15,9 @@
 # it is installed and set, so every test runs.
 #
 # How it runs:
-# 1. the setup scripts, one after another, while Cargo builds every test
-#    binary once (both are needed before any test runs);
+# 1. the setup scripts, one after another (s3s-fs's build beside them),
+#    while Cargo builds every test binary once (both are needed before any
+#    test runs);
 # 2. the tests as jobs: each test binary is a job, and the end-to-end
 #    suite is one job per module (tests/e2e/<module>.rs); the image's job
 #    builds the image from the debug binaries first;
@@ -154,10 +155,14 @@ setup() {
   step "$name" "$@" >"$times/setup/$var"
 }
 setup_all() {
+  # s3s-fs is built (cargo install, minutes of CPU on a fresh machine)
+  # beside the downloads of the others rather than after them.
+  setup EREBINE_TEST_S3S_FS "setup: s3s-fs" "$root/scripts/setup-s3s-fs.sh" &
+  local s3s_fs=$!
   setup EREBINE_TEST_LMCACHE_VENV "setup: LMCache 0.5.6" "$root/scripts/setup-lmcache.sh"
   # The next LMCache, a pre-release, for tests/e2e/next_lmcache.rs.
   LMCACHE_VERSION=0.5.7rc2 setup EREBINE_TEST_LMCACHE_NEXT_VENV "setup: LMCache 0.5.7rc2" "$root/scripts/setup-lmcache.sh"
-  setup EREBINE_TEST_S3S_FS "setup: s3s-fs" "$root/scripts/setup-s3s-fs.sh"
+  wait "$s3s_fs"
   setup EREBINE_TEST_SWIFT "setup: Swift" "$root/scripts/setup-swift.sh"
   setup EREBINE_TEST_SEAWEEDFS "setup: SeaweedFS" "$root/scripts/setup-seaweedfs.sh"
   setup EREBINE_TEST_PROMTOOL "setup: Prometheus" "$root/scripts/setup-prometheus.sh"
