@@ -82,8 +82,9 @@ impl Node {
     }
 
     /// Benches of [`BATCH`] sequences each, from sequence `first` on, one
-    /// after another on a thread of its own until `done` is set: stores go
-    /// on however long the faults take on a loaded host. Returns every run.
+    /// after another on a thread of its own until `done` is set or a run
+    /// fails: stores go on however long the faults take on a loaded host.
+    /// Returns every run (a failed one last).
     fn bench_until(&self, first: u32, done: Arc<AtomicBool>) -> thread::JoinHandle<Vec<BenchRun>> {
         let (dir, mp, http) = (self.dir.clone(), self.mp_port, self.http_port);
         thread::spawn(move || {
@@ -92,7 +93,12 @@ impl Node {
                 if done.load(Ordering::Relaxed) {
                     break;
                 }
-                runs.push(run_bench(&dir, mp, http, start, start + BATCH));
+                let run = run_bench(&dir, mp, http, start, start + BATCH);
+                let failed = !run.status.success();
+                runs.push(run);
+                if failed {
+                    break;
+                }
             }
             runs
         })
