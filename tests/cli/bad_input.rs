@@ -809,6 +809,65 @@ fn a_dry_run_refuses_an_s3_key_prefix_with_path_syntax() {
     }
 }
 
+/// `resp` tiers LMCache would refuse, or whose credentials the server
+/// could not get one pair of, each with what the error names.
+const BAD_RESP_TIERS: [(&str, &str); 6] = [
+    (
+        r#"{"type":"resp","host":"redis://10.0.0.5","port":6379}"#,
+        "L2 tier 1 (resp): host: \"redis://10.0.0.5\" is a URL",
+    ),
+    (
+        r#"{"type":"resp","host":"10.0.0.5:6379","port":6379}"#,
+        "L2 tier 1 (resp): host: \"10.0.0.5:6379\" holds a port",
+    ),
+    (
+        r#"{"type":"resp","port":6379}"#,
+        "L2 tier 1 (resp): host: is missing",
+    ),
+    (
+        r#"{"type":"resp","host":"h","port":"6379"}"#,
+        "L2 tier 1 (resp): port: \"6379\" is not a port",
+    ),
+    (
+        r#"{"type":"resp","host":"h","port":70000}"#,
+        "L2 tier 1 (resp): port: 70000 is not a port",
+    ),
+    (
+        r#"{"type":"resp","host":"h","port":1,"password":"OTHER-SECRET-VALUE"}"#,
+        "L2 tier 1 (resp): its username and password differ from those of L2 tier 0",
+    ),
+];
+
+#[test]
+fn a_dry_run_and_erebine_lmcache_refuse_a_resp_tier_lmcache_would_refuse() {
+    let first = r#"{"type":"resp","host":"h","port":1,"password":"REAL-SECRET-VALUE"}"#;
+    for (tier, said) in BAD_RESP_TIERS {
+        let mut case = Case::new();
+        case.set(
+            "EREBINE_AGENT_LMCACHE_L2_ADAPTER",
+            format!("[{first},{tier}]"),
+        );
+        let out = case.run(&["launch", "--dry-run"]);
+        assert_fails(&out, 2, &["EREBINE_AGENT_LMCACHE_L2_ADAPTER", said]);
+        let server = Command::new(env!("CARGO_BIN_EXE_erebine-lmcache"))
+            .env_clear()
+            .envs(&case.vars)
+            .args(["server", "--l1-size-gb", "1", "--eviction-policy", "LRU"])
+            .args(["--l2-adapter", first, "--l2-adapter", tier])
+            .output()
+            .unwrap();
+        assert!(
+            !case.path().join("stand-in-ran").exists(),
+            "{tier}: LMCache was started"
+        );
+        assert_fails(&server, 2, &[said]);
+        for out in [&out, &server] {
+            let text = stderr(out);
+            assert!(!text.contains("SECRET-VALUE"), "{text}");
+        }
+    }
+}
+
 #[test]
 fn erebine_lmcache_server_refuses_an_s3_key_prefix_with_path_syntax_before_lmcache_starts() {
     for prefix in BAD_KEY_PREFIXES {

@@ -24,6 +24,7 @@ mod metrics;
 mod next_lmcache;
 mod oom_kill;
 mod prometheus;
+mod redis;
 mod restart_workers;
 mod s3_gateway;
 mod s3_keys;

@@ -19,12 +19,48 @@
 //!    (a listener in its process tree), for work that must not run for a
 //!    command LMCache refuses.
 //! 4. [`RunningTiers::view`]: what `inspect` and the metrics read while it
-//!    runs.
+//!    runs; [`RunningTiers::series`]: the same as neutral per-tier values
+//!    ([`TierSeries`]) that the metrics and `inspect` render for any kind,
+//!    with no code of the kind's in either.
 //! 5. [`RunningTiers::stop`]: when the server is gone.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use crate::Cascade;
+
+/// One value of one tier, as the metrics export it for any kind
+/// (`docs/metrics.md`, "Tier series"): the family
+/// `lmcache_tier_<family>` (with `_bytes` when `bytes`, `_total` when
+/// `counter`), labelled `tier` (the position) and `kind` (the spec's
+/// `type`). `inspect` reads every family with a `kind` label back into its
+/// tier's block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierSeries {
+    /// The family's name after `lmcache_tier_` and before its unit and
+    /// `_total`, e.g. `resp_used_memory`.
+    pub family: &'static str,
+    /// The family's help line.
+    pub help: &'static str,
+    /// The tier's 0-based position in the cascade.
+    pub tier: usize,
+    /// The tier's `type`, e.g. `resp`.
+    pub kind: &'static str,
+    /// The value is in bytes.
+    pub bytes: bool,
+    /// The value is a counter (it only grows while its source runs).
+    pub counter: bool,
+    /// The value.
+    pub value: u64,
+}
+
+/// What a running adapter reads for [`TierSeries`] at every scrape (it may
+/// ask the store, so each call is bounded by the adapter's own timeouts).
+pub trait SeriesSource: Send + Sync {
+    /// The series now, in a fixed order of families; a family whose source
+    /// does not answer is left out.
+    fn series(&self) -> Vec<TierSeries>;
+}
 
 /// What a start gets from its caller.
 #[derive(Clone, Copy)]
@@ -103,6 +139,13 @@ pub trait RunningTiers: Send + Sync + 'static {
 
     /// What `inspect` and the metrics read.
     fn view(&self) -> Self::View;
+
+    /// The adapter's per-tier values for the metrics and `inspect`
+    /// ([`TierSeries`]), read at every scrape; `None` (the default) for an
+    /// adapter whose view the launcher renders itself.
+    fn series(&self) -> Option<Arc<dyn SeriesSource>> {
+        None
+    }
 
     /// Stops everything the adapter started (a guard's last status is
     /// written before this returns; a gateway's runtime is told to stop).

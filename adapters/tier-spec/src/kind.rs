@@ -6,7 +6,7 @@
 /// A tier's kind, read from its spec by [`crate::TierSpec::kind`].
 ///
 /// Sources: LMCache 0.5.6's L2 adapter types (`fs`, `fs_native`, `s3`,
-/// `raw_block`, and the ones we only pass through such as `mock`);
+/// `raw_block`, `resp`, and the ones we only pass through such as `mock`);
 /// `s3_bucket` is our extension (`docs/s3-gateway.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TierKind<'a> {
@@ -25,6 +25,11 @@ pub enum TierKind<'a> {
     /// `s3` without `s3_bucket`: LMCache's own S3 client, bounded by LMCache
     /// alone.
     Object,
+    /// `resp`: a Redis (or Valkey) server at `host`:`port`, written
+    /// through LMCache's native RESP client (LMCache 0.5.6's
+    /// `RESPL2AdapterConfig`, the `lmcache_redis` extension its wheel
+    /// ships); checked and watched by our `lmcache-resp` adapter.
+    Resp,
     /// `raw_block`: LMCache's tier on a whole block device
     /// (`device_path`, [`crate::TierSpec::device_path`]), written through
     /// its Rust raw-block extension (LMCache 0.5.6's
@@ -45,6 +50,7 @@ impl<'a> TierKind<'a> {
             ("s3", true) => TierKind::Bucket,
             ("s3", false) => TierKind::Object,
             ("raw_block", _) => TierKind::RawBlock,
+            ("resp", _) => TierKind::Resp,
             (other, _) => TierKind::Other(other),
         }
     }
@@ -52,6 +58,11 @@ impl<'a> TierKind<'a> {
     /// Whether it is a disk tier (`fs` or `fs_native`).
     pub fn is_disk(self) -> bool {
         matches!(self, TierKind::Disk { .. })
+    }
+
+    /// Whether it is a Redis (`resp`) tier.
+    pub fn is_resp(self) -> bool {
+        self == TierKind::Resp
     }
 
     /// Whether it is served through our S3 gateway.
@@ -71,7 +82,7 @@ mod tests {
             r#"[{"type":"fs","base_path":"/a"},{"type":"fs_native","base_path":"/b"},
                 {"type":"s3","s3_bucket":"kv"},{"type":"s3","s3_bucket":null},
                 {"type":"s3","s3_endpoint":"s3.example.net"},{"type":"raw_block","device_path":"/dev/x"},
-                {"type":"mock"},{"type":"FS"},{"type":""},
+                {"type":"mock"},{"type":"FS"},{"type":""},{"type":"resp","host":"h","port":1},
                 {"type":"fs","base_path":"/data/s3_bucket","s3_bucket":"kv"}]"#,
             "test",
         )
@@ -89,16 +100,18 @@ mod tests {
                 TierKind::Other("mock"),
                 TierKind::Other("FS"),
                 TierKind::Other(""),
+                TierKind::Resp,
                 TierKind::Disk { native: false },
             ]
         );
         let disks: Vec<bool> = kinds.iter().map(|k| k.is_disk()).collect();
         assert_eq!(
             disks,
-            [true, true, false, false, false, false, false, false, false, true]
+            [true, true, false, false, false, false, false, false, false, false, true]
         );
         let buckets = kinds.iter().filter(|k| k.is_bucket()).count();
         assert_eq!(buckets, 2);
+        assert_eq!(kinds.iter().filter(|k| k.is_resp()).count(), 1);
         let devices: Vec<Option<&str>> = cascade.tiers().iter().map(|t| t.device_path()).collect();
         assert_eq!(devices[5], Some("/dev/x"));
         assert_eq!(devices.iter().flatten().count(), 1, "{devices:?}");

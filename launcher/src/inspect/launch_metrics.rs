@@ -42,6 +42,23 @@ pub struct LaunchFigures {
     pub identity_purge: bool,
     /// The fields that differed then (`housekeeping_identity_change`).
     pub identity_changes: Vec<IdentityChange>,
+    /// The adapters' per-tier series (every family labelled `tier` and
+    /// `kind`; `docs/metrics.md`, "Tier series"), in the endpoint's order.
+    pub tier_series: Vec<TierFigure>,
+}
+
+/// One value of an adapter's per-tier series, as the endpoint exports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierFigure {
+    /// The tier's position in the cascade.
+    pub tier: usize,
+    /// The tier's `type`, e.g. `resp`.
+    pub kind: String,
+    /// The sample's name without `lmcache_tier_`, e.g.
+    /// `resp_used_memory_bytes`.
+    pub name: String,
+    /// Its value.
+    pub value: f64,
 }
 
 /// One field of a purge by identity, as the metrics endpoint exports it.
@@ -228,9 +245,45 @@ impl LaunchFigures {
                     });
                 }
             }
-            _ => {}
+            name => self.record_tier_series(name, sample),
         }
     }
+
+    /// Takes in a sample of an adapter's per-tier series: one of the
+    /// launch's families with a `tier` and a `kind` label.
+    fn record_tier_series(&mut self, name: &str, sample: &Sample) {
+        let (Some(name), Some(tier), Some(kind)) = (
+            name.strip_prefix(names::PREFIX)
+                .and_then(|n| n.strip_prefix('_')),
+            sample.label("tier").and_then(|t| t.parse().ok()),
+            sample.label("kind"),
+        ) else {
+            return;
+        };
+        self.tier_series.push(TierFigure {
+            tier,
+            kind,
+            name: name.to_string(),
+            value: sample.value,
+        });
+    }
+}
+
+/// The adapters' per-tier series in words, a line per tier, for the text
+/// view: `L2 tier 1 (resp): resp_up 1, resp_used_memory_bytes 1048576`.
+pub fn describe_tiers(figures: &LaunchFigures) -> Vec<String> {
+    let mut lines: Vec<(usize, String)> = Vec::new();
+    for figure in &figures.tier_series {
+        let value = format!("{} {}", figure.name, figure.value);
+        match lines.iter_mut().find(|(tier, _)| *tier == figure.tier) {
+            Some((_, line)) => line.push_str(&format!(", {value}")),
+            None => lines.push((
+                figure.tier,
+                format!("L2 tier {} ({}): {value}", figure.tier, figure.kind),
+            )),
+        }
+    }
+    lines.into_iter().map(|(_, line)| line).collect()
 }
 
 /// The labels of a series, `key="value",...}` as the text formats write
@@ -390,6 +443,70 @@ mod tests {
                 .unwrap();
         let read = read(&metrics_url(endpoint.address()), Duration::from_secs(60)).await;
         assert!(matches!(read, LaunchMetrics::Read { .. }), "{read:?}");
+    }
+
+    #[test]
+    fn any_kinds_tier_series_are_exported_and_read_back_into_their_tiers_block() {
+        use lmcache_tier_spec::adapter::{SeriesSource, TierSeries};
+        // A stand-in for an adapter's source (any kind's: the metrics and
+        // inspect know none by name); the real Redis one is tested in
+        // adapters/resp/tests/redis.rs and tests/e2e/redis.rs.
+        struct Fixed;
+        impl SeriesSource for Fixed {
+            fn series(&self) -> Vec<TierSeries> {
+                let one = |family, tier, bytes, counter, value| TierSeries {
+                    family,
+                    help: "A stand-in's figure.",
+                    tier,
+                    kind: "resp",
+                    bytes,
+                    counter,
+                    value,
+                };
+                vec![
+                    one("resp_used_memory", 1, true, false, 1 << 20),
+                    one("resp_keyspace_hits", 1, false, true, 7),
+                    one("resp_used_memory", 3, true, false, 5),
+                ]
+            }
+        }
+        let metrics = NodeMetrics::new(None);
+        metrics.watch_series(Arc::new(Fixed));
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let page = metrics.render(format).unwrap();
+            assert!(
+                page.contains(
+                    "lmcache_tier_resp_used_memory_bytes{tier=\"1\",kind=\"resp\"} 1048576"
+                ),
+                "{page}"
+            );
+            assert!(
+                page.contains("# HELP lmcache_tier_resp_keyspace_hits"),
+                "{page}"
+            );
+            let figures = parse(&page);
+            let names: Vec<(usize, &str)> = figures
+                .tier_series
+                .iter()
+                .map(|f| (f.tier, f.name.as_str()))
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    (1, "resp_used_memory_bytes"),
+                    (3, "resp_used_memory_bytes"),
+                    (1, "resp_keyspace_hits_total")
+                ],
+                "{format:?}"
+            );
+            assert_eq!(
+                describe_tiers(&figures),
+                [
+                    "L2 tier 1 (resp): resp_used_memory_bytes 1048576, resp_keyspace_hits_total 7",
+                    "L2 tier 3 (resp): resp_used_memory_bytes 5"
+                ]
+            );
+        }
     }
 
     #[test]

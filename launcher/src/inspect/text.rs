@@ -11,7 +11,7 @@ use lmcache_capacity_guard::status::{CountBytes, FreeSpace};
 use lmcache_s3_gateway::state::GatewayState;
 use lmcache_sizing::fmt_gib;
 
-use super::launch_metrics::{describe, LaunchMetrics};
+use super::launch_metrics::{describe, describe_tiers, LaunchMetrics};
 use super::{DiskRow, Inspection, TierRow};
 use crate::plan::gpu::{ExtensionCheck, GpuFacts};
 
@@ -105,6 +105,11 @@ impl Inspection {
         }
         if let Some(launch) = &self.launch {
             head.push(launch_row(launch));
+            if let LaunchMetrics::Read { url, figures } = launch {
+                for line in describe_tiers(figures) {
+                    head.push(row(["tier", url, &line]));
+                }
+            }
         }
         head
     }

@@ -35,6 +35,7 @@ use std::time::Duration;
 use lmcache_capacity_guard::capacity::GuardSpec;
 use lmcache_housekeeping::execute::Report;
 use lmcache_s3_gateway::GatewaysView;
+use lmcache_tier_spec::adapter::SeriesSource;
 use prometheus_client::registry::Registry;
 
 pub use endpoint::{EndpointLimits, MetricsEndpoint, MetricsError};
@@ -131,6 +132,14 @@ impl NodeMetrics {
     pub fn serve_guards_of(&self, owner: &str) {
         if let Ok(mut ours) = self.tiers.owner.lock() {
             *ours = owner.to_string();
+        }
+    }
+
+    /// Reads an adapter's per-tier series at every scrape, from now on
+    /// (`docs/metrics.md`, "Tier series").
+    pub fn watch_series(&self, source: Arc<dyn SeriesSource>) {
+        if let Ok(mut sources) = self.tiers.series.lock() {
+            sources.push(source);
         }
     }
 

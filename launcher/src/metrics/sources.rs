@@ -1,20 +1,23 @@
 //! The guards and gateways a scrape reads: each watched guard's status
-//! file (only those this launch's guards wrote) and the gateways' live
-//! state, encoded at every scrape (`docs/metrics.md`, "Capacity guards",
-//! "S3 gateways").
+//! file (only those this launch's guards wrote), the gateways' live
+//! state, and every other adapter's neutral per-tier series, encoded at
+//! every scrape (`docs/metrics.md`, "Capacity guards", "S3 gateways",
+//! "Tier series").
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lmcache_capacity_guard::status::read_status;
 use lmcache_housekeeping::{Access, TierDir};
 use lmcache_s3_gateway::state::GatewayState;
 use lmcache_s3_gateway::GatewaysView;
+use lmcache_tier_spec::adapter::SeriesSource;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
 use super::gateways::encode_gateways;
 use super::guards::{encode_guards, ServedGuard};
+use super::tier_family::encode_series;
 
 /// A guarded tier whose guard's status a scrape reads.
 #[derive(Debug, Clone)]
@@ -25,13 +28,26 @@ pub(super) struct WatchedGuard {
     pub(super) shared: bool,
 }
 
-/// The guards and gateways whose state a scrape reads.
-#[derive(Debug)]
+/// The guards, gateways and series sources whose state a scrape reads.
 pub(super) struct TierSources {
     pub(super) guards: Mutex<Vec<WatchedGuard>>,
     /// [`NodeMetrics::guard_owner`].
     pub(super) owner: Mutex<String>,
     pub(super) gateways: Mutex<GatewaysView>,
+    /// [`NodeMetrics::watch_series`].
+    pub(super) series: Mutex<Vec<Arc<dyn SeriesSource>>>,
+}
+
+impl std::fmt::Debug for TierSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sources = self.series.lock().map_or(0, |s| s.len());
+        f.debug_struct("TierSources")
+            .field("guards", &self.guards)
+            .field("owner", &self.owner)
+            .field("gateways", &self.gateways)
+            .field("series", &sources)
+            .finish()
+    }
 }
 
 impl TierSources {
@@ -40,6 +56,7 @@ impl TierSources {
             guards: Mutex::default(),
             owner: Mutex::new(new_owner()),
             gateways: Mutex::default(),
+            series: Mutex::default(),
         }
     }
 
@@ -83,6 +100,9 @@ fn new_owner() -> String {
 impl Collector for TierSources {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         encode_guards(&mut encoder, &self.guard_statuses())?;
-        encode_gateways(&mut encoder, &self.gateway_states())
+        encode_gateways(&mut encoder, &self.gateway_states())?;
+        let sources = self.series.lock().map(|s| s.clone()).unwrap_or_default();
+        let series: Vec<_> = sources.iter().flat_map(|s| s.series()).collect();
+        encode_series(&mut encoder, &series)
     }
 }

@@ -2,10 +2,57 @@
 //! snapshot per tier (a guard's status, a gateway's state): the shared
 //! encoder and the typed table row each family is declared by.
 
+use lmcache_tier_spec::adapter::TierSeries;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
+
+/// A tier's position in the cascade and its `type`: the labels of the
+/// adapters' neutral series ([`TierSeries`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct KindLabels {
+    pub(super) tier: String,
+    pub(super) kind: String,
+}
+
+/// The adapters' neutral series (`docs/metrics.md`, "Tier series"): one
+/// family per name, in the order each first appears, each series
+/// labelled by its tier and kind.
+pub(super) fn encode_series(
+    encoder: &mut DescriptorEncoder,
+    series: &[TierSeries],
+) -> Result<(), std::fmt::Error> {
+    let mut families: Vec<&TierSeries> = Vec::new();
+    for one in series {
+        if !families.iter().any(|f| f.family == one.family) {
+            families.push(one);
+        }
+    }
+    for family in families {
+        let values: Vec<(KindLabels, u64)> = series
+            .iter()
+            .filter(|s| s.family == family.family)
+            .map(|s| {
+                let labels = KindLabels {
+                    tier: s.tier.to_string(),
+                    kind: s.kind.to_string(),
+                };
+                (labels, s.value)
+            })
+            .collect();
+        let unit = family.bytes.then_some(&Unit::Bytes);
+        encode_per_tier(
+            encoder,
+            family.family,
+            family.help,
+            unit,
+            family.counter,
+            &values,
+        )?;
+    }
+    Ok(())
+}
 
 /// A tier's position in the cascade.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

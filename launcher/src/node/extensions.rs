@@ -8,6 +8,8 @@
 use lmcache_capacity_guard::capacity::{
     check_guard_keys, guard_spec, guard_specs, CapacityError, GuardSpec,
 };
+use lmcache_resp::spec::resp_tiers;
+use lmcache_resp::RespError;
 use lmcache_s3_gateway::bound::BoundSpec;
 use lmcache_s3_gateway::fleet::rule::{BUCKET_BOUND, MODELS};
 use lmcache_s3_gateway::identity::CACHE_IDENTITY;
@@ -27,6 +29,10 @@ pub enum ExtensionError {
     /// Unusable `s3_bucket` settings.
     #[error(transparent)]
     Bucket(#[from] BucketSpecError),
+    /// A `resp` tier's keys LMCache would refuse, or credentials that
+    /// differ between its tiers (`docs/redis.md`).
+    #[error(transparent)]
+    Resp(#[from] RespError),
     /// An `eviction` block LMCache refuses when the server starts: not an
     /// object, or without one of [`EVICTION_POLICIES`].
     #[error("L2 tier {position}: \"eviction\" = {block} has no eviction_policy LMCache takes, so the server would refuse the tier at start: write \"eviction_policy\": \"LRU\" (or \"ARC\", \"IsolatedLRU\", \"noop\") in the block, e.g. {{\"eviction_policy\":\"LRU\",\"trigger_watermark\":0.8,\"eviction_ratio\":0.2}}, or leave the block out")]
@@ -92,6 +98,7 @@ pub fn check_extensions(
         BucketTier::from_spec(tier, position, env)?;
     }
     check_bucket_bounds(cascade)?;
+    resp_tiers(cascade)?;
     check_eviction_policies(cascade)
 }
 
@@ -115,6 +122,7 @@ pub fn check_extension_keys(
     }
     check_default_chain(cascade.tiers())?;
     check_bucket_bounds(cascade)?;
+    resp_tiers(cascade)?;
     check_eviction_policies(cascade)
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::node::extensions::{planned_tiers, ExtensionError, PlannedTier};
 use lmcache_housekeeping::LaunchIdentity;
+use lmcache_resp::spec::{PASSWORD, PASSWORD_ENV, USERNAME, USERNAME_ENV};
 use lmcache_sizing::rules::{self, OdirectProbe};
 use lmcache_sizing::{fmt_gib, Decision};
 use lmcache_tier_spec::{Cascade, TierSpec};
@@ -268,13 +269,24 @@ impl LaunchPlan {
     /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, which the launch
     /// sets to the S3 gateways' per-launch key once they start
     /// (`docs/s3-gateway.md`, "The per-launch key"), shown as
-    /// `<redacted>`.
+    /// `<redacted>`; and when a `resp` tier's spec gives credentials,
+    /// `LMCACHE_RESP_USERNAME` and `LMCACHE_RESP_PASSWORD`, which the
+    /// launch moves them to (`docs/redis.md`), shown as `<redacted>`.
     pub fn shown_env(&self) -> BTreeMap<String, String> {
         let mut env = self.env.clone();
+        let mut redacted = Vec::new();
         if self.cascade.tiers().iter().any(|t| t.kind().is_bucket()) {
-            for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
-                env.insert(name.to_string(), "<redacted>".to_string());
-            }
+            redacted.extend(["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]);
+        }
+        let resp_credentials = self.cascade.tiers().iter().any(|t| {
+            let object = t.as_object();
+            t.kind().is_resp() && [USERNAME, PASSWORD].iter().any(|k| object.contains_key(*k))
+        });
+        if resp_credentials {
+            redacted.extend([USERNAME_ENV, PASSWORD_ENV]);
+        }
+        for name in redacted {
+            env.insert(name.to_string(), "<redacted>".to_string());
         }
         env
     }

@@ -65,11 +65,22 @@ pub static RAW_BLOCK_IO: NeededModule = NeededModule {
     fix: "Build it from LMCache's sources (rust_raw_block_io) and install it where {python} imports from, or take the raw_block tier out of the cascade",
 };
 
+/// LMCache's native RESP client, which its `resp` adapter writes through
+/// (`_create_resp_l2_adapter` in LMCache 0.5.6; its wheel ships it).
+pub static RESP_CLIENT: NeededModule = NeededModule {
+    module: "lmcache.lmcache_redis",
+    import: "from lmcache.lmcache_redis import LMCacheRedisClient",
+    needed_by: "the resp tiers",
+    what: "lmcache.lmcache_redis (LMCache's native RESP client, which its wheel ships)",
+    fix: "Install an LMCache wheel that ships it (0.5.6 does) where {python} imports from, or take the resp tier out of the cascade",
+};
+
 /// The module a tier of `kind` needs in the server's Python, if any.
 pub fn needed_module(kind: TierKind<'_>) -> Option<&'static NeededModule> {
     match kind {
         TierKind::Bucket => Some(&BOTO3),
         TierKind::RawBlock => Some(&RAW_BLOCK_IO),
+        TierKind::Resp => Some(&RESP_CLIENT),
         TierKind::Disk { .. } | TierKind::Object | TierKind::Other(_) => None,
     }
 }
@@ -387,6 +398,7 @@ mod tests {
         let kinds = [
             TierKind::Bucket,
             TierKind::RawBlock,
+            TierKind::Resp,
             TierKind::Object,
             TierKind::Disk { native: true },
             TierKind::Other("mock"),
@@ -400,6 +412,7 @@ mod tests {
             [
                 Some("boto3"),
                 Some("lmcache_rust_raw_block_io"),
+                Some("lmcache.lmcache_redis"),
                 None,
                 None,
                 None

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use lmcache_capacity_guard::adapter::{GuardTiers, ScannedTier};
 use lmcache_capacity_guard::PriorScan;
 use lmcache_housekeeping::{Mode, TierLock, TierPolicy};
+use lmcache_resp::identity::CacheIdentity;
 use std::os::unix::fs::DirBuilderExt;
 
 use crate::metrics::{MetricsEndpoint, MetricsError, NodeMetrics};
@@ -439,7 +440,12 @@ async fn prepare(
 /// those of a launch, `scans` being the scans it made of its tiers.
 fn adapters(plan: &LaunchPlan, scans: Vec<ScannedTier>) -> TierAdapters {
     let guarded = plan.tiers.iter().filter_map(|t| t.guard.clone()).collect();
-    TierAdapters::new(&plan.cascade, GuardTiers::of_launch(guarded, scans))
+    let identity = CacheIdentity {
+        model: plan.identity.model.clone(),
+        tag: plan.identity.tag(),
+    };
+    let guards = GuardTiers::of_launch(guarded, scans);
+    TierAdapters::new(&plan.cascade, guards, Some(identity))
 }
 
 /// Housekeeps the plan's disk tier, if it has one, from the plan's scan;

@@ -12,8 +12,10 @@
 //!
 //! The kinds: the gateways of `s3_bucket` tiers
 //! ([`lmcache_s3_gateway::adapter`]), then the capacity guards of disk
-//! tiers ([`lmcache_capacity_guard::adapter`]). A kind with no adapter is
-//! LMCache's alone.
+//! tiers ([`lmcache_capacity_guard::adapter`]), then the Redis checks of
+//! `resp` tiers ([`lmcache_resp::adapter`]). A kind with no adapter is
+//! LMCache's alone. What an adapter gives as neutral per-tier series
+//! ([`RunningTiers::series`]) the metrics serve with no code of its kind.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -23,6 +25,9 @@ use std::pin::Pin;
 use lmcache_capacity_guard::adapter::GuardTiers;
 use lmcache_capacity_guard::capacity::GuardSpec;
 use lmcache_capacity_guard::GuardError;
+use lmcache_resp::adapter::RespTiers;
+use lmcache_resp::identity::CacheIdentity;
+use lmcache_resp::RespError;
 use lmcache_s3_gateway::adapter::GatewayTiers;
 use lmcache_s3_gateway::{GatewayError, GatewaysView};
 use lmcache_tier_spec::adapter::{RunningTiers, StartContext, TierAdapter};
@@ -40,6 +45,10 @@ pub enum AdapterError {
     /// A guarded tier's capacity is unusable, or its guard cannot start.
     #[error(transparent)]
     Guard(#[from] GuardError),
+    /// A `resp` tier's spec is bad, or its Redis cannot be used or would
+    /// refuse its stores.
+    #[error(transparent)]
+    Resp(#[from] RespError),
 }
 
 /// The adapters of one cascade, in the order they start; none started.
@@ -49,9 +58,15 @@ pub struct TierAdapters(Vec<Box<dyn Adapter>>);
 impl TierAdapters {
     /// The adapter of every kind that has one, for the server's `cascade`:
     /// its gateways, then `guards` (a launch's or a server's, which the
-    /// caller picks: [`GuardTiers::of_launch`], [`GuardTiers::of_server`]).
-    pub fn new(cascade: &Cascade, guards: GuardTiers) -> Self {
-        Self(vec![Box::new(GatewayTiers::of(cascade)), Box::new(guards)])
+    /// caller picks: [`GuardTiers::of_launch`], [`GuardTiers::of_server`]),
+    /// then its `resp` tiers, which record the launch's cache `identity`
+    /// (`None` for `erebine-lmcache`, which has no engine flags).
+    pub fn new(cascade: &Cascade, guards: GuardTiers, identity: Option<CacheIdentity>) -> Self {
+        Self(vec![
+            Box::new(GatewayTiers::of(cascade)),
+            Box::new(guards),
+            Box::new(RespTiers::of(cascade, identity)),
+        ])
     }
 
     /// Checks every adapter's tiers, reading only.
@@ -138,6 +153,11 @@ trait Watched {
     fn watch_in(self, metrics: &NodeMetrics);
 }
 
+/// A kind whose whole view is its series ([`RunningTiers::series`]).
+impl Watched for () {
+    fn watch_in(self, _: &NodeMetrics) {}
+}
+
 impl Watched for GatewaysView {
     fn watch_in(self, metrics: &NodeMetrics) {
         metrics.watch_gateways(self);
@@ -208,6 +228,9 @@ where
 
     fn watch(&self, metrics: &NodeMetrics) {
         self.view().watch_in(metrics);
+        if let Some(series) = self.series() {
+            metrics.watch_series(series);
+        }
     }
 
     fn stop(self: Box<Self>) {
@@ -238,7 +261,7 @@ mod tests {
     fn adapters_of(tiers: &[String]) -> (Cascade, TierAdapters) {
         let cascade = Cascade::parse(&format!("[{}]", tiers.join(",")), "test").unwrap();
         let guards = GuardTiers::of_server(guard_specs(&cascade).unwrap());
-        let adapters = TierAdapters::new(&cascade, guards);
+        let adapters = TierAdapters::new(&cascade, guards, None);
         (cascade, adapters)
     }
 

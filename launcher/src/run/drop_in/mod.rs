@@ -158,7 +158,7 @@ pub fn run(args: Vec<OsString>, vars: Vars) -> Result<Ended, Failure> {
 fn server_adapters(specs: &L2AdapterArgs, vars: &Vars) -> Result<TierAdapters, Failure> {
     let cascade = specs.cascade();
     let guarded = without_launch_guarded(guard_specs(&cascade)?, vars);
-    let adapters = TierAdapters::new(&cascade, GuardTiers::of_server(guarded));
+    let adapters = TierAdapters::new(&cascade, GuardTiers::of_server(guarded), None);
     adapters.check().map_err(Failure::Check)?;
     Ok(adapters)
 }
