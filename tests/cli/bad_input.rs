@@ -8,105 +8,15 @@
 //! stand-in `python3` imports boto3 (it exits 0), as `s3_bucket` tiers need
 //! of the server's Python.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs;
 use std::net::TcpListener;
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-struct Case {
-    dir: tempfile::TempDir,
-    vars: BTreeMap<OsString, OsString>,
-}
-
-impl Case {
-    /// A node environment in a temp dir with a stand-in stock lmcache.
-    fn new() -> Case {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("venv/bin");
-        fs::create_dir_all(&bin).unwrap();
-        let marker = dir.path().join("stand-in-ran");
-        fs::write(
-            bin.join("lmcache"),
-            format!("#!/bin/sh\ntouch {}\nexit 99\n", marker.display()),
-        )
-        .unwrap();
-        fs::set_permissions(bin.join("lmcache"), fs::Permissions::from_mode(0o755)).unwrap();
-        fs::write(bin.join("python3"), "#!/bin/sh\nexit 0\n").unwrap();
-        fs::set_permissions(bin.join("python3"), fs::Permissions::from_mode(0o755)).unwrap();
-        let mut vars: BTreeMap<OsString, OsString> = BTreeMap::new();
-        vars.insert("PATH".into(), "/usr/bin:/bin".into());
-        vars.insert("HOME".into(), dir.path().as_os_str().to_owned());
-        vars.insert(
-            "VIRTUAL_ENV".into(),
-            dir.path().join("venv").into_os_string(),
-        );
-        vars.insert(
-            "EREBINE_AGENT_LMCACHE_DISK_PATH".into(),
-            dir.path().join("cache").into_os_string(),
-        );
-        vars.insert("EREBINE_AGENT_KV_OFFLOAD_SIZE_GB".into(), "1".into());
-        vars.insert("EREBINE_AGENT_KV_CACHE_BACKEND".into(), "lmcache".into());
-        // Cases run side by side: none may take the default metrics port.
-        vars.insert("EREBINE_AGENT_LMCACHE_METRICS_PORT".into(), "0".into());
-        Case { dir, vars }
-    }
-
-    /// Free ports of its own for the server's ZMQ and HTTP listeners: a
-    /// launch checks the default ones first, and cases run side by side.
-    fn own_ports(&mut self) -> &mut Self {
-        let free = || {
-            TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        };
-        self.set("EREBINE_AGENT_LMCACHE_MP_PORT", free().to_string())
-            .set("EREBINE_AGENT_LMCACHE_HTTP_PORT", free().to_string())
-    }
-
-    fn set(&mut self, k: &str, v: impl Into<OsString>) -> &mut Self {
-        self.vars.insert(k.into(), v.into());
-        self
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
-            .env_clear()
-            .envs(&self.vars)
-            .current_dir(self.path())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            !self.dir.path().join("stand-in-ran").exists(),
-            "the server was started"
-        );
-        out
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-#[track_caller]
-fn assert_fails(out: &Output, code: i32, needles: &[&str]) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    for n in needles {
-        assert!(err.contains(n), "expected {n:?} in:\n{err}");
-    }
-    assert!(!err.contains("panicked"), "{err}");
-}
+use crate::kit::{assert_fails, stderr, Case};
 
 #[test]
 fn unparsable_and_negative_variables_name_the_variable() {

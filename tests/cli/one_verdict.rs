@@ -7,9 +7,10 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
+
+use crate::kit::free_port;
 
 /// What one command said: its exit status, its ERROR lines and its WARN
 /// lines, without timestamps and targets.
@@ -46,13 +47,6 @@ fn mask_free_space(text: &str) -> String {
 }
 
 fn run(home: &std::path::Path, vars: &[(&str, &str)], args: &[&str]) -> Said {
-    let free = || {
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
     let out = Command::new(env!("CARGO_BIN_EXE_lmcache-tier"))
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
@@ -61,8 +55,8 @@ fn run(home: &std::path::Path, vars: &[(&str, &str)], args: &[&str]) -> Said {
         .env("EREBINE_AGENT_KV_CACHE_BACKEND", "lmcache")
         .env("HF_HUB_OFFLINE", "1")
         .env("EREBINE_AGENT_LMCACHE_METRICS_PORT", "0")
-        .env("EREBINE_AGENT_LMCACHE_MP_PORT", free().to_string())
-        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", free().to_string())
+        .env("EREBINE_AGENT_LMCACHE_MP_PORT", free_port().to_string())
+        .env("EREBINE_AGENT_LMCACHE_HTTP_PORT", free_port().to_string())
         .envs(vars.iter().copied())
         .args(args)
         .args(
