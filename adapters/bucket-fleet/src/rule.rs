@@ -8,10 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Timing;
-use lmcache_tier_spec::capacity::{
-    capacity_bytes, capacity_gib, eviction_fraction, CapacityRule, DEFAULT_EVICTION_RATIO,
-    DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, MAX_CAPACITY_GB, TRIGGER_WATERMARK,
-};
+use lmcache_tier_spec::capacity::{BoundKeyError, CapacityRule};
 use lmcache_tier_spec::TierSpec;
 
 /// The share of the capacity (1/50, 2%) a node writes after which it
@@ -227,44 +224,39 @@ impl BoundSpec {
     /// `bucket_bound` block, or a `s3_key_prefix` that does not end with
     /// `/` (`docs/s3-gateway.md`, "What it counts"), naming it.
     pub fn from_spec(spec: &TierSpec, position: usize) -> Result<Option<Self>, BoundSpecError> {
-        let object = spec.as_object();
         let err = |key: &'static str, value: &Value, range: &str| BoundSpecError {
             position,
             key,
             problem: format!("{value} is not a number {range}"),
             fix: format!("Give {key} as a number {range}."),
         };
-        let gb = match object.get(MAX_CAPACITY_GB) {
-            None | Some(Value::Null) => return Ok(None),
-            Some(value) => capacity_gib(value)
-                .ok_or_else(|| err("max_capacity_gb", value, "of GiB, 0 or more"))?,
-        };
-        if gb == 0.0 {
+        let bound = spec.bound().map_err(|e| match e {
+            BoundKeyError::Capacity(value) => err("max_capacity_gb", value, "of GiB, 0 or more"),
+            BoundKeyError::UnderAByte(value) => err(
+                "max_capacity_gb",
+                value,
+                "of GiB of at least one byte, or 0",
+            ),
+            BoundKeyError::Block(value) => err("eviction", value, "block: an object"),
+            BoundKeyError::Fraction { key, value } => err(key, value, "in (0, 1]"),
+        })?;
+        let Some(bound) = bound else {
             return Ok(None);
-        }
+        };
         check_bound_prefix(spec, position)?;
         models_of(spec, position)?;
-        let eviction = object.get(EVICTION);
-        let fraction = |key: &'static str, name: &str, default: f64| {
-            eviction_fraction(eviction, name, default).map_err(|v| err(key, v, "in (0, 1]"))
-        };
-        let watermark = fraction(
-            "eviction.trigger_watermark",
-            TRIGGER_WATERMARK,
-            DEFAULT_TRIGGER_WATERMARK,
-        )?;
-        let ratio = fraction(
-            "eviction.eviction_ratio",
-            EVICTION_RATIO,
-            DEFAULT_EVICTION_RATIO,
-        )?;
         let role = if spec.lmcache_evicts() {
             BoundRole::HardBound
         } else {
             BoundRole::Evictor
         };
         let timing = timing_of(spec, position)?;
-        let bound = Self::new(capacity_bytes(gb), watermark, ratio, role);
+        let bound = Self::new(
+            bound.capacity_bytes,
+            bound.trigger_watermark,
+            bound.eviction_ratio,
+            role,
+        );
         Ok(Some(BoundSpec { timing, ..bound }))
     }
 
@@ -335,6 +327,17 @@ mod tests {
                 "max_capacity_gb",
             ),
             (r#"{"type":"s3","max_capacity_gb":-1}"#, "max_capacity_gb"),
+            // LMCache refuses null; a capacity under a byte would bound
+            // the bucket at 0.
+            (r#"{"type":"s3","max_capacity_gb":null}"#, "max_capacity_gb"),
+            (
+                r#"{"type":"s3","max_capacity_gb":1e-12}"#,
+                "max_capacity_gb",
+            ),
+            (
+                r#"{"type":"s3","max_capacity_gb":1,"eviction":7}"#,
+                "eviction",
+            ),
             (
                 r#"{"type":"s3","max_capacity_gb":1,"eviction":{"trigger_watermark":1.5}}"#,
                 "eviction.trigger_watermark",

@@ -25,10 +25,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use lmcache_housekeeping::GuardBound;
-use lmcache_tier_spec::capacity::{
-    capacity_bytes, capacity_gib, eviction_fraction, CapacityRule, DEFAULT_EVICTION_RATIO,
-    DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, GIB, MAX_CAPACITY_GB, TRIGGER_WATERMARK,
-};
+use lmcache_tier_spec::capacity::{BoundKeyError, CapacityRule, GIB};
 use lmcache_tier_spec::{Cascade, TierKind, TierSpec};
 
 /// Whether the guard is a tier's only evictor ([`GuardRole::Evictor`]:
@@ -325,15 +322,11 @@ pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>,
     let TierKind::Disk { native } = tier.kind() else {
         return Ok(None);
     };
-    let object = tier.as_object();
-    let Some(value) = object.get(MAX_CAPACITY_GB) else {
-        return Ok(None);
-    };
     let invalid = Invalid {
         position,
         base_path: tier.base_path().unwrap_or("(none)"),
     };
-    let Some(capacity_bytes) = guarded_capacity(value, &invalid)? else {
+    let Some(bound) = tier.bound().map_err(|e| invalid.bound_error(e))? else {
         return Ok(None);
     };
     let Some(path) = tier.base_path() else {
@@ -342,22 +335,7 @@ pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>,
             adapter_type: tier.adapter_type().to_string(),
         });
     };
-    let eviction = eviction_block(object.get(EVICTION), &invalid)?;
-    let fraction = |name: &str, key, default| {
-        eviction_fraction(eviction, name, default)
-            .map_err(|v| invalid.error(key, v, "a JSON number above 0 and at most 1, e.g. 0.8"))
-    };
-    let trigger_watermark = fraction(
-        TRIGGER_WATERMARK,
-        "eviction.trigger_watermark",
-        DEFAULT_TRIGGER_WATERMARK,
-    )?;
-    let eviction_ratio = fraction(
-        EVICTION_RATIO,
-        "eviction.eviction_ratio",
-        DEFAULT_EVICTION_RATIO,
-    )?;
-    let role = if native && eviction.is_some() {
+    let role = if native && bound.eviction.is_some() {
         GuardRole::HardBound
     } else {
         GuardRole::Evictor
@@ -366,11 +344,11 @@ pub fn guard_spec(position: usize, tier: &TierSpec) -> Result<Option<GuardSpec>,
         position,
         adapter_type: tier.adapter_type().to_string(),
         base_path: PathBuf::from(path),
-        capacity_bytes,
-        max_capacity_gb: value.to_string(),
-        trigger_watermark,
-        eviction_ratio,
-        shared: object.get("shared").and_then(Value::as_bool) == Some(true),
+        capacity_bytes: bound.capacity_bytes,
+        max_capacity_gb: bound.max_capacity_gb.to_string(),
+        trigger_watermark: bound.trigger_watermark,
+        eviction_ratio: bound.eviction_ratio,
+        shared: tier.as_object().get("shared").and_then(Value::as_bool) == Some(true),
         role,
     }))
 }
@@ -392,49 +370,30 @@ impl Invalid<'_> {
             expected,
         }
     }
-}
 
-/// The capacity in bytes that `max_capacity_gb` = `value` gives a guarded
-/// tier; `None` for 0 (no capacity).
-///
-/// # Errors
-/// [`CapacityError::Invalid`] for a value that is not a number of GiB, 0
-/// or more, or above 0 but less than one byte.
-fn guarded_capacity(value: &Value, invalid: &Invalid) -> Result<Option<u64>, CapacityError> {
-    let gib = capacity_gib(value).ok_or_else(|| {
-        invalid.error(
-            "max_capacity_gb",
-            value,
-            "a JSON number of GiB (1024^3 bytes), 0 or more, e.g. 150 (0 means no capacity)",
-        )
-    })?;
-    let bytes = capacity_bytes(gib);
-    if bytes == 0 && gib > 0.0 {
-        return Err(invalid.error(
-            "max_capacity_gb",
-            value,
-            "at least one byte (1e-9 GiB is about 1 byte; 0 means no capacity): give the capacity in GiB, e.g. 150",
-        ));
-    }
-    Ok((bytes > 0).then_some(bytes))
-}
-
-/// The `eviction` block `block` of a guarded tier, `None` when absent.
-///
-/// # Errors
-/// [`CapacityError::Invalid`] for a block that is no JSON object.
-fn eviction_block<'a>(
-    block: Option<&'a Value>,
-    invalid: &Invalid,
-) -> Result<Option<&'a Value>, CapacityError> {
-    match block {
-        None => Ok(None),
-        Some(block @ Value::Object(_)) => Ok(Some(block)),
-        Some(other) => Err(invalid.error(
-            "eviction",
-            other,
-            "an object such as {\"eviction_policy\":\"LRU\",\"trigger_watermark\":0.8,\"eviction_ratio\":0.2}",
-        )),
+    /// The guard's words for a bound the spec's keys cannot give
+    /// ([`TierSpec::bound`]).
+    fn bound_error(&self, error: BoundKeyError<'_>) -> CapacityError {
+        match error {
+            BoundKeyError::Capacity(value) => self.error(
+                "max_capacity_gb",
+                value,
+                "a JSON number of GiB (1024^3 bytes), 0 or more, e.g. 150 (0 means no capacity)",
+            ),
+            BoundKeyError::UnderAByte(value) => self.error(
+                "max_capacity_gb",
+                value,
+                "at least one byte (1e-9 GiB is about 1 byte; 0 means no capacity): give the capacity in GiB, e.g. 150",
+            ),
+            BoundKeyError::Block(value) => self.error(
+                "eviction",
+                value,
+                "an object such as {\"eviction_policy\":\"LRU\",\"trigger_watermark\":0.8,\"eviction_ratio\":0.2}",
+            ),
+            BoundKeyError::Fraction { key, value } => {
+                self.error(key, value, "a JSON number above 0 and at most 1, e.g. 0.8")
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::net::Ipv6Addr;
 
-use lmcache_tier_spec::capacity::{capacity_bytes, capacity_gib, MAX_CAPACITY_GB};
+use lmcache_tier_spec::capacity::{BoundKeyError, MAX_CAPACITY_GB};
 use lmcache_tier_spec::{shown_value, Cascade, TierSpec};
 use serde_json::Value;
 
@@ -153,19 +153,22 @@ fn resp_tier(position: usize, tier: &TierSpec) -> Result<RespTier, RespError> {
             )
         })?,
     };
-    let max_capacity_bytes = match object.get(MAX_CAPACITY_GB) {
-        None => None,
-        Some(value) => {
-            let gib = capacity_gib(value).ok_or_else(|| {
-                problem(
-                    MAX_CAPACITY_GB,
-                    format!("{value} is not a number of GiB, 0 or more"),
-                    "Give the most LMCache may keep in the Redis, in GiB (e.g. 8), or leave it out",
-                )
-            })?;
-            Some(capacity_bytes(gib)).filter(|bytes| *bytes > 0)
-        }
-    };
+    let max_capacity_bytes = tier
+        .capacity()
+        .map_err(|e| {
+            let text = match e {
+                BoundKeyError::UnderAByte(value) => format!("{value} is less than a byte"),
+                BoundKeyError::Capacity(value)
+                | BoundKeyError::Block(value)
+                | BoundKeyError::Fraction { value, .. } => {
+                    format!("{value} is not a number of GiB, 0 or more")
+                }
+            };
+            let fix =
+                "Give the most LMCache may keep in the Redis, in GiB (e.g. 8), or leave it out";
+            problem(MAX_CAPACITY_GB, text, fix)
+        })?
+        .map(|(_, bytes)| bytes);
     Ok(RespTier {
         position,
         host,

@@ -55,6 +55,108 @@ pub fn eviction_fraction<'a>(
     }
 }
 
+/// A tier's bound as its spec writes it, read once for every kind (the
+/// capacity guard's disk tiers, the bucket bound's `s3_bucket` tiers,
+/// `resp` tiers, and the plan's warnings): `max_capacity_gb` above 0 and
+/// its `eviction` block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TierBound<'a> {
+    /// `max_capacity_gb` as written (messages quote it).
+    pub max_capacity_gb: &'a Value,
+    /// The capacity, bytes: at least 1.
+    pub capacity_bytes: u64,
+    /// The `eviction` block, an object; `None` when absent or `null`
+    /// (LMCache reads `null` as no block).
+    pub eviction: Option<&'a Value>,
+    /// `eviction.trigger_watermark`, in (0, 1]; LMCache's default when
+    /// absent.
+    pub trigger_watermark: f64,
+    /// `eviction.eviction_ratio`, in (0, 1]; LMCache's default when absent.
+    pub eviction_ratio: f64,
+}
+
+/// Why a tier's bound cannot be read; each reader words it for its kind,
+/// with the tier's position.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BoundKeyError<'a> {
+    /// `max_capacity_gb` is not a JSON number of GiB, 0 or more (`null`
+    /// included: LMCache refuses it).
+    Capacity(&'a Value),
+    /// `max_capacity_gb` is above 0 but less than one byte.
+    UnderAByte(&'a Value),
+    /// `eviction` is neither an object nor `null`.
+    Block(&'a Value),
+    /// `eviction.<key>` is not a number in (0, 1].
+    Fraction {
+        /// `eviction.trigger_watermark` or `eviction.eviction_ratio`.
+        key: &'static str,
+        /// The value.
+        value: &'a Value,
+    },
+}
+
+impl crate::TierSpec {
+    /// The tier's capacity in bytes: `max_capacity_gb` read as LMCache
+    /// reads it (`None` when absent or 0).
+    ///
+    /// # Errors
+    /// [`BoundKeyError::Capacity`], [`BoundKeyError::UnderAByte`].
+    pub fn capacity(&self) -> Result<Option<(&Value, u64)>, BoundKeyError<'_>> {
+        let Some(value) = self.as_object().get(MAX_CAPACITY_GB) else {
+            return Ok(None);
+        };
+        let gib = capacity_gib(value).ok_or(BoundKeyError::Capacity(value))?;
+        match capacity_bytes(gib) {
+            0 if gib > 0.0 => Err(BoundKeyError::UnderAByte(value)),
+            0 => Ok(None),
+            bytes => Ok(Some((value, bytes))),
+        }
+    }
+
+    /// [`TierSpec::capacity`]'s bytes, for a spec the checks have already
+    /// passed: `None` also for a value they refuse.
+    ///
+    /// [`TierSpec::capacity`]: crate::TierSpec::capacity
+    pub fn max_capacity_bytes(&self) -> Option<u64> {
+        self.capacity().ok().flatten().map(|(_, bytes)| bytes)
+    }
+
+    /// The tier's bound: its capacity and `eviction` block, the fractions
+    /// defaulting to LMCache's; `None` without a capacity.
+    ///
+    /// # Errors
+    /// The first key that cannot be read ([`BoundKeyError`]).
+    pub fn bound(&self) -> Result<Option<TierBound<'_>>, BoundKeyError<'_>> {
+        let Some((max_capacity_gb, capacity_bytes)) = self.capacity()? else {
+            return Ok(None);
+        };
+        let eviction = match self.as_object().get(EVICTION) {
+            None | Some(Value::Null) => None,
+            Some(block @ Value::Object(_)) => Some(block),
+            Some(other) => return Err(BoundKeyError::Block(other)),
+        };
+        let fraction = |key, name, default| {
+            eviction_fraction(eviction, name, default)
+                .map_err(|value| BoundKeyError::Fraction { key, value })
+        };
+        Ok(Some(TierBound {
+            max_capacity_gb,
+            capacity_bytes,
+            eviction,
+            trigger_watermark: fraction(
+                "eviction.trigger_watermark",
+                TRIGGER_WATERMARK,
+                DEFAULT_TRIGGER_WATERMARK,
+            )?,
+            eviction_ratio: fraction(
+                "eviction.eviction_ratio",
+                EVICTION_RATIO,
+                DEFAULT_EVICTION_RATIO,
+            )?,
+        }))
+    }
+}
+
 /// Who acts first on a bounded tier: LMCache or this project's bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -156,5 +258,55 @@ mod tests {
         assert_eq!(capacity_gib(&serde_json::json!(-1)), None);
         assert_eq!(capacity_gib(&serde_json::json!("big")), None);
         assert_eq!(capacity_bytes(2.0), 2 << 30);
+    }
+
+    fn spec(json: &str) -> crate::TierSpec {
+        crate::Cascade::parse(json, "test").unwrap().0.remove(0)
+    }
+
+    #[test]
+    fn a_bound_is_read_once_for_every_kind_as_lmcache_reads_it() {
+        for kind in [
+            r#""fs","base_path":"/a""#,
+            r#""s3","s3_bucket":"kv""#,
+            r#""resp","host":"h","port":1"#,
+        ] {
+            let bounded = spec(&format!(
+                r#"{{"type":{kind},"max_capacity_gb":2,"eviction":{{"eviction_policy":"LRU","trigger_watermark":0.5}}}}"#
+            ));
+            let bound = bounded.bound().unwrap().unwrap();
+            assert_eq!(bound.capacity_bytes, 2 << 30, "{kind}");
+            assert_eq!((bound.trigger_watermark, bound.eviction_ratio), (0.5, 0.2));
+            assert!(bound.eviction.is_some());
+            assert_eq!(bounded.max_capacity_bytes(), Some(2 << 30));
+        }
+        for json in [r#"{"type":"fs"}"#, r#"{"type":"fs","max_capacity_gb":0}"#] {
+            assert_eq!(spec(json).bound(), Ok(None), "{json}");
+        }
+        let null_block = spec(r#"{"type":"fs","max_capacity_gb":1,"eviction":null}"#);
+        assert_eq!(null_block.bound().unwrap().unwrap().eviction, None);
+        let refused = [
+            (r#"{"type":"fs","max_capacity_gb":null}"#, "Capacity"),
+            (r#"{"type":"fs","max_capacity_gb":"8"}"#, "Capacity"),
+            (r#"{"type":"fs","max_capacity_gb":-1}"#, "Capacity"),
+            (r#"{"type":"fs","max_capacity_gb":1e-12}"#, "UnderAByte"),
+            (
+                r#"{"type":"fs","max_capacity_gb":1,"eviction":"LRU"}"#,
+                "Block",
+            ),
+            (
+                r#"{"type":"fs","max_capacity_gb":1,"eviction":{"eviction_ratio":0}}"#,
+                "Fraction",
+            ),
+        ];
+        for (json, kind) in refused {
+            let tier = spec(json);
+            let e = tier.bound().unwrap_err();
+            assert!(format!("{e:?}").starts_with(kind), "{json}: {e:?}");
+            assert_eq!(
+                tier.max_capacity_bytes().is_some(),
+                kind == "Block" || kind == "Fraction"
+            );
+        }
     }
 }

@@ -302,11 +302,7 @@ impl TierSpec {
         };
         let isolated =
             eviction.get("eviction_policy").and_then(Value::as_str) == Some("IsolatedLRU");
-        let capacity = self
-            .0
-            .get(capacity::MAX_CAPACITY_GB)
-            .and_then(Value::as_f64)
-            .is_some_and(|gb| gb > 0.0);
+        let capacity = self.max_capacity_bytes().is_some();
         let kind = self.kind();
         isolated
             || kind == TierKind::RawBlock

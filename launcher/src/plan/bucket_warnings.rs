@@ -6,19 +6,10 @@
 //! warned about (`docs/configuration.md`, "Bounds and shared tiers").
 
 use lmcache_tier_spec::capacity::{
-    DEFAULT_EVICTION_RATIO, DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, MAX_CAPACITY_GB,
-    TRIGGER_WATERMARK,
+    DEFAULT_EVICTION_RATIO, DEFAULT_TRIGGER_WATERMARK, EVICTION, EVICTION_RATIO, TRIGGER_WATERMARK,
 };
-use lmcache_tier_spec::{redact_endpoint, Cascade, TierKind, TierSpec};
+use lmcache_tier_spec::{redact_endpoint, Cascade, TierKind};
 use serde_json::Value;
-
-/// Whether `tier` has a `max_capacity_gb` above 0.
-fn bounded(tier: &TierSpec) -> bool {
-    tier.as_object()
-        .get(MAX_CAPACITY_GB)
-        .and_then(Value::as_f64)
-        .is_some_and(|gb| gb > 0.0)
-}
 
 /// `cascade` with LMCache's default `eviction` block (`LRU`, watermark 0.8,
 /// ratio 0.2) added to each tier that LMCache alone bounds and that has
@@ -39,7 +30,7 @@ pub(crate) fn with_eviction_blocks(cascade: Cascade) -> (Cascade, Vec<String>) {
         .map(|(position, tier)| {
             let ours = tier.is_disk_tier() || tier.kind().is_bucket();
             let has_block = tier.as_object().get(EVICTION).is_some_and(|v| !v.is_null());
-            if ours || !bounded(&tier) || has_block {
+            if ours || tier.max_capacity_bytes().is_none() || has_block {
                 return tier;
             }
             warnings.push(format!(
@@ -86,7 +77,7 @@ pub(crate) fn per_process_bound_warnings(cascade: &Cascade) -> Vec<String> {
         .iter()
         .enumerate()
         .filter(|(_, tier)| tier.kind() == TierKind::Object)
-        .filter(|(_, tier)| bounded(tier))
+        .filter(|(_, tier)| tier.max_capacity_bytes().is_some())
         .map(|(position, tier)| {
             let endpoint = tier
                 .as_object()

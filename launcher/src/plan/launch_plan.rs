@@ -803,12 +803,7 @@ fn unbounded_tier_warnings(cascade: &Cascade, source: &Decision<()>) -> Vec<Stri
         .iter()
         .enumerate()
         .filter(|(_, tier)| tier.is_disk_tier())
-        .filter(|(_, tier)| {
-            tier.as_object()
-                .get("max_capacity_gb")
-                .and_then(Value::as_f64)
-                .is_none_or(|gb| gb <= 0.0)
-        })
+        .filter(|(_, tier)| tier.max_capacity_bytes().is_none())
         .map(|(position, tier)| {
             format!(
                 "L2 tier {position} ({} at {}) has no max_capacity_gb: LMCache never evicts from it and nothing else bounds it, so it grows until its volume is full; add \"max_capacity_gb\": <GiB> to its spec ({}), which also gives it a capacity guard",
