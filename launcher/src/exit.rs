@@ -11,11 +11,8 @@
 //! says of a command it cannot run or find).
 
 use lmcache_capacity_guard::capacity::CapacityError;
-use lmcache_capacity_guard::GuardError;
 use lmcache_housekeeping::{HousekeepingError, LockError};
-use lmcache_resp::RespError;
 use lmcache_s3_gateway::spec::BucketSpecError;
-use lmcache_s3_gateway::GatewayError;
 use lmcache_tier_spec::SpecError;
 
 use crate::cli::CommandError;
@@ -276,43 +273,17 @@ impl HasExitStatus for BucketSpecError {
     }
 }
 
-/// Every gateway error is the tier's: its spec cannot work, or its gateway
-/// cannot start.
-impl HasExitStatus for GatewayError {
-    fn exit_status(&self) -> ExitStatus {
-        ExitStatus::BadInput
-    }
-}
-
 impl HasExitStatus for CapacityError {
     fn exit_status(&self) -> ExitStatus {
         ExitStatus::BadInput
     }
 }
 
-/// A guard that cannot start leaves its tier unbounded: the tier's
-/// directory or capacity is at fault.
-impl HasExitStatus for GuardError {
-    fn exit_status(&self) -> ExitStatus {
-        ExitStatus::BadInput
-    }
-}
-
-/// An adapter's error is its kind's.
+/// Every adapter's error is its tier's, whatever the kind: a spec that
+/// cannot work, or what it needs beside the server cannot start (a
+/// gateway's bucket out of reach, a guard's directory or capacity, a Redis
+/// that is down or would refuse stores). A kind needs no line here.
 impl HasExitStatus for AdapterError {
-    fn exit_status(&self) -> ExitStatus {
-        match self {
-            AdapterError::Gateway(e) => e.exit_status(),
-            AdapterError::Guard(e) => e.exit_status(),
-            AdapterError::Resp(e) => e.exit_status(),
-        }
-    }
-}
-
-/// A `resp` tier whose spec is bad, whose Redis cannot be used or would
-/// refuse its stores: the tier's settings (or the Redis's) are at fault,
-/// as for an `s3_bucket` tier whose bucket cannot be reached.
-impl HasExitStatus for RespError {
     fn exit_status(&self) -> ExitStatus {
         ExitStatus::BadInput
     }

@@ -471,6 +471,12 @@ mod tests {
             }
         }
         let metrics = NodeMetrics::new(None);
+        let without = metrics.render(Format::Prometheus).unwrap();
+        assert!(
+            !without.contains("kind=\""),
+            "no series before a source: {without}"
+        );
+        assert!(parse(&without).tier_series.is_empty());
         metrics.watch_series(Arc::new(Fixed));
         for format in [Format::Prometheus, Format::OpenMetrics] {
             let page = metrics.render(format).unwrap();
