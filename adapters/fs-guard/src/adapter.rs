@@ -55,8 +55,9 @@ enum Starter {
     /// before the server; the others are left to the server's
     /// `erebine-lmcache`.
     Launch(Vec<ScannedTier>),
-    /// `erebine-lmcache`: every tier, each counted by its guard, once the
-    /// server listens.
+    /// `erebine-lmcache`: every tier but those the launch that started it
+    /// guards itself ([`GUARDED_BY_LAUNCH`] in its environment), each
+    /// counted by its guard, once the server listens.
     Server,
 }
 
@@ -79,11 +80,13 @@ impl GuardTiers {
         }
     }
 
-    /// `erebine-lmcache`'s guards: every tier of `specs`, started once the
-    /// server listens (a command LMCache refuses touches nothing).
-    pub fn of_server(specs: Vec<GuardSpec>) -> Self {
+    /// `erebine-lmcache`'s guards: every tier of `specs` but those the
+    /// launch that started it guards itself ([`GUARDED_BY_LAUNCH`] in its
+    /// environment `env`; neither checked nor started here), started once
+    /// the server listens (a command LMCache refuses touches nothing).
+    pub fn of_server(specs: Vec<GuardSpec>, env: &dyn Fn(&str) -> Option<String>) -> Self {
         Self {
-            specs,
+            specs: without_launch_guarded(specs, env),
             starter: Starter::Server,
         }
     }
@@ -121,6 +124,31 @@ impl TierAdapter for GuardTiers {
         }
         Ok(running)
     }
+}
+
+/// `specs` without the tiers whose guard the launch that started this
+/// server runs itself (from the launch's scan, so that a launch reads its
+/// tier once): the directories [`GUARDED_BY_LAUNCH`] lists in `env`, each
+/// said in a log line. A value that is not a JSON array of paths leaves
+/// every tier here, as without the variable.
+fn without_launch_guarded(
+    specs: Vec<GuardSpec>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<GuardSpec> {
+    let listed = env(GUARDED_BY_LAUNCH)
+        .map(|v| guarded_by_launch(&v))
+        .unwrap_or_default();
+    let (launch, own): (Vec<GuardSpec>, Vec<GuardSpec>) = specs
+        .into_iter()
+        .partition(|spec| listed.contains(&spec.base_path));
+    for spec in launch {
+        tracing::info!(
+            "capacity guard, L2 tier {} ({}): run by the launch that started this server",
+            spec.position,
+            spec.base_path.display()
+        );
+    }
+    own
 }
 
 /// The guards of one cascade, started ([`GuardTiers`]).
@@ -227,7 +255,7 @@ mod tests {
         for dir in &dirs {
             std::fs::create_dir(dir).unwrap();
         }
-        let tiers = GuardTiers::of_server(guarded(&[&dirs[0], &dirs[1]], "0.001"));
+        let tiers = GuardTiers::of_server(guarded(&[&dirs[0], &dirs[1]], "0.001"), &|_| None);
         tiers.check().unwrap();
         let mut running = block_on(tiers.start(&context())).unwrap();
         assert!(
@@ -242,6 +270,27 @@ mod tests {
         assert_eq!(running.view().len(), 2);
         running.stop();
         assert!(dirs.iter().all(|d| status(d).is_file()), "each guard ran");
+    }
+
+    #[test]
+    fn a_server_leaves_the_tiers_its_launch_guards_to_it() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = [root.path().join("a"), root.path().join("b")];
+        let specs = || guarded(&[&dirs[0], &dirs[1]], "0.001");
+        let listed = guarded_by_launch_value(&dirs[1..]).unwrap();
+        let env = move |name: &str| (name == GUARDED_BY_LAUNCH).then(|| listed.clone());
+        let server = GuardTiers::of_server(specs(), &env);
+        let running = block_on(server.start(&context())).unwrap();
+        let left: Vec<PathBuf> = running.view().into_iter().map(|s| s.base_path).collect();
+        assert_eq!(left, [dirs[0].clone()]);
+        let garbled = |name: &str| (name == GUARDED_BY_LAUNCH).then(|| "/b".to_string());
+        let server = GuardTiers::of_server(specs(), &garbled);
+        let running = block_on(server.start(&context())).unwrap();
+        assert_eq!(
+            running.view().len(),
+            2,
+            "a garbled list guards every tier here"
+        );
     }
 
     #[test]
@@ -275,7 +324,7 @@ mod tests {
     fn a_capacity_larger_than_the_volume_is_refused_by_the_check() {
         let root = tempfile::tempdir().unwrap();
         let specs = guarded(&[root.path()], "1e9");
-        let e = GuardTiers::of_server(specs).check().unwrap_err();
+        let e = GuardTiers::of_server(specs, &|_| None).check().unwrap_err();
         assert!(e.to_string().contains("L2 tier 0"), "{e}");
     }
 

@@ -260,7 +260,7 @@ mod tests {
     /// The adapters of `tiers` as `erebine-lmcache` makes them.
     fn adapters_of(tiers: &[String]) -> (Cascade, TierAdapters) {
         let cascade = Cascade::parse(&format!("[{}]", tiers.join(",")), "test").unwrap();
-        let guards = GuardTiers::of_server(guard_specs(&cascade).unwrap());
+        let guards = GuardTiers::of_server(guard_specs(&cascade).unwrap(), &|_| None);
         let adapters = TierAdapters::new(&cascade, guards, None);
         (cascade, adapters)
     }

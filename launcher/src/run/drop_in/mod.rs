@@ -31,7 +31,7 @@ use crate::node::server_flags::server_flags;
 use crate::plan::locate::{find_stock_lmcache, NotFound};
 use crate::plan::server_python::{check_module, needed_modules, python_of, ModuleError};
 use crate::process::ProcessError;
-use crate::run::guards::{launch_guard_owner, without_launch_guarded};
+use crate::run::guards::launch_guard_owner;
 use crate::run::supervise::{
     exit_code, reap_exited_children, Output, Supervised, TerminatingSignals,
 };
@@ -150,15 +150,16 @@ pub fn run(args: Vec<OsString>, vars: Vars) -> Result<Ended, Failure> {
 
 /// The adapters of the command's tiers ([`TierAdapters`]), checked: its
 /// guarded tiers those of a server, less the ones the launch that started
-/// this process guards itself ([`without_launch_guarded`]).
+/// this process guards itself ([`GuardTiers::of_server`]).
 ///
 /// # Errors
 /// A guarded tier's capacity key is unusable ([`Failure::Guards`]), or an
 /// adapter refused its tiers ([`Failure::Check`]).
 fn server_adapters(specs: &L2AdapterArgs, vars: &Vars) -> Result<TierAdapters, Failure> {
     let cascade = specs.cascade();
-    let guarded = without_launch_guarded(guard_specs(&cascade)?, vars);
-    let adapters = TierAdapters::new(&cascade, GuardTiers::of_server(guarded), None);
+    let env = |name: &str| text_var(vars, name);
+    let guards = GuardTiers::of_server(guard_specs(&cascade)?, &env);
+    let adapters = TierAdapters::new(&cascade, guards, None);
     adapters.check().map_err(Failure::Check)?;
     Ok(adapters)
 }
