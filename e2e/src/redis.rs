@@ -50,6 +50,8 @@ pub struct RedisOptions<'a> {
     pub maxmemory: &'a str,
     /// `maxmemory-policy`.
     pub policy: &'a str,
+    /// More lines of `redis.conf`, e.g. `rename-command INFO ""`.
+    pub extra: &'a str,
 }
 
 impl Default for RedisOptions<'_> {
@@ -58,6 +60,7 @@ impl Default for RedisOptions<'_> {
             password: None,
             maxmemory: "256mb",
             policy: "allkeys-lru",
+            extra: "",
         }
     }
 }
@@ -86,6 +89,7 @@ impl Redis {
         if let Some(password) = options.password {
             text.push_str(&format!("requirepass {password}\n"));
         }
+        text.push_str(options.extra);
         std::fs::write(&config, text).expect("redis config");
         let log = dir.join(format!("redis-{port}.log"));
         let redis = Redis {

@@ -26,7 +26,7 @@ use lmcache_tier_spec::adapter::{
 };
 use lmcache_tier_spec::Cascade;
 
-use crate::client::{self, SCRAPE_TIMEOUT, START_TIMEOUT};
+use crate::client::{self, InfoFailed, SCRAPE_TIMEOUT, START_TIMEOUT};
 use crate::identity::{self, CacheIdentity};
 use crate::info::RedisInfo;
 use crate::judge::{judge, Verdict};
@@ -120,8 +120,21 @@ fn start(
         };
         let mut connection =
             client::connect(&tier, &credentials, START_TIMEOUT).map_err(unreachable)?;
-        let info = client::info(&mut connection, &credentials).map_err(unreachable)?;
-        judged(&tier, &info)?;
+        let info = match client::info(&mut connection, &credentials) {
+            Ok(info) => {
+                judged(&tier, &info)?;
+                info
+            }
+            Err(InfoFailed::Refused(detail)) => {
+                tracing::warn!(
+                    "L2 tier {} (resp): Redis at {} refuses INFO ({detail}), so its maxmemory and maxmemory-policy go unjudged and the metrics show only whether it answers. Let the user run INFO (ACL: +info), or check those settings yourself (docs/redis.md)",
+                    tier.position,
+                    tier.address()
+                );
+                RedisInfo::default()
+            }
+            Err(InfoFailed::Unreachable(detail)) => return Err(unreachable(detail)),
+        };
         if let Some(identity) = identity {
             record(&tier, &mut connection, identity, &credentials);
         }
@@ -218,6 +231,16 @@ struct Watched {
     state: Mutex<Seen>,
     /// Restarts seen (a new `run_id`) since the start.
     restarts: AtomicU64,
+}
+
+/// What one read of a Redis got.
+enum Read {
+    /// Its `INFO`.
+    Info(RedisInfo),
+    /// An error to `INFO` (renamed away, or not allowed): it answers.
+    Refused,
+    /// No answer.
+    Down,
 }
 
 /// What the last read of a Redis saw.
@@ -349,41 +372,55 @@ const FAMILIES: &[Family] = &[
 ];
 
 impl Watched {
-    /// The Redis's `INFO` now, over the kept connection or a new one;
-    /// `None` when it does not answer within [`SCRAPE_TIMEOUT`]. Each
-    /// change of what it is seen to do is logged once ([`Watched::saw`]).
-    fn info(&self) -> Option<RedisInfo> {
+    /// The Redis's `INFO` now, over the kept connection or a new one
+    /// ([`Read::Down`] when it does not answer within [`SCRAPE_TIMEOUT`]).
+    /// Each change of what it is seen to do is logged once
+    /// ([`Watched::saw`]).
+    fn info(&self) -> Read {
         let mut kept = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         if kept.is_none() {
             *kept = client::connect(&self.tier, &self.credentials, SCRAPE_TIMEOUT).ok();
         }
-        let info = kept.as_mut().and_then(|connection| {
-            connection.set_read_timeout(Some(SCRAPE_TIMEOUT)).ok()?;
-            client::info(connection, &self.credentials).ok()
-        });
-        if info.is_none() {
+        let read = match kept.as_mut() {
+            None => Read::Down,
+            Some(connection) => match connection.set_read_timeout(Some(SCRAPE_TIMEOUT)) {
+                Err(_) => Read::Down,
+                Ok(()) => match client::info(connection, &self.credentials) {
+                    Ok(info) => Read::Info(info),
+                    Err(InfoFailed::Refused(_)) => Read::Refused,
+                    Err(InfoFailed::Unreachable(_)) => Read::Down,
+                },
+            },
+        };
+        if matches!(read, Read::Down) {
             *kept = None;
         }
-        self.saw(info.as_ref());
-        info
+        self.saw(&read);
+        read
     }
 
     /// Logs what changed since the last read: the Redis stopped or started
     /// answering, or restarted (a new `run_id`, counted).
-    fn saw(&self, info: Option<&RedisInfo>) {
+    fn saw(&self, read: &Read) {
         let mut seen = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (position, address) = (self.tier.position, self.tier.address());
-        match (seen.answering, info) {
-            (true, None) => tracing::warn!(
+        let answering = !matches!(read, Read::Down);
+        match (seen.answering, answering) {
+            (true, false) => tracing::warn!(
                 "L2 tier {position} (resp): Redis at {address} does not answer: the tier stores and loads nothing while it is down"
             ),
-            (false, Some(_)) => tracing::info!("L2 tier {position} (resp): Redis at {address} answers again"),
+            (false, true) => tracing::info!("L2 tier {position} (resp): Redis at {address} answers again"),
             _ => {}
         }
-        seen.answering = info.is_some();
-        let Some(run_id) = info.and_then(|i| i.run_id.clone()) else {
+        seen.answering = answering;
+        let Read::Info(RedisInfo {
+            run_id: Some(run_id),
+            ..
+        }) = read
+        else {
             return;
         };
+        let run_id = run_id.clone();
         if seen.run_id.as_ref().is_some_and(|before| *before != run_id) {
             self.restarts.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
@@ -402,12 +439,12 @@ impl SeriesSource for RespSeries {
             let tier = watched.tier.position;
             series.push(TierSeries {
                 family: "resp_up",
-                help: "1 when the tier's Redis answered INFO at this scrape, 0 when it did not.",
+                help: "1 when the tier's Redis answered at this scrape (INFO, or an error to it), 0 when it did not.",
                 tier,
                 kind: "resp",
                 bytes: false,
                 counter: false,
-                value: u64::from(info.is_some()),
+                value: u64::from(!matches!(info, Read::Down)),
             });
             series.push(TierSeries {
                 family: "resp_restarts_seen",
@@ -418,7 +455,7 @@ impl SeriesSource for RespSeries {
                 counter: true,
                 value: watched.restarts.load(Ordering::Relaxed),
             });
-            let Some(info) = info else { continue };
+            let Read::Info(info) = info else { continue };
             series.extend(FAMILIES.iter().filter_map(|family| {
                 Some(TierSeries {
                     family: family.family,

@@ -46,18 +46,33 @@ pub(crate) fn connect(
     connected.map_err(|e| detail(&e, credentials))
 }
 
+/// Why `INFO` gave no answer.
+pub(crate) enum InfoFailed {
+    /// The Redis answered with an error: the command is renamed away or
+    /// the user may not run it (`ERR unknown command`, `NOPERM`). The
+    /// tier may still work; only what `INFO` says is unknown.
+    Refused(String),
+    /// No answer (the connection failed, broke or timed out), or no
+    /// credentials it takes (`NOAUTH`, `WRONGPASS`): LMCache could not use
+    /// it either.
+    Unreachable(String),
+}
+
 /// The Redis's `INFO` (its default sections).
 ///
 /// # Errors
-/// The client's error, as [`detail`] gives it.
+/// [`InfoFailed`], its text as [`detail`] gives it.
 pub(crate) fn info(
     connection: &mut Connection,
     credentials: &Credentials,
-) -> Result<RedisInfo, String> {
+) -> Result<RedisInfo, InfoFailed> {
     redis::cmd("INFO")
         .query::<String>(connection)
         .map(|text| RedisInfo::parse(&text))
-        .map_err(|e| detail(&e, credentials))
+        .map_err(|e| match e.code() {
+            Some("NOAUTH" | "WRONGPASS") | None => InfoFailed::Unreachable(detail(&e, credentials)),
+            Some(_) => InfoFailed::Refused(detail(&e, credentials)),
+        })
 }
 
 /// `error` as a message says it, with the credentials replaced by

@@ -266,6 +266,31 @@ async fn identities_are_recorded_and_a_restarted_redis_is_read_again() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_redis_that_refuses_info_is_used_unjudged_and_shown_answering() {
+    require_redis!();
+    let dir = tempfile::tempdir().unwrap();
+    for refusal in [
+        "rename-command INFO \"\"\n",
+        "user default on nopass ~* &* +@all -info\n",
+    ] {
+        let options = RedisOptions {
+            maxmemory: "64mb",
+            policy: "noeviction",
+            extra: refusal,
+            ..RedisOptions::default()
+        };
+        let redis = Redis::start(dir.path(), free_port(), options);
+        let tiers = cascade(&[tier(redis.port, serde_json::json!({}))]);
+        let running = start(&tiers, Some(identity("aaaa")), &[])
+            .await
+            .unwrap_or_else(|e| panic!("{refusal}: {e}"));
+        let figures = series(&running);
+        assert_eq!(figures["resp_up{0}"], 1, "{refusal}: {figures:?}");
+        assert!(!figures.contains_key("resp_used_memory{0}"), "{figures:?}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn a_server_started_by_a_launch_leaves_the_tiers_to_the_launch() {
     // No Redis at all: the launch checked it, the server does not again.
     let tiers = cascade(&[tier(free_port(), serde_json::json!({}))]);
