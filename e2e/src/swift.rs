@@ -338,6 +338,29 @@ impl Swift {
         Paused { group }
     }
 
+    /// Panics with `what` and the last lines the proxy and memcached
+    /// logged (and whether memcached still runs: tempauth keeps its tokens
+    /// there, and answers 503 without it).
+    fn fail(&self, what: &str) -> ! {
+        let tail = |text: String| {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        };
+        let proxy = self
+            .proxy
+            .as_ref()
+            .map(|p| tail(p.output()))
+            .unwrap_or_default();
+        let memcached = &self.servers[0];
+        let alive = nix::sys::signal::kill(Pid::from_raw(memcached.pid()), None).is_ok();
+        panic!(
+            "{what}\n--- the proxy's log, last lines:\n{proxy}\n--- memcached (port {}, {}):\n{}",
+            self.ports.memcached,
+            if alive { "running" } else { "GONE" },
+            tail(memcached.output())
+        );
+    }
+
     /// A tempauth token of `account`: its storage URL and token.
     fn token(&self, account: &SwiftAccount) -> (String, String) {
         let resp = self
@@ -352,7 +375,9 @@ impl Swift {
             )
             .send()
             .expect("tempauth answers");
-        assert!(resp.status().is_success(), "tempauth: {resp:?}");
+        if !resp.status().is_success() {
+            self.fail(&format!("tempauth: {resp:?}"));
+        }
         let header = |name: &str| {
             resp.headers()[name]
                 .to_str()
