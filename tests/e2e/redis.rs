@@ -132,20 +132,26 @@ fn a_launch_stores_and_loads_through_redis_with_its_password_on_no_command_line(
         "{} of {expected} chunks in Redis",
         lmcache_keys(&redis)
     );
-    let inspect = BINS.inspect_json(&node, writer_ports.1, writer_ports.2);
-    let text = inspect.to_string();
-    assert!(!text.contains(PASSWORD), "{text}");
-    let series = inspect["launch"]["figures"]["tier_series"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let used = series
-        .iter()
-        .find(|s| s["name"] == "resp_used_memory_bytes")
-        .unwrap_or_else(|| panic!("no Redis figures in inspect: {text}"));
+    // inspect shows the launch's last read of the Redis (every 10 s): the
+    // chunks' 16 MiB once a read follows the bench.
+    let used_memory = || {
+        let inspect = BINS.inspect_json(&node, writer_ports.1, writer_ports.2);
+        let text = inspect.to_string();
+        assert!(!text.contains(PASSWORD), "{text}");
+        let series = inspect["launch"]["figures"]["tier_series"]
+            .as_array()
+            .cloned();
+        let used = series
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == "resp_used_memory_bytes");
+        used.and_then(|s| s["value"].as_f64()).unwrap_or(0.0)
+    };
     assert!(
-        used["value"].as_f64().unwrap() > (16 << 20) as f64,
-        "{used}"
+        wait_until(Duration::from_secs(30), || used_memory()
+            > (16 << 20) as f64),
+        "inspect's used memory: {}",
+        used_memory()
     );
     let page = get_text(&format!("http://127.0.0.1:{}/metrics", writer_ports.2)).unwrap();
     assert!(

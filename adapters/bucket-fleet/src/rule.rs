@@ -237,6 +237,9 @@ impl BoundSpec {
                 value,
                 "of GiB of at least one byte, or 0",
             ),
+            BoundKeyError::TooLarge(value) => {
+                err("max_capacity_gb", value, "of GiB below 2^64 bytes")
+            }
             BoundKeyError::Block(value) => err("eviction", value, "block: an object"),
             BoundKeyError::Fraction { key, value } => err(key, value, "in (0, 1]"),
         })?;

@@ -380,6 +380,11 @@ impl Invalid<'_> {
                 value,
                 "a JSON number of GiB (1024^3 bytes), 0 or more, e.g. 150 (0 means no capacity)",
             ),
+            BoundKeyError::TooLarge(value) => self.error(
+                "max_capacity_gb",
+                value,
+                "less than 2^64 bytes (about 1.7e10 GiB; LMCache cannot count more): give the capacity in GiB, e.g. 150",
+            ),
             BoundKeyError::UnderAByte(value) => self.error(
                 "max_capacity_gb",
                 value,
@@ -597,13 +602,12 @@ mod tests {
             r#"{{"type":"fs","base_path":"{}","max_capacity_gb":1e300}}"#,
             path.display()
         );
-        let e = specs(&json).unwrap()[0]
-            .check_volume()
-            .unwrap_err()
-            .to_string();
+        let e = specs(&json).unwrap_err().to_string();
         assert!(
-            e.contains("max_capacity_gb = 1e+300 is larger than the volume"),
-            "the value as written, not the saturated bytes: {e}"
+            e.contains("max_capacity_gb")
+                && e.contains("1e+300")
+                && e.contains("less than 2^64 bytes"),
+            "the value as written, refused before the volume is asked: {e}"
         );
         assert!(!path.exists(), "the check creates nothing");
         let json = format!(

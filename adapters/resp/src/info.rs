@@ -25,6 +25,11 @@ pub struct RedisInfo {
     pub keyspace_misses: Option<u64>,
     /// Keys in every database (the `keys=` of each `db<N>:` line).
     pub keys: u64,
+    /// `maxclients`: the most connections it takes (Redis 7 gives it in
+    /// `# Clients`).
+    pub maxclients: Option<u64>,
+    /// `connected_clients`: connections now, every client's.
+    pub connected_clients: Option<u64>,
 }
 
 impl RedisInfo {
@@ -48,6 +53,8 @@ impl RedisInfo {
                 "evicted_keys" => info.evicted_keys = number(),
                 "keyspace_hits" => info.keyspace_hits = number(),
                 "keyspace_misses" => info.keyspace_misses = number(),
+                "maxclients" => info.maxclients = number(),
+                "connected_clients" => info.connected_clients = number(),
                 db if db.starts_with("db") && db[2..].parse::<u32>().is_ok() => {
                     info.keys += keys_of(value)
                 }
@@ -72,7 +79,7 @@ mod tests {
     use super::RedisInfo;
 
     /// Parts of the answer of Debian's Redis 7.0.15 after a CPU bench run.
-    const REDIS_7: &str = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nrun_id:4f1c0c5e6a1d3e0b8a7f0c2b9d8e7f6a5b4c3d2e\r\n\r\n# Memory\r\nused_memory:22072784\r\nused_memory_human:21.05M\r\nmaxmemory:536870912\r\nmaxmemory_human:512.00M\r\nmaxmemory_policy:allkeys-lru\r\n\r\n# Stats\r\nevicted_keys:0\r\nkeyspace_hits:128\r\nkeyspace_misses:128\r\n\r\n# Keyspace\r\ndb0:keys=128,expires=0,avg_ttl=0\r\ndb3:keys=2,expires=1,avg_ttl=10\r\n";
+    const REDIS_7: &str = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nrun_id:4f1c0c5e6a1d3e0b8a7f0c2b9d8e7f6a5b4c3d2e\r\n\r\n# Clients\r\nconnected_clients:3\r\nmaxclients:10000\r\n\r\n# Memory\r\nused_memory:22072784\r\nused_memory_human:21.05M\r\nmaxmemory:536870912\r\nmaxmemory_human:512.00M\r\nmaxmemory_policy:allkeys-lru\r\n\r\n# Stats\r\nevicted_keys:0\r\nkeyspace_hits:128\r\nkeyspace_misses:128\r\n\r\n# Keyspace\r\ndb0:keys=128,expires=0,avg_ttl=0\r\ndb3:keys=2,expires=1,avg_ttl=10\r\n";
 
     #[test]
     fn the_fields_are_read_from_a_real_answer() {
@@ -91,6 +98,10 @@ mod tests {
             (Some(128), Some(128))
         );
         assert_eq!(info.keys, 130, "every database's keys");
+        assert_eq!(
+            (info.connected_clients, info.maxclients),
+            (Some(3), Some(10000))
+        );
     }
 
     #[test]

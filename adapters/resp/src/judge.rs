@@ -30,6 +30,26 @@ pub enum Verdict {
     Refuse(String),
 }
 
+/// Whether the Redis takes LMCache's connections: `num_workers` of them
+/// (each worker of its native client holds one) and the launch's own.
+/// `None` when it fits, or says nothing of its clients.
+pub fn judge_clients(tier: &RespTier, info: &RedisInfo) -> Option<Verdict> {
+    let most = info.maxclients?;
+    let needed = tier.num_workers + 1;
+    let address = tier.address();
+    let connected = info.connected_clients.unwrap_or(0);
+    if most < needed {
+        return Some(Verdict::Refuse(format!(
+            "Redis at {address} takes at most {most} clients (maxclients), and LMCache's client opens num_workers = {} connections beside the launch's one: its workers past that get no connection and their stores fail. Raise maxclients, or lower \"num_workers\"",
+            tier.num_workers
+        )));
+    }
+    (connected + needed > most).then(|| Verdict::Warn(format!(
+        "Redis at {address} has {connected} of its {most} clients (maxclients) connected, and LMCache's client opens {} more: stores fail while it has no room. Raise maxclients, or lower \"num_workers\"",
+        tier.num_workers
+    )))
+}
+
 /// Whether `policy` evicts keys without an expiry.
 pub fn evicts_lmcache_keys(policy: &str) -> bool {
     policy.starts_with("allkeys-")
@@ -91,6 +111,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 6379,
             credentials: Credentials::default(),
+            num_workers: 8,
             max_capacity_bytes: capacity,
         }
     }
@@ -134,6 +155,31 @@ mod tests {
                 "{maxmemory} {policy} {capacity:?}: {verdict:?}"
             );
         }
+    }
+
+    #[test]
+    fn lmcaches_connections_must_fit_maxclients() {
+        let clients = |most, connected| RedisInfo {
+            maxclients: Some(most),
+            connected_clients: Some(connected),
+            ..RedisInfo::default()
+        };
+        let tier = tier(None);
+        assert_eq!(judge_clients(&tier, &RedisInfo::default()), None);
+        assert_eq!(judge_clients(&tier, &clients(10_000, 3)), None);
+        assert!(matches!(
+            judge_clients(&tier, &clients(4, 1)),
+            Some(Verdict::Refuse(_))
+        ));
+        assert!(matches!(
+            judge_clients(&tier, &clients(12, 5)),
+            Some(Verdict::Warn(_))
+        ));
+        assert_eq!(
+            judge_clients(&tier, &clients(9, 0)),
+            None,
+            "8 workers and the launch"
+        );
     }
 
     #[test]

@@ -55,16 +55,14 @@ impl Credentials {
         self.username.is_some() || self.password.is_some()
     }
 
-    /// These, or where neither is set, the ones `env` holds
-    /// ([`USERNAME_ENV`], [`PASSWORD_ENV`]; an empty value is none), as
-    /// LMCache falls back to them.
+    /// These, each one left out taken from `env` ([`USERNAME_ENV`],
+    /// [`PASSWORD_ENV`]; an empty value is none), field by field as LMCache
+    /// 0.5.6 falls back to them (`config.password or os.environ.get(...)`).
     pub fn or_from(&self, env: &dyn Fn(&str) -> Option<String>) -> Credentials {
-        match self.any() {
-            true => self.clone(),
-            false => Credentials {
-                username: env(USERNAME_ENV).filter(|v| !v.is_empty()),
-                password: env(PASSWORD_ENV).filter(|v| !v.is_empty()),
-            },
+        let from_env = |name: &str| env(name).filter(|v| !v.is_empty());
+        Credentials {
+            username: self.username.clone().or_else(|| from_env(USERNAME_ENV)),
+            password: self.password.clone().or_else(|| from_env(PASSWORD_ENV)),
         }
     }
 }
@@ -74,24 +72,24 @@ impl Credentials {
 pub struct RespTier {
     /// Its 0-based position in the cascade.
     pub position: usize,
-    /// The Redis host: a name, an IPv4 address or an IPv6 address.
+    /// The Redis host: a name or an IPv4 address.
     pub host: String,
     /// The Redis port.
     pub port: u16,
     /// The credentials its spec gives (none: the server's environment's).
     pub credentials: Credentials,
+    /// `num_workers`: the connections LMCache's client opens to it
+    /// (LMCache's default 8).
+    pub num_workers: u64,
     /// `max_capacity_gb` in bytes, when above 0: LMCache then counts the
     /// tier's bytes and, with an `eviction` block, deletes its own keys.
     pub max_capacity_bytes: Option<u64>,
 }
 
 impl RespTier {
-    /// `host:port`, with an IPv6 host in brackets.
+    /// `host:port`.
     pub fn address(&self) -> String {
-        match self.host.contains(':') {
-            true => format!("[{}]:{}", self.host, self.port),
-            false => format!("{}:{}", self.host, self.port),
-        }
+        format!("{}:{}", self.host, self.port)
     }
 }
 
@@ -123,7 +121,7 @@ fn resp_tier(position: usize, tier: &TierSpec) -> Result<RespTier, RespError> {
         fix,
     };
     let host = host(object.get(HOST)).map_err(|p| {
-        problem(HOST, p, "Give the Redis host alone: a name or an IP address, without a scheme, a port or a path (e.g. \"host\": \"10.0.0.5\", \"port\": 6379)")
+        problem(HOST, p, "Give the Redis host alone: a name or an IPv4 address, without a scheme, a user, a port or a path (e.g. \"host\": \"10.0.0.5\", \"port\": 6379)")
     })?;
     let port = port(object.get(PORT)).map_err(|p| {
         problem(
@@ -132,11 +130,12 @@ fn resp_tier(position: usize, tier: &TierSpec) -> Result<RespTier, RespError> {
             "Give the Redis port as a whole number from 1 to 65535 (e.g. \"port\": 6379)",
         )
     })?;
-    if let Some(value) = object.get(NUM_WORKERS) {
-        value.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+    let num_workers = match object.get(NUM_WORKERS) {
+        None => 8,
+        Some(value) => value.as_u64().filter(|n| *n > 0).ok_or_else(|| {
             problem(NUM_WORKERS, format!("{value} is not a whole number above 0"), "Give LMCache's I/O threads for the tier as a whole number (LMCache's default is 8), or leave the key out")
-        })?;
-    }
+        })?,
+    };
     let credentials = Credentials {
         username: text(object.get(USERNAME)).map_err(|p| {
             problem(
@@ -158,6 +157,7 @@ fn resp_tier(position: usize, tier: &TierSpec) -> Result<RespTier, RespError> {
         .map_err(|e| {
             let text = match e {
                 BoundKeyError::UnderAByte(value) => format!("{value} is less than a byte"),
+                BoundKeyError::TooLarge(value) => format!("{value} is 2^64 bytes or more"),
                 BoundKeyError::Capacity(value)
                 | BoundKeyError::Block(value)
                 | BoundKeyError::Fraction { value, .. } => {
@@ -174,11 +174,17 @@ fn resp_tier(position: usize, tier: &TierSpec) -> Result<RespTier, RespError> {
         host,
         port,
         credentials,
+        num_workers,
         max_capacity_bytes,
     })
 }
 
-/// `host`: a non-empty string that is a host and nothing else.
+/// `host`: a non-empty string that is a host name or an IPv4 address and
+/// nothing else. LMCache 0.5.6's native RESP client resolves it for IPv4
+/// only (`getaddrinfo ... Address family for hostname not supported` for
+/// an IPv6 address, and every store fails), so an IPv6 address is refused
+/// here. A value that may hold credentials (a URL, a `user@`) is not
+/// quoted.
 fn host(value: Option<&Value>) -> Result<String, String> {
     let host = match value {
         None => return Err("is missing".into()),
@@ -189,11 +195,14 @@ fn host(value: Option<&Value>) -> Result<String, String> {
     if host.is_empty() {
         return Err("is empty".into());
     }
-    if host.parse::<Ipv6Addr>().is_ok() {
-        return Ok(host.clone());
+    if host.contains("://") || host.contains('@') {
+        return Err("is a URL or holds a user (not shown: it may hold a password)".into());
     }
-    if host.contains("://") {
-        return Err(format!("{shown} is a URL"));
+    let bare = host.split('%').next().unwrap_or_default();
+    if bare.trim_matches(['[', ']']).parse::<Ipv6Addr>().is_ok() {
+        return Err(format!(
+            "{shown} is an IPv6 address, and LMCache 0.5.6's RESP client connects over IPv4 only"
+        ));
     }
     if host.contains(':') {
         return Err(format!("{shown} holds a port (give it in \"port\")"));
@@ -255,7 +264,6 @@ mod tests {
         for host in [
             "redis",
             "10.0.0.5",
-            "::1",
             "redis.kv.svc.cluster.local",
             "ÿ-unicode",
         ] {
@@ -263,17 +271,20 @@ mod tests {
             let tier = &tiers(&json).unwrap()[0];
             assert_eq!(tier.host, host);
         }
-        assert_eq!(
-            tiers(r#"[{"type":"resp","host":"::1","port":1}]"#).unwrap()[0].address(),
-            "[::1]:1"
-        );
         for (host, said) in [
-            (r#""redis://h""#, "is a URL"),
+            (
+                r#""redis://kv:hunter2@h:6379/0""#,
+                "is a URL or holds a user",
+            ),
+            (r#""kv:hunter2@10.0.0.5""#, "is a URL or holds a user"),
+            (r#""::1""#, "IPv4 only"),
+            (r#""[::1]""#, "IPv4 only"),
+            (r#""fe80::1%lo""#, "IPv4 only"),
             (r#""h:6379""#, "holds a port"),
             (r#""""#, "is empty"),
             (r#""h/0""#, "not a host name"),
             (r#""a b""#, "not a host name"),
-            (r#""u@h""#, "not a host name"),
+            (r#""u@h""#, "holds a user"),
             ("7", "is not a string"),
         ] {
             let json = format!(
@@ -282,6 +293,7 @@ mod tests {
             let e = tiers(&json).unwrap_err().to_string();
             assert!(e.starts_with("L2 tier 1 (resp): host: "), "{e}");
             assert!(e.contains(said), "{host}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
         }
         let e = tiers(r#"[{"type":"resp","port":6379}]"#).unwrap_err();
         assert!(e.to_string().contains("host: is missing"), "{e}");
@@ -367,5 +379,15 @@ mod tests {
             password: Some("OWN".into()),
         };
         assert_eq!(own.or_from(&env), own, "the spec's win, as LMCache's do");
+        let user_only = Credentials {
+            username: Some("kv".into()),
+            password: None,
+        };
+        let paired = user_only.or_from(&env);
+        assert_eq!(
+            (paired.username.as_deref(), paired.password.as_deref()),
+            (Some("kv"), Some("FROM-ENV")),
+            "field by field, as LMCache falls back"
+        );
     }
 }

@@ -4,12 +4,14 @@
 //! every scrape, through the same seam the launch drives.
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
 
 use lmcache_resp::adapter::{RespTiers, RESP_CHECKED};
 use lmcache_resp::identity::{marker_key, CacheIdentity};
 use lmcache_resp::RespError;
 use lmcache_tier_e2e::redis::{Redis, RedisOptions};
-use lmcache_tier_e2e::{free_port, require_redis};
+use lmcache_tier_e2e::{free_port, require_redis, wait_until};
 use lmcache_tier_spec::adapter::{RunningTiers, StartContext, TierAdapter};
 use lmcache_tier_spec::Cascade;
 
@@ -40,7 +42,8 @@ async fn start(
     identity: Option<CacheIdentity>,
     env: &[(&str, &str)],
 ) -> Result<lmcache_resp::adapter::RunningResp, RespError> {
-    let adapter = RespTiers::of(cascade, identity);
+    // Read every 100 ms rather than every 10 s: the tests wait on reads.
+    let adapter = RespTiers::of(cascade, identity).with_watch_period(Duration::from_millis(100));
     adapter.check()?;
     let env: BTreeMap<String, String> = env
         .iter()
@@ -100,17 +103,22 @@ async fn a_redis_with_a_password_is_reached_and_its_credentials_leave_the_comman
     assert_eq!(
         running.server_env(),
         [
-            ("LMCACHE_RESP_USERNAME", None),
             ("LMCACHE_RESP_PASSWORD", Some(PASSWORD.to_string())),
             (RESP_CHECKED, Some("1".to_string()))
         ]
     );
 
+    // The watcher's next read sees the identity hash the start wrote.
+    let hash = || series(&running).get("resp_keys{1}") == Some(&1);
+    assert!(
+        wait_until(Duration::from_secs(10), hash),
+        "{:?}",
+        series(&running)
+    );
     let figures = series(&running);
     assert_eq!(figures["resp_up{1}"], 1, "{figures:?}");
     assert_eq!(figures["resp_max_memory{1}"], 64 << 20, "{figures:?}");
     assert!(figures["resp_used_memory{1}"] > 0, "{figures:?}");
-    assert_eq!(figures["resp_keys{1}"], 1, "the identity hash: {figures:?}");
     assert!(figures.contains_key("resp_keyspace_hits{1}"), "{figures:?}");
     assert_eq!(
         redis.cli(&["HKEYS", &marker_key("org/model")]),
@@ -242,20 +250,23 @@ async fn identities_are_recorded_and_a_restarted_redis_is_read_again() {
     assert_eq!(recorded, ["aaaa", "bbbb"]);
 
     redis.restart();
-    // The kept connection died with the old Redis: one scrape finds it
-    // broken, the next connects again.
-    let first = series(&running);
-    let again = series(&running);
+    // The kept connection died with the old Redis: the watcher's read
+    // connects again at once and sees the new run_id.
+    let restarted = || series(&running).get("resp_restarts_seen{0}") == Some(&1);
     assert!(
-        first["resp_up{0}"] == 1 || again["resp_up{0}"] == 1,
-        "{first:?} {again:?}"
+        wait_until(Duration::from_secs(10), restarted),
+        "{:?}",
+        series(&running)
     );
+    let again = series(&running);
+    assert_eq!(again["resp_up{0}"], 1, "{again:?}");
     assert_eq!(
         again["resp_keys{0}"], 0,
         "the restarted Redis is empty: {again:?}"
     );
-    assert_eq!(again["resp_restarts_seen{0}"], 1, "{again:?}");
     drop(redis);
+    let down = || series(&running)["resp_up{0}"] == 0;
+    assert!(wait_until(Duration::from_secs(10), down));
     let down = series(&running);
     assert_eq!(down["resp_up{0}"], 0, "{down:?}");
     assert_eq!(
@@ -297,4 +308,101 @@ async fn a_server_started_by_a_launch_leaves_the_tiers_to_the_launch() {
     let running = start(&tiers, None, &[(RESP_CHECKED, "1")]).await.unwrap();
     assert!(running.series().is_none());
     assert_eq!(running.server_env(), [(RESP_CHECKED, None)]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_redis_that_cannot_take_lmcaches_stores_is_refused() {
+    require_redis!();
+    let dir = tempfile::tempdir().unwrap();
+    let primary = Redis::start(dir.path(), free_port(), RedisOptions::default());
+    let replica_of = format!("replicaof 127.0.0.1 {}\n", primary.port);
+    let users = "user default on nopass ~* &* +@all -set\n";
+    let cases = [
+        (replica_of.as_str(), "is a read-only replica"),
+        (users, "refuses a write as this user"),
+        ("maxclients 4\n", "takes at most 4 clients"),
+    ];
+    for (config, said) in cases {
+        let options = RedisOptions {
+            extra: config,
+            ..RedisOptions::default()
+        };
+        let redis = Redis::start(dir.path(), free_port(), options);
+        let tiers = cascade(&[tier(redis.port, serde_json::json!({}))]);
+        let e = start(&tiers, None, &[])
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{config} let in"));
+        assert!(matches!(e, RespError::Refused { .. }), "{config}: {e}");
+        assert!(e.to_string().contains(said), "{config}: {e}");
+    }
+    let few_workers = cascade(&[tier(primary.port, serde_json::json!({"num_workers": 2}))]);
+    start(&few_workers, None, &[]).await.unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_username_in_the_spec_pairs_with_the_password_in_the_environment() {
+    require_redis!();
+    let dir = tempfile::tempdir().unwrap();
+    let options = RedisOptions {
+        extra: "user kv on >kv-S3CRET ~* &* +@all\n",
+        ..RedisOptions::default()
+    };
+    let redis = Redis::start(dir.path(), free_port(), options);
+    let tiers = cascade(&[tier(redis.port, serde_json::json!({"username": "kv"}))]);
+    let running = start(&tiers, None, &[("LMCACHE_RESP_PASSWORD", "kv-S3CRET")])
+        .await
+        .unwrap();
+    assert_eq!(
+        running.server_env(),
+        [
+            ("LMCACHE_RESP_USERNAME", Some("kv".to_string())),
+            (RESP_CHECKED, Some("1".to_string()))
+        ],
+        "the password stays where it was"
+    );
+}
+
+/// A Redis stand-in that answers `INFO` one byte every 300 ms, for ever: a
+/// fault a real Redis does not produce on loopback (a peer on a slow or
+/// lossy link), so a fake, said so here.
+fn dripping_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = stream.read(&mut [0u8; 1024]);
+                let _ = stream.write_all(b"$100000\r\n");
+                while stream.write_all(b"x").is_ok() {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_redis_that_drips_its_answer_ends_the_start_within_its_deadline() {
+    let port = dripping_server();
+    let tiers = cascade(&[tier(port, serde_json::json!({}))]);
+    let started = Instant::now();
+    let e = start(&tiers, None, &[]).await.err().unwrap();
+    let took = started.elapsed();
+    assert!(e.to_string().contains("did not end within 20 s"), "{e}");
+    assert!(took < Duration::from_secs(25), "{took:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_launch_reads_no_handover_variable_of_its_own() {
+    // A launch (one with a cache identity) checks its tiers whatever its
+    // environment says: here a Redis that is not there.
+    let tiers = cascade(&[tier(free_port(), serde_json::json!({}))]);
+    let e = start(&tiers, Some(identity("aaaa")), &[(RESP_CHECKED, "1")]).await;
+    assert!(
+        matches!(e, Err(RespError::Unreachable { .. })),
+        "{:?}",
+        e.err()
+    );
 }

@@ -82,6 +82,9 @@ pub enum BoundKeyError<'a> {
     /// `max_capacity_gb` is not a JSON number of GiB, 0 or more (`null`
     /// included: LMCache refuses it).
     Capacity(&'a Value),
+    /// `max_capacity_gb` is 2^64 bytes or more: LMCache 0.5.6 fails on
+    /// such a value once the server starts (`OverflowError`).
+    TooLarge(&'a Value),
     /// `max_capacity_gb` is above 0 but less than one byte.
     UnderAByte(&'a Value),
     /// `eviction` is neither an object nor `null`.
@@ -106,6 +109,11 @@ impl crate::TierSpec {
             return Ok(None);
         };
         let gib = capacity_gib(value).ok_or(BoundKeyError::Capacity(value))?;
+        // LMCache turns the GiB into bytes as an int: past 2^64 bytes its
+        // float is out of range, and far past it infinite (OverflowError).
+        if gib * GIB >= u64::MAX as f64 {
+            return Err(BoundKeyError::TooLarge(value));
+        }
         match capacity_bytes(gib) {
             0 if gib > 0.0 => Err(BoundKeyError::UnderAByte(value)),
             0 => Ok(None),
@@ -289,6 +297,8 @@ mod tests {
             (r#"{"type":"fs","max_capacity_gb":null}"#, "Capacity"),
             (r#"{"type":"fs","max_capacity_gb":"8"}"#, "Capacity"),
             (r#"{"type":"fs","max_capacity_gb":-1}"#, "Capacity"),
+            (r#"{"type":"fs","max_capacity_gb":1e300}"#, "TooLarge"),
+            (r#"{"type":"fs","max_capacity_gb":17179869184}"#, "TooLarge"),
             (r#"{"type":"fs","max_capacity_gb":1e-12}"#, "UnderAByte"),
             (
                 r#"{"type":"fs","max_capacity_gb":1,"eviction":"LRU"}"#,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::node::extensions::{planned_tiers, ExtensionError, PlannedTier};
 use lmcache_housekeeping::LaunchIdentity;
-use lmcache_resp::spec::{PASSWORD, PASSWORD_ENV, USERNAME, USERNAME_ENV};
+use lmcache_resp::spec::{resp_tiers, PASSWORD_ENV, USERNAME_ENV};
 use lmcache_sizing::rules::{self, OdirectProbe};
 use lmcache_sizing::{fmt_gib, Decision};
 use lmcache_tier_spec::{Cascade, TierSpec};
@@ -278,12 +278,21 @@ impl LaunchPlan {
         if self.cascade.tiers().iter().any(|t| t.kind().is_bucket()) {
             redacted.extend(["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]);
         }
-        let resp_credentials = self.cascade.tiers().iter().any(|t| {
-            let object = t.as_object();
-            t.kind().is_resp() && [USERNAME, PASSWORD].iter().any(|k| object.contains_key(*k))
-        });
-        if resp_credentials {
-            redacted.extend([USERNAME_ENV, PASSWORD_ENV]);
+        let resp_credentials = resp_tiers(&self.cascade)
+            .map(|tiers| tiers.into_iter().find(|t| t.credentials.any()))
+            .ok()
+            .flatten();
+        if let Some(tier) = resp_credentials {
+            let given = [
+                (tier.credentials.username.is_some(), USERNAME_ENV),
+                (tier.credentials.password.is_some(), PASSWORD_ENV),
+            ];
+            redacted.extend(
+                given
+                    .into_iter()
+                    .filter(|(set, _)| *set)
+                    .map(|(_, name)| name),
+            );
         }
         for name in redacted {
             env.insert(name.to_string(), "<redacted>".to_string());
