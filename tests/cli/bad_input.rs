@@ -1531,3 +1531,30 @@ fn a_sigterm_during_the_gateways_start_starts_no_server() {
     );
     drop(silent);
 }
+
+#[test]
+fn a_dry_run_redacts_every_added_l2_adapter_whatever_its_shape() {
+    let secret = r#"{"type":"resp","host":"h","port":1,"password":"ADDED-SECRET-VALUE"}"#;
+    let shapes = [
+        vec![
+            "--server-arg=--l2-adapter".to_string(),
+            format!("--server-arg={secret}"),
+        ],
+        vec![format!("--server-arg=--l2-adapter={secret}")],
+        vec![
+            "--server-arg=--l2-adapter".to_string(),
+            "--server-arg=not json ADDED-SECRET-VALUE".to_string(),
+        ],
+    ];
+    for shape in shapes {
+        let mut case = Case::new();
+        case.own_ports();
+        let mut args = vec!["launch", "--dry-run", "--json"];
+        args.extend(shape.iter().map(String::as_str));
+        let out = case.run(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{shape:?}: {}", stderr(&out));
+        assert!(!text.contains("ADDED-SECRET-VALUE"), "{shape:?}: {text}");
+        assert!(text.contains("redacted"), "{shape:?}: {text}");
+    }
+}

@@ -28,9 +28,25 @@ pub fn marker_key(model: &str) -> String {
     format!("{MARKER_PREFIX}{model}")
 }
 
-/// The tags of `recorded` (the hash's fields) other than `tag`, sorted.
+/// How many fields of the hash a launch reads (`HRANDFIELD`): other
+/// nodes write it, so what a launch reads of it is bounded whatever it
+/// holds.
+pub const MOST_READ: usize = 64;
+
+/// How many other tags a warning names; it counts the rest.
+pub const MOST_NAMED: usize = 8;
+
+/// The tags of `recorded` (the hash's fields, written by any node) other
+/// than `tag`, sorted: only fields shaped as a tag (16 lowercase hex
+/// digits) count, so nothing else another writer put there reaches a log
+/// line.
 pub fn other_tags(recorded: impl IntoIterator<Item = String>, tag: &str) -> Vec<String> {
-    let mut others: Vec<String> = recorded.into_iter().filter(|t| t != tag).collect();
+    let is_tag =
+        |t: &String| t.len() == 16 && t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let mut others: Vec<String> = recorded
+        .into_iter()
+        .filter(|t| t != tag && is_tag(t))
+        .collect();
     others.sort();
     others.dedup();
     others
@@ -47,14 +63,23 @@ pub fn unfenced_warning(
     format!(
         "L2 tier {position} (resp): Redis at {address} has served model {:?} under other cache identities too ({}; this launch's is {}): LMCache's resp keys name the model but not its weights or settings, so the launches read each other's KV unfenced. Give each cache identity its own Redis (or Redis database), or clear this one (its hash {} lists the identities)",
         identity.model,
-        others.join(", "),
+        named(others),
         identity.tag,
         marker_key(&identity.model)
     )
 }
 
-/// Records `identity` in its Redis at `now` (Unix seconds) and returns the
-/// other tags recorded there before.
+/// `others`, at most [`MOST_NAMED`] of them, and how many more.
+fn named(others: &[String]) -> String {
+    let shown = others[..others.len().min(MOST_NAMED)].join(", ");
+    match others.len().saturating_sub(MOST_NAMED) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
+/// Records `identity` in its Redis at `now` (Unix seconds) and returns
+/// other tags recorded there (of at most [`MOST_READ`] fields read).
 ///
 /// # Errors
 /// The client's.
@@ -64,12 +89,15 @@ pub(crate) fn record(
     now: u64,
 ) -> redis::RedisResult<Vec<String>> {
     let key = marker_key(&identity.model);
-    let recorded: Vec<String> = redis::cmd("HKEYS").arg(&key).query(connection)?;
     redis::cmd("HSET")
         .arg(&key)
         .arg(&identity.tag)
         .arg(now)
         .query::<()>(connection)?;
+    let recorded: Vec<String> = redis::cmd("HRANDFIELD")
+        .arg(&key)
+        .arg(MOST_READ)
+        .query(connection)?;
     Ok(other_tags(recorded, &identity.tag))
 }
 
@@ -79,8 +107,9 @@ mod tests {
 
     #[test]
     fn other_tags_leave_out_this_launchs_and_name_each_once() {
-        let recorded = ["b", "a", "ours", "b"].map(String::from);
-        assert_eq!(other_tags(recorded, "ours"), ["a", "b"]);
+        let (a, b, ours) = ("aaaaaaaaaaaaaaaa", "0123456789abcdef", "1111111111111111");
+        let recorded = [b, a, ours, b, "\u{1b}[2Jx", "ABCDEF0123456789", "short"].map(String::from);
+        assert_eq!(other_tags(recorded, ours), [b, a], "tags alone, each once");
         assert!(other_tags(Vec::new(), "ours").is_empty());
     }
 
@@ -96,6 +125,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("(2222; this launch's is 1111)"), "{text}");
+        let many: Vec<String> = (0..20).map(|n| format!("{n:016x}")).collect();
+        let text = unfenced_warning(0, "h:1", &identity, &many);
+        assert!(text.contains("0000000000000007 and 12 more;"), "{text}");
+        assert!(!text.contains("0000000000000008"), "{text}");
         assert!(
             text.contains("lmcache-tier:cache-identities:org/m"),
             "{text}"

@@ -34,7 +34,9 @@ pub struct RedisInfo {
 
 impl RedisInfo {
     /// The fields of an `INFO` answer; unknown lines and values that do not
-    /// parse are left out.
+    /// parse are left out, and so is a text field (version, `run_id`,
+    /// policy) that is not up to 64 printable ASCII characters: the store
+    /// wrote it, and logs and messages quote it.
     pub fn parse(text: &str) -> RedisInfo {
         let mut info = RedisInfo::default();
         for line in text.lines().map(str::trim_end) {
@@ -42,14 +44,18 @@ impl RedisInfo {
                 continue;
             };
             let number = || value.parse::<u64>().ok();
+            let text = || {
+                let plain = value.len() <= 64 && value.bytes().all(|b| b.is_ascii_graphic());
+                plain.then(|| value.to_string())
+            };
             match key {
                 "redis_version" | "valkey_version" => {
-                    info.version = info.version.take().or(Some(value.to_string()))
+                    info.version = info.version.take().or_else(text)
                 }
-                "run_id" => info.run_id = Some(value.to_string()),
+                "run_id" => info.run_id = text(),
                 "used_memory" => info.used_memory = number(),
                 "maxmemory" => info.maxmemory = number(),
-                "maxmemory_policy" => info.maxmemory_policy = Some(value.to_string()),
+                "maxmemory_policy" => info.maxmemory_policy = text(),
                 "evicted_keys" => info.evicted_keys = number(),
                 "keyspace_hits" => info.keyspace_hits = number(),
                 "keyspace_misses" => info.keyspace_misses = number(),
@@ -113,5 +119,11 @@ mod tests {
         assert_eq!((info.used_memory, info.maxmemory), (None, None));
         assert_eq!(info.keys, 0);
         assert_eq!(RedisInfo::parse(""), RedisInfo::default());
+        let forged = RedisInfo::parse("maxmemory_policy:allkeys-lru\u{1b}[2J\nrun_id:a b\n");
+        assert_eq!(
+            (forged.maxmemory_policy, forged.run_id),
+            (None, None),
+            "a store's text that would forge a log line is left out"
+        );
     }
 }

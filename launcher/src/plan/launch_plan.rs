@@ -109,6 +109,9 @@ pub struct Decisions {
 /// (`lmcache-server-flags.json`).
 const REAP_TIMEOUT_FLAG: &str = "--worker-reap-timeout-seconds";
 
+/// `--l2-adapter` with its value in the same argument.
+const EQUALS_SPEC: &str = "--l2-adapter=";
+
 /// A planned launch: what to run, with which environment, and why.
 #[derive(Debug, Clone)]
 pub struct LaunchPlan {
@@ -234,7 +237,11 @@ impl LaunchPlan {
     /// The arguments with every adapter spec's secrets redacted: what logs and
     /// `--dry-run` may print.
     pub(crate) fn redacted_args(&self) -> Vec<String> {
-        self.args_with(|tier| tier.redacted().to_string())
+        let past = |arg: &str| match Cascade::parse(arg, "--l2-adapter") {
+            Ok(cascade) if cascade.tiers().len() == 1 => cascade.redacted()[0].to_string(),
+            _ => "<redacted>".to_string(),
+        };
+        self.args_with(|tier| tier.redacted().to_string(), past)
     }
 
     /// The arguments the server starts with once the tiers' adapters run:
@@ -243,21 +250,34 @@ impl LaunchPlan {
     /// `RunningAdapters::server_tiers` in `run/tiers.rs`, in the same order).
     pub fn server_args(&self, tiers: &Cascade) -> Vec<String> {
         let mut rewritten = tiers.tiers().iter();
-        self.args_with(|_| rewritten.next().map(TierSpec::to_arg).unwrap_or_default())
+        self.args_with(
+            |_| rewritten.next().map(TierSpec::to_arg).unwrap_or_default(),
+            str::to_string,
+        )
     }
 
     /// [`LaunchPlan::args`] with each `--l2-adapter` value, one per tier of
     /// [`LaunchPlan::cascade`] in order (the plan writes them so: `server`,
     /// the node's flags, then `EREBINE_AGENT_LMCACHE_EXTRA_ARGS`), written
-    /// by `write` from its tier; a value past the cascade is kept.
-    fn args_with(&self, mut write: impl FnMut(&TierSpec) -> String) -> Vec<String> {
+    /// by `write` from its tier; a value past the cascade (arguments added
+    /// to the plan), or given in one argument (`--l2-adapter=JSON`), is
+    /// written by `past` from its text.
+    fn args_with(
+        &self,
+        mut write: impl FnMut(&TierSpec) -> String,
+        past: impl Fn(&str) -> String,
+    ) -> Vec<String> {
         let mut tiers = self.cascade.tiers().iter();
         let mut out = Vec::with_capacity(self.args.len());
         let mut next_is_spec = false;
         for arg in &self.args {
             match (next_is_spec, next_is_spec.then(|| tiers.next()).flatten()) {
                 (true, Some(tier)) => out.push(write(tier)),
-                _ => out.push(arg.clone()),
+                (true, None) => out.push(past(arg)),
+                (false, _) => match arg.strip_prefix(EQUALS_SPEC) {
+                    Some(value) => out.push(format!("{EQUALS_SPEC}{}", past(value))),
+                    None => out.push(arg.clone()),
+                },
             }
             next_is_spec = arg == extra_args::L2_ADAPTER_FLAG;
         }
